@@ -1,0 +1,163 @@
+"""The only module that converts between protobuf messages and numpy/dataclasses.
+
+Tensors travel as dtype + shape + raw little-endian C-order bytes. Decoding
+checks structure only (known dtype, non-negative dims, byte count, size limit);
+`specs.check_step` checks meaning against a session's spec.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Optional
+
+import numpy as np
+
+from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.v1 import env_pb2 as pb
+
+_DTYPES = {
+    pb.FLOAT32: np.dtype("<f4"),
+    pb.FLOAT64: np.dtype("<f8"),
+    pb.FLOAT16: np.dtype("<f2"),
+    pb.INT8: np.dtype("i1"),
+    pb.INT16: np.dtype("<i2"),
+    pb.INT32: np.dtype("<i4"),
+    pb.INT64: np.dtype("<i8"),
+    pb.UINT8: np.dtype("u1"),
+    pb.UINT16: np.dtype("<u2"),
+    pb.UINT32: np.dtype("<u4"),
+    pb.UINT64: np.dtype("<u8"),
+    pb.BOOL: np.dtype("?"),
+}
+_ENUMS = {dtype.newbyteorder("="): enum for enum, dtype in _DTYPES.items()}
+
+# Largest tensor decode accepts, in elements; bounds memory a hostile shape can claim.
+MAX_TENSOR_ELEMENTS = 1 << 31
+
+
+def dtype_to_enum(dtype) -> int:
+    dtype = np.dtype(dtype).newbyteorder("=")
+    try:
+        return _ENUMS[dtype]
+    except KeyError:
+        raise ProtocolError(INVALID_ARGUMENT, f"dtype {dtype} has no protocol equivalent") from None
+
+
+def enum_to_dtype(enum: int, what: str = "tensor") -> np.dtype:
+    try:
+        return _DTYPES[enum]
+    except KeyError:
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has unknown dtype enum value {enum}") from None
+
+
+def encode_tensor(array: np.ndarray, out: Optional[pb.Tensor] = None) -> pb.Tensor:
+    """numpy array -> Tensor. Big-endian input is converted to little-endian."""
+    array = np.asarray(array)
+    out = pb.Tensor() if out is None else out
+    out.dtype = dtype_to_enum(array.dtype)
+    out.shape[:] = array.shape
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False) if sys.byteorder != "little" else array
+    out.data = np.ascontiguousarray(little).tobytes()
+    return out
+
+
+def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
+    """Tensor -> read-only numpy array in native byte order, or ProtocolError."""
+    dtype = enum_to_dtype(tensor.dtype, what)
+    shape = tuple(tensor.shape)
+    if any(d < 0 for d in shape):
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}")
+    elements = math.prod(shape)
+    if elements > MAX_TENSOR_ELEMENTS:
+        raise ProtocolError(RESOURCE_EXHAUSTED, f"{what} shape {shape} has {elements} elements, limit {MAX_TENSOR_ELEMENTS}")
+    expected = elements * dtype.itemsize
+    if len(tensor.data) != expected:
+        raise ProtocolError(
+            INVALID_ARGUMENT,
+            f"{what} has {len(tensor.data)} data bytes but shape {shape} of {dtype.name} needs {expected}",
+        )
+    array = np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
+    if dtype == np.dtype("?") and array.size and array.view(np.uint8).max() > 1:
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} is BOOL but holds bytes other than 0 and 1")
+    return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
+
+
+def encode_spec(spec: EnvSpec) -> pb.EnvSpec:
+    return pb.EnvSpec(
+        env_name=spec.env_name,
+        observation=pb.TensorSpec(dtype=dtype_to_enum(spec.observation_dtype), shape=spec.observation_shape),
+        action=pb.ActionSpec(num_actions=spec.num_actions),
+        num_envs=spec.num_envs,
+        num_seats=spec.num_seats,
+        has_legal_mask=spec.has_legal_mask,
+    )
+
+
+def decode_spec(message: pb.EnvSpec) -> EnvSpec:
+    if not message.HasField("observation"):
+        raise ProtocolError(INVALID_ARGUMENT, "env spec has no observation spec")
+    if message.action.WhichOneof("space") != "num_actions":
+        raise ProtocolError(INVALID_ARGUMENT, "env spec has no action space (set action.num_actions)")
+    return EnvSpec(
+        env_name=message.env_name,
+        observation_shape=tuple(message.observation.shape),
+        observation_dtype=enum_to_dtype(message.observation.dtype, "observation spec"),
+        num_actions=message.action.num_actions,
+        num_envs=message.num_envs,
+        num_seats=message.num_seats,
+        has_legal_mask=message.has_legal_mask,
+    )
+
+
+def encode_handshake(spec: EnvSpec, worker_name: str, version: int = PROTOCOL_VERSION) -> pb.HandshakeRequest:
+    return pb.HandshakeRequest(protocol_version=version, spec=encode_spec(spec), worker_name=worker_name)
+
+
+def encode_step(step: StepBatch) -> pb.StepBatch:
+    message = pb.StepBatch(session_id=step.session_id, sequence=step.sequence)
+    encode_tensor(step.observation, message.observation)
+    encode_tensor(np.asarray(step.reward, np.float32), message.reward)
+    encode_tensor(np.asarray(step.terminated, bool), message.terminated)
+    encode_tensor(np.asarray(step.truncated, bool), message.truncated)
+    if step.legal_mask is not None:
+        encode_tensor(np.asarray(step.legal_mask, bool), message.legal_mask)
+    if step.acting is not None:
+        encode_tensor(np.asarray(step.acting, bool), message.acting)
+    return message
+
+
+def decode_step(message: pb.StepBatch) -> StepBatch:
+    """StepBatch message -> StepBatch; structural checks only (see specs.check_step)."""
+
+    def optional(field: str) -> Optional[np.ndarray]:
+        return decode_tensor(getattr(message, field), field) if message.HasField(field) else None
+
+    for field in ("observation", "reward", "terminated", "truncated"):
+        if not message.HasField(field):
+            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor")
+    return StepBatch(
+        session_id=message.session_id,
+        sequence=message.sequence,
+        observation=decode_tensor(message.observation, "observation"),
+        reward=decode_tensor(message.reward, "reward"),
+        terminated=decode_tensor(message.terminated, "terminated"),
+        truncated=decode_tensor(message.truncated, "truncated"),
+        legal_mask=optional("legal_mask"),
+        acting=optional("acting"),
+    )
+
+
+def encode_actions(actions: ActionBatch) -> pb.ActionBatch:
+    message = pb.ActionBatch(sequence=actions.sequence, policy_version=actions.policy_version)
+    encode_tensor(np.asarray(actions.action, np.int32), message.action)
+    return message
+
+
+def decode_actions(message: pb.ActionBatch) -> ActionBatch:
+    return ActionBatch(
+        sequence=message.sequence,
+        action=decode_tensor(message.action, "action"),
+        policy_version=message.policy_version,
+    )

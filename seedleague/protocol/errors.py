@@ -1,0 +1,23 @@
+"""ProtocolError: a bad input, with the gRPC status code the host answers it with.
+
+Plain code raises it without importing grpc; servicers turn it into a status.
+"""
+
+from __future__ import annotations
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+FAILED_PRECONDITION = "FAILED_PRECONDITION"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+UNAVAILABLE = "UNAVAILABLE"
+
+
+class ProtocolError(Exception):
+    """A message the host refuses. `code` names a grpc.StatusCode member."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ProtocolError({self.code}, {self.message!r})"

@@ -1,0 +1,110 @@
+"""What a worker steps and what one step carries, as plain dataclasses.
+
+`EnvSpec` is fixed by the handshake; `StepBatch` and `ActionBatch` are one
+message each way on the stream. `check_step` enforces that a decoded step fits
+its session's spec (shapes, dtypes, finite values, usable legal masks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
+
+PROTOCOL_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """One worker's envs: observation and action space per agent, envs and seats."""
+
+    env_name: str
+    observation_shape: tuple[int, ...]
+    observation_dtype: np.dtype
+    num_actions: int
+    num_envs: int
+    num_seats: int = 1
+    has_legal_mask: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "observation_shape", tuple(int(d) for d in self.observation_shape))
+        object.__setattr__(self, "observation_dtype", np.dtype(self.observation_dtype))
+        problems = []
+        if any(d <= 0 for d in self.observation_shape):
+            problems.append(f"observation shape {self.observation_shape} has a dimension <= 0")
+        if self.num_actions < 1:
+            problems.append(f"num_actions must be >= 1, got {self.num_actions}")
+        if self.num_envs < 1:
+            problems.append(f"num_envs must be >= 1, got {self.num_envs}")
+        if self.num_seats < 1:
+            problems.append(f"num_seats must be >= 1, got {self.num_seats}")
+        if problems:
+            raise ProtocolError(INVALID_ARGUMENT, "bad env spec: " + "; ".join(problems))
+
+    @property
+    def num_agents(self) -> int:
+        """Agent slots this worker needs on the host: one per (env, seat)."""
+        return self.num_envs * self.num_seats
+
+
+@dataclasses.dataclass
+class StepBatch:
+    """One step of all a worker's envs, decoded. See proto/seedleague/v1/env.proto."""
+
+    session_id: str
+    sequence: int
+    observation: np.ndarray  # [E, S, *obs_shape]
+    reward: np.ndarray  # [E, S] float32
+    terminated: np.ndarray  # [E] bool
+    truncated: np.ndarray  # [E] bool
+    legal_mask: Optional[np.ndarray] = None  # [E, S, A] bool
+    acting: Optional[np.ndarray] = None  # [E, S] bool
+
+
+@dataclasses.dataclass
+class ActionBatch:
+    """The host's answer to one StepBatch."""
+
+    sequence: int
+    action: np.ndarray  # [E, S] int32
+    policy_version: int
+
+
+def _expect(name: str, array: Optional[np.ndarray], shape: tuple, dtype: np.dtype) -> None:
+    if array is None:
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} is missing")
+    if array.dtype != dtype:
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has dtype {array.dtype}, expected {np.dtype(dtype)}")
+    if array.shape != shape:
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has shape {array.shape}, expected {shape}")
+
+
+def _expect_finite(name: str, array: np.ndarray) -> None:
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        bad = np.argwhere(~np.isfinite(array))[0].tolist()
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has a non-finite value (NaN or inf) at index {bad}")
+
+
+def check_step(spec: EnvSpec, step: StepBatch) -> None:
+    """Raise ProtocolError(INVALID_ARGUMENT) unless `step` fits `spec` exactly."""
+    agents = (spec.num_envs, spec.num_seats)
+    _expect("observation", step.observation, agents + spec.observation_shape, spec.observation_dtype)
+    _expect("reward", step.reward, agents, np.dtype(np.float32))
+    _expect("terminated", step.terminated, (spec.num_envs,), np.dtype(bool))
+    _expect("truncated", step.truncated, (spec.num_envs,), np.dtype(bool))
+    _expect_finite("observation", step.observation)
+    _expect_finite("reward", step.reward)
+    if step.acting is not None:
+        _expect("acting", step.acting, agents, np.dtype(bool))
+    if spec.has_legal_mask:
+        _expect("legal_mask", step.legal_mask, agents + (spec.num_actions,), np.dtype(bool))
+        acting = step.acting if step.acting is not None else np.ones(agents, bool)
+        stuck = acting & ~step.legal_mask.any(axis=-1)
+        if stuck.any():
+            env, seat = np.argwhere(stuck)[0].tolist()
+            raise ProtocolError(INVALID_ARGUMENT, f"legal_mask has no legal action for acting env {env} seat {seat}")
+    elif step.legal_mask is not None:
+        raise ProtocolError(INVALID_ARGUMENT, "legal_mask sent but the handshake declared has_legal_mask=false")
