@@ -1,0 +1,189 @@
+"""One-machine launcher: the host in this process, N env-worker processes beside it.
+
+Data path: worker processes --gRPC--> EnvServicer --> Host (batcher -> policy ->
+unroll store -> replay -> learner). `run` starts the server, the workers and a
+progress loop, and stops every process it started when the budget ends, on
+Ctrl-C or SIGTERM, then prints where logs and checkpoints went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from seedleague import grpc_server
+from seedleague.checkpoint import CheckpointConfig
+from seedleague.host.host import Host, HostConfig
+from seedleague.host.servicer import SERVICE_NAME, EnvServicer
+from seedleague.metrics import Metrics, progress_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """When a run ends: whichever limit is reached first (0 / None = no limit)."""
+
+    max_env_steps: int = 0
+    max_seconds: float = 0.0
+    target_return: Optional[float] = None  # mean return over the last 100 episodes
+    target_episodes: int = 100  # episodes the mean needs before the target counts
+
+    def reached(self, metrics: Metrics, elapsed_s: float) -> Optional[str]:
+        if self.max_env_steps and metrics.env_steps >= self.max_env_steps:
+            return f"reached {self.max_env_steps} env steps"
+        if self.max_seconds and elapsed_s >= self.max_seconds:
+            return f"reached {self.max_seconds:g} s"
+        if self.target_return is not None and len(metrics.returns) >= self.target_episodes:
+            mean = metrics.mean_return()
+            if mean >= self.target_return:
+                return f"mean return {mean:.1f} over the last {len(metrics.returns)} episodes reached the target {self.target_return:g}"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """The env workers `run` starts and keeps alive: `count` processes of `command` (+ --address)."""
+
+    count: int = 0
+    command: tuple[str, ...] = ()
+    max_restarts: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A whole run: host, workers, budget and where outputs go."""
+
+    run_dir: str
+    host: HostConfig = HostConfig()
+    workers: WorkerSpec = WorkerSpec()
+    budget: Budget = Budget()
+    resume: bool = False
+    report_interval_s: float = 2.0
+
+
+def gym_worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
+    """The Python gymnasium worker; WorkerProcesses adds --address and --seed."""
+    return (sys.executable, "-m", "envs.gym_worker", "--env", env_id, "--num-envs", str(num_envs))
+
+
+class WorkerProcesses:
+    """Starts, watches and stops the worker processes; logs go to <run_dir>/logs/worker-<i>.log."""
+
+    def __init__(self, spec: WorkerSpec, address: str, log_dir: str):
+        self.spec, self.address, self.log_dir = spec, address, log_dir
+        self.restarts = 0
+        self._procs: list[Optional[subprocess.Popen]] = [None] * spec.count
+        os.makedirs(log_dir, exist_ok=True)
+
+    def start(self) -> None:
+        for i in range(self.spec.count):
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        command = list(self.spec.command) + ["--address", self.address, "--seed", str(1000 * i + self.restarts)]
+        with open(os.path.join(self.log_dir, f"worker-{i}.log"), "ab") as out:
+            self._procs[i] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def watch(self) -> None:
+        """Restart workers that died; give up after max_restarts in total."""
+        for i, proc in enumerate(self._procs):
+            if proc is not None and proc.poll() is not None:
+                log.warning("worker %d exited with status %s (log: %s/worker-%d.log)", i, proc.returncode, self.log_dir, i)
+                if self.restarts >= self.spec.max_restarts:
+                    raise RuntimeError(f"workers died {self.restarts} times; see {self.log_dir}")
+                self.restarts += 1
+                self._start(i)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for proc in self._procs:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in self._procs:
+            if proc is not None:
+                try:
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def run(config: RunConfig) -> dict:
+    """Run the host (and workers) until the budget ends; returns the run summary."""
+    run_dir = os.path.abspath(config.run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    host_config = dataclasses.replace(
+        config.host, checkpoint=dataclasses.replace(config.host.checkpoint, directory=os.path.join(run_dir, "checkpoints"))
+    )
+    metrics = Metrics(os.path.join(run_dir, "tensorboard"))
+    host = Host(host_config, metrics, resume=config.resume)
+    try:
+        summary = asyncio.run(_serve(config, host, metrics, run_dir))
+    finally:
+        host.stop()
+        metrics.close()
+    summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
+                   tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) -> dict:
+    servicer = EnvServicer(host)
+    server, port = await grpc_server.start_server(
+        config.host.address, [servicer.register], [SERVICE_NAME], config.host.max_message_bytes
+    )
+    address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
+    print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    workers = WorkerProcesses(config.workers, address, os.path.join(run_dir, "logs"))
+    workers.start()
+    start = time.perf_counter()
+    reason = "interrupted"
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), config.report_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            _report(host, metrics)
+            workers.watch()
+            if host.model is not None and host.model.learner.error is not None:
+                raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
+            reason = config.budget.reached(metrics, time.perf_counter() - start) or reason
+            if reason != "interrupted":
+                break
+    finally:
+        workers.stop()
+        await server.stop(grace=1.0)
+    elapsed = time.perf_counter() - start
+    return dict(
+        reason=reason,
+        wall_s=round(elapsed, 2),
+        env_steps=metrics.env_steps,
+        episodes=metrics.episodes,
+        learner_steps=metrics.learner_steps,
+        mean_return=None if math.isnan(metrics.mean_return()) else round(metrics.mean_return(), 2),
+        worker_restarts=workers.restarts,
+    )
+
+
+def _report(host: Host, metrics: Metrics) -> None:
+    report = metrics.report()
+    if host.model is not None:
+        report["replay_size"] = host.model.replay.size
+    print(progress_line(report), flush=True)

@@ -1,0 +1,87 @@
+"""Orbax checkpoints of the full training state, with a JSON sidecar of run counters.
+
+`Checkpointer.save(step, state, meta)` writes `<dir>/<step>/{state,meta}`;
+`restore_latest(template)` reads the newest complete one back into the structure
+of `template`. Typed PRNG keys are stored as their raw key data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and how often the host saves its training state."""
+
+    directory: str = ""  # "" disables checkpointing
+    interval_s: float = 60.0  # seconds between saves (a final save happens at shutdown)
+    max_to_keep: int = 3
+
+    def __post_init__(self):
+        if self.interval_s <= 0:
+            raise ValueError(f"checkpoint interval_s must be > 0, got {self.interval_s}")
+        if self.max_to_keep < 1:
+            raise ValueError(f"checkpoint max_to_keep must be >= 1, got {self.max_to_keep}")
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_savable(state: Any) -> Any:
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, state)
+
+
+def _from_savable(restored: Any, template: Any) -> Any:
+    return jax.tree.map(lambda r, t: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r, restored, template)
+
+
+class Checkpointer:
+    """Saves and restores (state, meta) pairs under one directory."""
+
+    def __init__(self, config: CheckpointConfig):
+        self.config = config
+        self.directory = os.path.abspath(config.directory)
+        os.makedirs(self.directory, exist_ok=True)
+        options = ocp.CheckpointManagerOptions(max_to_keep=config.max_to_keep, enable_async_checkpointing=False)
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def save(self, step: int, state: Any, meta: dict) -> None:
+        args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
+        self._manager.save(step, args=args, force=True)
+        self._manager.wait_until_finished()
+        log.info("saved checkpoint %s/%d", self.directory, step)
+
+    def latest_step(self) -> Optional[int]:
+        return self._manager.latest_step()
+
+    def restore_latest(self, template: Any) -> Optional[tuple[Any, dict]]:
+        """(state, meta) of the newest checkpoint shaped like `template`, or None if there is none."""
+        step = self._manager.latest_step()
+        if step is None:
+            return None
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(template))
+        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
+        restored = self._manager.restore(step, args=args)
+        return _from_savable(restored["state"], template), dict(restored["meta"])
+
+    def restore_meta(self) -> Optional[dict]:
+        """Only the JSON sidecar of the newest checkpoint (run counters, env spec, config)."""
+        step = self._manager.latest_step()
+        if step is None:
+            return None
+        restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(restored["meta"])
+
+    def close(self) -> None:
+        self._manager.close()

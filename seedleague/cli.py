@@ -1,0 +1,107 @@
+"""The `seedleague` command: train (host + workers), host (host only), worker (one env worker).
+
+Host settings are flags generated from HostConfig (`--replay.capacity 1024`,
+`--learner.loss ppo`, ...) applied over the game's preset (seedleague.presets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import sys
+from typing import Optional
+
+from seedleague import config_flags, presets
+from seedleague.host.host import HostConfig
+
+
+def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
+    parser.add_argument("--env", default=presets.DEFAULT_ENV, help="gymnasium env id (default: %(default)s)")
+    parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
+    parser.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds (0: no limit)")
+    parser.add_argument("--target-return", type=float, default=None,
+                        help="stop when the mean return of the last 100 episodes reaches this")
+    if with_workers:
+        parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
+        parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
+    config_flags.add_flags(parser, HostConfig)
+
+
+def _run_config(args: argparse.Namespace, with_workers: bool):
+    from launch.local import Budget, RunConfig, WorkerSpec, gym_worker_command
+
+    preset = presets.preset_for(args.env)
+    host = config_flags.build(HostConfig, args, preset.host)
+    workers = WorkerSpec()
+    if with_workers:
+        count = preset.workers if args.workers is None else args.workers
+        envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
+        if count < 0 or envs < 1:
+            raise SystemExit(f"--workers must be >= 0 and --envs-per-worker >= 1, got {count} and {envs}")
+        workers = WorkerSpec(count, gym_worker_command(args.env, envs))
+    budget = Budget(
+        max_env_steps=args.max_steps,
+        max_seconds=preset.max_seconds if args.max_seconds is None else args.max_seconds,
+        target_return=preset.target_return if args.target_return is None else args.target_return,
+    )
+    run_dir = args.run_dir or os.path.join(
+        "runs", f"{args.env.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    )
+    if args.resume and not args.run_dir:
+        raise SystemExit("--resume needs --run-dir: the run directory to continue")
+    return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume)
+
+
+def _train(args: argparse.Namespace, with_workers: bool = True) -> int:
+    from launch import local
+
+    config = _run_config(args, with_workers)
+    summary = local.run(config)
+    print(
+        f"\nrun ended: {summary['reason']}\n"
+        f"  env steps {summary['env_steps']}, episodes {summary['episodes']}, learner steps {summary['learner_steps']}, "
+        f"mean return (last 100) {summary['mean_return']}, {summary['wall_s']} s\n"
+        f"  checkpoints: {summary['checkpoints']}\n  tensorboard: {summary['tensorboard']}\n"
+        f"  worker logs: {summary['logs']}\n  summary:     {summary['run_dir']}/summary.json"
+    )
+    return 0
+
+
+def _worker(argv: list[str]) -> int:
+    from envs import gym_worker
+
+    return gym_worker.main(argv) or 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,worker}")
+    train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
+    _add_run_flags(train, with_workers=True)
+    host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
+    _add_run_flags(host, with_workers=False)
+    sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
+    if argv[:1] == ["worker"]:
+        return _worker(argv[1:])
+    args = parser.parse_args(argv or ["train"])
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "host":
+            if args.address is None:  # a stand-alone host needs a port workers can find
+                args.address = "127.0.0.1:50051"
+            return _train(args, with_workers=False)
+        return _train(args)
+    except (ValueError, FileExistsError) as error:
+        print(f"seedleague: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

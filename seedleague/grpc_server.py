@@ -1,0 +1,56 @@
+"""Builds the asyncio gRPC servers every seedleague process runs.
+
+Each server gets the standard health and reflection services, an explicit
+message-size limit, and keepalive settings that match `channel_options`, so a
+client configured with those options is never sent GOAWAY for pinging.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+KEEPALIVE_TIME_MS = 20_000
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Options for clients and servers alike: size limits and compatible keepalive."""
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+async def start_server(
+    address: str,
+    register: Iterable[Callable[[grpc.aio.Server], None]],
+    service_names: Iterable[str],
+    max_message_bytes: int,
+) -> tuple[grpc.aio.Server, int]:
+    """Start an aio server on `address` ("host:port", port 0 picks one); returns (server, port).
+
+    `register` holds the generated `add_*Servicer_to_server` calls, already bound to
+    their servicers; `service_names` their full names, for health and reflection.
+    """
+    server = grpc.aio.server(options=channel_options(max_message_bytes))
+    for add in register:
+        add(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = list(service_names)
+    for name in names + [""]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(names + [health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not bind a gRPC server to {address!r}")
+    await server.start()
+    return server, port

@@ -1,0 +1,300 @@
+"""The training host: wires servicer -> sessions -> batcher -> policy -> unroll store -> replay -> learner.
+
+`Host` is the `EnvBackend` the gRPC servicer calls. The model is built from the
+first worker's env spec (or from the checkpoint's spec when resuming); every
+later worker must fit it. Inference and replay inserts run on the batcher
+thread, learning on the learner thread; the asyncio loop only decodes, checks
+and waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.host.batcher import Batcher, BatcherConfig, Request
+from seedleague.host.learner import LearnerLoop
+from seedleague.host.policy import InferencePolicy
+from seedleague.host.replay import Replay, ReplayConfig
+from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
+from seedleague.metrics import Metrics
+from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
+from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
+from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.types import Unroll
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostConfig:
+    """Everything the training host needs; composed of one config per component."""
+
+    address: str = "127.0.0.1:0"
+    max_message_bytes: int = 64 * 2**20
+    unroll_length: int = 20
+    batch_size: int = 32  # unrolls per learner update
+    seed: int = 0
+    limits: SessionLimits = SessionLimits()
+    batcher: BatcherConfig = BatcherConfig()
+    replay: ReplayConfig = ReplayConfig()
+    network: NetworkConfig = NetworkConfig()
+    learner: LearnerConfig = LearnerConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    def __post_init__(self):
+        if self.unroll_length < 1:
+            raise ValueError(f"unroll_length must be >= 1, got {self.unroll_length}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.replay.capacity < self.batch_size:
+            raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+
+
+def spec_to_json(spec: EnvSpec) -> dict:
+    return dict(
+        env_name=spec.env_name,
+        observation_shape=list(spec.observation_shape),
+        observation_dtype=spec.observation_dtype.str,
+        num_actions=spec.num_actions,
+    )
+
+
+@dataclasses.dataclass
+class Model:
+    """What exists once the env spec is known: network, policy, replay and learner."""
+
+    spec: EnvSpec
+    network: Any
+    policy: InferencePolicy
+    replay: Replay
+    learner: LearnerLoop
+
+    def fits(self, spec: EnvSpec) -> Optional[str]:
+        """None if `spec` can be served by this model, else what differs."""
+        mine = self.spec
+        for name in ("observation_shape", "observation_dtype", "num_actions"):
+            if getattr(spec, name) != getattr(mine, name):
+                return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
+        return None
+
+
+class Host:
+    """The training host as an EnvBackend: sessions in, actions out, unrolls into replay."""
+
+    def __init__(self, config: HostConfig, metrics: Metrics, resume: bool = False):
+        self.config = config
+        self.max_message_bytes = config.max_message_bytes
+        self.metrics = metrics
+        self.sessions = SessionRegistry(config.limits)
+        self.batcher = Batcher(config.batcher, self._run_batch, self.sessions.attached_count)
+        self.checkpointer = Checkpointer(config.checkpoint) if config.checkpoint.directory else None
+        self.model: Optional[Model] = None
+        self._model_lock = threading.Lock()
+        self._restored_meta: dict = {}
+        self._stopping = False
+        if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
+            if not resume:
+                raise FileExistsError(
+                    f"{self.checkpointer.directory} already holds checkpoints: pass --resume to continue that run, "
+                    "or choose a new run directory"
+                )
+            self._restore()
+        self.batcher.start()
+
+    # -- EnvBackend ---------------------------------------------------------------------------
+
+    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        model = self._model_for(spec)
+        make = lambda sid: Session(sid, spec, worker_name, self.config.unroll_length, model.network.initial_state)
+        session = self.sessions.open(spec, worker_name, make)
+        log.info("worker %s opened session %s: %d envs x %d seats", worker_name, session.id[:8], spec.num_envs, spec.num_seats)
+        return session.id
+
+    def attach(self, session_id: str) -> None:
+        self.sessions.attach(session_id)
+
+    async def step(self, step: StepBatch) -> ActionBatch:
+        session = self.sessions.get(step.session_id)
+        check_step(session.spec, step)
+        agents = session.flatten(step)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.batcher.submit(Request(size=session.num_agents, payload=(agents, step.sequence, future, loop)))
+        return await future
+
+    def close_session(self, session_id: str, reason: str) -> None:
+        session = self.sessions.close(session_id)
+        if session is not None:
+            log.info("closed session %s of %s (%s)", session_id[:8], session.worker_name, reason)
+
+    # -- model --------------------------------------------------------------------------------
+
+    def _model_for(self, spec: EnvSpec) -> Model:
+        with self._model_lock:
+            if self.model is None:
+                self.model = self._build_model(spec)
+            problem = self.model.fits(spec)
+        if problem:
+            raise ProtocolError(FAILED_PRECONDITION, f"env spec does not fit the host's model: {problem}")
+        return self.model
+
+    def _build_model(self, spec: EnvSpec, state: Any = None) -> Model:
+        config = self.config
+        network = make_network(config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+        if state is None:
+            state = init_train_state(config.learner, network, jax.random.key(config.seed))
+        version = int(state.step)
+        params = jax.tree.map(jax.numpy.copy, state.params)
+        policy = InferencePolicy(network, params, version, seed=config.seed + 1)
+        replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size, config.seed)
+        learner = LearnerLoop(
+            make_update(config.learner, network), state, replay, policy, self.metrics,
+            self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta,
+        )
+        self.model = Model(spec, network, policy, replay, learner)
+        learner.start()
+        log.info("built model for %s: obs %s %s, %d actions", spec.env_name, spec.observation_shape,
+                 spec.observation_dtype, spec.num_actions)
+        return self.model
+
+    def _checkpoint_meta(self) -> dict:
+        m = self.metrics
+        return dict(
+            spec=spec_to_json(self.model.spec),
+            env_steps=m.env_steps,
+            agent_steps=m.agent_steps,
+            episodes=m.episodes,
+            wall_s=self._restored_meta.get("wall_s", 0.0) + time.perf_counter() - m.start_time,
+            returns=list(m.returns),
+        )
+
+    def _restore(self) -> None:
+        meta = self.checkpointer.restore_meta()
+        s = meta["spec"]
+        spec = EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
+        network = make_network(self.config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+        template = init_train_state(self.config.learner, network, jax.random.key(0))
+        state, meta = self.checkpointer.restore_latest(template)
+        self._restored_meta = meta
+        self.metrics.env_steps = meta["env_steps"]
+        self.metrics.agent_steps = meta["agent_steps"]
+        self.metrics.episodes = meta["episodes"]
+        self.metrics.returns.extend(meta.get("returns", []))
+        self._build_model(spec, state)
+        log.info("resumed from %s at learner step %d, %d env steps", self.checkpointer.directory, int(state.step), meta["env_steps"])
+
+    # -- inference (batcher thread) -----------------------------------------------------------
+
+    def _run_batch(self, requests: list[Request]) -> None:
+        try:
+            self._infer_and_record(requests)
+        except BaseException as error:
+            log.exception("inference failed for a batch of %d requests", len(requests))
+            for request in requests:
+                _, _, future, loop = request.payload
+                loop.call_soon_threadsafe(_resolve, future, None, error)
+
+    def _infer_and_record(self, requests: list[Request]) -> None:
+        model = self.model
+        agents: list[AgentStep] = [r.payload[0] for r in requests]
+        total = sum(r.size for r in requests)
+        bucket = self.config.batcher.bucket(total)
+        num_actions = model.spec.num_actions
+        observation = _pad(np.concatenate([a.observation for a in agents]), bucket)
+        first = _pad(np.concatenate([a.first for a in agents]), bucket, True)
+        legal = _pad(np.concatenate([_legal(a, num_actions) for a in agents]), bucket, True)
+        core = jax.tree.map(lambda *xs: _pad(np.concatenate(xs), bucket), *[a.session.core_state for a in agents])
+        start = time.perf_counter()
+        out = model.policy.act(observation, first, core, legal)
+        self.metrics.record(inference_batch=total, inference_ms=1000 * (time.perf_counter() - start))
+        offset = 0
+        for request, step in zip(requests, agents):
+            rows = slice(offset, offset + request.size)
+            offset += request.size
+            self._record(step, out.action[rows], out.logits[rows], jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
+            _, sequence, future, loop = request.payload
+            action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
+            loop.call_soon_threadsafe(_resolve, future, ActionBatch(sequence, action, out.policy_version), None)
+
+    def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
+        session = step.session
+        before = session.core_state
+        session.core_state = jax.tree.map(
+            lambda new, old: np.where(step.acting.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_core, before
+        )
+        complete = session.unrolls.add(
+            acting=step.acting, reward=step.reward, terminated=step.terminated, truncated=step.truncated,
+            observation=step.observation, first=step.first, action=action, logits=logits,
+            legal_mask=step.legal_mask, policy_version=version, core_state=before,
+        )
+        returns, lengths = session.finished_episodes(step)
+        self.metrics.record_episodes(returns, lengths)
+        self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
+        if complete is not None and not session.closed:
+            self._insert(complete)
+
+    def _insert(self, rows: Unroll) -> None:
+        replay = self.model.replay
+        start = time.perf_counter()
+        while not self._stopping and not replay.insert(rows, timeout=1.0):
+            pass
+        self.metrics.record(replay_size=replay.size, insert_wait_ms=1000 * (time.perf_counter() - start))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop inference and learning; the learner writes a final checkpoint."""
+        self._stopping = True
+        if self.model is not None:
+            self.model.learner.stop()
+        self.batcher.stop()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+
+
+def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:
+    if future.done():  # the stream was cancelled while its request was in flight
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _legal(step: AgentStep, num_actions: int) -> np.ndarray:
+    return step.legal_mask if step.legal_mask is not None else np.ones((len(step.first), num_actions), bool)
+
+
+def _pad(x: np.ndarray, size: int, value: Any = 0) -> np.ndarray:
+    if len(x) == size:
+        return x
+    padding = np.full((size - len(x),) + x.shape[1:], value, x.dtype)
+    return np.concatenate([x, padding])
+
+
+def _example_unroll(spec: EnvSpec, unroll_length: int, network: Any) -> Unroll:
+    rows = (1, unroll_length + 1)
+    return Unroll(
+        observation=np.zeros(rows + spec.observation_shape, spec.observation_dtype),
+        first=np.zeros(rows, bool),
+        action=np.zeros(rows, np.int32),
+        behaviour_logits=np.zeros(rows + (spec.num_actions,), np.float32),
+        legal_mask=np.ones(rows + (spec.num_actions,), bool),
+        reward=np.zeros(rows, np.float32),
+        terminated=np.zeros(rows, bool),
+        truncated=np.zeros(rows, bool),
+        policy_version=np.zeros(rows, np.int32),
+        core_state=network.initial_state(1),
+    )

@@ -1,0 +1,70 @@
+"""The inference side of the model: a jitted act function and the params it uses.
+
+`InferencePolicy.act` runs one forward pass over a padded batch of agents and
+samples legal actions. The learner publishes new params with `publish`; the next
+forward pass picks them up, and every action is tagged with the version
+(learner step) of the params that chose it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seedleague.rl.networks import Network
+
+
+class Actions(NamedTuple):
+    """What one forward pass returns, as numpy arrays over the padded batch."""
+
+    action: np.ndarray  # [N] int32
+    logits: np.ndarray  # [N, A] float32, before legal masking
+    core_state: Any  # pytree of [N, ...]
+    policy_version: int
+
+
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+    logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
+    logits = logits[:, 0]
+    masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
+    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(rng, masked)
+    return action.astype(jnp.int32), logits, core_state
+
+
+class InferencePolicy:
+    """Holds the latest published params and runs batched forward passes."""
+
+    def __init__(self, network: Network, params: Any, version: int, seed: int, greedy: bool = False):
+        self.network = network
+        self.greedy = greedy
+        self._lock = threading.Lock()
+        self._params = params
+        self._version = version
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def publish(self, params: Any, version: int) -> None:
+        """Make `params` (owned by the caller, never donated later) the acting params."""
+        with self._lock:
+            self._params, self._version = params, version
+
+    def current(self) -> tuple[Any, int]:
+        with self._lock:
+            return self._params, self._version
+
+    def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray) -> Actions:
+        params, version = self.current()
+        rng = jax.random.key(self._rng.integers(1 << 62))
+        action, logits, core_state = _act(
+            self.network, params, observation, first, core_state, legal_mask, rng, greedy=self.greedy
+        )
+        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)

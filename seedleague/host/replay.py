@@ -1,0 +1,167 @@
+"""On-device replay of unrolls behind a samples-per-insert rate limiter.
+
+The buffer is a pytree of jax arrays [capacity + 1, ...] on the default device;
+the extra slot absorbs padding rows so inserts compile for a few bucket sizes
+only. The rate limiter follows Reverb's SampleToInsertRatio: with
+diff = inserts * samples_per_insert - samples, inserts wait while diff would
+exceed min_size * spi + error_buffer and samples wait while diff would drop
+below min_size * spi - error_buffer. So the learner neither starves nor
+replays stale data without bound, and a lagging learner slows inference down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+import time
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seedleague.rl.types import Unroll
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """Size, sampling and rate limiting of the unroll replay."""
+
+    capacity: int = 1024  # unrolls kept on device
+    samples_per_insert: float = 1.0  # average times each unroll is trained on
+    min_size: int = 0  # unrolls needed before the first sample (0: one learner batch)
+    error_buffer: float = 0.0  # slack around the target ratio, in samples (0: one learner batch)
+    sampler: str = "fifo"  # "fifo": oldest unsampled first; "uniform": uniform over the buffer
+
+    def __post_init__(self):
+        if self.capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {self.capacity}")
+        if self.samples_per_insert <= 0:
+            raise ValueError(f"replay samples_per_insert must be > 0, got {self.samples_per_insert}")
+        if self.min_size < 0 or self.error_buffer < 0:
+            raise ValueError("replay min_size and error_buffer must be >= 0")
+        if self.sampler not in ("fifo", "uniform"):
+            raise ValueError(f"replay sampler must be 'fifo' or 'uniform', got {self.sampler!r}")
+        if self.sampler == "fifo" and self.samples_per_insert > 1:
+            raise ValueError("the fifo sampler reads each unroll once: use samples_per_insert <= 1 or sampler='uniform'")
+
+
+class RateLimiter:
+    """Reverb-style samples-per-insert limiter; callers hold `lock` (a Condition)."""
+
+    def __init__(self, samples_per_insert: float, min_size: int, error_buffer: float):
+        self.spi = samples_per_insert
+        self.min_size = min_size
+        self.min_diff = min_size * samples_per_insert - error_buffer
+        self.max_diff = min_size * samples_per_insert + error_buffer
+        self.inserts = 0
+        self.samples = 0
+
+    @property
+    def diff(self) -> float:
+        return self.inserts * self.spi - self.samples
+
+    def can_insert(self, count: int) -> bool:
+        return self.inserts < self.min_size or self.diff + count * self.spi <= self.max_diff + 1e-9
+
+    def can_sample(self, count: int, size: int) -> bool:
+        return size >= max(self.min_size, 1) and self.diff - count >= self.min_diff - 1e-9
+
+
+def _bucket(count: int) -> int:
+    return 1 << max(0, (count - 1).bit_length())
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _insert(buffer, rows, slots):
+    return jax.tree.map(lambda b, r: b.at[slots].set(r), buffer, rows)
+
+
+@jax.jit
+def _gather(buffer, slots):
+    return jax.tree.map(lambda b: b[slots], buffer)
+
+
+class Replay:
+    """Thread-safe ring buffer: the host inserts completed unrolls, the learner samples."""
+
+    def __init__(self, config: ReplayConfig, example: Unroll, batch_size: int, seed: int = 0):
+        if config.capacity < batch_size:
+            raise ValueError(f"replay capacity {config.capacity} is below the learner batch size {batch_size}")
+        self.config = config
+        self.batch_size = batch_size
+        slots = config.capacity + 1  # last slot takes padding rows
+        self._buffer = jax.tree.map(lambda x: jnp.zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype), example)
+        min_size = config.min_size or batch_size
+        error_buffer = config.error_buffer or float(batch_size)
+        self._limiter = RateLimiter(config.samples_per_insert, min_size, error_buffer)
+        self._cond = threading.Condition()
+        self._rng = np.random.default_rng(seed)
+        self._next_slot = 0  # where the next insert goes
+        self._size = 0
+        self._read_slot = 0  # fifo: oldest unsampled
+        self._unread = 0
+        self._closed = False
+        self.insert_wait_s = 0.0
+        self.sample_wait_s = 0.0
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        """Wake every waiter; later calls return at once."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def insert(self, rows: Unroll, timeout: Optional[float] = None) -> bool:
+        """Insert a batch of complete unrolls (numpy, batch-major). False if closed or timed out."""
+        count = int(np.shape(rows.first)[0])
+        if count == 0:
+            return True
+        if count > self.config.capacity:
+            raise ValueError(f"insert of {count} unrolls exceeds replay capacity {self.config.capacity}")
+        start = time.perf_counter()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._closed or self._limiter.can_insert(count), timeout):
+                return False
+            if self._closed:
+                return False
+            self.insert_wait_s += time.perf_counter() - start
+            slots = (self._next_slot + np.arange(count)) % self.config.capacity
+            padded = _bucket(count)
+            slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
+            pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
+            self._buffer = _insert(self._buffer, jax.tree.map(pad, rows), slots)
+            self._next_slot = (self._next_slot + count) % self.config.capacity
+            self._size = min(self.config.capacity, self._size + count)
+            self._unread = min(self.config.capacity, self._unread + count)
+            self._limiter.inserts += count
+            self._cond.notify_all()
+        return True
+
+    def sample(self, timeout: Optional[float] = None) -> Optional[Unroll]:
+        """A batch of `batch_size` unrolls as device arrays, or None if closed or timed out."""
+        count = self.batch_size
+        start = time.perf_counter()
+        with self._cond:
+            ready = lambda: self._closed or (self._limiter.can_sample(count, self._size) and self._fifo_ready(count))
+            if not self._cond.wait_for(ready, timeout) or self._closed:
+                return None
+            self.sample_wait_s += time.perf_counter() - start
+            batch = _gather(self._buffer, self._pick(count))
+            self._limiter.samples += count
+            self._cond.notify_all()
+        return batch
+
+    def _fifo_ready(self, count: int) -> bool:
+        return self.config.sampler != "fifo" or self._unread >= count
+
+    def _pick(self, count: int) -> np.ndarray:
+        if self.config.sampler == "uniform":
+            return self._rng.integers(0, self._size, count).astype(np.int32)
+        oldest = (self._next_slot - self._unread) % self.config.capacity
+        self._unread -= count
+        return ((oldest + np.arange(count)) % self.config.capacity).astype(np.int32)

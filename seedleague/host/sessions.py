@@ -1,0 +1,152 @@
+"""Per-worker state on the host: one Session per handshake, and the registry of them.
+
+A session owns everything the host keeps for one worker's agents (one agent per
+env and seat): recurrent core state, the unroll store, episode returns. It lives
+from the handshake until its stream ends; a session that never streams expires.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from seedleague.host.unroll_store import UnrollStore
+from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.specs import EnvSpec, StepBatch
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionLimits:
+    """How many workers and envs one host accepts."""
+
+    max_workers: int = 256
+    max_envs_per_worker: int = 4096
+    attach_timeout_s: float = 60.0  # a handshaken session with no stream after this is dropped
+
+    def __post_init__(self):
+        if self.max_workers < 1 or self.max_envs_per_worker < 1:
+            raise ValueError("max_workers and max_envs_per_worker must be >= 1")
+
+
+@dataclasses.dataclass
+class AgentStep:
+    """One worker step flattened to agents (env-major, seat-minor), ready for inference."""
+
+    session: "Session"
+    observation: np.ndarray  # [N, *obs]
+    first: np.ndarray  # [N] bool
+    reward: np.ndarray  # [N] float32
+    terminated: np.ndarray  # [N] bool
+    truncated: np.ndarray  # [N] bool
+    acting: np.ndarray  # [N] bool
+    legal_mask: Optional[np.ndarray]  # [N, A] bool
+
+
+class Session:
+    """Host-side state of one worker's agents."""
+
+    def __init__(self, session_id: str, spec: EnvSpec, worker_name: str, unroll_length: int, initial_state: Callable[[int], Any]):
+        self.id = session_id
+        self.spec = spec
+        self.worker_name = worker_name
+        self.created = time.monotonic()
+        self.attached = False
+        self.closed = False
+        self.num_agents = spec.num_agents
+        self.core_state = initial_state(self.num_agents)
+        self.unrolls = UnrollStore(
+            self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,
+            initial_state(self.num_agents),
+        )
+        self._fresh = True
+        self._episode_return = np.zeros(self.num_agents, np.float64)
+        self._episode_length = np.zeros(self.num_agents, np.int64)
+
+    def flatten(self, step: StepBatch) -> AgentStep:
+        """[E, S, ...] tensors -> [N, ...] agents; the stream's first step starts every episode."""
+        seats, n = self.spec.num_seats, self.num_agents
+        ended = step.terminated | step.truncated
+        fresh, self._fresh = self._fresh, False
+        return AgentStep(
+            session=self,
+            observation=step.observation.reshape((n,) + self.spec.observation_shape),
+            first=np.ones(n, bool) if fresh else np.repeat(ended, seats),
+            reward=np.zeros(n, np.float32) if fresh else step.reward.reshape(n),
+            terminated=np.zeros(n, bool) if fresh else np.repeat(step.terminated, seats),
+            truncated=np.zeros(n, bool) if fresh else np.repeat(step.truncated, seats),
+            acting=np.ones(n, bool) if step.acting is None else step.acting.reshape(n),
+            legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
+        )
+
+    def finished_episodes(self, agents: AgentStep) -> tuple[np.ndarray, np.ndarray]:
+        """Add this step's rewards; return (returns, lengths) of the episodes it ended."""
+        self._episode_return += agents.reward
+        ended = agents.terminated | agents.truncated
+        returns, lengths = self._episode_return[ended].copy(), self._episode_length[ended].copy()
+        self._episode_return[ended] = 0.0
+        self._episode_length[ended] = 0
+        self._episode_length += agents.acting
+        return returns, lengths
+
+
+class SessionRegistry:
+    """Thread-safe map of session id -> Session, enforcing the host's limits."""
+
+    def __init__(self, limits: SessionLimits):
+        self.limits = limits
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def open(self, spec: EnvSpec, worker_name: str, make: Callable[[str], Session]) -> Session:
+        if spec.num_envs > self.limits.max_envs_per_worker:
+            raise ProtocolError(
+                RESOURCE_EXHAUSTED,
+                f"worker declares {spec.num_envs} envs; this host allows at most {self.limits.max_envs_per_worker} per worker",
+            )
+        with self._lock:
+            self._expire_unattached()
+            if len(self._sessions) >= self.limits.max_workers:
+                raise ProtocolError(RESOURCE_EXHAUSTED, f"host already serves its limit of {self.limits.max_workers} workers")
+            session = make(uuid.uuid4().hex)
+            self._sessions[session.id] = session
+            return session
+
+    def attach(self, session_id: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise ProtocolError(FAILED_PRECONDITION, f"unknown session id {session_id!r}: handshake first")
+            if session.attached:
+                raise ProtocolError(FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
+            session.attached = True
+            return session
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None or not session.attached:
+            raise ProtocolError(FAILED_PRECONDITION, f"unknown or closed session id {session_id!r}")
+        return session
+
+    def close(self, session_id: str) -> Optional[Session]:
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.closed = True
+        return session
+
+    def attached_count(self) -> int:
+        return sum(1 for s in list(self._sessions.values()) if s.attached)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _expire_unattached(self) -> None:
+        now = time.monotonic()
+        for sid, session in list(self._sessions.items()):
+            if not session.attached and now - session.created > self.limits.attach_timeout_s:
+                del self._sessions[sid]

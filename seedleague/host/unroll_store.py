@@ -1,0 +1,117 @@
+"""Assembles one session's agent steps into fixed-length unrolls, vectorised.
+
+Each agent slot (one per env and seat) fills rows 0..T of its own unroll. A row
+is written when the agent acts; the reward and episode-end flags that follow an
+action arrive with the agent's next step and are written back into the previous
+row. Rewards a seat receives while it does not act (turn-based games) are summed
+into its next acting step. When row T is written the unroll is complete: it is
+handed out whole and row T becomes row 0 of the agent's next unroll. Nothing
+partial ever leaves this object, so a worker that disappears mid-unroll leaves
+nothing half-written in replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from seedleague.rl.types import Unroll
+
+
+class UnrollStore:
+    """Per-session buffers of shape [num_agents, T+1, ...] and the write cursor of each agent."""
+
+    def __init__(
+        self,
+        num_agents: int,
+        unroll_length: int,
+        observation_shape: tuple[int, ...],
+        observation_dtype: np.dtype,
+        num_actions: int,
+        initial_core_state: Any,
+    ):
+        rows = (num_agents, unroll_length + 1)
+        self.unroll_length = unroll_length
+        self._rows = Unroll(
+            observation=np.zeros(rows + tuple(observation_shape), observation_dtype),
+            first=np.zeros(rows, bool),
+            action=np.zeros(rows, np.int32),
+            behaviour_logits=np.zeros(rows + (num_actions,), np.float32),
+            legal_mask=np.ones(rows + (num_actions,), bool),
+            reward=np.zeros(rows, np.float32),
+            terminated=np.zeros(rows, bool),
+            truncated=np.zeros(rows, bool),
+            policy_version=np.zeros(rows, np.int32),
+            core_state=initial_core_state,
+        )
+        self._core_at_last_row = jax.tree.map(np.copy, initial_core_state)
+        self._cursor = np.zeros(num_agents, np.int64)
+        self._pending_reward = np.zeros(num_agents, np.float32)
+        self._pending_terminated = np.zeros(num_agents, bool)
+        self._pending_truncated = np.zeros(num_agents, bool)
+
+    def add(
+        self,
+        *,
+        acting: np.ndarray,  # [N] bool
+        reward: np.ndarray,  # [N] float32, reward since the agent's last step
+        terminated: np.ndarray,  # [N] bool
+        truncated: np.ndarray,  # [N] bool
+        observation: np.ndarray,  # [N, *obs]
+        first: np.ndarray,  # [N] bool
+        action: np.ndarray,  # [N] int32
+        logits: np.ndarray,  # [N, A] float32
+        legal_mask: Optional[np.ndarray],  # [N, A] bool or None
+        policy_version: int,
+        core_state: Any,  # pytree of [N, ...]: state before this step
+    ) -> Optional[Unroll]:
+        """Record one step of every agent; return the unrolls it completed, if any."""
+        self._pending_reward += reward
+        self._pending_terminated |= terminated
+        self._pending_truncated |= truncated
+        agents = np.flatnonzero(acting)
+        if agents.size == 0:
+            return None
+        rows, cursor = self._rows, self._cursor[agents]
+        previous = agents[cursor > 0]
+        back = self._cursor[previous] - 1
+        rows.reward[previous, back] = self._pending_reward[previous]
+        rows.terminated[previous, back] = self._pending_terminated[previous]
+        rows.truncated[previous, back] = self._pending_truncated[previous]
+        self._pending_reward[agents] = 0.0
+        self._pending_terminated[agents] = False
+        self._pending_truncated[agents] = False
+
+        rows.observation[agents, cursor] = observation[agents]
+        rows.first[agents, cursor] = first[agents]
+        rows.action[agents, cursor] = action[agents]
+        rows.behaviour_logits[agents, cursor] = logits[agents]
+        rows.legal_mask[agents, cursor] = True if legal_mask is None else legal_mask[agents]
+        rows.policy_version[agents, cursor] = policy_version
+        self._store_core(agents[cursor == 0], core_state, rows.core_state)
+        self._store_core(agents[cursor == self.unroll_length], core_state, self._core_at_last_row)
+        self._cursor[agents] += 1
+        return self._emit_complete()
+
+    @staticmethod
+    def _store_core(agents: np.ndarray, source: Any, target: Any) -> None:
+        if agents.size:
+            jax.tree.map(lambda t, s: t.__setitem__(agents, s[agents]), target, source)
+
+    def _emit_complete(self) -> Optional[Unroll]:
+        done = np.flatnonzero(self._cursor == self.unroll_length + 1)
+        if done.size == 0:
+            return None
+        rows, last = self._rows, self.unroll_length
+        complete = jax.tree.map(lambda x: x[done], rows)
+        for field in ("observation", "first", "action", "behaviour_logits", "legal_mask", "policy_version"):
+            column = getattr(rows, field)
+            column[done, 0] = column[done, last]
+        rows.reward[done] = 0.0
+        rows.terminated[done] = False
+        rows.truncated[done] = False
+        self._store_core(done, self._core_at_last_row, rows.core_state)
+        self._cursor[done] = 1
+        return complete

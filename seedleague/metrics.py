@@ -1,0 +1,125 @@
+"""Run metrics: thread-safe counters, a TensorBoard writer and a live console line.
+
+Components record into one `Metrics` object; `report()` turns the counters into
+rates and means since the last report, writes them as TensorBoard scalars and
+returns them. `progress_line` formats the same numbers for the console.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+
+class Metrics:
+    """Counters shared by the host's threads; everything is O(1) per record."""
+
+    def __init__(self, logdir: Optional[str] = None, return_window: int = 100):
+        self._lock = threading.Lock()
+        self._writer = None
+        if logdir:
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(logdir, flush_secs=10)
+        self.env_steps = 0
+        self.agent_steps = 0
+        self.episodes = 0
+        self.learner_steps = 0
+        self.returns: collections.deque = collections.deque(maxlen=return_window)
+        self.lengths: collections.deque = collections.deque(maxlen=return_window)
+        self._sums: dict[str, float] = collections.defaultdict(float)
+        self._counts: dict[str, int] = collections.defaultdict(int)
+        self._last_time = time.perf_counter()
+        self._last_env_steps = 0
+        self._last_learner_steps = 0
+        self.start_time = self._last_time
+
+    def record_steps(self, env_steps: int, agent_steps: int) -> None:
+        with self._lock:
+            self.env_steps += env_steps
+            self.agent_steps += agent_steps
+
+    def record_episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        if len(returns) == 0:
+            return
+        with self._lock:
+            self.episodes += len(returns)
+            self.returns.extend(returns.tolist())
+            self.lengths.extend(lengths.tolist())
+
+    def record(self, **values: float) -> None:
+        """Add samples to running means (reset at each report)."""
+        with self._lock:
+            for name, value in values.items():
+                self._sums[name] += float(value)
+                self._counts[name] += 1
+
+    def record_learner_step(self, **values: float) -> None:
+        with self._lock:
+            self.learner_steps += 1
+        self.record(**values)
+
+    def mean_return(self) -> float:
+        with self._lock:
+            return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def report(self) -> dict[str, float]:
+        """Rates and means since the last report; also written to TensorBoard."""
+        with self._lock:
+            now = time.perf_counter()
+            elapsed = max(now - self._last_time, 1e-9)
+            out = {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "learner_steps": self.learner_steps,
+                "env_steps_per_s": (self.env_steps - self._last_env_steps) / elapsed,
+                "learner_steps_per_s": (self.learner_steps - self._last_learner_steps) / elapsed,
+                "mean_return": float(np.mean(self.returns)) if self.returns else float("nan"),
+                "mean_episode_length": float(np.mean(self.lengths)) if self.lengths else float("nan"),
+                "wall_s": now - self.start_time,
+            }
+            out.update({name: self._sums[name] / self._counts[name] for name in self._sums})
+            self._sums.clear()
+            self._counts.clear()
+            self._last_time, self._last_env_steps, self._last_learner_steps = now, self.env_steps, self.learner_steps
+        if self._writer is not None:
+            for name, value in out.items():
+                if np.isfinite(value):
+                    self._writer.add_scalar(name, value, out["env_steps"])
+        return out
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def progress_line(report: dict[str, float]) -> str:
+    """One console line: throughput, returns, batching, replay, staleness, loss."""
+    get = report.get
+    parts = [
+        f"{get('wall_s', 0):6.1f}s",
+        f"steps {_si(get('env_steps', 0))} ({_si(get('env_steps_per_s', 0))}/s)",
+        f"episodes {int(get('episodes', 0))}",
+        f"return(100) {get('mean_return', float('nan')):.1f}",
+        f"learner {int(get('learner_steps', 0))} ({get('learner_steps_per_s', 0):.0f}/s)",
+    ]
+    if "inference_batch" in report:
+        parts.append(f"batch {get('inference_batch'):.0f} in {get('inference_ms', 0):.2f}ms")
+    if "replay_size" in report:
+        parts.append(f"replay {get('replay_size'):.0f}")
+    if "policy_lag" in report:
+        parts.append(f"lag {get('policy_lag'):.1f}")
+    if "total_loss" in report:
+        parts.append(f"loss {get('total_loss'):.3f}")
+    return " | ".join(parts)

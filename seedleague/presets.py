@@ -1,0 +1,66 @@
+"""Default settings per game family, so `seedleague train --env X` works out of the box.
+
+A preset is a RunConfig-shaped set of defaults; every value can still be changed
+on the command line. CartPole's preset is tuned to solve the task (mean return
+>= 475 over 100 episodes) quickly on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seedleague.host.batcher import BatcherConfig
+from seedleague.host.host import HostConfig
+from seedleague.host.replay import ReplayConfig
+from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.networks import NetworkConfig
+
+DEFAULT_ENV = "CartPole-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    host: HostConfig
+    workers: int
+    envs_per_worker: int
+    target_return: float | None = None
+    max_seconds: float = 0.0
+
+
+def _classic_control() -> Preset:
+    return Preset(
+        host=HostConfig(
+            unroll_length=16,
+            batch_size=32,
+            batcher=BatcherConfig(timeout_ms=2.0),
+            replay=ReplayConfig(capacity=512, samples_per_insert=1.0, sampler="fifo"),
+            network=NetworkConfig(torso="mlp", hidden_sizes=(64, 64)),
+            learner=LearnerConfig(loss="ppo", learning_rate=1e-3, entropy_cost=0.01, discount=0.99),
+        ),
+        workers=2,
+        envs_per_worker=16,
+    )
+
+
+def _atari() -> Preset:
+    return Preset(
+        host=HostConfig(
+            unroll_length=20,
+            batch_size=32,
+            replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),
+            network=NetworkConfig(torso="conv", hidden_sizes=(512,)),
+            learner=LearnerConfig(loss="vtrace", learning_rate=6e-4, entropy_cost=0.01, discount=0.99),
+        ),
+        workers=2,
+        envs_per_worker=16,
+    )
+
+
+def preset_for(env_id: str) -> Preset:
+    """The preset for an env id: Atari ids get the conv net, CartPole a target return."""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        return _atari()
+    preset = _classic_control()
+    if env_id.startswith("CartPole-v1"):
+        preset = dataclasses.replace(preset, target_return=475.0, max_seconds=600.0)
+    return preset

@@ -1,0 +1,85 @@
+"""Shared fixtures: a real training host behind a real gRPC server on a loopback port."""
+
+import dataclasses
+import queue
+
+import grpc
+import numpy as np
+import pytest
+
+from seedleague.grpc_server import channel_options
+from seedleague.host.host import Host, HostConfig
+from seedleague.host.replay import ReplayConfig
+from seedleague.metrics import Metrics
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.rl.networks import NetworkConfig
+from seedleague.testing.server_thread import ServerThread
+from seedleague.v1 import env_pb2_grpc
+
+SMALL_HOST = HostConfig(
+    unroll_length=4,
+    batch_size=2,
+    max_message_bytes=1 << 20,
+    replay=ReplayConfig(capacity=256, error_buffer=10_000),
+    network=NetworkConfig(torso="mlp", hidden_sizes=(8,)),
+)
+
+
+def vector_spec(num_envs=2, **kw) -> EnvSpec:
+    return EnvSpec("vector", (3,), np.float32, 2, num_envs, **kw)
+
+
+def good_step(spec: EnvSpec, session_id: str, sequence: int, value: float = 0.5) -> StepBatch:
+    agents = (spec.num_envs, spec.num_seats)
+    return StepBatch(
+        session_id=session_id,
+        sequence=sequence,
+        observation=np.full(agents + spec.observation_shape, value, spec.observation_dtype),
+        reward=np.zeros(agents, np.float32),
+        terminated=np.zeros(spec.num_envs, bool),
+        truncated=np.zeros(spec.num_envs, bool),
+        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
+    )
+
+
+class RawWorker:
+    """A worker speaking raw protobuf, so tests can send anything at all."""
+
+    def __init__(self, address: str, spec: EnvSpec):
+        self.channel = grpc.insecure_channel(address, options=channel_options(8 << 20))
+        self.stub = env_pb2_grpc.EnvServiceStub(self.channel)
+        self.spec = spec
+        self.session_id = self.stub.Handshake(codec.encode_handshake(spec, "raw-test"), timeout=10).session_id
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._call = self.stub.Stream(iter(self._pending.get, None), timeout=30)
+        self.sequence = 0
+
+    def send(self, message):
+        self._pending.put(message)
+        return next(self._call)
+
+    def step(self, value: float = 0.5):
+        reply = self.send(codec.encode_step(good_step(self.spec, self.session_id, self.sequence, value)))
+        self.sequence += 1
+        return reply
+
+    def close(self):
+        self._pending.put(None)
+        self._call.cancel()
+        self.channel.close()
+
+
+@pytest.fixture
+def host_server():
+    """(host, server) for a small MLP host; stopped after the test."""
+    host = Host(SMALL_HOST, Metrics())
+    server = ServerThread(host).start()
+    yield host, server
+    server.stop()
+    host.stop()
+
+
+@pytest.fixture
+def host_config():
+    return dataclasses.replace(SMALL_HOST)

@@ -1,0 +1,72 @@
+"""Batcher: a batch runs when every attached worker is waiting, at the size limit, or at the timeout."""
+
+import threading
+import time
+
+import pytest
+
+from seedleague.host.batcher import Batcher, BatcherConfig, Request
+
+
+def make_batcher(expected: int, timeout_ms: float = 50.0, max_batch_size: int = 64) -> Batcher:
+    return Batcher(BatcherConfig(max_batch_size=max_batch_size, timeout_ms=timeout_ms), lambda batch: None, lambda: expected)
+
+
+def test_full_batch_runs_without_waiting_for_the_timeout():
+    batcher = make_batcher(expected=3, timeout_ms=5000)
+    for size in (4, 8, 2):
+        batcher.submit(Request(size, None))
+    start = time.perf_counter()
+    batch = batcher.next_batch()
+    assert [r.size for r in batch] == [4, 8, 2]
+    assert time.perf_counter() - start < 1.0
+    assert batcher.timeouts == 0
+
+
+def test_partial_batch_runs_at_the_timeout():
+    batcher = make_batcher(expected=3, timeout_ms=50)
+    batcher.submit(Request(4, "a"))
+    batcher.submit(Request(4, "b"))
+    start = time.perf_counter()
+    batch = batcher.next_batch()
+    waited = time.perf_counter() - start
+    assert [r.payload for r in batch] == ["a", "b"]
+    assert 0.03 <= waited < 1.0
+    assert batcher.timeouts == 1
+
+
+def test_size_limit_splits_batches_and_keeps_order():
+    batcher = make_batcher(expected=3, timeout_ms=5000, max_batch_size=10)
+    for name in "abc":
+        batcher.submit(Request(6, name))
+    assert [r.payload for r in batcher.next_batch()] == ["a"]
+    assert [r.payload for r in batcher.next_batch()] == ["b"]
+
+
+def test_request_larger_than_any_batch_is_refused():
+    batcher = make_batcher(expected=1, max_batch_size=8)
+    with pytest.raises(ValueError, match="exceeds max_batch_size 8"):
+        batcher.submit(Request(9, None))
+
+
+def test_thread_hands_batches_to_run_batch():
+    seen, done = [], threading.Event()
+
+    def run_batch(batch):
+        seen.append([r.payload for r in batch])
+        done.set()
+
+    batcher = Batcher(BatcherConfig(timeout_ms=5000), run_batch, lambda: 2)
+    batcher.start()
+    try:
+        batcher.submit(Request(1, "x"))
+        batcher.submit(Request(1, "y"))
+        assert done.wait(5)
+        assert seen == [["x", "y"]]
+    finally:
+        batcher.stop()
+
+
+def test_bucket_sizes_are_powers_of_two_from_min_bucket():
+    config = BatcherConfig(min_bucket=8)
+    assert [config.bucket(n) for n in (1, 8, 9, 64, 65)] == [8, 8, 16, 64, 128]

@@ -1,0 +1,91 @@
+"""Replay: ring buffer contents, FIFO order and Reverb-style rate limiting."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from seedleague.host.replay import RateLimiter, Replay, ReplayConfig
+from seedleague.rl.types import Unroll
+
+
+def rows(ids, length=3):
+    """Unrolls whose every field is tagged by id, so samples can be traced back."""
+    n = len(ids)
+    ids = np.asarray(ids, np.float32)
+    return Unroll(
+        observation=np.broadcast_to(ids[:, None, None], (n, length + 1, 2)).copy(),
+        first=np.zeros((n, length + 1), bool),
+        action=np.zeros((n, length + 1), np.int32),
+        behaviour_logits=np.zeros((n, length + 1, 2), np.float32),
+        legal_mask=np.ones((n, length + 1, 2), bool),
+        reward=np.broadcast_to(ids[:, None], (n, length + 1)).copy(),
+        terminated=np.zeros((n, length + 1), bool),
+        truncated=np.zeros((n, length + 1), bool),
+        policy_version=np.zeros((n, length + 1), np.int32),
+        core_state=(),
+    )
+
+
+def sampled_ids(batch):
+    return np.asarray(batch.reward)[:, 0].astype(int).tolist()
+
+
+def test_fifo_samples_oldest_first_each_once():
+    replay = Replay(ReplayConfig(capacity=8, sampler="fifo"), rows([0]), batch_size=2)
+    assert replay.insert(rows([1, 2, 3]), timeout=1)
+    assert replay.insert(rows([4]), timeout=1)
+    assert sampled_ids(replay.sample(timeout=1)) == [1, 2]
+    assert sampled_ids(replay.sample(timeout=1)) == [3, 4]
+    assert replay.sample(timeout=0.05) is None  # nothing unread
+
+
+def test_ring_buffer_wraps_and_keeps_newest():
+    replay = Replay(ReplayConfig(capacity=4, samples_per_insert=1.0, sampler="uniform", error_buffer=100), rows([0]), batch_size=4)
+    for start in range(0, 12, 3):
+        assert replay.insert(rows([start, start + 1, start + 2]), timeout=1)
+    assert replay.size == 4
+    assert set(sampled_ids(replay.sample(timeout=1))) <= {8, 9, 10, 11}
+
+
+def test_rate_limiter_blocks_inserts_until_the_learner_samples():
+    replay = Replay(ReplayConfig(capacity=64, samples_per_insert=1.0, min_size=2, error_buffer=2), rows([0]), batch_size=2)
+    assert replay.insert(rows([1, 2, 3, 4]), timeout=1)  # diff 4 = max (2*1 + 2)
+    assert not replay.insert(rows([5]), timeout=0.05)  # would exceed the error buffer
+    assert replay.sample(timeout=1) is not None
+    assert replay.insert(rows([5]), timeout=1)
+
+
+def test_rate_limiter_blocks_samples_below_min_size():
+    replay = Replay(ReplayConfig(capacity=64, min_size=4), rows([0]), batch_size=2)
+    replay.insert(rows([1, 2, 3]), timeout=1)
+    assert replay.sample(timeout=0.05) is None
+    replay.insert(rows([4]), timeout=1)
+    assert replay.sample(timeout=1) is not None
+
+
+def test_rate_limiter_ratio_by_hand():
+    limiter = RateLimiter(samples_per_insert=2.0, min_size=1, error_buffer=3.0)
+    # min_diff = 1*2 - 3 = -1, max_diff = 1*2 + 3 = 5
+    assert limiter.can_insert(1)  # below min_size
+    limiter.inserts = 2  # diff 4
+    assert not limiter.can_insert(1)  # 4 + 2 > 5
+    assert limiter.can_sample(4, size=2)  # 4 - 4 = 0 >= -1
+    assert not limiter.can_sample(6, size=2)  # 4 - 6 = -2 < -1
+
+
+def test_close_wakes_a_blocked_sampler():
+    replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(replay.sample()))
+    thread.start()
+    replay.close()
+    thread.join(5)
+    assert result == [None]
+
+
+def test_bad_configs_name_the_problem():
+    with pytest.raises(ValueError, match="fifo sampler"):
+        ReplayConfig(sampler="fifo", samples_per_insert=2.0)
+    with pytest.raises(ValueError, match="below the learner batch size"):
+        Replay(ReplayConfig(capacity=2), rows([0]), batch_size=4)
