@@ -118,8 +118,18 @@ class WorkerProcesses:
                     proc.wait()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(config: RunConfig) -> dict:
-    """Run the host (and workers) until the budget ends; returns the run summary."""
+    """Run the host (and workers) until the budget ends; returns the run summary.
+
+    SIGTERM during start-up (model restore, compiles) raises KeyboardInterrupt so
+    everything started so far is still stopped; once serving, SIGINT and SIGTERM
+    end the run cleanly with reason "interrupted".
+    """
+    signal.signal(signal.SIGTERM, _interrupt)
     run_dir = os.path.abspath(config.run_dir)
     os.makedirs(run_dir, exist_ok=True)
     host_config = dataclasses.replace(
@@ -162,7 +172,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
                 pass
             _report(host, metrics)
             workers.watch()
-            if host.model is not None and host.model.learner.error is not None:
+            if host.model is not None and host.model.learner is not None and host.model.learner.error is not None:
                 raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
             reason = config.budget.reached(metrics, time.perf_counter() - start) or reason
             if reason != "interrupted":
@@ -184,6 +194,6 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
 
 def _report(host: Host, metrics: Metrics) -> None:
     report = metrics.report()
-    if host.model is not None:
+    if host.model is not None and host.model.replay is not None:
         report["replay_size"] = host.model.replay.size
     print(progress_line(report), flush=True)

@@ -57,6 +57,10 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def save(self, step: int, state: Any, meta: dict) -> None:
+        """Save `state` as `step`; a step already on disk holds the same state and is kept as is."""
+        if step in self._manager.all_steps():
+            log.info("checkpoint %d already saved; keeping it", step)
+            return
         args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()

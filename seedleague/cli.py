@@ -101,6 +101,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, FileExistsError) as error:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("seedleague: interrupted before the host was serving", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

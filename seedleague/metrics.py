@@ -118,6 +118,10 @@ def progress_line(report: dict[str, float]) -> str:
         parts.append(f"batch {get('inference_batch'):.0f} in {get('inference_ms', 0):.2f}ms")
     if "replay_size" in report:
         parts.append(f"replay {get('replay_size'):.0f}")
+    if "update_ms" in report:
+        parts.append(f"update {get('update_ms'):.1f}ms wait {get('sample_wait_ms', 0):.1f}ms")
+    if "insert_wait_ms" in report:
+        parts.append(f"insert wait {get('insert_wait_ms'):.1f}ms")
     if "policy_lag" in report:
         parts.append(f"lag {get('policy_lag'):.1f}")
     if "total_loss" in report:

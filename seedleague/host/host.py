@@ -44,6 +44,7 @@ class HostConfig:
     unroll_length: int = 20
     batch_size: int = 32  # unrolls per learner update
     seed: int = 0
+    learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
     limits: SessionLimits = SessionLimits()
     batcher: BatcherConfig = BatcherConfig()
     replay: ReplayConfig = ReplayConfig()
@@ -78,8 +79,8 @@ class Model:
     spec: EnvSpec
     network: Any
     policy: InferencePolicy
-    replay: Replay
-    learner: LearnerLoop
+    replay: Optional[Replay]  # None when the host does not learn
+    learner: Optional[LearnerLoop]
 
     def fits(self, spec: EnvSpec) -> Optional[str]:
         """None if `spec` can be served by this model, else what differs."""
@@ -117,7 +118,8 @@ class Host:
 
     def open_session(self, spec: EnvSpec, worker_name: str) -> str:
         model = self._model_for(spec)
-        make = lambda sid: Session(sid, spec, worker_name, self.config.unroll_length, model.network.initial_state)
+        unroll_length = self.config.unroll_length if self.config.learn else 0
+        make = lambda sid: Session(sid, spec, worker_name, unroll_length, model.network.initial_state)
         session = self.sessions.open(spec, worker_name, make)
         log.info("worker %s opened session %s: %d envs x %d seats", worker_name, session.id[:8], spec.num_envs, spec.num_seats)
         return session.id
@@ -158,13 +160,16 @@ class Host:
         version = int(state.step)
         params = jax.tree.map(jax.numpy.copy, state.params)
         policy = InferencePolicy(network, params, version, seed=config.seed + 1)
-        replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size, config.seed)
-        learner = LearnerLoop(
-            make_update(config.learner, network), state, replay, policy, self.metrics,
-            self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta,
-        )
+        replay = learner = None
+        if config.learn:
+            replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size, config.seed)
+            learner = LearnerLoop(
+                make_update(config.learner, network), state, replay, policy, self.metrics,
+                self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta,
+            )
         self.model = Model(spec, network, policy, replay, learner)
-        learner.start()
+        if learner is not None:
+            learner.start()
         log.info("built model for %s: obs %s %s, %d actions", spec.env_name, spec.observation_shape,
                  spec.observation_dtype, spec.num_actions)
         return self.model
@@ -234,14 +239,16 @@ class Host:
         session.core_state = jax.tree.map(
             lambda new, old: np.where(step.acting.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_core, before
         )
+        returns, lengths = session.finished_episodes(step)
+        self.metrics.record_episodes(returns, lengths)
+        self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
+        if session.unrolls is None:
+            return
         complete = session.unrolls.add(
             acting=step.acting, reward=step.reward, terminated=step.terminated, truncated=step.truncated,
             observation=step.observation, first=step.first, action=action, logits=logits,
             legal_mask=step.legal_mask, policy_version=version, core_state=before,
         )
-        returns, lengths = session.finished_episodes(step)
-        self.metrics.record_episodes(returns, lengths)
-        self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
         if complete is not None and not session.closed:
             self._insert(complete)
 
@@ -257,7 +264,7 @@ class Host:
     def stop(self) -> None:
         """Stop inference and learning; the learner writes a final checkpoint."""
         self._stopping = True
-        if self.model is not None:
+        if self.model is not None and self.model.learner is not None:
             self.model.learner.stop()
         self.batcher.stop()
         if self.checkpointer is not None:

@@ -73,15 +73,20 @@ class LearnerLoop:
         last_save = time.monotonic()
         try:
             while not self._stop.is_set():
+                waited = time.perf_counter()
                 batch = self._replay.sample(timeout=0.5)
                 if batch is None:
                     continue
+                started = time.perf_counter()
                 with self._state_lock:
                     self.state, metrics = self._update(self.state, batch)
                     params = jax.tree.map(jnp.copy, self.state.params)  # the next update donates the state
                     version = int(self.state.step)
                 self._policy.publish(params, version)
-                self._metrics.record_learner_step(**{k: float(v) for k, v in jax.device_get(metrics).items()})
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                done = time.perf_counter()
+                metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
+                self._metrics.record_learner_step(**metrics)
                 if self._checkpointer is not None and time.monotonic() - last_save > self._interval:
                     self.save()
                     last_save = time.monotonic()

@@ -30,11 +30,12 @@ class Actions(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("network", "greedy"))
 def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+    rng, sample_rng = jax.random.split(rng)
     logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
     logits = logits[:, 0]
     masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
-    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(rng, masked)
-    return action.astype(jnp.int32), logits, core_state
+    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(sample_rng, masked)
+    return action.astype(jnp.int32), logits, core_state, rng
 
 
 class InferencePolicy:
@@ -46,7 +47,7 @@ class InferencePolicy:
         self._lock = threading.Lock()
         self._params = params
         self._version = version
-        self._rng = np.random.default_rng(seed)
+        self._rng = jax.random.key(seed)  # only the batcher thread acts, so no lock
 
     @property
     def version(self) -> int:
@@ -63,8 +64,7 @@ class InferencePolicy:
 
     def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray) -> Actions:
         params, version = self.current()
-        rng = jax.random.key(self._rng.integers(1 << 62))
-        action, logits, core_state = _act(
-            self.network, params, observation, first, core_state, legal_mask, rng, greedy=self.greedy
+        action, logits, core_state, self._rng = _act(
+            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)

@@ -59,10 +59,12 @@ class Session:
         self.closed = False
         self.num_agents = spec.num_agents
         self.core_state = initial_state(self.num_agents)
-        self.unrolls = UnrollStore(
-            self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,
-            initial_state(self.num_agents),
-        )
+        self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
+        if unroll_length:
+            self.unrolls = UnrollStore(
+                self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,
+                initial_state(self.num_agents),
+            )
         self._fresh = True
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)

@@ -1,0 +1,1 @@
+"""Benchmarks, run by hand (`make bench`); results go in benchmarks/README.md."""

@@ -1,0 +1,130 @@
+"""Env steps/s through the full gRPC path, inference-only and with the learner, beside the in-process limit.
+
+    python -m benchmarks.throughput                      # the full table (about 4 minutes)
+    python -m benchmarks.throughput --workers 1 --envs 64 --seconds 5
+
+For each envs-per-worker count the in-process limit steps the same gymnasium
+vector env with the same jitted policy in one process, no gRPC. The gRPC rows
+run the host in this process and W worker processes (`python -m envs.gym_worker`),
+count env steps at the host over a window after a warm-up, and report the
+median of the per-second rates in that window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import jax
+import numpy as np
+
+from seedleague.host.host import Host
+from seedleague.host.policy import InferencePolicy
+from seedleague.metrics import Metrics
+from seedleague.presets import preset_for
+from seedleague.rl.networks import make_network
+from seedleague.testing.server_thread import ServerThread
+
+
+def in_process_rate(env_id: str, num_envs: int, seconds: float) -> float:
+    """Steps/s of a sync vector env driven by the host's jitted policy, in this process."""
+    preset = preset_for(env_id).host
+    envs = gym.make_vec(env_id, num_envs, vectorization_mode="sync",
+                        vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+    shape = envs.single_observation_space.shape
+    network = make_network(preset.network, shape, np.float32, int(envs.single_action_space.n))
+    policy = InferencePolicy(network, network.init(jax.random.key(0)), 0, seed=0)
+    bucket = preset.batcher.bucket(num_envs)
+    observation, _ = envs.reset(seed=0)
+    first = np.ones(bucket, bool)
+    legal = np.ones((bucket, int(envs.single_action_space.n)), bool)
+    core = network.initial_state(bucket)
+    padded = np.zeros((bucket,) + shape, np.float32)
+
+    def one_step():
+        nonlocal observation, core
+        padded[:num_envs] = observation
+        out = policy.act(padded, first, core, legal)
+        core = out.core_state
+        observation, _, terminated, truncated, _ = envs.step(out.action[:num_envs])
+        first[:num_envs] = terminated | truncated
+
+    for _ in range(50):
+        one_step()
+    rates, window_start = [], time.perf_counter()
+    end = window_start + seconds
+    while time.perf_counter() < end:
+        start, steps = time.perf_counter(), 0
+        while time.perf_counter() - start < 1.0:
+            one_step()
+            steps += num_envs
+        rates.append(steps / (time.perf_counter() - start))
+    envs.close()
+    return statistics.median(rates)
+
+
+def grpc_rate(env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float) -> dict:
+    """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each."""
+    preset = preset_for(env_id).host
+    config = dataclasses.replace(preset, learn=learn, seed=0)
+    metrics = Metrics()
+    host = Host(config, metrics)
+    server = ServerThread(host).start()
+    command = [sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env", env_id,
+               "--num-envs", str(num_envs)]
+    procs = [subprocess.Popen(command + ["--seed", str(i)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i in range(workers)]
+    try:
+        deadline = time.perf_counter() + 60
+        while metrics.env_steps == 0 and time.perf_counter() < deadline:
+            time.sleep(0.1)
+        time.sleep(warmup)
+        rates, batches = [], []
+        for _ in range(int(seconds)):
+            before = metrics.env_steps
+            time.sleep(1.0)
+            rates.append(metrics.env_steps - before)
+            report = metrics.report()
+            batches.append(report.get("inference_batch", 0.0))
+        return dict(rate=statistics.median(rates), batch=statistics.median(batches),
+                    learner_steps_per_s=report.get("learner_steps_per_s", 0.0))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        server.stop()
+        host.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
+    parser.add_argument("--envs", default="16,64,256", help="comma-separated envs-per-worker counts")
+    parser.add_argument("--seconds", type=float, default=6.0, help="measurement window per row")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds after the first step before measuring")
+    args = parser.parse_args(argv)
+    workers = [int(w) for w in args.workers.split(",")]
+    envs = [int(e) for e in args.envs.split(",")]
+    print(f"{args.env}, {jax.devices()[0].platform} JAX, median env steps/s over {args.seconds:g} s windows\n")
+    print("| envs/worker | in-process limit | workers | inference only | % of limit | with learner | % of limit | learner updates/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for num_envs in envs:
+        limit = in_process_rate(args.env, num_envs, args.seconds)
+        for count in workers:
+            infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup)
+            learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup)
+            print(f"| {num_envs} | {limit:,.0f} | {count} | {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% "
+                  f"| {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""End to end with real processes: `seedleague train` and `seedleague host` + workers over loopback."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
+TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16",
+        "--replay.capacity", "64", "--checkpoint.interval_s", "1"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(args, timeout=180):
+    result = subprocess.run(SEEDLEAGUE + args, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    common = ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir] + TINY
+    out = run_cli(common + ["--max-steps", "3000", "--max-seconds", "120"])
+    first = summary(run_dir)
+    assert first["reason"] == "reached 3000 env steps", out.stdout[-2000:]
+    assert first["learner_steps"] > 0
+    assert first["episodes"] > 0
+    assert os.listdir(os.path.join(run_dir, "checkpoints"))
+    assert "checkpoints:" in out.stdout and "tensorboard:" in out.stdout
+    assert os.listdir(os.path.join(run_dir, "tensorboard"))
+
+    # without --resume the run directory is protected
+    refused = subprocess.run(SEEDLEAGUE + common + ["--max-steps", "10"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    run_cli(common + ["--resume", "--max-steps", "6000", "--max-seconds", "120"])
+    second = summary(run_dir)
+    assert second["env_steps"] >= 6000  # counters continued from the checkpoint, not from zero
+    assert second["learner_steps"] > 0
+    steps = sorted(int(d) for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.isdigit())
+    assert steps[-1] > first["learner_steps"] - 1  # learner step count continued too
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_worker_reconnects_after_the_host_is_killed_and_restarted(tmp_path):
+    port = free_port()
+    run_dir = str(tmp_path / "run")
+    host_cmd = SEEDLEAGUE + ["host", "--address", f"127.0.0.1:{port}", "--run-dir", run_dir, "--max-seconds", "90"] + TINY
+    first_log, second_log = tmp_path / "host1.log", tmp_path / "host2.log"
+    host = subprocess.Popen(host_cmd, stdout=open(first_log, "w"), stderr=subprocess.STDOUT)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "envs.gym_worker", "--address", f"127.0.0.1:{port}", "--env", "CartPole-v1",
+         "--num-envs", "4", "--log-level", "INFO"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        checkpoints = os.path.join(run_dir, "checkpoints")
+        wait_for(lambda: os.path.isdir(checkpoints) and any(d.isdigit() for d in os.listdir(checkpoints)), 60,
+                 "the first checkpoint")
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+        time.sleep(1.0)
+        host = subprocess.Popen(host_cmd + ["--resume"], stdout=open(second_log, "w"), stderr=subprocess.STDOUT)
+        # the worker's new session shows up as steps in the restarted host's progress lines
+        wait_for(lambda: "| batch" in second_log.read_text(), 60, "the restarted host to serve the worker")
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(60) == 0
+        worker.send_signal(signal.SIGTERM)
+        output = worker.communicate(timeout=30)[0]
+        assert worker.returncode == 0, output[-3000:]
+        assert "reconnect" in output.lower(), output[-3000:]
+        resumed = summary(run_dir)
+        assert resumed["env_steps"] > 0 and resumed["reason"] == "interrupted"
+    finally:
+        for proc in (host, worker):
+            if proc.poll() is None:
+                proc.kill()
