@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 from typing import Any, Optional
 
@@ -20,7 +21,7 @@ def _is_config(tp: Any) -> bool:
 
 def _parser_for(tp: Any):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union and type(None) in args:  # Optional[X]
+    if origin in (typing.Union, types.UnionType) and type(None) in args:  # Optional[X] or X | None
         inner = _parser_for(next(a for a in args if a is not type(None)))
         return lambda text: None if text.lower() in ("none", "") else inner(text)
     if origin is tuple:

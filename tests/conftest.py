@@ -7,7 +7,7 @@ import grpc
 import numpy as np
 import pytest
 
-from seedleague.grpc_server import channel_options
+from seedleague.protocol.channel import channel_options
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.metrics import Metrics

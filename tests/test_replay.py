@@ -50,10 +50,26 @@ def test_ring_buffer_wraps_and_keeps_newest():
 
 def test_rate_limiter_blocks_inserts_until_the_learner_samples():
     replay = Replay(ReplayConfig(capacity=64, samples_per_insert=1.0, min_size=2, error_buffer=2), rows([0]), batch_size=2)
-    assert replay.insert(rows([1, 2, 3, 4]), timeout=1)  # diff 4 = max (2*1 + 2)
-    assert not replay.insert(rows([5]), timeout=0.05)  # would exceed the error buffer
+    assert replay.insert(rows([1, 2, 3, 4]), timeout=1) == 4  # diff 4 = max (2*1 + 2)
+    assert replay.insert(rows([5]), timeout=0.05) == 0  # would exceed the error buffer
     assert replay.sample(timeout=1) is not None
-    assert replay.insert(rows([5]), timeout=1)
+    assert replay.insert(rows([5]), timeout=1) == 1
+
+
+def test_a_chunk_larger_than_the_slack_goes_in_as_the_learner_samples():
+    # spi 4 and batch 2: the limiter's slack (8 samples) holds 2 unrolls, the chunk is 6
+    replay = Replay(ReplayConfig(capacity=64, samples_per_insert=4.0, sampler="uniform", error_buffer=4),
+                    rows([0]), batch_size=2)
+    assert replay.insert(rows(list(range(6))), timeout=0.05) == 3  # 2 below min_size, then 1 by ratio
+    results = []
+    inserter = threading.Thread(target=lambda: results.append(replay.insert(rows(list(range(6, 12))), timeout=10)))
+    inserter.start()
+    # 9 unrolls allow 9 * 4 = 36 samples of slack, of which the limiter keeps min_diff = 4: 16 batches of 2
+    for _ in range(16):
+        assert replay.sample(timeout=10) is not None
+    inserter.join(10)
+    assert results == [6]
+    assert replay.sample(timeout=0.05) is None
 
 
 def test_rate_limiter_blocks_samples_below_min_size():
@@ -70,6 +86,10 @@ def test_rate_limiter_ratio_by_hand():
     assert limiter.can_insert(1)  # below min_size
     limiter.inserts = 2  # diff 4
     assert not limiter.can_insert(1)  # 4 + 2 > 5
+    assert limiter.room() == 0
+    limiter.samples = 3  # diff 1: (5 - 1) / 2 = 2 more fit
+    assert limiter.room() == 2
+    limiter.samples = 0
     assert limiter.can_sample(4, size=2)  # 4 - 4 = 0 >= -1
     assert not limiter.can_sample(6, size=2)  # 4 - 6 = -2 < -1
 

@@ -255,8 +255,9 @@ class Host:
     def _insert(self, rows: Unroll) -> None:
         replay = self.model.replay
         start = time.perf_counter()
-        while not self._stopping and not replay.insert(rows, timeout=1.0):
-            pass
+        done, count = 0, len(rows.first)
+        while done < count and not self._stopping:
+            done += replay.insert(jax.tree.map(lambda x: x[done:], rows), timeout=1.0)
         self.metrics.record(replay_size=replay.size, insert_wait_ms=1000 * (time.perf_counter() - start))
 
     # -- lifecycle ----------------------------------------------------------------------------

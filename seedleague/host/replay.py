@@ -31,7 +31,7 @@ class ReplayConfig:
     capacity: int = 1024  # unrolls kept on device
     samples_per_insert: float = 1.0  # average times each unroll is trained on
     min_size: int = 0  # unrolls needed before the first sample (0: one learner batch)
-    error_buffer: float = 0.0  # slack around the target ratio, in samples (0: one learner batch)
+    error_buffer: float = 0.0  # slack around the target ratio, in samples (0: batch_size * max(1, spi))
     sampler: str = "fifo"  # "fifo": oldest unsampled first; "uniform": uniform over the buffer
 
     def __post_init__(self):
@@ -62,8 +62,13 @@ class RateLimiter:
     def diff(self) -> float:
         return self.inserts * self.spi - self.samples
 
+    def room(self) -> int:
+        """How many items may be inserted now, one at a time as in Reverb."""
+        by_ratio = int((self.max_diff - self.diff) / self.spi + 1e-9) if self.diff <= self.max_diff else 0
+        return max(by_ratio, self.min_size - self.inserts, 0)
+
     def can_insert(self, count: int) -> bool:
-        return self.inserts < self.min_size or self.diff + count * self.spi <= self.max_diff + 1e-9
+        return self.room() >= count
 
     def can_sample(self, count: int, size: int) -> bool:
         return size >= max(self.min_size, 1) and self.diff - count >= self.min_diff - 1e-9
@@ -94,7 +99,7 @@ class Replay:
         slots = config.capacity + 1  # last slot takes padding rows
         self._buffer = jax.tree.map(lambda x: jnp.zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype), example)
         min_size = config.min_size or batch_size
-        error_buffer = config.error_buffer or float(batch_size)
+        error_buffer = config.error_buffer or batch_size * max(1.0, config.samples_per_insert)
         self._limiter = RateLimiter(config.samples_per_insert, min_size, error_buffer)
         self._cond = threading.Condition()
         self._rng = np.random.default_rng(seed)
@@ -116,31 +121,42 @@ class Replay:
             self._closed = True
             self._cond.notify_all()
 
-    def insert(self, rows: Unroll, timeout: Optional[float] = None) -> bool:
-        """Insert a batch of complete unrolls (numpy, batch-major). False if closed or timed out."""
+    def insert(self, rows: Unroll, timeout: Optional[float] = None) -> int:
+        """Insert complete unrolls (numpy, batch-major) as the rate limiter allows.
+
+        Waits up to `timeout` for room, item by item as Reverb does (so a chunk
+        larger than the limiter's slack cannot deadlock); returns how many rows
+        went in: fewer than given only if closed or timed out.
+        """
         count = int(np.shape(rows.first)[0])
-        if count == 0:
-            return True
         if count > self.config.capacity:
             raise ValueError(f"insert of {count} unrolls exceeds replay capacity {self.config.capacity}")
-        start = time.perf_counter()
+        done = 0
+        deadline = None if timeout is None else time.perf_counter() + timeout
         with self._cond:
-            if not self._cond.wait_for(lambda: self._closed or self._limiter.can_insert(count), timeout):
-                return False
-            if self._closed:
-                return False
-            self.insert_wait_s += time.perf_counter() - start
-            slots = (self._next_slot + np.arange(count)) % self.config.capacity
-            padded = _bucket(count)
-            slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
-            pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
-            self._buffer = _insert(self._buffer, jax.tree.map(pad, rows), slots)
-            self._next_slot = (self._next_slot + count) % self.config.capacity
-            self._size = min(self.config.capacity, self._size + count)
-            self._unread = min(self.config.capacity, self._unread + count)
-            self._limiter.inserts += count
-            self._cond.notify_all()
-        return True
+            while done < count:
+                start = time.perf_counter()
+                left = None if deadline is None else max(0.0, deadline - start)
+                if not self._cond.wait_for(lambda: self._closed or self._limiter.room() > 0, left) or self._closed:
+                    break
+                self.insert_wait_s += time.perf_counter() - start
+                part = min(count - done, self._limiter.room())
+                self._write(jax.tree.map(lambda x: x[done:done + part], rows), part)
+                done += part
+        return done
+
+    def _write(self, rows: Unroll, count: int) -> None:
+        """Put `count` rows into the ring; the caller holds the lock and checked the limiter."""
+        slots = (self._next_slot + np.arange(count)) % self.config.capacity
+        padded = _bucket(count)
+        slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
+        pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
+        self._buffer = _insert(self._buffer, jax.tree.map(pad, rows), slots)
+        self._next_slot = (self._next_slot + count) % self.config.capacity
+        self._size = min(self.config.capacity, self._size + count)
+        self._unread = min(self.config.capacity, self._unread + count)
+        self._limiter.inserts += count
+        self._cond.notify_all()
 
     def sample(self, timeout: Optional[float] = None) -> Optional[Unroll]:
         """A batch of `batch_size` unrolls as device arrays, or None if closed or timed out."""

@@ -7,8 +7,9 @@ one of them speaks the protocol through this one code path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import AsyncIterator, Protocol
+from typing import Protocol
 
 import grpc
 
@@ -69,11 +70,15 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
             max_message_bytes=self._backend.max_message_bytes,
         )
 
-    async def Stream(self, request_iterator: AsyncIterator[env_pb2.StepBatch], context) -> AsyncIterator[env_pb2.ActionBatch]:
-        session_id = None
-        reason = "stream ended"
+    async def Stream(self, request_iterator, context) -> None:
+        """Lockstep: read a StepBatch, answer one ActionBatch, until the worker ends the stream.
+
+        A plain coroutine over context.read/write rather than an async generator,
+        so the session is closed however the stream ends (error, cancel, shutdown).
+        """
+        session_id, reason = None, "stream ended"
         try:
-            async for message in request_iterator:
+            while (message := await context.read()) is not grpc.aio.EOF:
                 step = codec.decode_step(message)
                 if session_id is None:
                     self._backend.attach(step.session_id)
@@ -83,11 +88,14 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
                         INVALID_ARGUMENT, f"stream belongs to session {session_id!r}, message names {step.session_id!r}"
                     )
                 actions = await self._backend.step(step)
-                yield codec.encode_actions(actions)
+                await context.write(codec.encode_actions(actions))
         except ProtocolError as error:
             reason = f"{error.code}: {error.message}"
-            log.warning("ending stream of session %r: %s", session_id or message.session_id, reason)
+            log.warning("ending stream of session %r: %s", session_id, reason)
             await context.abort(grpc.StatusCode[error.code], error.message)
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            raise
         finally:
             if session_id is not None:
                 self._backend.close_session(session_id, reason)

@@ -8,7 +8,6 @@ checks structure only (known dtype, non-negative dims, byte count, size limit);
 from __future__ import annotations
 
 import math
-import sys
 from typing import Optional
 
 import numpy as np
@@ -58,7 +57,7 @@ def encode_tensor(array: np.ndarray, out: Optional[pb.Tensor] = None) -> pb.Tens
     out = pb.Tensor() if out is None else out
     out.dtype = dtype_to_enum(array.dtype)
     out.shape[:] = array.shape
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False) if sys.byteorder != "little" else array
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)  # no copy when already little-endian
     out.data = np.ascontiguousarray(little).tobytes()
     return out
 

@@ -1,0 +1,381 @@
+"""The worker-side SDK: one lockstep gRPC stream from a Python env worker to a host.
+
+A worker describes its envs with an `EnvSpec`, then:
+
+    client = WorkerClient(ClientConfig(address="127.0.0.1:50051"), spec)
+    client.connect()                       # handshake + open the stream
+    actions = client.step(obs, reward, terminated, truncated)   # [E, S] int32
+    ...
+    client.close()
+
+Failures surface as two exceptions. `ConnectionLost` is retriable: back off
+(`Backoff`), `connect()` again and start fresh episodes in every env. `HostRefused`
+means the host rejected this worker's spec or data; retrying would get the same
+answer, so the worker should stop and show the host's message.
+
+This module owns the client half of the protocol (handshake, lockstep stream,
+error classification, backoff). It imports grpc and numpy only, never jax, so
+workers start fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import random
+import socket
+import threading
+from typing import Iterator, Optional
+
+import grpc
+import numpy as np
+
+from seedleague.protocol.channel import channel_options
+from seedleague.protocol import codec
+from seedleague.protocol.errors import ProtocolError
+from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, StepBatch
+from seedleague.v1 import env_pb2, env_pb2_grpc
+
+
+def default_worker_name() -> str:
+    """hostname:pid, the name a worker shows in the host's logs by default."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """How a worker reaches its host."""
+
+    address: str  # "host:port" (any gRPC target, e.g. "unix:/tmp/host.sock", also works)
+    worker_name: str = dataclasses.field(default_factory=default_worker_name)
+    max_message_bytes: int = 64 * 2**20
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+    connect_timeout_s: float = 10.0  # per attempt, waiting for the channel to be ready
+
+    def __post_init__(self):
+        problems = []
+        if ":" not in self.address:
+            problems.append(f"address must be 'host:port', got {self.address!r}")
+        if self.max_message_bytes < 1024:
+            problems.append(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            problems.append(
+                f"need 0 < backoff_initial_s <= backoff_max_s, got {self.backoff_initial_s} and {self.backoff_max_s}"
+            )
+        if self.connect_timeout_s <= 0:
+            problems.append(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+        if problems:
+            raise ValueError("bad client config: " + "; ".join(problems))
+
+
+class HostRefused(Exception):
+    """The host rejected this worker (bad spec, bad data, version mismatch): do not retry."""
+
+    def __init__(self, code: str, details: str, during: str):
+        super().__init__(f"host refused the {during} with {code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class ConnectionLost(Exception):
+    """The stream or channel broke (host gone, restarted or shutting down): reconnect with backoff."""
+
+
+class Backoff:
+    """Capped exponential backoff with jitter: initial, 2x, 4x, ... up to max_s, each times U(0.5, 1.5)."""
+
+    def __init__(self, initial_s: float, max_s: float, rng: Optional[random.Random] = None):
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self._rng = rng or random.Random()
+        self._attempt = 0
+
+    def next(self) -> float:
+        """Seconds to wait before the next attempt."""
+        base = min(self._max_s, self._initial_s * 2.0**self._attempt)
+        self._attempt += 1
+        return min(self._max_s, base * self._rng.uniform(0.5, 1.5))
+
+    def reset(self) -> None:
+        """Call after a success; the next failure waits `initial_s` again."""
+        self._attempt = 0
+
+
+# Codes that mean "this request will never be accepted", whatever the phase.
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+    }
+)
+
+
+def classify_rpc_error(error: grpc.RpcError, during: str) -> Exception:
+    """HostRefused or ConnectionLost for a failed call; `during` is "handshake" or "stream".
+
+    FAILED_PRECONDITION refuses a handshake (spec does not fit the model, version
+    mismatch) but on the stream it means "unknown or closed session", which is
+    what a restarted host answers: handshaking again fixes it.
+    """
+    code = error.code()
+    details = error.details() or ""
+    if code in _REFUSED or (code == grpc.StatusCode.FAILED_PRECONDITION and during == "handshake"):
+        return HostRefused(code.name, details, during)
+    return ConnectionLost(f"{during} failed with {code.name}: {details}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """One per-step input: its wire dtype and the shapes `step` accepts for it."""
+
+    name: str
+    shape: tuple[int, ...]  # [E, S, ...]
+    seatless: Optional[tuple[int, ...]]  # [E, ...], accepted when num_seats == 1 (same bytes)
+    dtype: np.dtype
+
+    def encode(self, array) -> bytes:
+        array = np.asarray(array)
+        if array.shape != self.shape and array.shape != self.seatless:
+            accepted = f"{self.shape}" + (f" or {self.seatless}" if self.seatless else "")
+            raise ValueError(f"{self.name} has shape {array.shape}, expected {accepted}")
+        return array.astype(self.dtype, copy=False).tobytes()
+
+
+def _slots(spec: EnvSpec) -> dict[str, _Slot]:
+    agents = (spec.num_envs, spec.num_seats)
+    single = spec.num_seats == 1
+
+    def slot(name, shape, dtype, has_seat=True):
+        seatless = (spec.num_envs,) + shape[2:] if single and has_seat else None
+        return _Slot(name, shape, seatless, np.dtype(dtype).newbyteorder("<"))
+
+    return {
+        "observation": slot("observation", agents + spec.observation_shape, spec.observation_dtype),
+        "reward": slot("reward", agents, np.float32),
+        "terminated": slot("terminated", (spec.num_envs,), bool, has_seat=False),
+        "truncated": slot("truncated", (spec.num_envs,), bool, has_seat=False),
+        "legal_mask": slot("legal_mask", agents + (spec.num_actions,), bool),
+        "acting": slot("acting", agents, bool),
+    }
+
+
+def _template_step(spec: EnvSpec, session_id: str, acting: bool) -> env_pb2.StepBatch:
+    """A zero StepBatch with every tensor's dtype and shape set; `step` only swaps data bytes."""
+    agents = (spec.num_envs, spec.num_seats)
+    step = StepBatch(
+        session_id=session_id,
+        sequence=0,
+        observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
+        reward=np.zeros(agents, np.float32),
+        terminated=np.zeros(spec.num_envs, bool),
+        truncated=np.zeros(spec.num_envs, bool),
+        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
+        acting=np.ones(agents, bool) if acting else None,
+    )
+    return codec.encode_step(step)
+
+
+def _requests(pending: "queue.SimpleQueue[Optional[env_pb2.StepBatch]]") -> Iterator[env_pb2.StepBatch]:
+    """The stream's request iterator: messages put on `pending`, until None."""
+    return iter(pending.get, None)
+
+
+class WorkerClient:
+    """One worker's session with a host: handshake, then lockstep `step` calls.
+
+    Not thread-safe except `close`, which may be called from any thread (e.g. a
+    signal watcher) and makes a blocked `connect` or `step` raise ConnectionLost.
+    """
+
+    def __init__(self, config: ClientConfig, spec: EnvSpec):
+        self.config = config
+        self.spec = spec
+        self.policy_version = 0
+        self.session_id: Optional[str] = None
+        self.host_max_message_bytes = 0
+        self._slots = _slots(spec)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._channel: Optional[grpc.Channel] = None
+        self._ready: Optional[grpc.Future] = None
+        self._call = None
+        self._pending: Optional[queue.SimpleQueue] = None
+        self._message: Optional[env_pb2.StepBatch] = None
+        self._sequence = 0
+
+    def connect(self) -> None:
+        """Handshake and open the stream (dropping any previous one). Raises ConnectionLost or HostRefused."""
+        self._teardown()
+        channel = grpc.insecure_channel(self.config.address, options=self._channel_options())
+        with self._lock:
+            if self._closed:
+                channel.close()
+                raise ConnectionLost("client is closed")
+            self._channel = channel
+        try:
+            self._wait_until_ready(channel)
+            reply = self._handshake(channel)
+            self._open_stream(channel, reply)
+        except BaseException:
+            self._teardown()
+            raise
+
+    def step(
+        self,
+        observation: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        legal_mask: Optional[np.ndarray] = None,
+        acting: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        """Send one step of every env and return the host's actions, [E, S] int32 (read-only).
+
+        Shapes are [E, S, ...] as in the proto; with one seat, [E, ...] is accepted
+        too. The first step after `connect` carries first observations (its reward
+        and flags are ignored by the host).
+        """
+        call, pending, message = self._call, self._pending, self._message
+        if call is None:
+            raise ConnectionLost("client is closed") if self._closed else RuntimeError("call connect() before step()")
+        self._fill(message, observation, reward, terminated, truncated, legal_mask, acting)
+        message.sequence = self._sequence
+        pending.put(message)
+        try:
+            reply = next(call)
+        except grpc.RpcError as error:
+            self._teardown()
+            raise classify_rpc_error(error, "stream") from None
+        except StopIteration:
+            self._teardown()
+            raise ConnectionLost(f"host ended the stream without answering step {self._sequence}") from None
+        actions = self._check_reply(reply, acting)
+        self._sequence += 1
+        self.policy_version = reply.policy_version
+        return actions
+
+    def close(self) -> None:
+        """End the stream and the channel for good; safe from any thread, idempotent."""
+        with self._lock:
+            self._closed = True
+        self._teardown()
+
+    def _channel_options(self) -> list[tuple[str, int]]:
+        backoff_ms = int(self.config.backoff_initial_s * 1000)
+        return channel_options(self.config.max_message_bytes) + [
+            ("grpc.initial_reconnect_backoff_ms", backoff_ms),
+            ("grpc.min_reconnect_backoff_ms", backoff_ms),
+            ("grpc.max_reconnect_backoff_ms", int(self.config.backoff_max_s * 1000)),
+        ]
+
+    def _wait_until_ready(self, channel: grpc.Channel) -> None:
+        ready = grpc.channel_ready_future(channel)
+        with self._lock:
+            self._ready = ready
+        try:
+            ready.result(timeout=self.config.connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            raise ConnectionLost(
+                f"host at {self.config.address} not reachable within {self.config.connect_timeout_s} s"
+            ) from None
+        except grpc.FutureCancelledError:
+            raise ConnectionLost("connect cancelled: client closed") from None
+
+    def _handshake(self, channel: grpc.Channel) -> env_pb2.HandshakeResponse:
+        stub = env_pb2_grpc.EnvServiceStub(channel)
+        request = codec.encode_handshake(self.spec, self.config.worker_name)
+        try:
+            reply = stub.Handshake(request, timeout=self.config.connect_timeout_s)
+        except grpc.RpcError as error:
+            raise classify_rpc_error(error, "handshake") from None
+        if reply.protocol_version != PROTOCOL_VERSION:
+            raise HostRefused(
+                "FAILED_PRECONDITION",
+                f"host speaks protocol version {reply.protocol_version}, this worker {PROTOCOL_VERSION}",
+                "handshake",
+            )
+        return reply
+
+    def _open_stream(self, channel: grpc.Channel, reply: env_pb2.HandshakeResponse) -> None:
+        largest = _template_step(self.spec, reply.session_id, acting=True).ByteSize()
+        limit = min(reply.max_message_bytes or self.config.max_message_bytes, self.config.max_message_bytes)
+        if largest > limit:
+            raise HostRefused(
+                "RESOURCE_EXHAUSTED",
+                f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is {largest} bytes, but the "
+                f"host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
+                "use fewer envs per worker or raise the limits",
+                "handshake",
+            )
+        self._message = _template_step(self.spec, reply.session_id, acting=False)
+        self._sequence = 0
+        pending: queue.SimpleQueue = queue.SimpleQueue()
+        call = env_pb2_grpc.EnvServiceStub(channel).Stream(_requests(pending))
+        with self._lock:
+            if self._closed:
+                pending.put(None)
+                call.cancel()
+                raise ConnectionLost("client is closed")
+            self._call, self._pending, self._ready = call, pending, None
+        self.session_id = reply.session_id
+        self.host_max_message_bytes = reply.max_message_bytes
+
+    def _fill(self, message, observation, reward, terminated, truncated, legal_mask, acting) -> None:
+        slots = self._slots
+        message.observation.data = slots["observation"].encode(observation)
+        message.reward.data = slots["reward"].encode(reward)
+        message.terminated.data = slots["terminated"].encode(terminated)
+        message.truncated.data = slots["truncated"].encode(truncated)
+        if self.spec.has_legal_mask:
+            if legal_mask is None:
+                raise ValueError("the spec declares has_legal_mask=True: pass legal_mask on every step")
+            message.legal_mask.data = slots["legal_mask"].encode(legal_mask)
+        elif legal_mask is not None:
+            raise ValueError("legal_mask passed but the spec declares has_legal_mask=False")
+        if acting is None:
+            message.ClearField("acting")
+        else:
+            slot = slots["acting"]
+            message.acting.dtype = codec.dtype_to_enum(bool)
+            message.acting.shape[:] = slot.shape
+            message.acting.data = slot.encode(acting)
+
+    def _check_reply(self, reply: env_pb2.ActionBatch, acting: Optional[np.ndarray]) -> np.ndarray:
+        """The reply's actions, or ConnectionLost (after dropping the stream) if the host answered nonsense."""
+        try:
+            if reply.sequence != self._sequence:
+                raise ProtocolError("INTERNAL", f"host answered sequence {reply.sequence} to step {self._sequence}")
+            actions = codec.decode_tensor(reply.action, "action")
+            expected = (self.spec.num_envs, self.spec.num_seats)
+            if actions.shape != expected or actions.dtype != np.int32:
+                raise ProtocolError(
+                    "INTERNAL", f"host sent actions {actions.dtype}{actions.shape}, expected int32{expected}"
+                )
+            chosen = actions if acting is None else actions[np.asarray(acting, bool).reshape(expected)]
+            if chosen.size and (chosen.min() < 0 or chosen.max() >= self.spec.num_actions):
+                raise ProtocolError("INTERNAL", f"host sent an action outside [0, {self.spec.num_actions})")
+        except ProtocolError as error:
+            self._teardown()
+            raise ConnectionLost(f"bad answer from host: {error.message}") from None
+        return actions
+
+    def _teardown(self) -> None:
+        with self._lock:
+            channel, ready, call, pending = self._channel, self._ready, self._call, self._pending
+            self._channel = self._ready = self._call = self._pending = None
+        if pending is not None:
+            pending.put(None)
+        if ready is not None:
+            ready.cancel()
+        if call is not None:
+            call.cancel()
+        if channel is not None:
+            channel.close()

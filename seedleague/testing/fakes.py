@@ -1,0 +1,196 @@
+"""FakeBackend: a host with no model. It speaks the full env protocol, answers
+uniformly random legal actions, and records what it saw.
+
+It implements the `EnvBackend` protocol of `seedleague.host.servicer`, so it runs
+behind the same servicer as the training host:
+
+    backend = FakeBackend()
+    with ServerThread(backend) as server:       # seedleague.testing.server_thread
+        ...run a worker against server.address...
+    backend.violations          # every refused message, as "session: CODE: text"
+    backend.sessions[0].episodes
+
+A game team can point its worker at it to check the protocol before any model
+exists; tests use it to check workers, clients and the servicer.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import threading
+from typing import Callable, Optional
+
+import numpy as np
+
+from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeHostConfig:
+    """What the fake host accepts. None / 0 means "anything"."""
+
+    seed: int = 0
+    max_message_bytes: int = 64 * 2**20
+    policy_version: int = 0  # reported on every ActionBatch
+    observation_shape: Optional[tuple[int, ...]] = None  # refuse other shapes, as a model would
+    num_actions: Optional[int] = None  # refuse other action counts, as a model would
+    max_envs: int = 0  # total envs over open sessions; more is RESOURCE_EXHAUSTED
+    history: int = 1000  # completed episodes remembered per session
+
+    def __post_init__(self):
+        if self.observation_shape is not None:
+            object.__setattr__(self, "observation_shape", tuple(int(d) for d in self.observation_shape))
+        problems = []
+        if self.max_message_bytes < 1024:
+            problems.append(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.num_actions is not None and self.num_actions < 1:
+            problems.append(f"num_actions must be >= 1 or None, got {self.num_actions}")
+        if self.max_envs < 0:
+            problems.append(f"max_envs must be >= 0 (0 = unlimited), got {self.max_envs}")
+        if self.history < 0:
+            problems.append(f"history must be >= 0, got {self.history}")
+        if problems:
+            raise ValueError("bad fake host config: " + "; ".join(problems))
+
+
+@dataclasses.dataclass
+class FakeSession:
+    """What the fake host knows about one session. Counters cover its one stream."""
+
+    session_id: str
+    spec: EnvSpec
+    worker_name: str
+    history: int
+    streaming: bool = False
+    closed: Optional[str] = None  # the close reason, once closed
+    steps: int = 0  # StepBatch messages accepted
+    episodes: int = 0  # episodes ended (terminated or truncated), over all envs
+    last_step: Optional[StepBatch] = dataclasses.field(default=None, repr=False)
+    episode_returns: collections.deque = dataclasses.field(init=False, repr=False)  # per-seat return tuples
+    episode_lengths: collections.deque = dataclasses.field(init=False, repr=False)  # actions per episode
+
+    def __post_init__(self):
+        self.episode_returns = collections.deque(maxlen=self.history)
+        self.episode_lengths = collections.deque(maxlen=self.history)
+        self._return = np.zeros((self.spec.num_envs, self.spec.num_seats), np.float64)
+        self._length = np.zeros(self.spec.num_envs, np.int64)
+
+    @property
+    def env_steps(self) -> int:
+        return self.steps * self.spec.num_envs
+
+    def record(self, step: StepBatch) -> None:
+        """Account one accepted step; the first step of a stream only carries first observations."""
+        if self.steps > 0:
+            self._return += step.reward
+            self._length += 1
+            for env in np.flatnonzero(step.terminated | step.truncated):
+                self.episode_returns.append(tuple(self._return[env].tolist()))
+                self.episode_lengths.append(int(self._length[env]))
+                self._return[env] = 0.0
+                self._length[env] = 0
+                self.episodes += 1
+        self.steps += 1
+        self.last_step = step
+
+
+def random_legal_actions(rng: np.random.Generator, spec: EnvSpec, legal_mask: Optional[np.ndarray]) -> np.ndarray:
+    """[E, S] int32, uniform over the legal actions of each (env, seat); 0 where none is legal."""
+    shape = (spec.num_envs, spec.num_seats)
+    if legal_mask is None:
+        return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
+    keys = np.where(legal_mask, rng.random(shape + (spec.num_actions,)), -1.0)
+    return keys.argmax(axis=-1).astype(np.int32)
+
+
+class FakeBackend:
+    """An `EnvBackend` that accepts any valid spec (within its config) and acts at random."""
+
+    def __init__(
+        self,
+        config: FakeHostConfig = FakeHostConfig(),
+        on_step: Optional[Callable[[FakeSession, StepBatch], None]] = None,
+    ):
+        self.config = config
+        self.max_message_bytes = config.max_message_bytes
+        self.violations: list[str] = []
+        self._on_step = on_step
+        self._rng = np.random.default_rng(config.seed)
+        self._sessions: dict[str, FakeSession] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    @property
+    def sessions(self) -> list[FakeSession]:
+        """Every session ever opened, oldest first (a snapshot, safe from any thread)."""
+        with self._lock:
+            return list(self._sessions.values())
+
+    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        self._check_spec(spec)
+        session_id = f"fake-{next(self._ids)}"
+        with self._lock:
+            self._sessions[session_id] = FakeSession(session_id, spec, worker_name, self.config.history)
+        return session_id
+
+    def attach(self, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            self._refuse(session_id, FAILED_PRECONDITION, f"unknown session id {session_id!r}: handshake again")
+        if session.closed is not None:
+            self._refuse(session_id, FAILED_PRECONDITION, f"session {session_id!r} is closed ({session.closed})")
+        if session.streaming:
+            self._refuse(session_id, FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
+        session.streaming = True
+
+    async def step(self, step: StepBatch) -> ActionBatch:
+        session = self._sessions[step.session_id]
+        if step.sequence != session.steps:
+            self._refuse(session.session_id, INVALID_ARGUMENT, f"sequence {step.sequence}, expected {session.steps}")
+        try:
+            check_step(session.spec, step)
+        except ProtocolError as error:
+            self._refuse(session.session_id, error.code, error.message)
+        session.record(step)
+        if self._on_step is not None:
+            self._on_step(session, step)
+        action = random_legal_actions(self._rng, session.spec, step.legal_mask)
+        return ActionBatch(sequence=step.sequence, action=action, policy_version=self.config.policy_version)
+
+    def close_session(self, session_id: str, reason: str) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None and session.closed is None:
+            session.closed = reason
+            session.streaming = False
+
+    def _check_spec(self, spec: EnvSpec) -> None:
+        config = self.config
+        if config.observation_shape is not None and spec.observation_shape != config.observation_shape:
+            self._refuse(
+                "handshake",
+                FAILED_PRECONDITION,
+                f"observation shape {spec.observation_shape} does not fit the model's {config.observation_shape}",
+            )
+        if config.num_actions is not None and spec.num_actions != config.num_actions:
+            self._refuse(
+                "handshake",
+                FAILED_PRECONDITION,
+                f"{spec.num_actions} actions do not fit the model's {config.num_actions}",
+            )
+        if config.max_envs:
+            with self._lock:
+                open_envs = sum(s.spec.num_envs for s in self._sessions.values() if s.closed is None)
+            if open_envs + spec.num_envs > config.max_envs:
+                self._refuse(
+                    "handshake",
+                    RESOURCE_EXHAUSTED,
+                    f"{spec.num_envs} more envs would exceed the host's limit of {config.max_envs} ({open_envs} open)",
+                )
+
+    def _refuse(self, where: str, code: str, message: str) -> None:
+        """Record the violation, then raise it for the servicer to turn into a status."""
+        self.violations.append(f"{where}: {code}: {message}")
+        raise ProtocolError(code, message)

@@ -1,0 +1,333 @@
+"""The worker side: WorkerClient in-process, and the gym worker as a real process, against a FakeBackend."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from envs.gym_worker import UnsupportedEnv, WorkerConfig, env_spec, make_vector_env, run_worker
+from seedleague.protocol.client import (
+    Backoff,
+    ClientConfig,
+    ConnectionLost,
+    HostRefused,
+    WorkerClient,
+    classify_rpc_error,
+)
+from seedleague.protocol.specs import EnvSpec
+from seedleague.testing.fakes import FakeBackend, FakeHostConfig
+from seedleague.testing.server_thread import ServerThread
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=2, num_envs=3)
+
+
+def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _zeros(spec: EnvSpec = SPEC):
+    return (
+        np.zeros((spec.num_envs,) + spec.observation_shape, np.float64),
+        np.zeros(spec.num_envs, np.float64),
+        np.zeros(spec.num_envs, bool),
+        np.zeros(spec.num_envs, bool),
+    )
+
+
+def _client(server: ServerThread, spec: EnvSpec = SPEC, **config) -> WorkerClient:
+    return WorkerClient(ClientConfig(server.address, worker_name="test", backoff_initial_s=0.05, **config), spec)
+
+
+class _Error(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode):
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "text from the host"
+
+
+# --- WorkerClient, in-process -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code, during, refused",
+    [
+        ("INVALID_ARGUMENT", "stream", True),
+        ("INVALID_ARGUMENT", "handshake", True),
+        ("RESOURCE_EXHAUSTED", "stream", True),
+        ("UNIMPLEMENTED", "handshake", True),
+        ("FAILED_PRECONDITION", "handshake", True),
+        ("FAILED_PRECONDITION", "stream", False),  # unknown session: the host restarted
+        ("UNAVAILABLE", "stream", False),
+        ("CANCELLED", "stream", False),
+        ("DEADLINE_EXCEEDED", "handshake", False),
+        ("INTERNAL", "stream", False),
+        ("UNKNOWN", "stream", False),
+    ],
+)
+def test_rpc_errors_are_classified(code, during, refused):
+    error = classify_rpc_error(_Error(grpc.StatusCode[code]), during)
+    assert isinstance(error, HostRefused if refused else ConnectionLost)
+    assert code in str(error) and "text from the host" in str(error)
+
+
+def test_backoff_grows_and_is_capped():
+    backoff = Backoff(0.1, 1.0)
+    delays = [backoff.next() for _ in range(8)]
+    assert 0.05 <= delays[0] <= 0.15 and all(d <= 1.0 for d in delays) and delays[-1] >= 0.5
+    backoff.reset()
+    assert backoff.next() <= 0.15
+
+
+def test_client_config_names_bad_fields():
+    with pytest.raises(ValueError, match="address.*backoff_initial_s"):
+        ClientConfig("nowhere", backoff_initial_s=0.0)
+
+
+def test_client_steps_in_lockstep():
+    backend = FakeBackend(FakeHostConfig(policy_version=7))
+    with ServerThread(backend) as server:
+        client = _client(server)
+        client.connect()
+        for _ in range(10):
+            actions = client.step(*_zeros())  # seatless [E, ...] float64 inputs are accepted and cast
+            assert actions.shape == (3, 1) and actions.dtype == np.int32
+        client.close()
+    assert client.policy_version == 7
+    session = backend.sessions[0]
+    assert session.steps == 10 and session.worker_name == "test" and backend.violations == []
+    assert session.last_step.observation.shape == (3, 1, 4) and session.last_step.observation.dtype == np.float32
+
+
+def test_client_rejects_wrong_input_shape_locally():
+    with ServerThread(FakeBackend()) as server:
+        client = _client(server)
+        client.connect()
+        observation, reward, terminated, truncated = _zeros()
+        with pytest.raises(ValueError, match=r"observation has shape \(3, 5\)"):
+            client.step(np.zeros((3, 5)), reward, terminated, truncated)
+        client.step(observation, reward, terminated, truncated)  # The stream is still usable.
+        client.close()
+
+
+def test_client_bad_data_is_host_refused_with_the_hosts_message():
+    with ServerThread(FakeBackend()) as server:
+        client = _client(server)
+        client.connect()
+        observation, reward, terminated, truncated = _zeros()
+        client.step(observation, reward, terminated, truncated)
+        observation[1, 2] = np.nan
+        with pytest.raises(HostRefused, match="INVALID_ARGUMENT.*non-finite.*index \\[1, 0, 2\\]"):
+            client.step(observation, reward, terminated, truncated)
+        client.close()
+
+
+def test_client_spec_refused_at_handshake():
+    with ServerThread(FakeBackend(FakeHostConfig(observation_shape=(8,)))) as server:
+        with pytest.raises(HostRefused, match="FAILED_PRECONDITION.*observation shape"):
+            _client(server).connect()
+
+
+def test_client_refuses_steps_larger_than_the_host_accepts():
+    spec = EnvSpec("big", (10_000,), np.float32, num_actions=2, num_envs=4)
+    with ServerThread(FakeBackend(FakeHostConfig(max_message_bytes=64 * 1024))) as server:
+        with pytest.raises(HostRefused, match="one step of 4 envs .* bytes.*fewer envs"):
+            _client(server, spec).connect()
+
+
+def test_client_connection_lost_and_reconnect_after_host_restart():
+    backend = FakeBackend()
+    with ServerThread(backend) as server:
+        client = _client(server)
+        client.connect()
+        client.step(*_zeros())
+        server.stop()
+        with pytest.raises(ConnectionLost):
+            client.step(*_zeros())
+        with pytest.raises(ConnectionLost, match="not reachable"):
+            WorkerClient(ClientConfig(server.address, connect_timeout_s=0.2), SPEC).connect()
+        server.start()
+        client.connect()
+        client.step(*_zeros())
+        client.close()
+    assert [s.steps for s in backend.sessions] == [1, 1]
+    with pytest.raises(ConnectionLost, match="closed"):
+        client.step(*_zeros())
+
+
+def test_close_from_another_thread_unblocks_connect():
+    # Nothing listens on this port, so connect waits for the channel until closed.
+    client = WorkerClient(ClientConfig("127.0.0.1:1", connect_timeout_s=30), SPEC)
+    threading.Timer(0.2, client.close).start()
+    started = time.monotonic()
+    with pytest.raises(ConnectionLost):
+        client.connect()
+    assert time.monotonic() - started < 5
+
+
+# --- the gym worker, in-process -----------------------------------------------------------------
+
+
+def test_worker_config_names_bad_fields():
+    with pytest.raises(ValueError, match="num_envs.*max_steps"):
+        WorkerConfig(env_id="CartPole-v1", num_envs=0, address="127.0.0.1:1", max_steps=-1)
+    with pytest.raises(ValueError, match="address"):
+        WorkerConfig(env_id="CartPole-v1", num_envs=1, address="nowhere")
+
+
+def test_env_spec_of_cartpole_and_unsupported_envs():
+    envs = make_vector_env("CartPole-v1", 2)
+    assert env_spec("CartPole-v1", envs) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=2)
+    envs.close()
+    envs = make_vector_env("Pendulum-v1", 1)
+    with pytest.raises(UnsupportedEnv, match="Discrete only"):
+        env_spec("Pendulum-v1", envs)
+    envs.close()
+    with pytest.raises(UnsupportedEnv, match="NoSuchGame"):
+        make_vector_env("NoSuchGame-v0", 1)
+
+
+def test_run_worker_in_process_stops_on_event():
+    backend = FakeBackend()
+    stop = threading.Event()
+    with ServerThread(backend) as server:
+        config = WorkerConfig(env_id="CartPole-v1", num_envs=4, address=server.address)
+        threading.Timer(0.5, stop.set).start()
+        stats = run_worker(config, stop)
+    assert stats.steps > 10 and stats.env_steps == 4 * stats.steps and stats.sessions == 1
+    # The stop may cancel a step the host already answered: that one is not counted by the worker.
+    assert backend.sessions[0].steps in (stats.steps, stats.steps + 1)
+
+
+# --- the gym worker as a process ----------------------------------------------------------------
+
+
+def test_gym_worker_does_not_import_jax():
+    script = "import sys, envs.gym_worker; assert 'jax' not in sys.modules, 'the worker imported jax'"
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=60)
+
+
+def _spawn(address: str, *args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "envs.gym_worker", "--address", address, "--backoff-initial", "0.05"]
+    command += ["--backoff-max", "0.3", "--log-interval", "1", *args]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(worker: subprocess.Popen, timeout_s: float = 30) -> tuple[int, str]:
+    try:
+        output, _ = worker.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        output, _ = worker.communicate()
+        raise AssertionError(f"worker did not exit in {timeout_s} s:\n{output}")
+    return worker.returncode, output
+
+
+class _CartPoleChecks:
+    """on_step hook: same-step autoreset semantics as seen by the host."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+
+    def __call__(self, session, step) -> None:
+        if session.steps == 1:
+            return  # First message of the stream: first observations, flags ignored.
+        if not (step.reward == 1.0).all():
+            self.problems.append(f"step {step.sequence}: CartPole reward other than 1: {step.reward.ravel()}")
+        ended = step.terminated | step.truncated
+        if ended.any() and np.abs(step.observation[ended]).max() > 0.05:
+            self.problems.append(f"step {step.sequence}: an ended env's observation is not a fresh reset")
+
+
+def test_gym_worker_process_steps_cartpole():
+    checks = _CartPoleChecks()
+    backend = FakeBackend(on_step=checks)
+    with ServerThread(backend) as server:
+        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "8", "--max-steps", "2400")
+        code, output = _finish(worker)
+    assert code == 0, output
+    (session,) = backend.sessions
+    assert session.spec == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
+    assert session.steps == 300 and backend.violations == [] and checks.problems == []
+    assert session.episodes >= 50  # Random CartPole episodes last ~22 steps: 2400 env steps.
+    assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
+    assert min(session.episode_lengths) >= 8
+    assert "stopped" in output
+
+
+def test_gym_worker_reconnects_after_host_restart():
+    backend = FakeBackend()
+    server = ServerThread(backend).start()
+    worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "4")
+    try:
+        wait_until(lambda: backend.sessions and backend.sessions[0].steps > 20, what="first session")
+        server.stop()
+        time.sleep(0.3)  # The worker finds nobody there and backs off.
+        server.start()
+        wait_until(lambda: len(backend.sessions) == 2 and backend.sessions[1].steps > 20, what="second session")
+        worker.send_signal(signal.SIGTERM)
+        code, output = _finish(worker)
+    finally:
+        worker.kill()
+        server.stop()
+    assert code == 0, output
+    assert "reconnecting" in output and backend.violations == []
+    assert backend.sessions[0].closed is not None and backend.sessions[1].closed is not None
+
+
+def test_gym_worker_exits_nonzero_when_the_host_refuses():
+    backend = FakeBackend(FakeHostConfig(num_actions=3))
+    with ServerThread(backend) as server:
+        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "2")
+        code, output = _finish(worker)
+    assert code == 2, output
+    assert "FAILED_PRECONDITION" in output and "2 actions do not fit the model's 3" in output
+
+
+def test_gym_worker_sigterm_exits_zero():
+    backend = FakeBackend()
+    with ServerThread(backend) as server:
+        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "2")
+        try:
+            wait_until(lambda: backend.sessions and backend.sessions[0].steps > 10, what="steps")
+            worker.send_signal(signal.SIGTERM)
+            code, output = _finish(worker, timeout_s=10)
+        finally:
+            worker.kill()
+        wait_until(lambda: backend.sessions[0].closed is not None, what="session close")
+    assert code == 0, output
+    assert "got SIGTERM" in output and "stopped" in output
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ale_py") is None or importlib.util.find_spec("cv2") is None,
+    reason="Atari needs ale-py and opencv-python-headless (gymnasium's AtariPreprocessing resizes with cv2)",
+)
+def test_gym_worker_process_atari_observations():
+    backend = FakeBackend()
+    with ServerThread(backend) as server:
+        worker = _spawn(server.address, "--env", "ALE/Pong-v5", "--num-envs", "2", "--max-steps", "10")
+        code, output = _finish(worker, timeout_s=60)
+    assert code == 0, output
+    (session,) = backend.sessions
+    assert session.spec.observation_shape == (84, 84, 4) and session.spec.observation_dtype == np.uint8
+    assert session.spec.num_actions == 6 and session.steps == 5
+    observation = session.last_step.observation
+    assert observation.shape == (2, 1, 84, 84, 4) and observation.dtype == np.uint8 and observation.any()
