@@ -1,0 +1,168 @@
+"""The learner update: one optimiser step on a batch of unrolls.
+
+This file owns the training state (params, optimiser state, policy version) and
+the jitted `update(state, batch) -> (state, metrics)`. It holds no state between
+calls and does no I/O; the host owns the loop, the replay and the params it
+serves for inference:
+
+    network = make_network(NetworkConfig(), obs_shape, obs_dtype, num_actions)
+    config = LearnerConfig(loss="vtrace")
+    state = init_train_state(config, network, jax.random.key(0))
+    update = make_update(config, network)
+    state, metrics = update(state, batch)   # `state` passed in is donated: use the new one
+
+`state.step` is the policy version: the number of updates applied to the params.
+Actors tag their unrolls with the version that acted, so `policy_lag` in the
+metrics is how many updates old the data was (Cleanba, Huang et al. 2023).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from seedleague.rl import losses
+from seedleague.rl.networks import Network
+from seedleague.rl.types import Unroll
+
+_LOSSES = ("vtrace", "ppo")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Loss and optimiser settings for one learner.
+
+    loss: "vtrace" (IMPALA actor-critic) or "ppo" (clipped surrogate with
+        V-trace advantages); see seedleague.rl.losses.
+    learning_rate, adam_eps: Adam (Kingma & Ba 2015). The learner takes one
+        step per batch (no PPO epochs), so 2e-3 is higher than PPO's usual
+        3e-4: with the default network, 8 x 16-step unrolls per batch and
+        near on-policy data, CartPole-v1 reached a mean return > 475 in 51-77K
+        env steps with "vtrace" and 39-186K with "ppo" (3 seeds each). Use
+        about 3e-4 for Atari-sized conv networks. eps 1e-5 rather than 1e-8
+        keeps steps bounded when gradients are tiny.
+    max_grad_norm: clip the global gradient norm to this (0.5 as in OpenAI
+        baselines' and CleanRL's PPO); it bounds the step on outlier batches.
+    discount: gamma.
+    lambda_: trace-cutting lambda of V-trace (c_i = lambda * min(1, rho_i)); with
+        on-policy data the advantages are then GAE(lambda). 0.95 trades a little
+        bias for much lower variance (Schulman et al. 2016).
+    entropy_cost, baseline_cost: weights of the entropy bonus and value loss.
+    clip_rho_threshold, clip_pg_rho_threshold: V-trace's rho-bar and the pg
+        advantage's ratio clip (1.0 as in IMPALA).
+    ppo_clip_epsilon: PPO's ratio clip (used only with loss="ppo").
+    """
+
+    loss: str = "vtrace"
+    learning_rate: float = 2e-3
+    adam_eps: float = 1e-5
+    max_grad_norm: float = 0.5
+    discount: float = 0.99
+    lambda_: float = 0.95
+    entropy_cost: float = 0.01
+    baseline_cost: float = 0.5
+    clip_rho_threshold: float = 1.0
+    clip_pg_rho_threshold: float = 1.0
+    ppo_clip_epsilon: float = 0.2
+
+    def __post_init__(self):
+        problems = []
+        if self.loss not in _LOSSES:
+            problems.append(f"loss must be one of {_LOSSES}, got {self.loss!r}")
+        for name in ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
+                     "clip_pg_rho_threshold", "ppo_clip_epsilon"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("discount", "lambda_"):
+            if not 0 <= getattr(self, name) <= 1:
+                problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("entropy_cost", "baseline_cost"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if problems:
+            raise ValueError("bad LearnerConfig: " + "; ".join(problems))
+
+
+class TrainState(NamedTuple):
+    """Everything an update reads and writes."""
+
+    params: Any
+    opt_state: optax.OptState
+    step: jax.Array  # int32 scalar: updates applied so far = the params' policy version
+    rng: jax.Array  # key carried for stochastic losses; the current losses do not use it
+
+
+def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(config.learning_rate, eps=config.adam_eps),
+    )
+
+
+def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) -> TrainState:
+    """Fresh params from `network.init`, a fresh optimiser state, step 0."""
+    init_rng, rng = jax.random.split(rng)
+    params = network.init(init_rng)
+    return TrainState(
+        params=params,
+        opt_state=_optimizer(config).init(params),
+        step=jnp.zeros((), jnp.int32),
+        rng=rng,
+    )
+
+
+def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll):
+    """Scalar loss and its metrics for one batch under `params`."""
+    logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
+    inputs = losses.loss_inputs(logits, values, batch, config.discount)
+    common = dict(
+        lambda_=config.lambda_,
+        clip_rho_threshold=config.clip_rho_threshold,
+        entropy_cost=config.entropy_cost,
+        baseline_cost=config.baseline_cost,
+    )
+    if config.loss == "ppo":
+        return losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)
+    return losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold, **common)
+
+
+def _update(config: LearnerConfig, network: Network, state: TrainState,
+            batch: Unroll) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One gradient step; see `make_update`."""
+    grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
+    (loss, metrics), grads = grad_fn(state.params, batch)
+    updates, opt_state = _optimizer(config).update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
+    metrics = dict(
+        metrics,
+        total_loss=loss,
+        grad_norm=optax.tree.norm(grads),
+        policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
+    )
+    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
+    return new_state, metrics
+
+
+def make_update(
+    config: LearnerConfig, network: Network
+) -> Callable[[TrainState, Unroll], tuple[TrainState, dict[str, jax.Array]]]:
+    """The jitted `update(state, batch) -> (state, metrics)`.
+
+    Recomputes logits and values over the whole unroll from `batch.core_state`,
+    takes one Adam step on the configured loss (global-norm clipped) and
+    increments `step`. The input state is donated: its buffers, `state.params`
+    included, are deleted and reused for the new state. Keep only the returned
+    state, and serve inference from the returned params (or a copy), never from
+    a state already passed to `update`. Metrics are float32 scalars:
+    total_loss, policy_loss, value_loss, entropy, grad_norm (before clipping),
+    importance_ratio (mean pi/mu over rows 0..T-1), policy_lag (mean over rows
+    0..T-1 of step - batch.policy_version, before the increment) and, for PPO,
+    clip_fraction.
+    """
+    return jax.jit(functools.partial(_update, config, network), donate_argnums=0)

@@ -1,0 +1,247 @@
+"""Actor-critic losses over a batch of unrolls: IMPALA's V-trace loss and PPO's.
+
+This file owns the maths between the network's outputs and a scalar loss:
+categorical log-probabilities and entropy under a legal-action mask, the rewards
+and discounts implied by episode boundaries, and the two losses. Everything is a
+pure function of arrays. The learner calls it as
+
+    logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
+    inputs = loss_inputs(logits, values, batch, discount=0.99)
+    loss, metrics = vtrace_loss(inputs, lambda_=0.95, entropy_cost=0.01, baseline_cost=0.5)
+
+Row T of an unroll is bootstrap-only: its value is V(s_T) for the last step and
+its action, reward and flags are unused. Losses are means over the B x T steps,
+so the gradient's scale does not grow with the batch size.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from seedleague.rl.types import Unroll
+from seedleague.rl.vtrace import vtrace
+
+
+class LossInputs(NamedTuple):
+    """Time-aligned learning inputs for rows 0..T-1 of a batch, each [B, T].
+
+    Index [b, i] describes the transition from s_i to s_{i+1} of unroll b, in
+    the naming of `seedleague.rl.vtrace`.
+    """
+
+    log_pi_tm1: jax.Array  # log pi(a_i | s_i) under the learner's params (differentiable)
+    log_mu_tm1: jax.Array  # log mu(a_i | s_i) under the behaviour params that acted
+    entropy_tm1: jax.Array  # entropy of pi(. | s_i) over legal actions (differentiable)
+    v_tm1: jax.Array  # V(s_i) (differentiable)
+    v_t: jax.Array  # V(s_{i+1}), no gradient
+    r_t: jax.Array  # reward after a_i, plus the truncation bootstrap (see rewards_and_discounts)
+    discount_t: jax.Array  # gamma, or 0 where the episode ended after a_i
+
+
+# --- Categorical policy under a legal-action mask ------------------------------
+
+
+def masked_log_softmax(logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
+    """Log-probabilities [..., A] of softmax(logits) restricted to legal actions.
+
+    Illegal actions get the most negative finite float as their logit, so their
+    probability is exactly 0 while every log-probability stays finite (no -inf,
+    hence no NaN gradients). A row with no legal action falls back to uniform.
+    """
+    assert logits.shape == legal_mask.shape, (
+        f"logits {logits.shape} and legal_mask {legal_mask.shape} must have the same shape"
+    )
+    masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
+    return jax.nn.log_softmax(masked, axis=-1)
+
+
+def masked_log_prob(logits: jax.Array, action: jax.Array, legal_mask: jax.Array) -> jax.Array:
+    """log pi(action) [...] for logits [..., A] and integer actions [...]."""
+    assert action.shape == logits.shape[:-1], (
+        f"action {action.shape} must be logits {logits.shape} without the action axis"
+    )
+    log_probs = masked_log_softmax(logits, legal_mask)
+    return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def masked_entropy(logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
+    """Entropy [...] of the masked policy, summed over legal actions only.
+
+    Uniform logits over k legal actions give log(k).
+    """
+    log_probs = masked_log_softmax(logits, legal_mask)
+    p_log_p = jnp.where(legal_mask, jnp.exp(log_probs) * log_probs, 0.0)
+    return -jnp.sum(p_log_p, axis=-1)
+
+
+# --- Episode boundaries ---------------------------------------------------------
+
+
+def rewards_and_discounts(
+    r_t: jax.Array,
+    terminated_t: jax.Array,
+    truncated_t: jax.Array,
+    v_tm1: jax.Array,
+    gamma: float,
+) -> tuple[jax.Array, jax.Array]:
+    """Rewards and discounts [...] that encode where episodes end.
+
+        discount_t = gamma * (1 - terminated_t) * (1 - truncated_t)
+        r_t       += gamma * truncated_t * (1 - terminated_t) * stop_gradient(V(s_t))
+
+    A terminated step ends the return. A truncated step (a time limit) should
+    bootstrap from V(s_{t+1}), but the final observation of a truncated episode
+    is not sent (the next row is already the next episode's first), so V(s_t),
+    the value of the state the last action was taken in, stands in for it.
+    Consecutive states usually have similar values, so this bias is small next
+    to treating the time limit as a termination (Pardo et al. 2018, "Time
+    Limits in Reinforcement Learning"). `v_tm1` here is V(s_t) of the row that
+    carries the flags. Terminated wins
+    when both flags are set. Rows after a boundary belong to the next episode;
+    the zero discount already stops returns from crossing it.
+    """
+    assert r_t.shape == terminated_t.shape == truncated_t.shape == v_tm1.shape, (
+        "r_t, terminated_t, truncated_t and v_tm1 must have one shape, got "
+        f"{r_t.shape}, {terminated_t.shape}, {truncated_t.shape}, {v_tm1.shape}"
+    )
+    terminated = terminated_t.astype(jnp.float32)
+    truncated = truncated_t.astype(jnp.float32) * (1.0 - terminated)
+    discount_t = gamma * (1.0 - terminated) * (1.0 - truncated)
+    r_t = r_t.astype(jnp.float32) + gamma * truncated * jax.lax.stop_gradient(v_tm1)
+    return r_t, discount_t
+
+
+def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: float) -> LossInputs:
+    """Align the network's outputs over a whole unroll with the batch.
+
+    logits [B, T+1, A] and values [B, T+1] come from `network.apply` over
+    `batch.observation`; row T only supplies V(s_T).
+    """
+    assert logits.ndim == 3 and values.shape == logits.shape[:2], (
+        f"logits must be [B, T+1, A] and values [B, T+1], got {logits.shape} and {values.shape}"
+    )
+    assert batch.action.shape == values.shape, (
+        f"batch rows {batch.action.shape} must match the network outputs {values.shape}"
+    )
+    assert values.shape[1] >= 2, f"an unroll needs T+1 >= 2 rows, got {values.shape[1]}"
+    legal_tm1 = batch.legal_mask[:, :-1]
+    mu_logits_tm1 = batch.behaviour_logits[:, :-1].astype(jnp.float32)
+    a_tm1 = batch.action[:, :-1]
+    v_tm1, v_t = values[:, :-1], jax.lax.stop_gradient(values[:, 1:])
+    r_t, discount_t = rewards_and_discounts(
+        batch.reward[:, :-1], batch.terminated[:, :-1], batch.truncated[:, :-1], v_tm1, discount
+    )
+    return LossInputs(
+        log_pi_tm1=masked_log_prob(logits[:, :-1], a_tm1, legal_tm1),
+        log_mu_tm1=masked_log_prob(mu_logits_tm1, a_tm1, legal_tm1),
+        entropy_tm1=masked_entropy(logits[:, :-1], legal_tm1),
+        v_tm1=v_tm1,
+        v_t=v_t,
+        r_t=r_t,
+        discount_t=discount_t,
+    )
+
+
+# --- Losses ----------------------------------------------------------------------
+
+
+def _check_inputs(inputs: LossInputs) -> None:
+    shapes = {name: jnp.shape(x) for name, x in inputs._asdict().items()}
+    assert len(set(shapes.values())) == 1 and inputs.v_tm1.ndim == 2, (
+        f"every LossInputs field must be [B, T], got {shapes}"
+    )
+
+
+def _batched_vtrace(inputs: LossInputs, rho_tm1: jax.Array, lambda_: float,
+                    clip_rho_threshold: float, clip_pg_rho_threshold: float):
+    """V-trace over each unroll of a batch-major [B, T] batch."""
+    one_trajectory = functools.partial(
+        vtrace,
+        lambda_=lambda_,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+    )
+    return jax.vmap(one_trajectory)(
+        inputs.v_tm1, inputs.v_t, inputs.r_t, inputs.discount_t, rho_tm1
+    )
+
+
+def vtrace_loss(
+    inputs: LossInputs,
+    *,
+    lambda_: float = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+    entropy_cost: float = 0.01,
+    baseline_cost: float = 0.5,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """IMPALA actor-critic loss (Espeholt et al. 2018, section 4.2).
+
+        policy_loss = -mean(pg_advantage * log pi(a_i | s_i))
+        value_loss  = mean(0.5 * (v_s - V(s_i))^2)
+        loss        = policy_loss + baseline_cost * value_loss - entropy_cost * mean(entropy)
+
+    with v_s and pg_advantage from V-trace at importance ratios pi / mu.
+    """
+    _check_inputs(inputs)
+    rho_tm1 = jnp.exp(jax.lax.stop_gradient(inputs.log_pi_tm1) - inputs.log_mu_tm1)
+    out = _batched_vtrace(inputs, rho_tm1, lambda_, clip_rho_threshold, clip_pg_rho_threshold)
+    policy_loss = -jnp.mean(out.pg_advantage * inputs.log_pi_tm1)
+    value_loss = jnp.mean(0.5 * jnp.square(out.errors))
+    entropy = jnp.mean(inputs.entropy_tm1)
+    loss = policy_loss + baseline_cost * value_loss - entropy_cost * entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "importance_ratio": jnp.mean(rho_tm1),
+    }
+    return loss, metrics
+
+
+def ppo_loss(
+    inputs: LossInputs,
+    *,
+    clip_epsilon: float = 0.2,
+    lambda_: float = 0.95,
+    clip_rho_threshold: float = 1.0,
+    entropy_cost: float = 0.01,
+    baseline_cost: float = 0.5,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with V-trace advantages.
+
+        ratio       = pi(a_i | s_i) / mu(a_i | s_i)
+        A_i         = normalise(q_i - V(s_i))           over the whole batch
+        policy_loss = -mean(min(ratio * A_i, clip(ratio, 1 - eps, 1 + eps) * A_i))
+        value_loss  = mean(0.5 * (v_s - V(s_i))^2)
+
+    Advantages and value targets come from V-trace rather than GAE: in a SEED
+    learner the acting params lag the learner's, so the data is off-policy by a
+    few updates. V-trace's truncated ratios correct the later steps of each
+    return; the surrogate's own ratio corrects the first action, so the
+    advantage is q_i - V(s_i) without V-trace's extra pg ratio. When the data is
+    on-policy (ratio 1) this is exactly GAE(lambda). No value clipping.
+    """
+    _check_inputs(inputs)
+    log_ratio = inputs.log_pi_tm1 - inputs.log_mu_tm1
+    ratio = jnp.exp(log_ratio)
+    out = _batched_vtrace(inputs, jax.lax.stop_gradient(ratio), lambda_, clip_rho_threshold, 1.0)
+    advantage = out.q_estimate - jax.lax.stop_gradient(inputs.v_tm1)
+    advantage = (advantage - jnp.mean(advantage)) / (jnp.std(advantage) + 1e-8)
+    clipped_ratio = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
+    value_loss = jnp.mean(0.5 * jnp.square(out.errors))
+    entropy = jnp.mean(inputs.entropy_tm1)
+    loss = policy_loss + baseline_cost * value_loss - entropy_cost * entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "importance_ratio": jnp.mean(jax.lax.stop_gradient(ratio)),
+        "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > clip_epsilon).astype(jnp.float32)),
+    }
+    return loss, metrics

@@ -1,0 +1,280 @@
+"""Actor-critic networks: a torso, an optional LSTM core, policy and value heads.
+
+This file owns the model the host runs for inference and the learner trains. It
+hands out a `Network` of three pure functions and holds no parameters itself:
+
+    network = make_network(NetworkConfig(), observation_shape=(4,),
+                           observation_dtype=np.float32, num_actions=2)
+    params = network.init(jax.random.key(0))
+    core = network.initial_state(batch_size)                 # () without an LSTM
+    logits, value, core = network.apply(params, obs, first, core)
+    #   obs [B, T, *obs_shape], first [B, T] bool  ->  logits [B, T, A], value [B, T]
+
+Inference calls `apply` with T = 1 and carries `core` between calls; the learner
+calls it over a whole unroll (T + 1 rows) starting from the unroll's core state.
+`init` and `apply` are already jitted (one compile per input shape).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = Any
+CoreState = Any
+
+_TORSOS = ("auto", "mlp", "conv")
+# The "Nature" DQN convolutions (Mnih et al. 2015), also IMPALA's shallow model:
+# (features, kernel, stride).
+_NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+# Smallest frame side the Nature convolutions fit with VALID padding; smaller
+# frames use SAME padding so that any HWC size works.
+_MIN_VALID_SIDE = 36
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Shape of the actor-critic network.
+
+    torso: "mlp" flattens the observation into tanh dense layers; "conv" is the
+        Nature CNN for [H, W, C] frames followed by relu dense layers; "auto" picks
+        "conv" for rank-3 observations and "mlp" otherwise.
+    hidden_sizes: dense layer sizes of the MLP torso, or after the convolutions.
+        The exact Nature CNN is `NATURE_CNN` (torso="conv", hidden_sizes=(512,)).
+    lstm_size: 0 for a feed-forward network; > 0 adds an LSTM core of that size
+        between the torso and the heads.
+    shared_torso: whether the value head reads the policy's torso (True) or a
+        torso of its own (False). None picks: separate for a feed-forward MLP
+        (Andrychowicz et al. 2021 found separate policy and value networks
+        learn better on-policy; here it roughly halves the steps CartPole-v1
+        needs), shared for the conv torso (IMPALA/SEED practice; a second CNN
+        doubles the cost) and whenever there is an LSTM core, whose memory the
+        value needs too.
+    """
+
+    torso: str = "auto"
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    lstm_size: int = 0
+    shared_torso: bool | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        if self.torso not in _TORSOS:
+            raise ValueError(f"NetworkConfig.torso must be one of {_TORSOS}, got {self.torso!r}")
+        if any(not isinstance(h, int) or h <= 0 for h in self.hidden_sizes):
+            raise ValueError(
+                f"NetworkConfig.hidden_sizes must be positive ints, got {self.hidden_sizes}"
+            )
+        if self.torso == "mlp" and not self.hidden_sizes:
+            raise ValueError(
+                "NetworkConfig.hidden_sizes must name at least one layer for torso='mlp'"
+            )
+        if not isinstance(self.lstm_size, int) or self.lstm_size < 0:
+            raise ValueError(
+                "NetworkConfig.lstm_size must be 0 (no core) or a positive int, "
+                f"got {self.lstm_size}"
+            )
+        if self.shared_torso is False and self.lstm_size:
+            raise ValueError(
+                "NetworkConfig.shared_torso=False needs lstm_size=0: the value head must "
+                "read the LSTM core; use shared_torso=True or None with an LSTM"
+            )
+
+    def shares_torso(self, torso: str) -> bool:
+        """Whether policy and value share a torso, for the resolved torso kind."""
+        if self.shared_torso is not None:
+            return self.shared_torso
+        return torso == "conv" or self.lstm_size > 0
+
+
+NATURE_CNN = NetworkConfig(torso="conv", hidden_sizes=(512,))
+
+
+class Network(NamedTuple):
+    """Pure functions of one model; see the module docstring for how to call them."""
+
+    init: Callable[[jax.Array], Params]
+    apply: Callable[
+        [Params, jax.Array, jax.Array, CoreState], tuple[jax.Array, jax.Array, CoreState]
+    ]
+    initial_state: Callable[[int], CoreState]
+
+
+def _hidden_init() -> Callable:
+    """Orthogonal sqrt(2) for relu/tanh layers (Saxe et al. 2014; as in CleanRL's PPO)."""
+    return nn.initializers.orthogonal(math.sqrt(2.0))
+
+
+class _MlpTorso(nn.Module):
+    """Flatten, then tanh dense layers.
+
+    tanh rather than relu: Andrychowicz et al. 2021 ("What Matters in On-Policy
+    RL") found tanh MLPs learn better with PPO-style losses; with orthogonal
+    init it is the usual setting of PPO implementations for classic control
+    (it learns CartPole-v1 quickly here), and its bounded activations tolerate
+    unnormalised observations.
+    """
+
+    hidden_sizes: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape((x.shape[0], -1))
+        for size in self.hidden_sizes:
+            x = jnp.tanh(nn.Dense(size, kernel_init=_hidden_init())(x))
+        return x
+
+
+class _ConvTorso(nn.Module):
+    """Nature CNN (Mnih et al. 2015) on [N, H, W, C] frames, then relu dense layers."""
+
+    hidden_sizes: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        padding = "VALID" if min(x.shape[1:3]) >= _MIN_VALID_SIDE else "SAME"
+        for features, kernel, stride in _NATURE_CONVS:
+            x = nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
+                        kernel_init=_hidden_init())(x)
+            x = nn.relu(x)
+        x = x.reshape((x.shape[0], -1))
+        for size in self.hidden_sizes:
+            x = nn.relu(nn.Dense(size, kernel_init=_hidden_init())(x))
+        return x
+
+
+class _ResettingLSTMCell(nn.Module):
+    """One LSTM step that first zeroes the carry of rows starting an episode."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, carry: CoreState, inputs: tuple[jax.Array, jax.Array]):
+        x_t, first_t = inputs
+        carry = jax.tree.map(lambda c: jnp.where(first_t[:, None], jnp.zeros_like(c), c), carry)
+        return nn.OptimizedLSTMCell(self.features)(carry, x_t)
+
+
+# Scan the cell over axis 1 (time) of batch-major [B, T, ...] inputs, sharing params.
+_ScannedLSTM = nn.scan(
+    _ResettingLSTMCell,
+    variable_broadcast="params",
+    split_rngs={"params": False},
+    in_axes=1,
+    out_axes=1,
+)
+
+
+class _ActorCritic(nn.Module):
+    """Torso over [B*T], optional LSTM over T, then policy and value heads."""
+
+    torso: str  # resolved: "mlp" or "conv"
+    hidden_sizes: tuple[int, ...]
+    lstm_size: int
+    shared_torso: bool
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, observation: jax.Array, first: jax.Array, core_state: CoreState):
+        batch, time = first.shape
+        flat = _to_float(observation.reshape((batch * time,) + observation.shape[2:]))
+        torso = _ConvTorso if self.torso == "conv" else _MlpTorso
+
+        def features(name: str) -> jax.Array:
+            x = torso(self.hidden_sizes, name=name)(flat)
+            return x.reshape((batch, time, x.shape[-1]))
+
+        x = features("torso")
+        if self.lstm_size:
+            core_state, x = _ScannedLSTM(self.lstm_size, name="lstm")(core_state, (x, first))
+        value_x = x if self.shared_torso else features("value_torso")
+        # A policy head with 100x smaller weights starts near uniform (Andrychowicz
+        # et al. 2021, "What Matters in On-Policy RL").
+        logits = nn.Dense(
+            self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="policy_head"
+        )(x)
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value_head")(value_x)
+        return logits.astype(jnp.float32), value[..., 0].astype(jnp.float32), core_state
+
+
+def _to_float(observation: jax.Array) -> jax.Array:
+    """Cast any numeric observation to float32; uint8 pixels are scaled to [0, 1]."""
+    if observation.dtype == jnp.uint8:
+        return observation.astype(jnp.float32) / 255.0
+    return observation.astype(jnp.float32)
+
+
+def _resolve_torso(torso: str, observation_shape: tuple[int, ...]) -> str:
+    if torso == "auto":
+        return "conv" if len(observation_shape) == 3 else "mlp"
+    if torso == "conv" and len(observation_shape) != 3:
+        raise ValueError(
+            f"torso='conv' needs [H, W, C] observations, got shape {observation_shape}; "
+            "use torso='mlp' or 'auto'"
+        )
+    return torso
+
+
+def _initial_state(lstm_size: int, batch_size: int) -> CoreState:
+    """Zero core state for `batch_size` rows: an LSTM (c, h) pair, or ()."""
+    if not lstm_size:
+        return ()
+    zeros = np.zeros((batch_size, lstm_size), np.float32)
+    return (zeros, zeros.copy())
+
+
+def _init(module: _ActorCritic, observation_shape: tuple[int, ...], observation_dtype: np.dtype,
+          lstm_size: int, rng: jax.Array) -> Params:
+    observation = jnp.zeros((1, 1) + observation_shape, observation_dtype)
+    first = jnp.ones((1, 1), bool)
+    return module.init(rng, observation, first, _initial_state(lstm_size, 1))
+
+
+def _apply(module: _ActorCritic, observation_shape: tuple[int, ...], params: Params,
+           observation: jax.Array, first: jax.Array, core_state: CoreState):
+    observation, first = jnp.asarray(observation), jnp.asarray(first)
+    if observation.ndim < 2 or tuple(observation.shape[2:]) != observation_shape:
+        raise ValueError(
+            f"observation must be [B, T, *{observation_shape}], got shape {observation.shape}"
+        )
+    if first.shape != observation.shape[:2]:
+        raise ValueError(
+            f"first must be [B, T] = {observation.shape[:2]} to match the observation, "
+            f"got shape {first.shape}"
+        )
+    return module.apply(params, observation, first.astype(bool), core_state)
+
+
+def make_network(
+    config: NetworkConfig,
+    observation_shape: tuple[int, ...],
+    observation_dtype: Any,
+    num_actions: int,
+) -> Network:
+    """Build the actor-critic `Network` for one observation and action space."""
+    observation_shape = tuple(int(d) for d in observation_shape)
+    if num_actions < 1:
+        raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+    observation_dtype = np.dtype(observation_dtype)
+    if not (np.issubdtype(observation_dtype, np.number) or observation_dtype == bool):
+        raise ValueError(f"observation_dtype must be numeric or bool, got {observation_dtype}")
+    torso = _resolve_torso(config.torso, observation_shape)
+    module = _ActorCritic(torso=torso, hidden_sizes=config.hidden_sizes,
+                          lstm_size=config.lstm_size, shared_torso=config.shares_torso(torso),
+                          num_actions=int(num_actions))
+    return Network(
+        # Both jitted: run eagerly, flax dispatches (and compiles) op by op, which
+        # costs seconds; inside a caller's jit they are simply inlined.
+        init=jax.jit(
+            functools.partial(_init, module, observation_shape, observation_dtype, config.lstm_size)
+        ),
+        apply=jax.jit(functools.partial(_apply, module, observation_shape)),
+        initial_state=functools.partial(_initial_state, config.lstm_size),
+    )

@@ -1,0 +1,156 @@
+"""Masked categorical maths, episode boundaries and the two losses, checked by hand."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seedleague.rl import losses
+from seedleague.rl.types import Unroll
+
+MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
+MASK = np.array([True, False, True, False])
+
+
+@MAYBE_JIT
+def test_masked_policy_gives_illegal_actions_zero_probability(maybe_jit):
+    logits = np.array([0.0, 50.0, 0.0, -3.0], np.float32)
+    log_probs = maybe_jit(losses.masked_log_softmax)(logits, MASK)
+    assert np.all(np.isfinite(log_probs))
+    np.testing.assert_allclose(np.exp(log_probs), [0.5, 0.0, 0.5, 0.0], atol=1e-7)
+
+
+@MAYBE_JIT
+def test_masked_entropy_of_uniform_logits_is_log_of_legal_count(maybe_jit):
+    logits = np.zeros((2, 4), np.float32)
+    mask = np.stack([MASK, np.ones(4, bool)])
+    entropy = maybe_jit(losses.masked_entropy)(logits, mask)
+    np.testing.assert_allclose(entropy, [math.log(2), math.log(4)], rtol=1e-6)
+
+
+def test_masked_entropy_and_log_prob_have_finite_gradients():
+    logits = np.array([1.0, 2.0, -1.0, 0.5], np.float32)
+
+    def objective(x):
+        return losses.masked_entropy(x, MASK) + losses.masked_log_prob(x, jnp.array(2), MASK)
+
+    grad = jax.grad(objective)(logits)
+    assert np.all(np.isfinite(grad))
+    np.testing.assert_allclose(grad[~MASK], 0.0)
+
+
+@MAYBE_JIT
+def test_masked_log_prob_picks_the_action(maybe_jit):
+    logits = np.array([[math.log(3.0), 9.0, 0.0, 9.0]], np.float32)  # legal probs 3/4 and 1/4
+    log_pi = maybe_jit(losses.masked_log_prob)(logits, np.array([2]), MASK[None])
+    np.testing.assert_allclose(log_pi, [math.log(0.25)], rtol=1e-6)
+
+
+@MAYBE_JIT
+def test_truncation_bootstraps_with_the_value_of_the_last_state(maybe_jit):
+    # gamma = 0.9; step 1 terminates, step 2 is truncated, step 3 has both flags.
+    # discount = [0.9, 0, 0, 0]
+    # r = [1, 1, 1 + 0.9 * V(s_2) = 1 + 0.9 * 30 = 28, 1 (terminated wins: no bootstrap)]
+    fn = maybe_jit(functools.partial(losses.rewards_and_discounts, gamma=0.9))
+    r_t, discount_t = fn(
+        np.ones(4, np.float32),
+        np.array([False, True, False, True]),
+        np.array([False, False, True, True]),
+        np.array([10.0, 20.0, 30.0, 40.0], np.float32),
+    )
+    np.testing.assert_allclose(discount_t, [0.9, 0.0, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(r_t, [1.0, 1.0, 28.0, 1.0], rtol=1e-6)
+
+
+def _unroll(reward, terminated, truncated, action, num_actions=3):
+    b, rows = np.shape(reward)
+    return Unroll(
+        observation=np.zeros((b, rows, 1), np.float32),
+        first=np.zeros((b, rows), bool),
+        action=np.asarray(action, np.int32),
+        behaviour_logits=np.zeros((b, rows, num_actions), np.float32),
+        legal_mask=np.ones((b, rows, num_actions), bool),
+        reward=np.asarray(reward, np.float32),
+        terminated=np.asarray(terminated, bool),
+        truncated=np.asarray(truncated, bool),
+        policy_version=np.zeros((b, rows), np.int32),
+        core_state=(),
+    )
+
+
+def test_loss_inputs_align_rows_and_ignore_the_bootstrap_row():
+    # T = 2 (3 rows). Row 0 is truncated: r_0 = 1 + 0.5 * V(s_0) = 1 + 0.5 * 4 = 3.
+    # Row 2 is bootstrap-only: its reward 1000 and flags must not appear anywhere.
+    batch = _unroll(
+        reward=[[1.0, 2.0, 1000.0]],
+        terminated=[[False, False, True]],
+        truncated=[[True, False, True]],
+        action=[[0, 1, 2]],
+    )
+    logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [0.2, 0.6, 0.2], [1 / 3, 1 / 3, 1 / 3]]]))
+    values = jnp.array([[4.0, 6.0, 8.0]])
+    inputs = losses.loss_inputs(logits, values, batch, discount=0.5)
+    np.testing.assert_allclose(inputs.r_t, [[3.0, 2.0]], rtol=1e-6)
+    np.testing.assert_allclose(inputs.discount_t, [[0.0, 0.5]], rtol=1e-6)
+    np.testing.assert_allclose(inputs.v_tm1, [[4.0, 6.0]])
+    np.testing.assert_allclose(inputs.v_t, [[6.0, 8.0]])
+    np.testing.assert_allclose(inputs.log_pi_tm1, np.log([[0.5, 0.6]]), rtol=1e-6)
+    np.testing.assert_allclose(inputs.log_mu_tm1, np.log([[1 / 3, 1 / 3]]), rtol=1e-6)
+
+
+def _inputs(**fields):
+    return losses.LossInputs(**{k: jnp.asarray(v, jnp.float32) for k, v in fields.items()})
+
+
+@MAYBE_JIT
+def test_vtrace_loss_hand_example(maybe_jit):
+    # One step, on-policy (rho = 1), episode ends: target = r = 1, error = 1, pg advantage = 1.
+    # policy_loss = -1 * log 0.5 = 0.6931; value_loss = 0.5 * 1^2 = 0.5; entropy = 0.7
+    # loss = 0.6931 + 0.5 * 0.5 - 0.01 * 0.7 = 0.9361
+    inputs = _inputs(log_pi_tm1=[[math.log(0.5)]], log_mu_tm1=[[math.log(0.5)]], entropy_tm1=[[0.7]],
+                     v_tm1=[[0.0]], v_t=[[5.0]], r_t=[[1.0]], discount_t=[[0.0]])
+    fn = functools.partial(losses.vtrace_loss, entropy_cost=0.01, baseline_cost=0.5)
+    loss, metrics = maybe_jit(fn)(inputs)
+    np.testing.assert_allclose(metrics["policy_loss"], math.log(2), rtol=1e-6)
+    np.testing.assert_allclose(metrics["value_loss"], 0.5, rtol=1e-6)
+    np.testing.assert_allclose(metrics["importance_ratio"], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(loss, math.log(2) + 0.25 - 0.007, rtol=1e-6)
+
+
+def test_vtrace_loss_gradient_is_minus_advantage_over_steps():
+    # Two steps with pg advantages [1, -2] (rho = 1, episode ends each step, V = 0).
+    # d policy_loss / d log_pi = -advantage / (B * T) = [-0.5, 1]
+    base = dict(log_mu_tm1=[[0.0, 0.0]], entropy_tm1=[[0.0, 0.0]], v_tm1=[[0.0, 0.0]],
+                v_t=[[0.0, 0.0]], r_t=[[1.0, -2.0]], discount_t=[[0.0, 0.0]])
+    grad = jax.grad(lambda x: losses.vtrace_loss(_inputs(log_pi_tm1=x, **base), entropy_cost=0.0)[0])(
+        jnp.zeros((1, 2))
+    )
+    np.testing.assert_allclose(grad, [[-0.5, 1.0]], rtol=1e-6)
+
+
+@MAYBE_JIT
+def test_ppo_loss_hand_example(maybe_jit):
+    # Two steps, each ending its episode, V = 0, rewards [1, -1]:
+    #   q - V = [1, -1], normalised (mean 0, std 1) -> [1, -1]
+    #   ratio = [1.5, 0.5], clipped to [1.2, 0.8] with eps = 0.2
+    #   min(ratio * A, clipped * A) = [min(1.5, 1.2), min(-0.5, -0.8)] = [1.2, -0.8]
+    #   policy_loss = -mean([1.2, -0.8]) = -0.2; both ratios are outside the clip range.
+    #   V-trace targets: min(1, rho) * (r - V) = [1, -0.5]; value_loss = 0.5 * mean([1, 0.25]) = 0.3125
+    inputs = _inputs(log_pi_tm1=[[math.log(1.5), math.log(0.5)]], log_mu_tm1=[[0.0, 0.0]],
+                     entropy_tm1=[[0.0, 0.0]], v_tm1=[[0.0, 0.0]], v_t=[[3.0, 3.0]],
+                     r_t=[[1.0, -1.0]], discount_t=[[0.0, 0.0]])
+    loss, metrics = maybe_jit(functools.partial(losses.ppo_loss, clip_epsilon=0.2))(inputs)
+    np.testing.assert_allclose(metrics["policy_loss"], -0.2, rtol=1e-5)
+    np.testing.assert_allclose(metrics["value_loss"], 0.3125, rtol=1e-6)
+    np.testing.assert_allclose(metrics["clip_fraction"], 1.0)
+    np.testing.assert_allclose(loss, -0.2 + 0.5 * 0.3125, rtol=1e-5)
+
+
+def test_losses_reject_misaligned_inputs():
+    inputs = _inputs(log_pi_tm1=[[0.0, 0.0]], log_mu_tm1=[[0.0]], entropy_tm1=[[0.0, 0.0]],
+                     v_tm1=[[0.0, 0.0]], v_t=[[0.0, 0.0]], r_t=[[0.0, 0.0]], discount_t=[[0.0, 0.0]])
+    with pytest.raises(AssertionError, match=r"\[B, T\]"):
+        losses.vtrace_loss(inputs)
