@@ -28,17 +28,22 @@ class Preset:
 
 
 def _classic_control() -> Preset:
+    # Chosen by seed sweeps on CartPole-v1 (2 cores; see README): V-trace at 6e-4
+    # solved 3/3 seeds, PPO at 1e-3 3/3 but slower, V-trace at 1e-3 or above
+    # sometimes collapsed. One worker with 64 envs beats two with 16 (fewer
+    # processes competing for the cores); uniform replay at 2 samples per insert
+    # over the last 128 unrolls trades a little staleness for sample reuse.
     return Preset(
         host=HostConfig(
             unroll_length=16,
-            batch_size=32,
+            batch_size=16,
             batcher=BatcherConfig(timeout_ms=2.0),
-            replay=ReplayConfig(capacity=512, samples_per_insert=1.0, sampler="fifo"),
+            replay=ReplayConfig(capacity=128, samples_per_insert=2.0, sampler="uniform"),
             network=NetworkConfig(torso="mlp", hidden_sizes=(64, 64)),
-            learner=LearnerConfig(loss="ppo", learning_rate=1e-3, entropy_cost=0.01, discount=0.99),
+            learner=LearnerConfig(loss="vtrace", learning_rate=6e-4, entropy_cost=0.01, discount=0.99),
         ),
-        workers=2,
-        envs_per_worker=16,
+        workers=1,
+        envs_per_worker=64,
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from seedleague.protocol.channel import channel_options
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.replay import ReplayConfig
+from seedleague.host.sessions import SessionLimits
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
@@ -21,6 +22,7 @@ SMALL_HOST = HostConfig(
     unroll_length=4,
     batch_size=2,
     max_message_bytes=1 << 20,
+    limits=SessionLimits(max_envs_per_worker=64),
     replay=ReplayConfig(capacity=256, error_buffer=10_000),
     network=NetworkConfig(torso="mlp", hidden_sizes=(8,)),
 )
@@ -70,9 +72,7 @@ class RawWorker:
         self.channel.close()
 
 
-@pytest.fixture
-def host_server():
-    """(host, server) for a small MLP host; stopped after the test."""
+def _serve_small_host():
     host = Host(SMALL_HOST, Metrics())
     server = ServerThread(host).start()
     yield host, server
@@ -81,5 +81,29 @@ def host_server():
 
 
 @pytest.fixture
+def host_server():
+    """(host, server) for a small MLP host; stopped after the test."""
+    yield from _serve_small_host()
+
+
+@pytest.fixture(scope="module")
+def shared_host_server():
+    """Like host_server, shared by a module's tests (each test counts replay inserts as deltas)."""
+    yield from _serve_small_host()
+
+
+@pytest.fixture
 def host_config():
     return dataclasses.replace(SMALL_HOST)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked `gpu` where JAX sees no GPU (CI has none)."""
+    import jax
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        return
+    skip = pytest.mark.skip(reason="needs a GPU; JAX sees none")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

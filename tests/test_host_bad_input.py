@@ -51,10 +51,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_step_ends_only_that_stream_and_enters_no_replay(host_server, case):
-    host, server = host_server
+def test_bad_step_ends_only_that_stream_and_enters_no_replay(shared_host_server, case):
+    host, server = shared_host_server
     build, code, fragment = CASES[case]
     good = RawWorker(server.address, vector_spec())
+    before = inserted(host)
     bad = RawWorker(server.address, vector_spec())
     bad.step(7.0)  # starts the bad worker's unrolls (length 4): nothing complete yet
     for _ in range(6):
@@ -63,15 +64,15 @@ def test_bad_step_ends_only_that_stream_and_enters_no_replay(host_server, case):
         bad.send(build(bad))
     expect_status(error, code, fragment)
     good.step()  # still served
-    assert inserted(host) == 2  # only the good worker's two unrolls
+    assert inserted(host) - before == 2  # only the good worker's two unrolls
     observations = np.asarray(host.model.replay._buffer.observation)
     assert not (observations == 7.0).any()
     good.close()
     bad.close()
 
 
-def test_unknown_session_is_a_failed_precondition(host_server):
-    host, server = host_server
+def test_unknown_session_is_a_failed_precondition(shared_host_server):
+    host, server = shared_host_server
     worker = RawWorker(server.address, vector_spec())
     message = codec.encode_step(good_step(worker.spec, "no-such-session", 0))
     other = RawWorker(server.address, vector_spec())
@@ -92,15 +93,24 @@ def test_spec_that_does_not_fit_the_model_is_refused_at_handshake(host_server):
     expect_status(error, grpc.StatusCode.FAILED_PRECONDITION, "num_actions is 4")
 
 
-def test_too_many_envs_is_resource_exhausted(host_server):
-    host, server = host_server
+def test_too_many_envs_is_resource_exhausted(shared_host_server):
+    host, server = shared_host_server
     with pytest.raises(grpc.RpcError) as error:
         RawWorker(server.address, vector_spec(num_envs=host.config.limits.max_envs_per_worker + 1))
     expect_status(error, grpc.StatusCode.RESOURCE_EXHAUSTED, "envs")
 
 
-def test_worker_killed_mid_unroll_leaves_nothing_in_replay(host_server):
-    host, server = host_server
+def test_more_agents_than_one_forward_pass_holds_is_resource_exhausted(shared_host_server):
+    host, server = shared_host_server
+    agents = host.config.batcher.max_batch_size // 2 + 1
+    with pytest.raises(grpc.RpcError) as error:
+        RawWorker(server.address, vector_spec(num_envs=agents, num_seats=2))
+    expect_status(error, grpc.StatusCode.RESOURCE_EXHAUSTED, "batcher.max_batch_size")
+
+
+def test_worker_killed_mid_unroll_leaves_nothing_in_replay(shared_host_server):
+    host, server = shared_host_server
+    before = inserted(host)
     worker = RawWorker(server.address, vector_spec())
     for _ in range(4):  # rows 0..3 of a 5-row unroll
         worker.step(7.0)
@@ -108,6 +118,6 @@ def test_worker_killed_mid_unroll_leaves_nothing_in_replay(host_server):
     survivor = RawWorker(server.address, vector_spec())
     for _ in range(5):
         survivor.step()
-    assert inserted(host) == 2
+    assert inserted(host) - before == 2
     assert not (np.asarray(host.model.replay._buffer.observation) == 7.0).any()
     survivor.close()

@@ -26,7 +26,7 @@ from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
 from seedleague.metrics import Metrics
-from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
+from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
 from seedleague.rl.networks import NetworkConfig, make_network
@@ -117,6 +117,12 @@ class Host:
     # -- EnvBackend ---------------------------------------------------------------------------
 
     def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        if spec.num_agents > self.config.batcher.max_batch_size:
+            raise ProtocolError(
+                RESOURCE_EXHAUSTED,
+                f"worker declares {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents; one forward "
+                f"pass holds at most {self.config.batcher.max_batch_size} (batcher.max_batch_size)",
+            )
         model = self._model_for(spec)
         unroll_length = self.config.unroll_length if self.config.learn else 0
         make = lambda sid: Session(sid, spec, worker_name, unroll_length, model.network.initial_state)

@@ -1,0 +1,30 @@
+"""Checks that only mean something on an accelerator: run where JAX sees a GPU, skipped elsewhere."""
+
+import jax
+import numpy as np
+import pytest
+
+from seedleague.host.replay import Replay, ReplayConfig
+from test_replay import rows
+
+
+@pytest.mark.gpu
+def test_replay_and_sampled_batches_live_on_the_gpu():
+    replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2)
+    replay.insert(rows([1, 2]), timeout=1)
+    batch = replay.sample(timeout=1)
+    for leaf in jax.tree.leaves(batch):
+        assert {d.platform for d in leaf.devices()} == {"gpu"}
+    assert sorted(np.asarray(batch.reward)[:, 0].tolist()) == [1.0, 2.0]
+
+
+@pytest.mark.gpu
+def test_host_inference_runs_on_the_gpu(host_server):
+    from conftest import RawWorker, vector_spec
+
+    host, server = host_server
+    worker = RawWorker(server.address, vector_spec())
+    worker.step()
+    params, _ = host.model.policy.current()
+    assert {d.platform for leaf in jax.tree.leaves(params) for d in leaf.devices()} == {"gpu"}
+    worker.close()
