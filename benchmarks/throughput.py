@@ -19,10 +19,10 @@ import subprocess
 import sys
 import time
 
-import gymnasium as gym
 import jax
 import numpy as np
 
+from envs.gym_worker import make_vector_env
 from seedleague.host.host import Host
 from seedleague.host.policy import InferencePolicy
 from seedleague.metrics import Metrics
@@ -34,8 +34,7 @@ from seedleague.testing.server_thread import ServerThread
 def in_process_rate(env_id: str, num_envs: int, seconds: float) -> float:
     """Steps/s of a sync vector env driven by the host's jitted policy, in this process."""
     preset = preset_for(env_id).host
-    envs = gym.make_vec(env_id, num_envs, vectorization_mode="sync",
-                        vector_kwargs=dict(autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+    envs = make_vector_env(env_id, num_envs)  # exactly what the worker steps
     shape = envs.single_observation_space.shape
     network = make_network(preset.network, shape, np.float32, int(envs.single_action_space.n))
     policy = InferencePolicy(network, network.init(jax.random.key(0)), 0, seed=0)
@@ -97,7 +96,11 @@ def grpc_rate(env_id: str, workers: int, num_envs: int, learn: bool, seconds: fl
         for proc in procs:
             proc.terminate()
         for proc in procs:
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         server.stop()
         host.stop()
 

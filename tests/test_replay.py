@@ -94,6 +94,14 @@ def test_rate_limiter_ratio_by_hand():
     assert not limiter.can_sample(6, size=2)  # 4 - 6 = -2 < -1
 
 
+def test_a_chunk_larger_than_the_ring_keeps_its_newest_rows():
+    replay = Replay(ReplayConfig(capacity=4, sampler="uniform", samples_per_insert=0.5, min_size=1, error_buffer=100),
+                    rows([0]), batch_size=4)
+    assert replay.insert(rows(list(range(10))), timeout=1) == 10
+    assert replay.size == 4
+    assert set(sampled_ids(replay.sample(timeout=1))) <= {6, 7, 8, 9}
+
+
 def test_close_wakes_a_blocked_sampler():
     replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2)
     result = []

@@ -125,12 +125,10 @@ class Replay:
         """Insert complete unrolls (numpy, batch-major) as the rate limiter allows.
 
         Waits up to `timeout` for room, item by item as Reverb does (so a chunk
-        larger than the limiter's slack cannot deadlock); returns how many rows
-        went in: fewer than given only if closed or timed out.
+        larger than the limiter's slack, or than the ring, cannot deadlock);
+        returns how many rows went in: fewer than given only if closed or timed out.
         """
         count = int(np.shape(rows.first)[0])
-        if count > self.config.capacity:
-            raise ValueError(f"insert of {count} unrolls exceeds replay capacity {self.config.capacity}")
         done = 0
         deadline = None if timeout is None else time.perf_counter() + timeout
         with self._cond:
@@ -140,7 +138,7 @@ class Replay:
                 if not self._cond.wait_for(lambda: self._closed or self._limiter.room() > 0, left) or self._closed:
                     break
                 self.insert_wait_s += time.perf_counter() - start
-                part = min(count - done, self._limiter.room())
+                part = min(count - done, self._limiter.room(), self.config.capacity)
                 self._write(jax.tree.map(lambda x: x[done:done + part], rows), part)
                 done += part
         return done
