@@ -34,13 +34,16 @@ class Budget:
     """When a run ends: whichever limit is reached first (0 / None = no limit)."""
 
     max_env_steps: int = 0
+    max_learner_steps: int = 0  # total updates of the train state (continues across --resume)
     max_seconds: float = 0.0
     target_return: Optional[float] = None  # mean return over the last 100 episodes
     target_episodes: int = 100  # episodes the mean needs before the target counts
 
-    def reached(self, metrics: Metrics, elapsed_s: float) -> Optional[str]:
+    def reached(self, metrics: Metrics, learner_step: int, elapsed_s: float) -> Optional[str]:
         if self.max_env_steps and metrics.env_steps >= self.max_env_steps:
             return f"reached {self.max_env_steps} env steps"
+        if self.max_learner_steps and learner_step >= self.max_learner_steps:
+            return f"reached {self.max_learner_steps} learner steps"
         if self.max_seconds and elapsed_s >= self.max_seconds:
             return f"reached {self.max_seconds:g} s"
         if self.target_return is not None and len(metrics.returns) >= self.target_episodes:
@@ -179,7 +182,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
             workers.watch()
             if host.model is not None and host.model.learner is not None and host.model.learner.error is not None:
                 raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
-            reason = config.budget.reached(metrics, time.perf_counter() - start) or reason
+            reason = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start) or reason
             if reason != "interrupted":
                 break
     finally:
@@ -192,9 +195,16 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
         env_steps=metrics.env_steps,
         episodes=metrics.episodes,
         learner_steps=metrics.learner_steps,
+        learner_step=_learner_step(host),
         mean_return=None if math.isnan(metrics.mean_return()) else round(metrics.mean_return(), 2),
         worker_restarts=workers.restarts,
     )
+
+
+def _learner_step(host: Host) -> int:
+    """Updates of the train state so far, including those before a resume."""
+    model = host.model
+    return model.learner.step if model is not None and model.learner is not None else 0
 
 
 def _report(host: Host, metrics: Metrics) -> None:
