@@ -9,6 +9,7 @@ Ctrl-C or SIGTERM, then prints where logs and checkpoints went.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -174,16 +175,15 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
     reason = "interrupted"
     try:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), config.report_interval_s)
-            except asyncio.TimeoutError:
-                pass
             _report(host, metrics)
             workers.watch()
             if host.model is not None and host.model.learner is not None and host.model.learner.error is not None:
                 raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
-            reason = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start) or reason
-            if reason != "interrupted":
+            ended = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)
+            if ended:
+                reason = ended
                 break
     finally:
         workers.stop()
