@@ -141,9 +141,11 @@ def run(config: RunConfig) -> dict:
     sys.setswitchinterval(config.switch_interval_ms / 1000)
     run_dir = os.path.abspath(config.run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    host_config = dataclasses.replace(
-        config.host, checkpoint=dataclasses.replace(config.host.checkpoint, directory=os.path.join(run_dir, "checkpoints"))
-    )
+    host_config = config.host
+    if not host_config.checkpoint.directory:  # by default a run keeps its checkpoints inside its directory
+        host_config = dataclasses.replace(
+            host_config, checkpoint=dataclasses.replace(host_config.checkpoint, directory=os.path.join(run_dir, "checkpoints"))
+        )
     metrics = Metrics(os.path.join(run_dir, "tensorboard"))
     host = Host(host_config, metrics, resume=config.resume)
     try:

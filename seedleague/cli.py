@@ -75,6 +75,42 @@ def _train(args: argparse.Namespace, with_workers: bool = True) -> int:
     return 0
 
 
+def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True,
+                        help="a run directory, or its checkpoints/ directory; the newest checkpoint is served")
+    parser.add_argument("--run-dir", default=None, help="logs go here (default: runs/serve-<time>)")
+    parser.add_argument("--max-seconds", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
+    config_flags.add_flags(parser, HostConfig)
+
+
+def _checkpoint_dir(path: str) -> str:
+    """The checkpoints directory for `path` (a run directory or the directory itself), or SystemExit."""
+    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+
+    for candidate in (os.path.join(path, "checkpoints"), path):
+        if os.path.isdir(candidate) and Checkpointer(CheckpointConfig(directory=candidate)).latest_step() is not None:
+            return os.path.abspath(candidate)
+    raise SystemExit(f"seedleague serve: no checkpoint found in {path!r} or {os.path.join(path, 'checkpoints')!r}")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Inference only: same protocol and batching as training, params from a checkpoint, no learner."""
+    from launch import local
+    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+
+    directory = _checkpoint_dir(args.checkpoint)
+    meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta()
+    preset = presets.preset_for(meta["spec"]["env_name"])
+    host = config_flags.build(HostConfig, args, preset.host)
+    host = dataclasses.replace(host, learn=False, checkpoint=dataclasses.replace(host.checkpoint, directory=directory))
+    run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    budget = local.Budget(max_seconds=args.max_seconds)
+    summary = local.run(local.RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True))
+    print(f"\nserving ended: {summary['reason']}; {summary['env_steps']} env steps answered, "
+          f"{summary['episodes']} episodes, mean return (last 100) {summary['mean_return']}")
+    return 0
+
+
 def _worker(argv: list[str]) -> int:
     from envs import gym_worker
 
@@ -85,20 +121,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,worker}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
     _add_run_flags(train, with_workers=True)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
     _add_run_flags(host, with_workers=False)
+    serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
+    _add_serve_flags(serve)
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     args = parser.parse_args(argv or ["train"])
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if args.command in ("host", "serve") and args.address is None:
+            args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "host":
-            if args.address is None:  # a stand-alone host needs a port workers can find
-                args.address = "127.0.0.1:50051"
             return _train(args, with_workers=False)
         return _train(args)
     except (ValueError, FileExistsError) as error:

@@ -45,6 +45,7 @@ class HostConfig:
     batch_size: int = 32  # unrolls per learner update
     seed: int = 0
     learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
+    greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
     limits: SessionLimits = SessionLimits()
     batcher: BatcherConfig = BatcherConfig()
     replay: ReplayConfig = ReplayConfig()
@@ -61,6 +62,11 @@ class HostConfig:
             raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+
+
+def network_from_json(data: dict) -> NetworkConfig:
+    """The NetworkConfig a checkpoint was trained with (JSON turns tuples into lists)."""
+    return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def spec_to_json(spec: EnvSpec) -> dict:
@@ -165,7 +171,7 @@ class Host:
             state = init_train_state(config.learner, network, jax.random.key(config.seed))
         version = int(state.step)
         params = jax.tree.map(jax.numpy.copy, state.params)
-        policy = InferencePolicy(network, params, version, seed=config.seed + 1)
+        policy = InferencePolicy(network, params, version, seed=config.seed + 1, greedy=config.greedy)
         replay = learner = None
         if config.learn:
             replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size, config.seed)
@@ -184,6 +190,7 @@ class Host:
         m = self.metrics
         return dict(
             spec=spec_to_json(self.model.spec),
+            network=dataclasses.asdict(self.config.network),
             env_steps=m.env_steps,
             agent_steps=m.agent_steps,
             episodes=m.episodes,
@@ -195,14 +202,18 @@ class Host:
         meta = self.checkpointer.restore_meta()
         s = meta["spec"]
         spec = EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
+        if "network" in meta and network_from_json(meta["network"]) != self.config.network:
+            log.warning("using the checkpoint's network %s, not %s", meta["network"], self.config.network)
+            self.config = dataclasses.replace(self.config, network=network_from_json(meta["network"]))
         network = make_network(self.config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
         template = init_train_state(self.config.learner, network, jax.random.key(0))
         state, meta = self.checkpointer.restore_latest(template)
-        self._restored_meta = meta
-        self.metrics.env_steps = meta["env_steps"]
-        self.metrics.agent_steps = meta["agent_steps"]
-        self.metrics.episodes = meta["episodes"]
-        self.metrics.returns.extend(meta.get("returns", []))
+        if self.config.learn:  # a resumed run continues its counters; a serving host counts only what it serves
+            self._restored_meta = meta
+            self.metrics.env_steps = meta["env_steps"]
+            self.metrics.agent_steps = meta["agent_steps"]
+            self.metrics.episodes = meta["episodes"]
+            self.metrics.returns.extend(meta.get("returns", []))
         self._build_model(spec, state)
         log.info("resumed from %s at learner step %d, %d env steps", self.checkpointer.directory, int(state.step), meta["env_steps"])
 
