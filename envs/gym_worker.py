@@ -2,6 +2,7 @@
 actions) and lets a seedleague host choose every action.
 
     python -m envs.gym_worker --address 127.0.0.1:50051 --env CartPole-v1 --num-envs 32
+    SEEDLEAGUE_TOKEN=... python -m envs.gym_worker --address host:50051 --tls-ca ca.pem --env CartPole-v1
 
 Data path: vector env (same-step autoreset, as the protocol wants) -> WorkerClient
 .step -> host -> actions -> vector env. The worker is deliberately thin: the host
@@ -40,6 +41,7 @@ from seedleague.protocol.client import (
 )
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
+from seedleague.security import ClientSecurity, add_security_flags, client_security_from_args
 
 log = logging.getLogger("envs.gym_worker")
 
@@ -63,6 +65,7 @@ class WorkerConfig:
     backoff_max_s: float = 5.0
     connect_timeout_s: float = 10.0
     log_interval_s: float = 10.0  # how often steps/s is logged
+    security: ClientSecurity = ClientSecurity()  # token and TLS CA; default plaintext, no token
 
     def __post_init__(self):
         problems = []
@@ -86,6 +89,7 @@ class WorkerConfig:
             backoff_initial_s=self.backoff_initial_s,
             backoff_max_s=self.backoff_max_s,
             connect_timeout_s=self.connect_timeout_s,
+            security=self.security,
         )
 
 
@@ -289,6 +293,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-interval", type=float, default=defaults["log_interval_s"], help="seconds between steps/s logs"
     )
+    add_security_flags(parser, "client")  # --token (or $SEEDLEAGUE_TOKEN), --tls-ca
 
 
 def config_from_args(args: argparse.Namespace) -> WorkerConfig:
@@ -305,6 +310,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         backoff_max_s=args.backoff_max,
         connect_timeout_s=args.connect_timeout,
         log_interval_s=args.log_interval,
+        security=client_security_from_args(args),
         **optional,
     )
 

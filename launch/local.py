@@ -26,6 +26,7 @@ from seedleague.checkpoint import CheckpointConfig
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line
+from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class RunConfig:
     workers: WorkerSpec = WorkerSpec()
     budget: Budget = Budget()
     resume: bool = False
+    security: ServerSecurity = ServerSecurity()  # token and TLS of the host's server (workers get the same)
     report_interval_s: float = 2.0
     switch_interval_ms: float = 0.5  # Python GIL switch interval in the host process
 
@@ -84,8 +86,12 @@ def gym_worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
 class WorkerProcesses:
     """Starts, watches and stops the worker processes; logs go to <run_dir>/logs/worker-<i>.log."""
 
-    def __init__(self, spec: WorkerSpec, address: str, log_dir: str):
+    def __init__(self, spec: WorkerSpec, address: str, log_dir: str, security: ServerSecurity = ServerSecurity()):
         self.spec, self.address, self.log_dir = spec, address, log_dir
+        self._env = dict(os.environ)
+        self._tls = ["--tls-ca", security.tls_cert] if security.tls else []
+        if security.token:  # through the environment: a token on a command line is visible to every user
+            self._env[TOKEN_ENV_VAR] = security.token
         self.restarts = 0
         self._procs: list[Optional[subprocess.Popen]] = [None] * spec.count
         os.makedirs(log_dir, exist_ok=True)
@@ -97,7 +103,8 @@ class WorkerProcesses:
     def _start(self, i: int) -> None:
         command = list(self.spec.command) + ["--address", self.address, "--seed", str(1000 * i + self.restarts)]
         with open(os.path.join(self.log_dir, f"worker-{i}.log"), "ab") as out:
-            self._procs[i] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self._procs[i] = subprocess.Popen(command + self._tls, stdout=out, stderr=subprocess.STDOUT,
+                                              start_new_session=True, env=self._env)
 
     def watch(self) -> None:
         """Restart workers that died; give up after max_restarts in total."""
@@ -163,7 +170,7 @@ def run(config: RunConfig) -> dict:
 async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) -> dict:
     servicer = EnvServicer(host)
     server, port = await grpc_server.start_server(
-        config.host.address, [servicer.register], [SERVICE_NAME], config.host.max_message_bytes
+        config.host.address, [servicer.register], [SERVICE_NAME], config.host.max_message_bytes, config.security
     )
     address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
     print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)
@@ -171,7 +178,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    workers = WorkerProcesses(config.workers, address, os.path.join(run_dir, "logs"))
+    workers = WorkerProcesses(config.workers, address, os.path.join(run_dir, "logs"), config.security)
     workers.start()
     start = time.perf_counter()
     reason = "interrupted"

@@ -8,6 +8,9 @@ A worker describes its envs with an `EnvSpec`, then:
     ...
     client.close()
 
+With a token-protected or TLS host, pass `ClientConfig(..., security=ClientSecurity(token=..., tls_ca=...))`
+(`seedleague.security`): the token rides on every call as `authorization: Bearer` metadata.
+
 Failures surface as two exceptions. `ConnectionLost` is retriable: back off
 (`Backoff`), `connect()` again and start fresh episodes in every env. `HostRefused`
 means the host rejected this worker's spec or data; retrying would get the same
@@ -35,6 +38,7 @@ from seedleague.protocol.channel import channel_options
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, StepBatch
+from seedleague.security import ClientSecurity
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
 
@@ -53,6 +57,7 @@ class ClientConfig:
     backoff_initial_s: float = 0.1
     backoff_max_s: float = 5.0
     connect_timeout_s: float = 10.0  # per attempt, waiting for the channel to be ready
+    security: ClientSecurity = ClientSecurity()  # token and TLS; default plaintext, no token
 
     def __post_init__(self):
         problems = []
@@ -66,6 +71,8 @@ class ClientConfig:
             )
         if self.connect_timeout_s <= 0:
             problems.append(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+        if not isinstance(self.security, ClientSecurity):
+            problems.append(f"security must be a ClientSecurity, got {type(self.security).__name__}")
         if problems:
             raise ValueError("bad client config: " + "; ".join(problems))
 
@@ -118,6 +125,13 @@ _REFUSED = frozenset(
 )
 
 
+# Appended to "not reachable": a TLS mismatch looks like an unreachable host from the client's side.
+_TLS_HINT = {
+    False: " (if the host serves TLS, pass its CA with --tls-ca)",
+    True: " (check that the host serves TLS with a certificate signed by --tls-ca for this address)",
+}
+
+
 def classify_rpc_error(error: grpc.RpcError, during: str) -> Exception:
     """HostRefused or ConnectionLost for a failed call; `during` is "handshake" or "stream".
 
@@ -127,6 +141,9 @@ def classify_rpc_error(error: grpc.RpcError, during: str) -> Exception:
     """
     code = error.code()
     details = error.details() or ""
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        hint = "give this worker the host's token with --token or the SEEDLEAGUE_TOKEN environment variable"
+        return HostRefused(code.name, f"{details}; {hint}", during)
     if code in _REFUSED or (code == grpc.StatusCode.FAILED_PRECONDITION and during == "handshake"):
         return HostRefused(code.name, details, during)
     return ConnectionLost(f"{during} failed with {code.name}: {details}")
@@ -214,7 +231,7 @@ class WorkerClient:
     def connect(self) -> None:
         """Handshake and open the stream (dropping any previous one). Raises ConnectionLost or HostRefused."""
         self._teardown()
-        channel = grpc.insecure_channel(self.config.address, options=self._channel_options())
+        channel = self.config.security.channel(self.config.address, self._channel_options())
         with self._lock:
             if self._closed:
                 channel.close()
@@ -285,6 +302,7 @@ class WorkerClient:
         except grpc.FutureTimeoutError:
             raise ConnectionLost(
                 f"host at {self.config.address} not reachable within {self.config.connect_timeout_s} s"
+                f"{_TLS_HINT[self.config.security.tls]}"
             ) from None
         except grpc.FutureCancelledError:
             raise ConnectionLost("connect cancelled: client closed") from None
@@ -293,7 +311,9 @@ class WorkerClient:
         stub = env_pb2_grpc.EnvServiceStub(channel)
         request = codec.encode_handshake(self.spec, self.config.worker_name)
         try:
-            reply = stub.Handshake(request, timeout=self.config.connect_timeout_s)
+            reply = stub.Handshake(
+                request, timeout=self.config.connect_timeout_s, metadata=self.config.security.metadata()
+            )
         except grpc.RpcError as error:
             raise classify_rpc_error(error, "handshake") from None
         if reply.protocol_version != PROTOCOL_VERSION:
@@ -318,7 +338,8 @@ class WorkerClient:
         self._message = _template_step(self.spec, reply.session_id, acting=False)
         self._sequence = 0
         pending: queue.SimpleQueue = queue.SimpleQueue()
-        call = env_pb2_grpc.EnvServiceStub(channel).Stream(_requests(pending))
+        stub = env_pb2_grpc.EnvServiceStub(channel)
+        call = stub.Stream(_requests(pending), metadata=self.config.security.metadata())
         with self._lock:
             if self._closed:
                 pending.put(None)

@@ -9,7 +9,8 @@ background thread, so synchronous tests and tools can talk to it over a socket.
 
 Each start gets its own event loop and thread; the server is built by
 `seedleague.grpc_server.start_server` with the backend behind `EnvServicer`, so
-health checking, reflection and the message-size limit are the production ones.
+health checking, reflection, the message-size limit and security (token, TLS:
+`security=ServerSecurity(...)`) are the production ones.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ import grpc
 
 from seedleague.grpc_server import start_server
 from seedleague.host.servicer import SERVICE_NAME, EnvBackend, EnvServicer
+from seedleague.security import ServerSecurity
 
 
 class ServerThread:
     """An EnvService server on its own thread and event loop; restartable on the same port."""
 
-    def __init__(self, backend: EnvBackend, address: str = "127.0.0.1:0"):
+    def __init__(self, backend: EnvBackend, address: str = "127.0.0.1:0", security: ServerSecurity = ServerSecurity()):
         if not address.rpartition(":")[0]:
             raise ValueError(f"address must be 'host:port' (port 0 picks a free one), got {address!r}")
         self.backend = backend
+        self.security = security
         self._host = address.rpartition(":")[0]
         self._address = address
         self._port: Optional[int] = None
@@ -62,7 +65,9 @@ class ServerThread:
         thread.start()
         address = self._address if self._port is None else f"{self._host}:{self._port}"
         servicer = EnvServicer(self.backend)
-        starting = start_server(address, [servicer.register], [SERVICE_NAME], self.backend.max_message_bytes)
+        starting = start_server(
+            address, [servicer.register], [SERVICE_NAME], self.backend.max_message_bytes, self.security
+        )
         try:
             server, port = asyncio.run_coroutine_threadsafe(starting, loop).result(timeout_s)
         except BaseException:
