@@ -16,6 +16,8 @@ from typing import Optional
 
 from seedleague import config_flags, presets
 from seedleague.host.host import HostConfig
+from seedleague.security import add_security_flags, server_security_from_args
+from seedleague.tools import check_worker, fake_host
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
@@ -28,6 +30,7 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     parser.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds (0: no limit)")
     parser.add_argument("--target-return", type=float, default=None,
                         help="stop when the mean return of the last 100 episodes reaches this")
+    add_security_flags(parser, "server")
     if with_workers:
         parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
@@ -57,7 +60,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool):
     )
     if args.resume and not args.run_dir:
         raise SystemExit("--resume needs --run-dir: the run directory to continue")
-    return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume)
+    return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
+                     security=server_security_from_args(args))
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True) -> int:
@@ -80,6 +84,7 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
                         help="a run directory, or its checkpoints/ directory; the newest checkpoint is served")
     parser.add_argument("--run-dir", default=None, help="logs go here (default: runs/serve-<time>)")
     parser.add_argument("--max-seconds", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
+    add_security_flags(parser, "server")
     config_flags.add_flags(parser, HostConfig)
 
 
@@ -105,7 +110,8 @@ def _serve(args: argparse.Namespace) -> int:
     host = dataclasses.replace(host, learn=False, checkpoint=dataclasses.replace(host.checkpoint, directory=directory))
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     budget = local.Budget(max_seconds=args.max_seconds)
-    summary = local.run(local.RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True))
+    summary = local.run(local.RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True,
+                                        security=server_security_from_args(args)))
     print(f"\nserving ended: {summary['reason']}; {summary['env_steps']} env steps answered, "
           f"{summary['episodes']} episodes, mean return (last 100) {summary['mean_return']}")
     return 0
@@ -121,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
     _add_run_flags(train, with_workers=True)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
@@ -129,6 +135,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
+    fake_host.add_parser(sub)
+    check_worker.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     args = parser.parse_args(argv or ["train"])
@@ -138,6 +146,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find
         if args.command == "serve":
             return _serve(args)
+        if args.command == "fake-host":
+            return fake_host.run(args)
+        if args.command == "check-worker":
+            return check_worker.run(args)
         if args.command == "host":
             return _train(args, with_workers=False)
         return _train(args)

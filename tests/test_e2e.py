@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,3 +100,22 @@ def test_worker_reconnects_after_the_host_is_killed_and_restarted(tmp_path):
         for proc in (host, worker):
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_train_with_a_token_and_tls_hands_both_to_its_workers(tmp_path):
+    from test_security import _make_certificate
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+    cert, key = _make_certificate(tmp_path, "host")
+    run_dir = str(tmp_path / "run")
+    env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret-token")
+    result = subprocess.run(
+        SEEDLEAGUE + ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir,
+                      "--tls-cert", cert, "--tls-key", key, "--max-learner-steps", "2", "--max-seconds", "90"] + TINY,
+        capture_output=True, text=True, timeout=150, env=env,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert summary(run_dir)["reason"] == "reached 2 learner steps"
+    worker_log = open(os.path.join(run_dir, "logs", "worker-0.log")).read()
+    assert "s3cret-token" not in worker_log and "UNAUTHENTICATED" not in worker_log

@@ -1,0 +1,506 @@
+"""`seedleague check-worker`: run an env worker against a checking fake host and
+report, check by check, whether it speaks the protocol.
+
+    seedleague check-worker [--timeout S] [--steps N] -- <worker command ...>
+
+The worker finds the host through the literal `{address}` in its arguments
+(replaced by host:port) or the SEEDLEAGUE_ADDRESS environment variable. The
+checker serves a `CheckingBackend` (a FakeBackend that remembers every refused
+message with its sequence number), then, in order:
+
+  1. waits for a handshake and `--steps` clean steps of the first session;
+  2. stops the host and restarts it on the same port, and waits for the worker
+     to handshake a new session and step it;
+  3. sends the worker SIGTERM and waits for exit status 0.
+
+Each check prints PASS, FAIL or SKIP with the first offending message. The
+command exits 0 when every check passes, 1 otherwise, 2 for usage errors. This
+module owns the checks, the report and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Optional, Sequence
+
+from seedleague.protocol.errors import ProtocolError
+from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.testing.fakes import FakeBackend, FakeHostConfig
+from seedleague.testing.server_thread import ServerThread
+from seedleague.tools.fake_host import describe_spec
+
+ADDRESS_PLACEHOLDER = "{address}"
+ADDRESS_ENV = "SEEDLEAGUE_ADDRESS"
+
+HANDSHAKE = "handshake"
+STREAM = "stream"
+OBSERVATIONS = "observations"
+REWARDS = "rewards and flags"
+LEGAL_MASKS = "legal masks"
+EPISODES = "episodes reset"
+RECONNECT = "reconnect"
+SHUTDOWN = "clean shutdown"
+CHECKS = (HANDSHAKE, STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS, EPISODES, RECONNECT, SHUTDOWN)
+
+# Which check a refused message belongs to, by the first field its error names.
+_FIELD_CHECKS = (
+    ("legal_mask", LEGAL_MASKS),
+    ("acting", LEGAL_MASKS),
+    ("observation", OBSERVATIONS),
+    ("reward", REWARDS),
+    ("terminated", REWARDS),
+    ("truncated", REWARDS),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckConfig:
+    """How long and how far to exercise a worker."""
+
+    steps: int = 200  # clean steps of the first session before the host restart; an episode must end within them
+    timeout_s: float = 30.0  # deadline of each phase: handshake + steps, then reconnect + resume
+    shutdown_timeout_s: float = 10.0  # SIGTERM to exit
+    resume_steps: int = 3  # steps of the new session that count as "resumed stepping"
+    seed: int = 0  # of the random actions
+
+    def __post_init__(self):
+        problems = []
+        if self.steps < 2:
+            problems.append(f"steps must be >= 2, got {self.steps}")
+        if self.timeout_s <= 0:
+            problems.append(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.shutdown_timeout_s <= 0:
+            problems.append(f"shutdown timeout must be > 0 seconds, got {self.shutdown_timeout_s}")
+        if self.resume_steps < 1:
+            problems.append(f"resume_steps must be >= 1, got {self.resume_steps}")
+        if problems:
+            raise ValueError("bad check-worker config: " + "; ".join(problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One named check: PASS, FAIL or SKIP (could not be run; counts as not passed)."""
+
+    name: str
+    status: str
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASS"
+
+    def line(self) -> str:
+        return f"{self.status} {self.name}: {self.detail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What `check_worker` found: the spec the worker declared, one result per check, its output tail."""
+
+    command: tuple[str, ...]
+    spec: Optional[EnvSpec]
+    results: tuple[CheckResult, ...]
+    worker_output: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    def result(self, name: str) -> CheckResult:
+        return next(result for result in self.results if result.name == name)
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the checks that did not pass, in check order."""
+        return [result.name for result in self.results if not result.passed]
+
+    def format(self) -> str:
+        lines = [f"check-worker: {' '.join(self.command)}"]
+        lines.append(f"spec: {describe_spec(self.spec)}" if self.spec else "spec: none (no successful handshake)")
+        lines += [result.line() for result in self.results]
+        if self.passed:
+            lines.append(f"all {len(self.results)} checks passed")
+        else:
+            lines.append(f"{len(self.failed)} of {len(self.results)} checks did not pass: {', '.join(self.failed)}")
+            lines.append(f"worker output (last {len(self.worker_output)} lines):")
+            lines += [f"  | {line}" for line in self.worker_output]
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """A message the checking host refused."""
+
+    where: str  # session id, or "handshake"
+    sequence: Optional[int]  # the refused StepBatch's sequence, when known
+    code: str
+    message: str
+
+    @property
+    def check(self) -> str:
+        if self.where == HANDSHAKE:
+            return HANDSHAKE
+        return next((check for field, check in _FIELD_CHECKS if re.search(rf"\b{field}\b", self.message)), STREAM)
+
+    def describe(self) -> str:
+        step = f"step {self.sequence}" if self.sequence is not None else "a message"
+        where = "handshake" if self.where == HANDSHAKE else f"{step} of session {self.where}"
+        return f"{where}: {self.code}: {self.message}"
+
+
+class CheckingBackend(FakeBackend):
+    """FakeBackend that keeps every violation with its step, and the first episode end."""
+
+    def __init__(self, config: FakeHostConfig):
+        super().__init__(config)
+        self.found: list[Violation] = []
+        self.first_episode_end: Optional[tuple[str, int, int]] = None  # session, sequence, env
+        self._found_lock = threading.Lock()
+
+    def add(self, violation: Violation) -> None:
+        with self._found_lock:
+            if not any(v.where == violation.where and v.message == violation.message for v in self.found):
+                self.found.append(violation)
+
+    def violations_of(self, check: str) -> list[Violation]:
+        with self._found_lock:
+            return [v for v in self.found if v.check == check]
+
+    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        try:
+            return super().open_session(spec, worker_name)
+        except ProtocolError as error:
+            self.add(Violation(HANDSHAKE, None, error.code, error.message))
+            raise
+
+    def attach(self, session_id: str) -> None:
+        try:
+            super().attach(session_id)
+        except ProtocolError as error:
+            self.add(Violation(session_id, 0, error.code, error.message))
+            raise
+
+    async def step(self, step: StepBatch) -> ActionBatch:
+        try:
+            actions = await super().step(step)
+        except ProtocolError as error:
+            self.add(Violation(step.session_id, step.sequence, error.code, error.message))
+            raise
+        ended = step.terminated | step.truncated
+        if step.sequence > 0 and ended.any() and self.first_episode_end is None:
+            self.first_episode_end = (step.session_id, step.sequence, int(ended.argmax()))
+        return actions
+
+
+class ServicerRefusals(logging.Handler):
+    """Collects refusals the servicer makes before the backend sees a message.
+
+    Those are handshakes with the wrong protocol version or an undecodable spec,
+    and StepBatches that do not decode (missing tensor, wrong byte count). The
+    servicer logs each one at WARNING; refusals the backend made are already
+    recorded and are dropped here as duplicates.
+    """
+
+    LOGGER = "seedleague.host.servicer"
+
+    def __init__(self, backend: CheckingBackend):
+        super().__init__(logging.WARNING)
+        self._backend = backend
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg.startswith("refused handshake") and len(args) == 2:
+            self._backend.add(Violation(HANDSHAKE, None, "refused", str(args[1])))
+        elif record.msg.startswith("ending stream") and len(args) == 2:
+            code, _, message = str(args[1]).partition(": ")
+            if args[0] is None:  # The stream's first message did not decode: its session is unknown.
+                self._backend.add(Violation("(first message, session unknown)", 0, code, message))
+            else:
+                self._backend.add(Violation(str(args[0]), _accepted_steps(self._backend, args[0]), code, message))
+
+    def __enter__(self) -> "ServicerRefusals":
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        logging.getLogger(self.LOGGER).removeHandler(self)
+
+
+def _accepted_steps(backend: FakeBackend, session_id: str) -> Optional[int]:
+    """The sequence the session's next message should carry: the refused one, in lockstep."""
+    session = next((s for s in backend.sessions if s.session_id == session_id), None)
+    return None if session is None else session.steps
+
+
+class WorkerProcess:
+    """The worker under test: a subprocess whose merged output is kept, last lines only."""
+
+    def __init__(self, command: Sequence[str], address: str, keep_lines: int = 40):
+        argv = [part.replace(ADDRESS_PLACEHOLDER, address) for part in command]
+        env = dict(os.environ, **{ADDRESS_ENV: address})
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            text=True, errors="replace",
+        )
+        self.output: collections.deque[str] = collections.deque(maxlen=keep_lines)
+        self._reader = threading.Thread(target=self._read, name="worker-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line.rstrip("\n"))
+
+    def exit_code(self) -> Optional[int]:
+        return self.process.poll()
+
+    def wait(self, timeout_s: float) -> Optional[int]:
+        """The exit status, or None if still running after `timeout_s`."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate_and_wait(self, timeout_s: float) -> Optional[int]:
+        """SIGTERM, then the exit status, or None if still running after `timeout_s`."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reader.join(timeout=2.0)
+
+
+def _wait(done: Callable[[], bool], worker: WorkerProcess, backend: CheckingBackend, timeout_s: float) -> str:
+    """"done", or why waiting stopped first: "violation", "exited" or "timeout"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if done():
+            return "done"
+        if backend.found:
+            return "violation"
+        if worker.exit_code() is not None:
+            return "exited"
+        if time.monotonic() > deadline:
+            return "timeout"
+        time.sleep(0.02)
+
+
+def _stopped_because(outcome: str, worker: WorkerProcess, backend: CheckingBackend, timeout_s: float) -> str:
+    if outcome == "violation":
+        return f"the host refused {backend.found[0].describe()}"
+    if outcome == "exited":
+        return f"the worker exited with code {worker.exit_code()}"
+    return f"nothing more happened within {timeout_s:g} s"
+
+
+def check_worker(command: Sequence[str], config: CheckConfig = CheckConfig()) -> Report:
+    """Run `command` against a checking fake host and check it. Raises OSError if it cannot start."""
+    if not command:
+        raise ValueError("no worker command given: put it after `--`")
+    backend = CheckingBackend(FakeHostConfig(seed=config.seed))
+    with ServicerRefusals(backend), ServerThread(backend, "127.0.0.1:0") as server:
+        worker = WorkerProcess(command, server.address)
+        try:
+            results = _run_checks(backend, server, worker, config)
+        finally:
+            worker.kill()
+    sessions = backend.sessions
+    spec = sessions[0].spec if sessions else None
+    return Report(tuple(command), spec, tuple(results), tuple(worker.output))
+
+
+def _run_checks(
+    backend: CheckingBackend, server: ServerThread, worker: WorkerProcess, config: CheckConfig
+) -> list[CheckResult]:
+    def first_session_stepped() -> bool:
+        sessions = backend.sessions
+        return bool(sessions) and sessions[0].steps >= config.steps
+
+    outcome = _wait(first_session_stepped, worker, backend, config.timeout_s)
+    why = _stopped_because(outcome, worker, backend, config.timeout_s)
+    handshake = _check_handshake(backend, why)
+    episodes = _check_episodes(backend, config, outcome, why)
+    if outcome == "violation":  # A refused worker should give up on its own: let it, before SIGTERM.
+        worker.wait(config.shutdown_timeout_s)
+    reconnect = _check_reconnect(backend, server, worker, config) if outcome == "done" else _skip(
+        RECONNECT, f"needs {config.steps} clean steps first; {why}"
+    )
+    shutdown = _check_shutdown(worker, config)
+    data = [_check_data(backend, name) for name in (STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS)]
+    return [handshake, *data, episodes, reconnect, shutdown]
+
+
+def _skip(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, "SKIP", detail)
+
+
+def _check_handshake(backend: CheckingBackend, why: str) -> CheckResult:
+    sessions = backend.sessions
+    refused = backend.violations_of(HANDSHAKE)
+    if sessions:
+        session = sessions[0]
+        return CheckResult(
+            HANDSHAKE, "PASS", f"protocol v{PROTOCOL_VERSION}, session {session.session_id} for {describe_spec(session.spec)}"
+        )
+    if refused:
+        return CheckResult(HANDSHAKE, "FAIL", f"refused {refused[0].message}")
+    return CheckResult(HANDSHAKE, "FAIL", f"no handshake: {why}")
+
+
+def _check_data(backend: CheckingBackend, name: str) -> CheckResult:
+    """A per-step check: its first refused message over all sessions, or how many steps passed."""
+    sessions = backend.sessions
+    if not sessions:
+        return _skip(name, "no session was opened")
+    found = backend.violations_of(name)
+    if found:
+        return CheckResult(name, "FAIL", found[0].describe())
+    steps = sum(session.steps for session in sessions)
+    detail = f"{steps} steps over {len(sessions)} session{'s' if len(sessions) > 1 else ''} checked"
+    if name == LEGAL_MASKS and not sessions[0].spec.has_legal_mask:
+        detail = f"not declared (has_legal_mask=false) and none sent in {steps} steps"
+    return CheckResult(name, "PASS", detail)
+
+
+def _check_episodes(backend: CheckingBackend, config: CheckConfig, outcome: str, why: str) -> CheckResult:
+    ended = backend.first_episode_end
+    if ended is not None and ended[1] <= config.steps:
+        session, sequence, env = ended
+        return CheckResult(EPISODES, "PASS", f"first episode ended at step {sequence} of session {session} (env {env})")
+    sessions = backend.sessions
+    if not sessions:
+        return _skip(EPISODES, "no session was opened")
+    session = sessions[0]
+    seen = f"{session.steps} steps of {session.spec.num_envs} envs"
+    if outcome == "done":
+        return CheckResult(
+            EPISODES, "FAIL",
+            f"no env reported terminated or truncated in {seen} (--steps {config.steps}); episodes must end, "
+            "and the StepBatch after the ending action must set the flag",
+        )
+    if outcome == "violation":
+        return _skip(EPISODES, f"no episode ended in the {seen} observed before {why}")
+    return CheckResult(EPISODES, "FAIL", f"no episode ended in the {seen} observed before {why}")
+
+
+def _check_reconnect(
+    backend: CheckingBackend, server: ServerThread, worker: WorkerProcess, config: CheckConfig
+) -> CheckResult:
+    """Restart the host on the same port; the worker must handshake anew and step the new session."""
+    before = len(backend.sessions)
+    server.stop(grace=0)
+    server.start()
+    started = time.monotonic()
+
+    def resumed() -> bool:
+        sessions = backend.sessions
+        return len(sessions) > before and sessions[-1].steps >= config.resume_steps
+
+    outcome = _wait(resumed, worker, backend, config.timeout_s)
+    took = time.monotonic() - started
+    if outcome == "done":
+        session = backend.sessions[-1]
+        return CheckResult(RECONNECT, "PASS", f"new session {session.session_id} stepping {took:.1f} s after the host restart")
+    if outcome == "exited":
+        return CheckResult(
+            RECONNECT, "FAIL",
+            f"the worker exited with code {worker.exit_code()} {took:.1f} s after the host restarted, instead of "
+            "reconnecting with backoff",
+        )
+    if outcome == "violation":
+        return CheckResult(RECONNECT, "FAIL", f"after the restart the host refused {backend.found[0].describe()}")
+    new = len(backend.sessions) - before
+    return CheckResult(
+        RECONNECT, "FAIL",
+        f"no new session with {config.resume_steps} steps within {config.timeout_s:g} s of the host restart "
+        f"({new} new sessions opened)",
+    )
+
+
+def _check_shutdown(worker: WorkerProcess, config: CheckConfig) -> CheckResult:
+    code = worker.exit_code()
+    if code is not None:
+        return _skip(SHUTDOWN, f"the worker had already exited with code {code}")
+    started = time.monotonic()
+    code = worker.terminate_and_wait(config.shutdown_timeout_s)
+    took = time.monotonic() - started
+    if code is None:
+        return CheckResult(SHUTDOWN, "FAIL", f"still running {config.shutdown_timeout_s:g} s after SIGTERM (killed)")
+    if code != 0:
+        return CheckResult(SHUTDOWN, "FAIL", f"exited with code {code} {took:.1f} s after SIGTERM; expected 0")
+    return CheckResult(SHUTDOWN, "PASS", f"exited 0 {took:.1f} s after SIGTERM")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """check-worker's flags; `config_from_args` maps them onto a CheckConfig."""
+    defaults = CheckConfig()
+    parser.add_argument("--steps", type=int, default=defaults.steps,
+                        help="clean steps before the host restart; an episode must end within them (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=defaults.timeout_s,
+                        help="seconds allowed for each phase: handshake + steps, reconnect (default %(default)s)")
+    parser.add_argument("--shutdown-timeout", type=float, default=defaults.shutdown_timeout_s,
+                        help="seconds from SIGTERM to exit (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the random actions")
+    parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the worker to run; {address} in it becomes host:port (also in $SEEDLEAGUE_ADDRESS)")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `check-worker` subcommand on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "check-worker",
+        help="run an env worker against a fake host and check that it speaks the protocol",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_arguments(parser)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> CheckConfig:
+    return CheckConfig(steps=args.steps, timeout_s=args.timeout, shutdown_timeout_s=args.shutdown_timeout, seed=args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; 0 all checks passed, 1 some did not, 2 usage error."""
+    command = list(args.worker_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        config = config_from_args(args)
+        if not command:
+            raise ValueError("no worker command: put it after `--`, e.g. -- ./my_worker --address {address}")
+        report = check_worker(command, config)
+    except ValueError as error:
+        print(f"seedleague check-worker: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"seedleague check-worker: cannot start {command[0]!r}: {error}", file=sys.stderr)
+        return 2
+    print(report.format(), flush=True)
+    return 0 if report.passed else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m seedleague.tools.check_worker`, the same command without the seedleague CLI."""
+    parser = argparse.ArgumentParser(prog="seedleague check-worker", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""`seedleague fake-host`: a host with no model, for developing an env worker.
+
+    seedleague fake-host --address 127.0.0.1:50051 [--observation-shape 4 --num-actions 2]
+
+It serves the real EnvService (same servicer, same limits) over `FakeBackend`,
+answers every step with uniformly random legal actions, prints each protocol
+violation as it happens (with the offending step's sequence number) and a
+summary of every session when it closes, and runs until Ctrl-C or SIGTERM
+(exit 0). This module owns that command and `describe_spec`, the one-line
+rendering of an EnvSpec both tools print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from seedleague.protocol.errors import ProtocolError
+from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
+from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
+from seedleague.testing.server_thread import ServerThread
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+def describe_spec(spec: EnvSpec) -> str:
+    """One line: name, observation dtype/shape, actions, envs x seats, legal masks."""
+    shape = "x".join(str(d) for d in spec.observation_shape) or "scalar"
+    return (
+        f"{spec.env_name!r}: observation {spec.observation_dtype.name}[{shape}], {spec.num_actions} actions, "
+        f"{spec.num_envs} envs x {spec.num_seats} seats, legal masks {'yes' if spec.has_legal_mask else 'no'}"
+    )
+
+
+def say(message: str) -> None:
+    """A timestamped line on stdout, flushed at once (the fake host's whole output)."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def describe_session(session: FakeSession) -> str:
+    """Steps, episodes and mean return of a session, for its closing summary."""
+    returns = np.asarray(session.episode_returns, np.float64)
+    mean = f", mean return {returns.mean(axis=0).round(3).tolist()}" if returns.size else ""
+    return (
+        f"{session.steps} steps ({session.env_steps} env steps), {session.episodes} episodes ended{mean}"
+    )
+
+
+class LoggingFakeBackend(FakeBackend):
+    """FakeBackend that prints sessions opening and closing and every refused message as it happens."""
+
+    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        try:
+            session_id = super().open_session(spec, worker_name)
+        except ProtocolError as error:
+            say(f"VIOLATION handshake of {worker_name!r}: {error.code}: {error.message}")
+            raise
+        say(f"session {session_id} opened by {worker_name!r}: {describe_spec(spec)}")
+        return session_id
+
+    def attach(self, session_id: str) -> None:
+        try:
+            super().attach(session_id)
+        except ProtocolError as error:
+            say(f"VIOLATION stream of session {session_id!r}: {error.code}: {error.message}")
+            raise
+
+    async def step(self, step: StepBatch) -> ActionBatch:
+        try:
+            return await super().step(step)
+        except ProtocolError as error:
+            say(f"VIOLATION session {step.session_id} step {step.sequence}: {error.code}: {error.message}")
+            raise
+
+    def close_session(self, session_id: str, reason: str) -> None:
+        super().close_session(session_id, reason)
+        session = next((s for s in self.sessions if s.session_id == session_id), None)
+        if session is not None:
+            say(f"session {session_id} closed ({reason}): {describe_session(session)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fake host's flags; `config_from_args` maps them onto a FakeHostConfig."""
+    defaults = FakeHostConfig()
+    parser.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port to serve on (default %(default)s; port 0 picks one)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the random actions")
+    parser.add_argument(
+        "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="largest StepBatch accepted"
+    )
+    parser.add_argument(
+        "--observation-shape",
+        type=_shape,
+        default=None,
+        help="refuse other observation shapes at handshake, as a model would; e.g. 4 or 84,84,4",
+    )
+    parser.add_argument("--num-actions", type=int, default=None, help="refuse other action counts at handshake")
+    add_security_flags(parser, "server")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `fake-host` subcommand on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "fake-host",
+        help="serve random legal actions to env workers and print every protocol violation",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_arguments(parser)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> FakeHostConfig:
+    """FakeHostConfig from the flags of `add_arguments`; raises ValueError naming what to change."""
+    return FakeHostConfig(
+        seed=args.seed,
+        max_message_bytes=args.max_message_bytes,
+        observation_shape=args.observation_shape,
+        num_actions=args.num_actions,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT or SIGTERM; 0 when stopped, 2 for a bad flag or an address in use."""
+    try:
+        config = config_from_args(args)
+        security = server_security_from_args(args)
+    except ValueError as error:
+        print(f"seedleague fake-host: {error}", file=sys.stderr)
+        return 2
+    if not logging.getLogger().handlers:  # Servicer-level refusals (undecodable messages) are logged.
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    read_fd, write_fd = os.pipe()
+    previous = {signum: signal.signal(signum, lambda signum, frame: os.write(write_fd, bytes([signum])))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _serve(config, args.address, security, read_fd)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _serve(config: FakeHostConfig, address: str, security: ServerSecurity, signal_fd: int) -> int:
+    """Serve until a signal number arrives on `signal_fd` (written by the signal handler)."""
+    server = ServerThread(LoggingFakeBackend(config), address, security)
+    try:
+        server.start()
+    except Exception as error:  # grpc raises RuntimeError for an address in use or unparsable
+        print(f"seedleague fake-host: cannot serve on {address}: {error}", file=sys.stderr)
+        return 2
+    say(f"fake host serving protocol v{PROTOCOL_VERSION} on {server.address} (Ctrl-C or SIGTERM to stop)")
+    try:
+        signum = os.read(signal_fd, 1)[0]
+        say(f"got {signal.Signals(signum).name}: stopping")
+    finally:
+        server.stop(grace=1.0)
+    sessions = server.backend.sessions
+    say(f"stopped after {len(sessions)} sessions, {len(server.backend.violations)} violations")
+    return 0
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers like 84,84,4, got {text!r}") from None
+    if not shape or any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"shape needs one or more dimensions >= 1, got {text!r}")
+    return shape
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m seedleague.tools.fake_host`, the same command without the seedleague CLI."""
+    parser = argparse.ArgumentParser(prog="seedleague fake-host", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

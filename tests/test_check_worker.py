@@ -1,0 +1,127 @@
+"""`seedleague check-worker` on real worker processes, and `seedleague fake-host` as a process.
+
+The gym worker must pass every check; each fault of tests/workers/broken_worker.py
+must fail the check that names it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec
+from seedleague.testing.fakes import FakeHostConfig
+from seedleague.testing.server_thread import ServerThread
+from seedleague.tools import check_worker as cw
+from seedleague.v1 import env_pb2, env_pb2_grpc
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BROKEN = [sys.executable, str(ROOT / "tests" / "workers" / "broken_worker.py")]
+FAST = cw.CheckConfig(steps=30, timeout_s=15.0, shutdown_timeout_s=5.0)
+
+
+def test_gym_worker_passes_every_check():
+    command = [sys.executable, "-m", "envs.gym_worker", "--address", "{address}", "--env", "CartPole-v1", "--num-envs", "4"]
+    command += ["--backoff-initial", "0.05", "--backoff-max", "0.3"]
+    report = cw.check_worker(command, FAST)
+    assert report.passed, report.format()
+    assert [result.name for result in report.results] == list(cw.CHECKS)
+    assert report.spec.env_name == "CartPole-v1" and report.spec.num_envs == 4
+    assert "not declared" in report.result(cw.LEGAL_MASKS).detail
+
+
+def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
+    script = f'exec "$0" "$1" --address "${cw.ADDRESS_ENV}" --fault none'
+    report = cw.check_worker(["sh", "-c", script, *BROKEN], FAST)
+    assert report.passed, report.format()
+    assert "steps over 2 sessions" in report.result(cw.LEGAL_MASKS).detail
+
+
+@pytest.mark.parametrize(
+    "fault, check, evidence",
+    [
+        ("wrong-shape", cw.OBSERVATIONS, "step 4 of session fake-0: INVALID_ARGUMENT: observation has shape (2, 1, 4)"),
+        ("bad-mask", cw.LEGAL_MASKS, "step 4 of session fake-0: INVALID_ARGUMENT: legal_mask has no legal action"),
+        ("no-reconnect", cw.RECONNECT, "exited with code 1"),
+    ],
+)
+def test_each_fault_fails_its_check(fault, check, evidence):
+    report = cw.check_worker([*BROKEN, "--address", "{address}", "--fault", fault], FAST)
+    assert report.failed[0] == check, report.format()
+    assert report.result(check).status == "FAIL" and evidence in report.result(check).detail, report.format()
+    assert report.result(cw.HANDSHAKE).passed
+    assert [r.name for r in report.results if r.status == "FAIL"] == [check], report.format()
+    assert "checks did not pass" in report.format()
+
+
+def test_command_line_exit_codes(capsys):
+    assert cw.main(["--steps", "5"]) == 2
+    assert "no worker command" in capsys.readouterr().err
+    assert cw.main(["--steps", "1", "--", "true"]) == 2
+    assert "steps must be >= 2" in capsys.readouterr().err
+    assert cw.main(["--", "/nonexistent/worker"]) == 2
+    assert cw.main(["--steps", "5", "--timeout", "5", "--", "true"]) == 1
+    output = capsys.readouterr().out
+    assert "FAIL handshake: no handshake: the worker exited with code 0" in output
+
+
+def _lines(stream) -> "queue.SimpleQueue[str]":
+    lines: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    return lines
+
+
+def _line_with(lines: "queue.SimpleQueue[str]", text: str, timeout_s: float = 15.0) -> str:
+    while True:
+        line = lines.get(timeout=timeout_s)
+        if text in line:
+            return line
+
+
+def test_fake_host_logs_violations_and_session_summaries_and_exits_zero_on_sigterm():
+    command = [sys.executable, "-m", "seedleague.tools.fake_host", "--address", "127.0.0.1:0"]
+    host = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = None
+    try:
+        lines = _lines(host.stdout)
+        address = _line_with(lines, "fake host serving").split(" on ")[1].split()[0]
+        worker = subprocess.Popen([*BROKEN, "--address", address, "--fault", "bad-mask"], stderr=subprocess.DEVNULL)
+        assert "broken-counter" in _line_with(lines, "opened by")
+        violation = _line_with(lines, "VIOLATION")
+        assert "step 4" in violation and "legal_mask has no legal action for acting env 0 seat 0" in violation
+        assert "4 steps" in _line_with(lines, "closed")
+        assert worker.wait(10) == 2
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(10) == 0
+        assert "1 violations" in _line_with(lines, "stopped after")
+    finally:
+        for process in (worker, host):
+            if process is not None and process.poll() is None:
+                process.kill()
+
+
+def test_refusals_made_by_the_servicer_are_attributed_to_their_check():
+    """Wrong protocol version and undecodable steps never reach the backend; the servicer's log does."""
+    backend = cw.CheckingBackend(FakeHostConfig())
+    spec = EnvSpec("x", (3,), np.float32, num_actions=2, num_envs=2)
+    with cw.ServicerRefusals(backend), ServerThread(backend) as server:
+        stub = env_pb2_grpc.EnvServiceStub(grpc.insecure_channel(server.address))
+        with pytest.raises(grpc.RpcError):
+            stub.Handshake(codec.encode_handshake(spec, "test", version=7), timeout=5)
+        session_id = stub.Handshake(codec.encode_handshake(spec, "test"), timeout=5).session_id
+        message = env_pb2.StepBatch(session_id=session_id, sequence=0)
+        codec.encode_tensor(np.zeros((2, 1, 3), np.float32), message.observation)
+        with pytest.raises(grpc.RpcError):
+            list(stub.Stream(iter([message]), timeout=5))
+    version, missing = backend.found
+    assert version.check == cw.HANDSHAKE and "protocol version 7" in version.message
+    assert missing.check == cw.REWARDS and missing.message == "step batch has no reward tensor"
