@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install proto run test bench clean
+.PHONY: install proto run test bench clean cpp-deps cpp-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -27,8 +27,8 @@ seedleague/%_pb2.py: proto/seedleague/%.proto $(STAMP)
 run: install
 	$(VENV)/bin/seedleague train
 
-## test: the test suite (no GPU needed; GPU tests are skipped without one).
-test: install
+## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker it tests.
+test: install cpp-worker
 	$(PY) -m pytest
 
 ## bench: throughput benchmark; writes a table to stdout.
@@ -37,3 +37,29 @@ bench: install
 
 clean:
 	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi
+
+## cpp-deps: Debian packages for the C++ worker (gRPC, protobuf, protoc plugin); needs root.
+cpp-deps:
+	@if pkg-config --exists grpc++ protobuf && command -v protoc >/dev/null && command -v grpc_cpp_plugin >/dev/null; then \
+		echo "cpp-deps: grpc++ and protobuf already installed"; \
+	else \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+			libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++ make; \
+	fi
+
+CPP_BUILD := build/cpp
+CPP_GEN   := $(CPP_BUILD)/gen
+CPP_PROTO := proto/seedleague/v1/env.proto
+CPP_SRCS  := $(CPP_GEN)/seedleague/v1/env.pb.cc $(CPP_GEN)/seedleague/v1/env.grpc.pb.cc
+
+## cpp-worker: the Connect Four C++ env worker, build/cpp/connect_four_worker.
+cpp-worker: $(CPP_BUILD)/connect_four_worker
+
+$(CPP_SRCS) &: $(CPP_PROTO) | cpp-deps
+	mkdir -p $(CPP_GEN)
+	protoc -Iproto --cpp_out=$(CPP_GEN) --grpc_out=$(CPP_GEN) \
+		--plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) $(CPP_PROTO)
+
+$(CPP_BUILD)/connect_four_worker: envs/cpp/connect_four_worker.cc envs/cpp/connect_four.h $(CPP_SRCS)
+	g++ -std=c++17 -O2 -Wall -I$(CPP_GEN) -Ienvs/cpp -o $@ envs/cpp/connect_four_worker.cc $(CPP_SRCS) \
+		$$(pkg-config --cflags --libs grpc++ protobuf) -lpthread

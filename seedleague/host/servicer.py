@@ -93,9 +93,8 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
             reason = f"{error.code}: {error.message}"
             log.warning("ending stream of session %r: %s", session_id, reason)
             await context.abort(grpc.StatusCode[error.code], error.message)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the worker went away; the RPC is over, nothing to answer
             reason = "cancelled"
-            raise
         finally:
             if session_id is not None:
                 self._backend.close_session(session_id, reason)

@@ -1,0 +1,517 @@
+// seedleague env worker in C++: Connect Four, num_envs games stepped together,
+// two seats, turn-based, legal masks, same-step autoreset.
+//
+//   build/cpp/connect_four_worker --address 127.0.0.1:50051 [--num-envs 16]
+//       [--seed 0] [--max-steps 0]
+//
+// SEEDLEAGUE_TOKEN set => every RPC carries "authorization: Bearer <token>".
+// Exit status: 0 stopped (SIGTERM/SIGINT or --max-steps reached), 2 refused by
+// the host (or bad flags).
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connect_four.h"
+#include "seedleague/v1/env.grpc.pb.h"
+#include "seedleague/v1/env.pb.h"
+
+namespace {
+
+namespace pb = seedleague::v1;
+
+constexpr int kSeats = 2;
+
+struct Flags {
+  std::string address;
+  int num_envs = 16;
+  uint64_t seed = 0;
+  int64_t max_steps = 0;
+  double backoff_initial_s = 0.1;
+  double backoff_max_s = 5.0;
+  double connect_timeout_s = 10.0;
+};
+
+void Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s --address HOST:PORT [--num-envs N (16)] [--seed S (0)] "
+               "[--max-steps N (0 = unlimited)] [--backoff-initial S] [--backoff-max S] "
+               "[--connect-timeout S]\n",
+               argv0);
+}
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    auto eq = arg.find('=');
+    bool has_inline = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (has_inline) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto next = [&](std::string* out) {
+      if (has_inline) {
+        *out = value;
+        return true;
+      }
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    try {
+      if (arg == "-h" || arg == "--help") {
+        Usage(argv[0]);
+        std::exit(0);
+      } else if (arg == "--address") {
+        if (!next(&flags->address)) return false;
+      } else if (arg == "--num-envs") {
+        if (!next(&v)) return false;
+        flags->num_envs = std::stoi(v);
+      } else if (arg == "--seed") {
+        if (!next(&v)) return false;
+        flags->seed = std::stoull(v);
+      } else if (arg == "--max-steps") {
+        if (!next(&v)) return false;
+        flags->max_steps = std::stoll(v);
+      } else if (arg == "--backoff-initial") {
+        if (!next(&v)) return false;
+        flags->backoff_initial_s = std::stod(v);
+      } else if (arg == "--backoff-max") {
+        if (!next(&v)) return false;
+        flags->backoff_max_s = std::stod(v);
+      } else if (arg == "--connect-timeout") {
+        if (!next(&v)) return false;
+        flags->connect_timeout_s = std::stod(v);
+      } else {
+        std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+        return false;
+      }
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "bad value for %s\n", arg.c_str());
+      return false;
+    }
+  }
+  if (flags->address.empty()) {
+    std::fprintf(stderr, "--address is required\n");
+    return false;
+  }
+  if (flags->num_envs < 1 || flags->max_steps < 0 || flags->backoff_initial_s <= 0 ||
+      flags->backoff_max_s < flags->backoff_initial_s || flags->connect_timeout_s <= 0) {
+    std::fprintf(stderr, "bad flag values: need --num-envs >= 1, --max-steps >= 0, backoffs > 0\n");
+    return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- stopping --
+// SIGTERM/SIGINT are blocked in every thread and taken by one sigwait thread,
+// which sets `g_stop`, wakes any backoff sleep and cancels the live RPC.
+std::atomic<bool> g_stop{false};
+std::mutex g_mu;
+std::condition_variable g_cv;
+grpc::ClientContext* g_live_call = nullptr;  // guarded by g_mu
+
+void SetLiveCall(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live_call = context;
+  if (context != nullptr && g_stop.load()) context->TryCancel();
+}
+
+void SignalThread(sigset_t set) {
+  int signum = 0;
+  sigwait(&set, &signum);
+  std::fprintf(stderr, "connect_four_worker: got signal %d, stopping\n", signum);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stop.store(true);
+  if (g_live_call != nullptr) g_live_call->TryCancel();
+  g_cv.notify_all();
+}
+
+// Sleeps `seconds` or until stopped.
+void SleepUnlessStopped(double seconds) {
+  std::unique_lock<std::mutex> lock(g_mu);
+  g_cv.wait_for(lock, std::chrono::duration<double>(seconds), [] { return g_stop.load(); });
+}
+
+// --------------------------------------------------------------- the games --
+class Envs {
+ public:
+  Envs(int num_envs, uint64_t seed) : games_(num_envs), next_first_(num_envs), rng_(seed) {
+    std::uniform_int_distribution<int> coin(0, 1);
+    for (auto& f : next_first_) f = coin(rng_);
+    const size_t e = static_cast<size_t>(num_envs);
+    obs_.assign(e * kSeats * c4::kObsSize, 0.0f);
+    reward_.assign(e * kSeats, 0.0f);
+    terminated_.assign(e, 0);
+    truncated_.assign(e, 0);
+    mask_.assign(e * kSeats * c4::kCols, 0);
+    acting_.assign(e * kSeats, 0);
+  }
+
+  int num_envs() const { return static_cast<int>(games_.size()); }
+
+  // Fresh games everywhere; rewards and flags cleared.
+  void ResetAll() {
+    for (int e = 0; e < num_envs(); ++e) ResetOne(e);
+    std::fill(reward_.begin(), reward_.end(), 0.0f);
+    std::fill(terminated_.begin(), terminated_.end(), 0);
+    std::fill(truncated_.begin(), truncated_.end(), 0);
+    Render();
+  }
+
+  // Applies the acting seat's action in every env; `actions` is [E, 2] int32.
+  // Returns how many actions were illegal (replaced by the first legal column).
+  int Step(const int32_t* actions) {
+    int illegal = 0;
+    std::fill(reward_.begin(), reward_.end(), 0.0f);
+    std::fill(terminated_.begin(), terminated_.end(), 0);
+    for (int e = 0; e < num_envs(); ++e) {
+      c4::Game& g = games_[e];
+      const int seat = g.to_move();
+      int col = actions[e * kSeats + seat];
+      if (!g.Legal(col)) {
+        ++illegal;
+        col = g.FirstLegal();
+      }
+      const c4::StepResult r = g.Play(col);
+      if (r.done) {
+        if (r.winner >= 0) {
+          reward_[e * kSeats + r.winner] = 1.0f;
+          reward_[e * kSeats + (1 - r.winner)] = -1.0f;
+        }
+        terminated_[e] = 1;
+        ++episodes_;
+        ResetOne(e);  // same-step autoreset
+      }
+    }
+    Render();
+    return illegal;
+  }
+
+  const std::vector<float>& obs() const { return obs_; }
+  const std::vector<float>& reward() const { return reward_; }
+  const std::vector<uint8_t>& terminated() const { return terminated_; }
+  const std::vector<uint8_t>& truncated() const { return truncated_; }
+  const std::vector<uint8_t>& mask() const { return mask_; }
+  const std::vector<uint8_t>& acting() const { return acting_; }
+  uint64_t episodes() const { return episodes_; }
+
+ private:
+  void ResetOne(int e) {
+    games_[e].Reset(next_first_[e]);
+    next_first_[e] = 1 - next_first_[e];  // the other seat starts the next game
+  }
+
+  void Render() {
+    for (int e = 0; e < num_envs(); ++e) {
+      const c4::Game& g = games_[e];
+      for (int s = 0; s < kSeats; ++s) {
+        const size_t row = static_cast<size_t>(e) * kSeats + s;
+        g.Observe(s, &obs_[row * c4::kObsSize]);
+        g.LegalMask(&mask_[row * c4::kCols]);
+        acting_[row] = g.to_move() == s ? 1 : 0;
+      }
+    }
+  }
+
+  std::vector<c4::Game> games_;
+  std::vector<int> next_first_;
+  std::mt19937_64 rng_;
+  std::vector<float> obs_, reward_;
+  std::vector<uint8_t> terminated_, truncated_, mask_, acting_;
+  uint64_t episodes_ = 0;
+};
+
+// ------------------------------------------------------------------ tensors --
+void SetShape(pb::Tensor* t, pb::DType dtype, std::initializer_list<int64_t> shape) {
+  t->set_dtype(dtype);
+  t->clear_shape();
+  for (int64_t d : shape) t->add_shape(d);
+}
+
+template <typename T>
+void SetData(pb::Tensor* t, const std::vector<T>& v) {
+  // Little-endian host assumed (x86, ARM): the array's bytes are the wire bytes.
+  t->set_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// ------------------------------------------------------------------ errors --
+enum class Outcome { kStopped, kDone, kRetry, kRefused };
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return "OK";
+    case grpc::CANCELLED: return "CANCELLED";
+    case grpc::UNKNOWN: return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND: return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::ABORTED: return "ABORTED";
+    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::INTERNAL: return "INTERNAL";
+    case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::DATA_LOSS: return "DATA_LOSS";
+    default: return "?";
+  }
+}
+
+// The protocol's table (docs/protocol.md section 6): lost connection => retry.
+bool Retriable(const grpc::Status& status, bool on_stream) {
+  switch (status.error_code()) {
+    case grpc::UNAVAILABLE:
+    case grpc::CANCELLED:
+    case grpc::DEADLINE_EXCEEDED:
+      return true;
+    case grpc::FAILED_PRECONDITION:
+      return on_stream;  // unknown/closed session: handshake again
+    default:
+      return false;
+  }
+}
+
+Outcome Classify(const grpc::Status& status, bool on_stream, const char* what) {
+  if (g_stop.load()) return Outcome::kStopped;
+  if (status.ok() && on_stream) {
+    std::fprintf(stderr, "connect_four_worker: %s: stream ended without an answer; reconnecting\n", what);
+    return Outcome::kRetry;
+  }
+  if (Retriable(status, on_stream)) {
+    std::fprintf(stderr, "connect_four_worker: %s: lost the host (%s: %s)\n", what,
+                 CodeName(status.error_code()), status.error_message().c_str());
+    return Outcome::kRetry;
+  }
+  std::fprintf(stderr, "connect_four_worker: %s: host refused: %s: %s\n", what, CodeName(status.error_code()),
+               status.error_message().c_str());
+  return Outcome::kRefused;
+}
+
+// ------------------------------------------------------------------ worker --
+class Worker {
+ public:
+  Worker(const Flags& flags) : flags_(flags), envs_(flags.num_envs, flags.seed) {
+    const char* token = std::getenv("SEEDLEAGUE_TOKEN");
+    if (token != nullptr && token[0] != '\0') token_ = token;
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    worker_name_ = std::string(host) + ":" + std::to_string(getpid());
+    pb::EnvSpec* spec = spec_request_.mutable_spec();
+    spec_request_.set_protocol_version(1);
+    spec_request_.set_worker_name(worker_name_);
+    spec->set_env_name("ConnectFour-cpp");
+    spec->mutable_observation()->set_dtype(pb::FLOAT32);
+    spec->mutable_observation()->add_shape(c4::kObsSize);
+    spec->mutable_action()->set_num_actions(c4::kCols);
+    spec->set_num_envs(flags.num_envs);
+    spec->set_num_seats(kSeats);
+    spec->set_has_legal_mask(true);
+
+    const int64_t e = flags.num_envs;
+    SetShape(batch_.mutable_observation(), pb::FLOAT32, {e, kSeats, c4::kObsSize});
+    SetShape(batch_.mutable_reward(), pb::FLOAT32, {e, kSeats});
+    SetShape(batch_.mutable_terminated(), pb::BOOL, {e});
+    SetShape(batch_.mutable_truncated(), pb::BOOL, {e});
+    SetShape(batch_.mutable_legal_mask(), pb::BOOL, {e, kSeats, c4::kCols});
+    SetShape(batch_.mutable_acting(), pb::BOOL, {e, kSeats});
+  }
+
+  int Run() {
+    std::mt19937_64 jitter_rng(flags_.seed ^ 0x9e3779b97f4a7c15ULL);
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    int attempt = 0;
+    while (!g_stop.load() && !BudgetSpent()) {
+      const Outcome outcome = Session(&attempt);
+      if (outcome == Outcome::kStopped || outcome == Outcome::kDone) break;
+      if (outcome == Outcome::kRefused) return 2;
+      const double delay =
+          std::min(flags_.backoff_initial_s * std::pow(2.0, attempt), flags_.backoff_max_s) * jitter(jitter_rng);
+      ++attempt;
+      ++reconnects_;
+      std::fprintf(stderr, "connect_four_worker: reconnecting to %s in %.2f s\n", flags_.address.c_str(), delay);
+      SleepUnlessStopped(delay);
+    }
+    std::fprintf(stderr,
+                 "connect_four_worker: stopped: %llu steps, %llu env steps, %llu episodes, %d sessions, "
+                 "%d reconnects, policy version %llu\n",
+                 (unsigned long long)steps_, (unsigned long long)env_steps_,
+                 (unsigned long long)envs_.episodes(), sessions_, reconnects_,
+                 (unsigned long long)policy_version_);
+    return 0;
+  }
+
+ private:
+  bool BudgetSpent() const { return flags_.max_steps > 0 && env_steps_ >= static_cast<uint64_t>(flags_.max_steps); }
+
+  void Authorize(grpc::ClientContext* context) const {
+    if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+  }
+
+  std::shared_ptr<grpc::Channel> NewChannel() const {
+    grpc::ChannelArguments args;
+    // Short reconnect backoff inside gRPC; our own backoff paces the retries.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    args.SetMaxSendMessageSize(-1);
+    args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+    return grpc::CreateCustomChannel(flags_.address, grpc::InsecureChannelCredentials(), args);
+  }
+
+  // One session: handshake, stream until stopped or the connection breaks.
+  Outcome Session(int* attempt) {
+    auto channel = NewChannel();
+    auto stub = pb::EnvService::NewStub(channel);
+
+    pb::HandshakeResponse reply;
+    {
+      grpc::ClientContext context;
+      Authorize(&context);
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(static_cast<int64_t>(flags_.connect_timeout_s * 1000)));
+      SetLiveCall(&context);
+      grpc::Status status = stub->Handshake(&context, spec_request_, &reply);
+      SetLiveCall(nullptr);
+      if (!status.ok()) return Classify(status, /*on_stream=*/false, "handshake");
+    }
+    if (reply.protocol_version() != 1) {
+      std::fprintf(stderr, "connect_four_worker: host speaks protocol version %u, this worker speaks 1\n",
+                   reply.protocol_version());
+      return Outcome::kRefused;
+    }
+    ++sessions_;
+    std::fprintf(stderr, "connect_four_worker: connected to %s as %s: session %s (%d envs x 2 seats)\n",
+                 flags_.address.c_str(), worker_name_.c_str(), reply.session_id().c_str(), flags_.num_envs);
+
+    envs_.ResetAll();  // fresh episodes on every session
+    batch_.set_session_id(reply.session_id());
+    uint64_t seq = 0;
+    Fill(seq);
+    if (reply.max_message_bytes() > 0 && static_cast<int64_t>(batch_.ByteSizeLong()) > reply.max_message_bytes()) {
+      std::fprintf(stderr,
+                   "connect_four_worker: one step is %zu bytes but the host accepts at most %lld; "
+                   "use fewer --num-envs\n",
+                   batch_.ByteSizeLong(), (long long)reply.max_message_bytes());
+      return Outcome::kRefused;
+    }
+
+    grpc::ClientContext context;
+    Authorize(&context);
+    SetLiveCall(&context);
+    auto stream = stub->Stream(&context);
+    pb::ActionBatch actions;
+    Outcome outcome = Outcome::kRetry;
+    bool broken = false;
+    while (true) {
+      if (g_stop.load() || BudgetSpent()) {
+        outcome = g_stop.load() ? Outcome::kStopped : Outcome::kDone;
+        stream->WritesDone();  // close our side of the stream
+        context.TryCancel();
+        break;
+      }
+      if (!stream->Write(batch_) || !stream->Read(&actions)) {
+        broken = true;
+        break;
+      }
+      if (actions.sequence() != seq) {
+        std::fprintf(stderr, "connect_four_worker: host answered sequence %llu to step %llu\n",
+                     (unsigned long long)actions.sequence(), (unsigned long long)seq);
+        outcome = Outcome::kRefused;
+        context.TryCancel();
+        break;
+      }
+      const pb::Tensor& a = actions.action();
+      const size_t want = static_cast<size_t>(flags_.num_envs) * kSeats;
+      if (a.dtype() != pb::INT32 || a.data().size() != want * sizeof(int32_t)) {
+        std::fprintf(stderr, "connect_four_worker: action tensor has dtype %d and %zu bytes, expected INT32 [%d, 2]\n",
+                     a.dtype(), a.data().size(), flags_.num_envs);
+        outcome = Outcome::kRefused;
+        context.TryCancel();
+        break;
+      }
+      *attempt = 0;  // a successful step resets the backoff
+      policy_version_ = actions.policy_version();
+      action_buf_.resize(want);
+      std::memcpy(action_buf_.data(), a.data().data(), want * sizeof(int32_t));
+      const int illegal = envs_.Step(action_buf_.data());
+      if (illegal > 0 && !warned_illegal_) {
+        std::fprintf(stderr, "connect_four_worker: host sent %d illegal action(s); played the first legal column\n",
+                     illegal);
+        warned_illegal_ = true;
+      }
+      ++steps_;
+      env_steps_ += flags_.num_envs;
+      ++seq;
+      Fill(seq);
+    }
+    grpc::Status status = stream->Finish();
+    SetLiveCall(nullptr);
+    if (broken) return Classify(status, /*on_stream=*/true, "stream");
+    return outcome;
+  }
+
+  void Fill(uint64_t seq) {
+    batch_.set_sequence(seq);
+    SetData(batch_.mutable_observation(), envs_.obs());
+    SetData(batch_.mutable_reward(), envs_.reward());
+    SetData(batch_.mutable_terminated(), envs_.terminated());
+    SetData(batch_.mutable_truncated(), envs_.truncated());
+    SetData(batch_.mutable_legal_mask(), envs_.mask());
+    SetData(batch_.mutable_acting(), envs_.acting());
+  }
+
+  Flags flags_;
+  Envs envs_;
+  std::string token_;
+  std::string worker_name_;
+  pb::HandshakeRequest spec_request_;
+  pb::StepBatch batch_;
+  std::vector<int32_t> action_buf_;
+  uint64_t steps_ = 0, env_steps_ = 0, policy_version_ = 0;
+  int sessions_ = 0, reconnects_ = 0;
+  bool warned_illegal_ = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    Usage(argv[0]);
+    return 2;
+  }
+  // Block the stop signals before gRPC starts threads, so only sigwait sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(SignalThread, set).detach();
+
+  Worker worker(flags);
+  const int rc = worker.Run();
+  std::fflush(stderr);
+  // Skip static destructors racing gRPC's background threads.
+  std::_Exit(rc);
+}

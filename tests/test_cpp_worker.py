@@ -1,0 +1,115 @@
+"""The C++ Connect Four worker (envs/cpp/) against check-worker and a training host, as real processes.
+
+Builds build/cpp/connect_four_worker with `make cpp-worker` once; a failed build fails
+every test here with the build output (install the toolchain with `make cpp-deps`).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BINARY = os.path.join(ROOT, "build", "cpp", "connect_four_worker")
+SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
+
+
+@pytest.fixture(scope="module")
+def worker_binary():
+    result = subprocess.run(["make", "cpp-worker"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or not os.access(BINARY, os.X_OK):
+        pytest.fail(
+            "`make cpp-worker` failed (run `make cpp-deps` as root for gRPC/protobuf):\n"
+            + result.stdout[-4000:] + result.stderr[-4000:],
+            pytrace=False,
+        )
+    return BINARY
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_check_worker_passes_every_check(worker_binary):
+    result = subprocess.run(
+        SEEDLEAGUE + ["check-worker", "--", worker_binary, "--address", "{address}", "--num-envs", "4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "all 8 checks passed" in out, out[-4000:]
+    assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+
+
+def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path):
+    port = free_port()
+    run_dir = tmp_path / "run"
+    host_log, worker_log = tmp_path / "host.log", tmp_path / "worker.log"
+    host = subprocess.Popen(
+        SEEDLEAGUE + ["host", "--address", f"127.0.0.1:{port}", "--run-dir", str(run_dir),
+                      "--max-learner-steps", "5", "--max-seconds", "120", "--unroll_length", "8",
+                      "--batch_size", "4", "--replay.capacity", "64", "--network.hidden_sizes", "16"],
+        cwd=ROOT, stdout=open(host_log, "w"), stderr=subprocess.STDOUT,
+    )
+    # The worker retries with backoff until the host listens, so no need to wait for it.
+    worker = subprocess.Popen(
+        [worker_binary, "--address", f"127.0.0.1:{port}", "--num-envs", "8", "--seed", "1"],
+        cwd=ROOT, stdout=open(worker_log, "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        host_rc = host.wait(timeout=150)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        worker_alive_after_host = worker.poll() is None
+        worker.terminate()  # SIGTERM: the worker stops cleanly
+        worker_rc = worker.wait(timeout=15)
+    logs = f"--- host ---\n{host_log.read_text()[-3000:]}\n--- worker ---\n{worker_log.read_text()[-2000:]}"
+    assert host_rc == 0, logs
+    with open(run_dir / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["reason"] == "reached 5 learner steps", logs
+    assert summary["learner_step"] >= 5 and summary["env_steps"] > 0, logs
+    assert summary["episodes"] > 0, logs
+    # A lost host means reconnect attempts, not an exit; SIGTERM then exits 0.
+    assert worker_alive_after_host, logs
+    assert worker_rc == 0, logs
+    assert "connected to" in worker_log.read_text(), logs
+
+
+def wait_listening(port, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def test_token_is_sent_and_refusals_exit_2(worker_binary, tmp_path):
+    port = free_port()
+    env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret")
+    fake = subprocess.Popen(
+        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "84", "--num-actions", "7"],
+        cwd=ROOT, env=env, stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_listening(port)
+        no_token = {k: v for k, v in os.environ.items() if k != "SEEDLEAGUE_TOKEN"}
+        cmd = [worker_binary, "--address", f"127.0.0.1:{port}", "--num-envs", "4"]
+        refused = subprocess.run(cmd, env=no_token, capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and "UNAUTHENTICATED" in refused.stderr, refused.stderr
+        ok = subprocess.run(cmd + ["--max-steps", "400"], env=env, capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and "400 env steps" in ok.stderr, ok.stderr
+    finally:
+        fake.terminate()
+        fake.wait(timeout=15)
+    assert "0 violations" in (tmp_path / "fake.log").read_text()
