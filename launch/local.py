@@ -197,6 +197,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
     finally:
         workers.stop()
         await server.stop(grace=1.0)
+        host.stop_serving()  # no inference may still be waiting to answer once this loop closes
     elapsed = time.perf_counter() - start
     return dict(
         reason=reason,

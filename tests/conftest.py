@@ -13,7 +13,7 @@ from seedleague.host.replay import ReplayConfig
 from seedleague.host.sessions import SessionLimits
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
-from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.protocol.specs import EnvSpec, StepBatch, zero_step
 from seedleague.rl.networks import NetworkConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2_grpc
@@ -33,16 +33,9 @@ def vector_spec(num_envs=2, **kw) -> EnvSpec:
 
 
 def good_step(spec: EnvSpec, session_id: str, sequence: int, value: float = 0.5) -> StepBatch:
-    agents = (spec.num_envs, spec.num_seats)
-    return StepBatch(
-        session_id=session_id,
-        sequence=sequence,
-        observation=np.full(agents + spec.observation_shape, value, spec.observation_dtype),
-        reward=np.zeros(agents, np.float32),
-        terminated=np.zeros(spec.num_envs, bool),
-        truncated=np.zeros(spec.num_envs, bool),
-        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-    )
+    step = zero_step(spec, session_id, sequence)
+    step.observation = np.full_like(step.observation, value)
+    return step
 
 
 class RawWorker:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from seedleague.protocol import codec
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step, zero_step
 from seedleague.v1 import env_pb2 as pb
 
 ALL_DTYPES = [name for name in pb.DType.keys() if name != "DTYPE_UNSPECIFIED"]
@@ -29,18 +31,7 @@ def _spec(**overrides) -> EnvSpec:
 
 
 def _step(spec: EnvSpec, **overrides) -> StepBatch:
-    agents = (spec.num_envs, spec.num_seats)
-    fields = dict(
-        session_id="s",
-        sequence=0,
-        observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
-        reward=np.zeros(agents, np.float32),
-        terminated=np.zeros(spec.num_envs, bool),
-        truncated=np.zeros(spec.num_envs, bool),
-        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-    )
-    fields.update(overrides)
-    return StepBatch(**fields)
+    return dataclasses.replace(zero_step(spec, "s"), **overrides)
 
 
 def _refused(code: str, *words: str):

@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from seedleague.protocol import codec
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient
-from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.protocol.specs import EnvSpec, zero_step
 from seedleague.security import (
     TOKEN_ENV_VAR,
     ClientSecurity,
@@ -72,16 +72,7 @@ def _zeros():
 
 
 def _raw_step(session_id: str) -> bytes:
-    agents = (SPEC.num_envs, SPEC.num_seats)
-    step = StepBatch(
-        session_id=session_id,
-        sequence=0,
-        observation=np.zeros(agents + SPEC.observation_shape, np.float32),
-        reward=np.zeros(agents, np.float32),
-        terminated=np.zeros(SPEC.num_envs, bool),
-        truncated=np.zeros(SPEC.num_envs, bool),
-    )
-    return codec.encode_step(step)
+    return codec.encode_step(zero_step(SPEC, session_id))
 
 
 # --- configs and flags --------------------------------------------------------------------------

@@ -226,7 +226,7 @@ class Host:
             log.exception("inference failed for a batch of %d requests", len(requests))
             for request in requests:
                 _, _, future, loop = request.payload
-                loop.call_soon_threadsafe(_resolve, future, None, error)
+                _answer(loop, future, None, error)
 
     def _infer_and_record(self, requests: list[Request]) -> None:
         model = self.model
@@ -248,7 +248,7 @@ class Host:
             self._record(step, out.action[rows], out.logits[rows], jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
             _, sequence, future, loop = request.payload
             action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
-            loop.call_soon_threadsafe(_resolve, future, ActionBatch(sequence, action, out.policy_version), None)
+            _answer(loop, future, ActionBatch(sequence, action, out.policy_version), None)
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
@@ -279,6 +279,13 @@ class Host:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    def stop_serving(self) -> None:
+        """Release inference from back-pressure waits; call before the server's event loop closes."""
+        self._stopping = True
+        if self.model is not None and self.model.replay is not None:
+            self.model.replay.close()
+        self.batcher.stop()
+
     def stop(self) -> None:
         """Stop inference and learning; the learner writes a final checkpoint."""
         self._stopping = True
@@ -287,6 +294,14 @@ class Host:
         self.batcher.stop()
         if self.checkpointer is not None:
             self.checkpointer.close()
+
+
+def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:
+    """Hand a result to the stream waiting on the event loop (from the batcher thread)."""
+    try:
+        loop.call_soon_threadsafe(_resolve, future, value, error)
+    except RuntimeError:  # the loop is closed: the server is gone, and so is the stream that asked
+        pass
 
 
 def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:

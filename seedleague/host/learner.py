@@ -39,6 +39,7 @@ class LearnerLoop:
     ):
         self._update = update
         self.state = state
+        self._step = int(state.step)
         self._replay = replay
         self._policy = policy
         self._metrics = metrics
@@ -52,7 +53,8 @@ class LearnerLoop:
 
     @property
     def step(self) -> int:
-        return int(self.state.step)
+        """Updates so far, readable from any thread (the state itself is donated by each update)."""
+        return self._step
 
     def start(self) -> None:
         self._thread.start()
@@ -72,7 +74,7 @@ class LearnerLoop:
     def _run(self) -> None:
         last_save = time.monotonic()
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self._replay.closed:
                 waited = time.perf_counter()
                 batch = self._replay.sample(timeout=0.5)
                 if batch is None:
@@ -82,6 +84,7 @@ class LearnerLoop:
                     self.state, metrics = self._update(self.state, batch)
                     params = jax.tree.map(jnp.copy, self.state.params)  # the next update donates the state
                     version = int(self.state.step)
+                self._step = version
                 self._policy.publish(params, version)
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 done = time.perf_counter()

@@ -115,6 +115,10 @@ class Replay:
     def size(self) -> int:
         return self._size
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Wake every waiter; later calls return at once."""
         with self._cond:

@@ -37,7 +37,7 @@ import numpy as np
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, StepBatch
+from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, zero_step
 from seedleague.security import ClientSecurity
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
@@ -186,18 +186,7 @@ def _slots(spec: EnvSpec) -> dict[str, _Slot]:
 
 def _template_step(spec: EnvSpec, session_id: str, acting: bool) -> env_pb2.StepBatch:
     """A zero StepBatch with every tensor's dtype and shape set; `step` only swaps data bytes."""
-    agents = (spec.num_envs, spec.num_seats)
-    step = StepBatch(
-        session_id=session_id,
-        sequence=0,
-        observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
-        reward=np.zeros(agents, np.float32),
-        terminated=np.zeros(spec.num_envs, bool),
-        truncated=np.zeros(spec.num_envs, bool),
-        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-        acting=np.ones(agents, bool) if acting else None,
-    )
-    return codec.encode_step(step)
+    return codec.encode_step(zero_step(spec, session_id, acting=acting))
 
 
 def _requests(pending: "queue.SimpleQueue[Optional[env_pb2.StepBatch]]") -> Iterator[env_pb2.StepBatch]:

@@ -73,6 +73,22 @@ class ActionBatch:
     policy_version: int
 
 
+def zero_step(spec: EnvSpec, session_id: str = "", sequence: int = 0, acting: bool = False) -> StepBatch:
+    """A StepBatch that fits `spec` exactly: zero observations and rewards, no episode ends,
+    every action legal, and (with `acting`) every seat acting. A template for clients and tests."""
+    agents = (spec.num_envs, spec.num_seats)
+    return StepBatch(
+        session_id=session_id,
+        sequence=sequence,
+        observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
+        reward=np.zeros(agents, np.float32),
+        terminated=np.zeros(spec.num_envs, bool),
+        truncated=np.zeros(spec.num_envs, bool),
+        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
+        acting=np.ones(agents, bool) if acting else None,
+    )
+
+
 def _expect(name: str, array: Optional[np.ndarray], shape: tuple, dtype: np.dtype) -> None:
     if array is None:
         raise ProtocolError(INVALID_ARGUMENT, f"{name} is missing")
