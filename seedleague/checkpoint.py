@@ -69,11 +69,18 @@ class Checkpointer:
     def latest_step(self) -> Optional[int]:
         return self._manager.latest_step()
 
+    def steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
     def restore_latest(self, template: Any) -> Optional[tuple[Any, dict]]:
         """(state, meta) of the newest checkpoint shaped like `template`, or None if there is none."""
         step = self._manager.latest_step()
-        if step is None:
-            return None
+        return None if step is None else self.restore(step, template)
+
+    def restore(self, step: int, template: Any) -> tuple[Any, dict]:
+        """(state, meta) of checkpoint `step`, shaped like `template`."""
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
         restored = self._manager.restore(step, args=args)

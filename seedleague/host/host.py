@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Optional
 
 import jax
@@ -21,10 +22,14 @@ import numpy as np
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
+from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
-from seedleague.host.policy import InferencePolicy
+from seedleague.host.policy import Actions, InferencePolicy
 from seedleague.host.replay import Replay, ReplayConfig
+from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
+from seedleague.league.model_pool import ModelPool
+from seedleague.league.types import LeagueAPI, MatchResult
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
@@ -52,6 +57,7 @@ class HostConfig:
     network: NetworkConfig = NetworkConfig()
     learner: LearnerConfig = LearnerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    league: LeagueLinkConfig = LeagueLinkConfig()
 
     def __post_init__(self):
         if self.unroll_length < 1:
@@ -62,11 +68,19 @@ class HostConfig:
             raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.league.enabled and not self.learn:
+            raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
+        if self.league.enabled and not self.league.pool_dir:
+            raise ValueError("league play needs --league.pool_dir: the model pool directory the league's hosts share")
 
 
 def network_from_json(data: dict) -> NetworkConfig:
     """The NetworkConfig a checkpoint was trained with (JSON turns tuples into lists)."""
     return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def _spec_from_json(s: dict) -> EnvSpec:
+    return EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
 
 
 def spec_to_json(spec: EnvSpec) -> dict:
@@ -87,6 +101,8 @@ class Model:
     policy: InferencePolicy
     replay: Optional[Replay]  # None when the host does not learn
     learner: Optional[LearnerLoop]
+    initial_state: Any = None  # the train state a reset returns to (league exploiters)
+    league: Optional[LeagueLink] = None
 
     def fits(self, spec: EnvSpec) -> Optional[str]:
         """None if `spec` can be served by this model, else what differs."""
@@ -100,8 +116,14 @@ class Model:
 class Host:
     """The training host as an EnvBackend: sessions in, actions out, unrolls into replay."""
 
-    def __init__(self, config: HostConfig, metrics: Metrics, resume: bool = False):
+    def __init__(self, config: HostConfig, metrics: Metrics, resume: bool = False, league: Optional[LeagueAPI] = None):
+        """`league` (any LeagueAPI: a LeagueClient, an in-process League, a fake) is needed when
+        `config.league.address` is set; opponents and snapshots then come from it."""
+        if config.league.enabled and league is None:
+            raise ValueError(f"config.league.address is {config.league.address!r} but no league client was given")
         self.config = config
+        self._league_api = league if config.league.enabled else None
+        self.pool = ModelPool(config.league.pool_dir) if self._league_api is not None else None
         self.max_message_bytes = config.max_message_bytes
         self.metrics = metrics
         self.sessions = SessionRegistry(config.limits)
@@ -129,9 +151,18 @@ class Host:
                 f"worker declares {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents; one forward "
                 f"pass holds at most {self.config.batcher.max_batch_size} (batcher.max_batch_size)",
             )
+        if self._league_api is not None and spec.num_seats < 2:
+            raise ProtocolError(FAILED_PRECONDITION, f"this host plays in a league, which needs a game with 2 or more "
+                                f"seats; {spec.env_name} declares {spec.num_seats}")
         model = self._model_for(spec)
         unroll_length = self.config.unroll_length if self.config.learn else 0
-        make = lambda sid: Session(sid, spec, worker_name, unroll_length, model.network.initial_state)
+
+        def make(sid: str) -> Session:
+            seating = None
+            if model.league is not None:
+                seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32))
+            return Session(sid, spec, worker_name, unroll_length, model.network.initial_state, seating)
+
         session = self.sessions.open(spec, worker_name, make)
         log.info("worker %s opened session %s: %d envs x %d seats", worker_name, session.id[:8], spec.num_envs, spec.num_seats)
         return session.id
@@ -179,18 +210,55 @@ class Host:
                 make_update(config.learner, network), state, replay, policy, self.metrics,
                 self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta,
             )
-        self.model = Model(spec, network, policy, replay, learner)
+        initial = init_train_state(config.learner, network, jax.random.key(config.seed))
+        self.model = Model(spec, network, policy, replay, learner, initial)
         if learner is not None:
             learner.start()
+        if learner is not None and self._league_api is not None:
+            self.model.league = self._start_league_link()
         log.info("built model for %s: obs %s %s, %d actions", spec.env_name, spec.observation_shape,
                  spec.observation_dtype, spec.num_actions)
         return self.model
+
+    def _start_league_link(self) -> LeagueLink:
+        config = self.config.league
+        link = LeagueLink(
+            config, self._league_api, self._load_opponent, self._save_snapshot, self._reset_learner,
+            lambda: self.model.learner.step, seed=self.config.seed,
+        )
+        link.start()
+        log.info("playing in the league at %s as %s (%s)", config.address, config.player, config.role.value)
+        return link
+
+    def _load_opponent(self, key: str) -> Any:
+        state, meta = self.pool.restore(key, self.model.initial_state)
+        problem = self.model.fits(_spec_from_json(meta["spec"]))
+        if problem:
+            raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
+        return state.params
+
+    def _save_snapshot(self) -> tuple[int, str]:
+        """Freeze the learner into the model pool (on the learner thread); returns (step, path)."""
+        saved = {}
+
+        def save(state: Any) -> None:
+            saved["step"] = int(state.step)
+            self.pool.save(self.config.league.player, state, self._checkpoint_meta())
+
+        self.model.learner.call(save)
+        return saved["step"], self.pool.player_dir(self.config.league.player)
+
+    def _reset_learner(self) -> None:
+        """Back to the initial params and optimiser state; the step count goes on."""
+        initial = self.model.initial_state
+        self.model.learner.call(lambda state: state._replace(params=initial.params, opt_state=initial.opt_state))
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics
         return dict(
             spec=spec_to_json(self.model.spec),
             network=dataclasses.asdict(self.config.network),
+            learner=dataclasses.asdict(self.config.learner),
             env_steps=m.env_steps,
             agent_steps=m.agent_steps,
             episodes=m.episodes,
@@ -200,8 +268,7 @@ class Host:
 
     def _restore(self) -> None:
         meta = self.checkpointer.restore_meta()
-        s = meta["spec"]
-        spec = EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
+        spec = _spec_from_json(meta["spec"])
         if "network" in meta and network_from_json(meta["network"]) != self.config.network:
             log.warning("using the checkpoint's network %s, not %s", meta["network"], self.config.network)
             self.config = dataclasses.replace(self.config, network=network_from_json(meta["network"]))
@@ -231,16 +298,17 @@ class Host:
     def _infer_and_record(self, requests: list[Request]) -> None:
         model = self.model
         agents: list[AgentStep] = [r.payload[0] for r in requests]
-        total = sum(r.size for r in requests)
-        bucket = self.config.batcher.bucket(total)
+        for step in agents:
+            self._end_and_seat(step)
         num_actions = model.spec.num_actions
-        observation = _pad(np.concatenate([a.observation for a in agents]), bucket)
-        first = _pad(np.concatenate([a.first for a in agents]), bucket, True)
-        legal = _pad(np.concatenate([_legal(a, num_actions) for a in agents]), bucket, True)
-        core = jax.tree.map(lambda *xs: _pad(np.concatenate(xs), bucket), *[a.session.core_state for a in agents])
+        observation = np.concatenate([a.observation for a in agents])
+        first = np.concatenate([a.first for a in agents])
+        legal = np.concatenate([_legal(a, num_actions) for a in agents])
+        core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
+        opponents = None if model.league is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
-        out = model.policy.act(observation, first, core, legal)
-        self.metrics.record(inference_batch=total, inference_ms=1000 * (time.perf_counter() - start))
+        out = self._forward(observation, first, core, legal, opponents)
+        self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
         offset = 0
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)
@@ -250,19 +318,82 @@ class Host:
             action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
             _answer(loop, future, ActionBatch(sequence, action, out.policy_version), None)
 
+    def _forward(self, observation, first, core, legal, opponents: Optional[np.ndarray]) -> Actions:
+        """One padded forward pass per policy in the batch: the learner's, and each opponent snapshot's."""
+        policy = self.model.policy
+        if opponents is None or not any(key is not None for key in opponents):
+            return self._act_padded(policy, None, observation, first, core, legal)
+        groups: dict[Optional[str], list[int]] = {}
+        for row, key in enumerate(opponents):
+            groups.setdefault(key, []).append(row)
+        action = np.zeros(len(first), np.int32)
+        logits = np.zeros((len(first), self.model.spec.num_actions), np.float32)
+        new_core = jax.tree.map(np.copy, core)
+        version = policy.version
+        for key, rows in groups.items():
+            rows = np.asarray(rows)
+            params = None if key is None else self.model.league.opponent_params(key)
+            out = self._act_padded(policy, params, observation[rows], first[rows],
+                                   jax.tree.map(lambda x: x[rows], core), legal[rows])
+            action[rows], logits[rows] = out.action, out.logits
+            jax.tree.map(lambda target, source: target.__setitem__(rows, source), new_core, out.core_state)
+            if key is None:
+                version = out.policy_version
+        return Actions(action, logits, new_core, version)
+
+    def _act_padded(self, policy: InferencePolicy, params: Any, observation, first, core, legal) -> Actions:
+        """Act on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""
+        count = len(first)
+        bucket = self.config.batcher.bucket(count)
+        out = policy.act(_pad(observation, bucket), _pad(first, bucket, True),
+                         jax.tree.map(lambda x: _pad(x, bucket), core), _pad(legal, bucket, True), params=params)
+        return Actions(out.action[:count], out.logits[:count], jax.tree.map(lambda x: x[:count], out.core_state),
+                       out.policy_version)
+
+    def _end_and_seat(self, step: AgentStep) -> None:
+        """Close the episodes this step ends (metrics, league results) and seat the ones it starts."""
+        session = step.session
+        ended, returns, lengths = session.finished_episodes(step)
+        seating = session.seating
+        step.learning_before = np.ones(len(ended), bool) if seating is None else seating.learning()
+        counted = ended & step.learning_before
+        self.metrics.record_episodes(returns[counted], lengths[counted])
+        if seating is None:
+            step.learning = step.learning_before
+            return
+        seats = session.spec.num_seats
+        finished_envs = np.flatnonzero(ended[::seats])
+        self._report_results(seating, finished_envs, returns)
+        started_envs = np.flatnonzero(step.first[::seats])
+        seating.start(started_envs, self.model.league.draw(len(started_envs)))
+        step.learning = seating.learning()
+        step.opponents = seating.opponents()
+
+    def _report_results(self, seating: Seating, envs: np.ndarray, returns: np.ndarray) -> None:
+        """One league result per finished episode against a snapshot, from the learner seat's return."""
+        link = self.model.league
+        step = self.model.policy.version
+        for env, row in zip(envs, seating.learner_rows(envs)):
+            opponent = seating.opponent[env]
+            if opponent is None:
+                continue
+            outcome = 1.0 if returns[row] > 0 else 0.0 if returns[row] < 0 else 0.5
+            link.report(MatchResult(uuid.uuid4().hex, self.config.league.player, opponent, outcome, step))
+
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
         before = session.core_state
         session.core_state = jax.tree.map(
             lambda new, old: np.where(step.acting.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_core, before
         )
-        returns, lengths = session.finished_episodes(step)
-        self.metrics.record_episodes(returns, lengths)
         self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
         if session.unrolls is None:
             return
+        # Only the learner's rows go to replay: rewards and ends of its finished episodes, actions of its current ones.
+        ends = step.learning_before
         complete = session.unrolls.add(
-            acting=step.acting, reward=step.reward, terminated=step.terminated, truncated=step.truncated,
+            acting=step.acting & step.learning, reward=np.where(ends, step.reward, 0.0).astype(np.float32),
+            terminated=step.terminated & ends, truncated=step.truncated & ends,
             observation=step.observation, first=step.first, action=action, logits=logits,
             legal_mask=step.legal_mask, policy_version=version, core_state=before,
         )
@@ -289,11 +420,15 @@ class Host:
     def stop(self) -> None:
         """Stop inference and learning; the learner writes a final checkpoint."""
         self._stopping = True
+        if self.model is not None and self.model.league is not None:
+            self.model.league.stop()
         if self.model is not None and self.model.learner is not None:
             self.model.learner.stop()
         self.batcher.stop()
         if self.checkpointer is not None:
             self.checkpointer.close()
+        if self.pool is not None:
+            self.pool.close()
 
 
 def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:

@@ -7,7 +7,9 @@ to inference after every update.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import queue
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -49,6 +51,7 @@ class LearnerLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
         self._state_lock = threading.Lock()
+        self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
 
     @property
@@ -66,6 +69,34 @@ class LearnerLoop:
         self._thread.join(timeout=60)
         self.save()
 
+    def call(self, fn: Callable[[Any], Any], timeout: float = 60.0) -> Any:
+        """Run `fn(state)` on the learner thread between two updates and return what it returns.
+
+        If `fn` returns a TrainState, it becomes the learner's state and its params are
+        published (e.g. an exploiter reset to its initial params); return None to only
+        read the state (e.g. to save a snapshot). Raises TimeoutError if the learner
+        does not get to it in time (stopped or failed).
+        """
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._calls.put((fn, future))
+        return future.result(timeout)
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                fn, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                with self._state_lock:
+                    new_state = fn(self.state)
+                    if new_state is not None:
+                        self.state = new_state
+                        self._policy.publish(jax.tree.map(jnp.copy, new_state.params), int(new_state.step))
+                future.set_result(None if new_state is None else int(new_state.step))
+            except BaseException as error:
+                future.set_exception(error)
+
     def save(self) -> None:
         if self._checkpointer is not None:
             with self._state_lock:
@@ -75,6 +106,7 @@ class LearnerLoop:
         last_save = time.monotonic()
         try:
             while not self._stop.is_set() and not self._replay.closed:
+                self._run_calls()
                 waited = time.perf_counter()
                 batch = self._replay.sample(timeout=0.5)
                 if batch is None:

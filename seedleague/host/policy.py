@@ -62,8 +62,13 @@ class InferencePolicy:
         with self._lock:
             return self._params, self._version
 
-    def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray) -> Actions:
-        params, version = self.current()
+    def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray,
+            params: Any = None) -> Actions:
+        """Sample actions with the published params, or with `params` (an opponent's; same network)."""
+        if params is None:
+            params, version = self.current()
+        else:
+            version = self._version
         action, logits, core_state, self._rng = _act(
             self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
         )

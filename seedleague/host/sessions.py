@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec, StepBatch
@@ -45,13 +46,26 @@ class AgentStep:
     truncated: np.ndarray  # [N] bool
     acting: np.ndarray  # [N] bool
     legal_mask: Optional[np.ndarray]  # [N, A] bool
+    # Set by the host from the session's Seating (league play); without a league every row is the learner's.
+    learning_before: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's rewards end
+    learning: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's actions continue
+    opponents: Optional[np.ndarray] = None  # [N] object: snapshot key acting for each row, None = learner
 
 
 class Session:
     """Host-side state of one worker's agents."""
 
-    def __init__(self, session_id: str, spec: EnvSpec, worker_name: str, unroll_length: int, initial_state: Callable[[int], Any]):
+    def __init__(
+        self,
+        session_id: str,
+        spec: EnvSpec,
+        worker_name: str,
+        unroll_length: int,
+        initial_state: Callable[[int], Any],
+        seating: Optional[Seating] = None,
+    ):
         self.id = session_id
+        self.seating = seating  # who plays which seat, for league play; None: the learner plays every seat
         self.spec = spec
         self.worker_name = worker_name
         self.created = time.monotonic()
@@ -85,15 +99,16 @@ class Session:
             legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
         )
 
-    def finished_episodes(self, agents: AgentStep) -> tuple[np.ndarray, np.ndarray]:
-        """Add this step's rewards; return (returns, lengths) of the episodes it ended."""
+    def finished_episodes(self, agents: AgentStep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Add this step's rewards; return (ended, returns, lengths), each [N]: which agents' episodes
+        this step ended, and the return and length of those episodes (meaningless where not ended)."""
         self._episode_return += agents.reward
         ended = agents.terminated | agents.truncated
-        returns, lengths = self._episode_return[ended].copy(), self._episode_length[ended].copy()
+        returns, lengths = self._episode_return.copy(), self._episode_length.copy()
         self._episode_return[ended] = 0.0
         self._episode_length[ended] = 0
         self._episode_length += agents.acting
-        return returns, lengths
+        return ended, returns, lengths
 
 
 class SessionRegistry:

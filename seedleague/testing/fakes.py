@@ -194,3 +194,79 @@ class FakeBackend:
         """Record the violation, then raise it for the servicer to turn into a status."""
         self.violations.append(f"{where}: {code}: {message}")
         raise ProtocolError(code, message)
+
+
+class FakeLeague:
+    """A league with no maths: a fixed opponent list, a switchable outage, and a record of every call.
+
+    Implements `seedleague.league.types.LeagueAPI` in memory so the host's league
+    side can be tested alone:
+
+        league = FakeLeague(opponents=["main:000000"])   # every match is that snapshot
+        league.available = False                         # every call raises ConnectionError
+        league.results                                   # {result_id: MatchResult}, each counted once
+    """
+
+    def __init__(self, opponents: Optional[list[str]] = None, snapshot_every: int = 0, reset: bool = False):
+        from seedleague.league import types
+
+        self._types = types
+        self.opponents = list(opponents or [])  # [] = self-play
+        self.snapshot_every = snapshot_every  # learner steps between snapshot decisions (0: only the first)
+        self.reset = reset
+        self.available = True
+        self.registered: dict[str, object] = {}
+        self.results: dict[str, object] = {}
+        self.report_calls = 0
+        self.added: list[object] = []
+        self._rng = np.random.default_rng(0)
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        if not self.available:
+            raise ConnectionError("fake league is unavailable")
+
+    def register_player(self, name, role):
+        self._check()
+        self.registered[name] = role
+        return self._types.PlayerInfo(name, role)
+
+    def get_opponents(self, player, count):
+        self._check()
+        if not self.opponents:
+            return [self._types.Match(player, True)] * count
+        picks = self._rng.integers(len(self.opponents), size=count)
+        return [self._types.Match(self.opponents[i], False) for i in picks]
+
+    def report_results(self, results):
+        self._check()
+        with self._lock:
+            self.report_calls += 1
+            new = [r for r in results if r.result_id not in self.results]
+            self.results.update((r.result_id, r) for r in new)
+        return len(new)
+
+    def check_in(self, player, learner_step):
+        self._check()
+        mine = [s for s in self.added if s.player == player]
+        due = not mine or (self.snapshot_every and learner_step - mine[-1].step >= self.snapshot_every)
+        return self._types.SnapshotDecision(bool(due), bool(due and mine and self.reset), "fake schedule")
+
+    def add_snapshot(self, player, step, path):
+        self._check()
+        info = self._types.SnapshotInfo(self._types.snapshot_key(player, step), player, step, path, self._types.Role.MAIN)
+        if all(s.key != info.key for s in self.added):
+            self.added.append(info)
+        return info
+
+    def snapshots(self, player=None):
+        return [s for s in self.added if player is None or s.player == player]
+
+    def players(self):
+        return [self._types.PlayerInfo(n, r) for n, r in self.registered.items()]
+
+    def standings(self):
+        return []
+
+    def payoff(self):
+        return self._types.PayoffMatrix([], [], [])

@@ -1,0 +1,59 @@
+"""How an OpenSpiel game state is shown to a policy: the one encoding shared by the
+OpenSpiel env worker, `seedleague eval` and the Python policy API.
+
+A seat's observation is its information-state tensor (the full private history,
+so a feed-forward policy is enough for perfect recall), or the observation tensor
+for games that provide no information state. Actions are OpenSpiel's distinct
+action ids; the legal mask of a seat that is not to move is all False.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyspiel
+
+
+class UnsupportedGame(ValueError):
+    """The named game is not a two-player zero-sum sequential game with tensors."""
+
+
+def load_game(name: str) -> pyspiel.Game:
+    """Load a game by OpenSpiel name (parameters allowed, e.g. `leduc_poker(players=2)`) and check it fits."""
+    try:
+        game = pyspiel.load_game(name)
+    except pyspiel.SpielError as error:
+        raise UnsupportedGame(f"OpenSpiel has no game {name!r}: {error}") from None
+    kind = game.get_type()
+    if game.num_players() != 2:
+        raise UnsupportedGame(f"{name} has {game.num_players()} players; seedleague's OpenSpiel worker plays two-player games")
+    if kind.utility not in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM):
+        raise UnsupportedGame(f"{name} is not zero-sum or constant-sum ({kind.utility})")
+    if kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+        raise UnsupportedGame(f"{name} is not sequential (turn-based); simultaneous-move games are not supported")
+    if not (kind.provides_information_state_tensor or kind.provides_observation_tensor):
+        raise UnsupportedGame(f"{name} provides neither an information-state nor an observation tensor")
+    return game
+
+
+def observation_shape(game: pyspiel.Game) -> tuple[int, ...]:
+    if game.get_type().provides_information_state_tensor:
+        return tuple(game.information_state_tensor_shape())
+    return tuple(game.observation_tensor_shape())
+
+
+def encode(state: pyspiel.State, player: int) -> np.ndarray:
+    """The float32 observation of `player` in `state`, shaped `observation_shape(game)`."""
+    game = state.get_game()
+    if game.get_type().provides_information_state_tensor:
+        flat = state.information_state_tensor(player)
+    else:
+        flat = state.observation_tensor(player)
+    return np.asarray(flat, np.float32).reshape(observation_shape(game))
+
+
+def legal_mask(state: pyspiel.State, player: int, num_actions: int) -> np.ndarray:
+    """[num_actions] bool: the actions `player` may take now (all False when it is not to move)."""
+    mask = np.zeros(num_actions, bool)
+    if not state.is_terminal() and state.current_player() == player:
+        mask[state.legal_actions(player)] = True
+    return mask

@@ -1,0 +1,223 @@
+"""The host's side of the league: opponents in, results out, snapshots on the league's schedule.
+
+    link = LeagueLink(config, league, pool, learner_calls)   # league: any types.LeagueAPI
+    link.start()
+    matches = link.draw(n)            # batcher thread: never blocks, never calls the league
+    link.report(result)               # batcher thread: queued, sent in batches
+    params = link.opponent_params(key)
+
+Three background threads keep the league off the inference path:
+- *prefetch* asks the league for opponents in batches and loads their params
+  from the model pool into an LRU (`ParamsCache`) before handing them out;
+  when the league is away, `draw` keeps replaying recently fetched matches
+  (the last known opponent distribution), and plays self-play before any.
+- *report* sends finished-episode results in batches and retries them, with
+  their ids, until the league acknowledges them (so a lost reply never counts
+  a result twice and a league outage loses none).
+- *check-in* tells the league the learner's step every few seconds; when the
+  league says so it saves a snapshot into the pool (on the learner thread,
+  between two updates), registers it, and resets the learner if asked.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from seedleague.league.model_pool import ModelPool, ParamsCache
+from seedleague.league.types import LeagueAPI, Match, MatchResult, Role
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeagueLinkConfig:
+    """Which league a host plays in, as which player, and how it talks to it."""
+
+    address: str = ""  # league service "host:port"; "" = no league (self-play with one policy on every seat)
+    player: str = "main"
+    role: Role = Role.MAIN
+    pool_dir: str = ""  # the model pool shared by the league's hosts ("" = <league run dir>/pool, set by the launcher)
+    prefetch: int = 256  # opponents fetched per league call
+    report_batch: int = 256  # results per report call at most
+    report_interval_s: float = 0.5
+    check_in_interval_s: float = 2.0
+    retry_s: float = 1.0  # wait after a failed league call before the next try
+    cache_size: int = 16  # opponent params kept on the device
+    max_pending_results: int = 1_000_000  # beyond this the oldest unreported results are dropped, with a warning
+
+    def __post_init__(self):
+        if not self.player or ":" in self.player or any(c.isspace() for c in self.player):
+            raise ValueError(f"league player name {self.player!r} must be non-empty, without ':' or whitespace")
+        Role(self.role)  # raises for an unknown role
+        for name in ("prefetch", "report_batch", "cache_size", "max_pending_results"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"league.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("report_interval_s", "check_in_interval_s", "retry_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"league.{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
+
+
+@dataclasses.dataclass
+class LinkStats:
+    """Counters for the progress line and tests."""
+
+    fetched: int = 0
+    reported: int = 0
+    new_results: int = 0
+    pending: int = 0
+    dropped: int = 0
+    snapshots: int = 0
+    resets: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+class LeagueLink:
+    """Keeps opponents, results and snapshots flowing between one learning player's host and the league."""
+
+    def __init__(
+        self,
+        config: LeagueLinkConfig,
+        league: LeagueAPI,
+        load_params: Callable[[str], Any],
+        snapshot: Callable[[], tuple[int, str]],
+        reset: Callable[[], None],
+        learner_step: Callable[[], int],
+        seed: int = 0,
+    ):
+        """`load_params(key)` reads a snapshot's params; `snapshot()` saves the learner into the pool and
+        returns (step, path); `reset()` puts the learner back to its initial params; `learner_step()` is its step."""
+        self.config = config
+        self.league = league
+        self.stats = LinkStats()
+        self._load_params = load_params
+        self._cache = ParamsCache(load_params, config.cache_size)
+        self._cache_lock = threading.Lock()
+        self._snapshot, self._reset, self._learner_step = snapshot, reset, learner_step
+        self._ready: collections.deque[Match] = collections.deque()
+        self._recent: collections.deque[Match] = collections.deque(maxlen=config.prefetch)
+        self._results: collections.deque[MatchResult] = collections.deque()
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(self._prefetch_once, 0.0), name="league-prefetch", daemon=True),
+            threading.Thread(target=self._loop, args=(self._report_once, config.report_interval_s), name="league-report", daemon=True),
+            threading.Thread(target=self._loop, args=(self._check_in_once, config.check_in_interval_s), name="league-check-in", daemon=True),
+        ]
+        self._self_play = Match(config.player, True)
+
+    def start(self) -> None:
+        self.league.register_player(self.config.player, Role(self.config.role))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, flush_timeout_s: float = 5.0) -> None:
+        """Stop the threads after one last attempt to deliver every pending result."""
+        deadline = time.monotonic() + flush_timeout_s
+        while self._results and time.monotonic() < deadline and self._report_once():
+            pass
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self._results:
+            log.warning("%d results were not delivered to the league before shutdown", len(self._results))
+
+    # -- batcher thread -------------------------------------------------------------------------
+
+    def draw(self, count: int) -> list[Match]:
+        """`count` opponents for new episodes, without waiting for the league."""
+        matches = []
+        with self._lock:
+            for _ in range(count):
+                if self._ready:
+                    matches.append(self._ready.popleft())
+                elif self._recent:
+                    matches.append(self._rng.choice(self._recent))
+                else:
+                    matches.append(self._self_play)
+        return matches
+
+    def report(self, result: MatchResult) -> None:
+        with self._lock:
+            self._results.append(result)
+            if len(self._results) > self.config.max_pending_results:
+                self._results.popleft()
+                self.stats.dropped += 1
+                if self.stats.dropped == 1 or self.stats.dropped % 10000 == 0:
+                    log.warning("league unreachable: dropped %d oldest unreported results", self.stats.dropped)
+            self.stats.pending = len(self._results)
+
+    def opponent_params(self, key: str) -> Any:
+        with self._cache_lock:
+            return self._cache.get(key)
+
+    # -- background threads ---------------------------------------------------------------------
+
+    def _loop(self, once: Callable[[], bool], interval_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                once()
+                wait = interval_s
+            except Exception as error:  # the league is away or refused: keep playing, try again later
+                self.stats.failures += 1
+                self.stats.last_error = f"{type(error).__name__}: {error}"
+                log.warning("league call failed (%s); retrying in %.1f s", self.stats.last_error, self.config.retry_s)
+                wait = max(interval_s, self.config.retry_s)
+            self._stop.wait(wait)
+
+    def _prefetch_once(self) -> bool:
+        if len(self._ready) >= self.config.prefetch:
+            self._stop.wait(0.05)
+            return False
+        matches = self.league.get_opponents(self.config.player, self.config.prefetch)
+        for key in {m.opponent for m in matches if not m.self_play}:
+            if key not in self._cache:  # load before handing out, so inference never waits on the disk
+                params = self._load_params(key)
+                with self._cache_lock:
+                    self._cache.put(key, params)
+        with self._lock:
+            self._ready.extend(matches)
+            self._recent.extend(matches)
+        self.stats.fetched += len(matches)
+        return True
+
+    def _report_once(self) -> bool:
+        with self._lock:
+            batch = [self._results[i] for i in range(min(len(self._results), self.config.report_batch))]
+        if not batch:
+            return False
+        new = self.league.report_results(batch)
+        sent = {r.result_id for r in batch}
+        with self._lock:
+            while self._results and self._results[0].result_id in sent:
+                self._results.popleft()
+            self.stats.pending = len(self._results)
+        self.stats.reported += len(batch)
+        self.stats.new_results += new
+        return True
+
+    def _check_in_once(self) -> bool:
+        step = self._learner_step()
+        decision = self.league.check_in(self.config.player, step)
+        if not decision.snapshot:
+            return False
+        key_step, path = self._snapshot()
+        info = self.league.add_snapshot(self.config.player, key_step, path)
+        self.stats.snapshots += 1
+        log.info("snapshot %s added to the league (%s)", info.key, decision.reason)
+        if decision.reset:
+            self._reset()
+            self.stats.resets += 1
+            log.info("%s reset to its initial params after snapshot %s", self.config.player, info.key)
+        return True

@@ -1,0 +1,108 @@
+"""The model pool: every league snapshot as an orbax checkpoint under the run directory.
+
+Layout: `<root>/<player>/<step>/{state,meta}`, i.e. each player's directory is a
+`Checkpointer` directory whose steps are that player's snapshots, in the same
+format as the learner's own checkpoints (so `seedleague serve --checkpoint
+<root>/<player>` serves the newest one, and `seedleague.api.load_policy` reads
+any of them). Snapshot "main:000512" is `<root>/main`, step 512.
+
+Hosts load opponents through `ParamsCache`, an LRU of device params, so a
+second or restarted host sees the same pool and only keeps the opponents it is
+currently playing in memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.league.types import parse_key, snapshot_key
+
+log = logging.getLogger(__name__)
+
+_KEEP_ALL = 2**31 - 1  # snapshots are never rotated away: the league refers to every one
+
+
+class ModelPool:
+    """Saves and loads snapshots keyed "player:step" under one root directory."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self._checkpointers: dict[str, Checkpointer] = {}
+        self._lock = threading.Lock()
+
+    def player_dir(self, player: str) -> str:
+        return os.path.join(self.root, player)
+
+    def save(self, player: str, state: Any, meta: dict) -> str:
+        """Freeze `state` (a TrainState) as snapshot player:<state.step>; returns its key."""
+        step = int(state.step)
+        self._checkpointer(player).save(step, state, meta)
+        return snapshot_key(player, step)
+
+    def restore(self, key: str, template: Any) -> tuple[Any, dict]:
+        """(state, meta) of snapshot `key`, shaped like `template` (a TrainState of the same network)."""
+        player, step = parse_key(key)
+        if step is None:
+            raise ValueError(f"{key!r} names a live player, not a snapshot: expected 'player:step'")
+        if not os.path.isdir(self.player_dir(player)):
+            raise FileNotFoundError(f"the model pool {self.root} has no player {player!r}")
+        return self._checkpointer(player).restore(step, template)
+
+    def keys(self, player: str) -> list[str]:
+        if not os.path.isdir(self.player_dir(player)):
+            return []
+        return [snapshot_key(player, s) for s in self._checkpointer(player).steps()]
+
+    def close(self) -> None:
+        with self._lock:
+            for checkpointer in self._checkpointers.values():
+                checkpointer.close()
+            self._checkpointers.clear()
+
+    def _checkpointer(self, player: str) -> Checkpointer:
+        with self._lock:
+            if player not in self._checkpointers:
+                config = CheckpointConfig(directory=self.player_dir(player), max_to_keep=_KEEP_ALL)
+                self._checkpointers[player] = Checkpointer(config)
+            return self._checkpointers[player]
+
+
+class ParamsCache:
+    """LRU of opponent params on the device, loaded on first use by `load(key)`. Not thread-safe:
+    its user holds a lock (see host.league_link)."""
+
+    def __init__(self, load: Callable[[str], Any], capacity: int = 8):
+        if capacity < 1:
+            raise ValueError(f"the opponent params cache needs capacity >= 1, got {capacity}")
+        self._load = load
+        self.capacity = capacity
+        self._entries: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.loads = 0
+
+    def get(self, key: str) -> Any:
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        params = self._load(key)
+        self.put(key, params)
+        return params
+
+    def put(self, key: str, params: Any) -> None:
+        """Insert params loaded elsewhere (e.g. by a prefetch thread), evicting the least recently used."""
+        self.loads += 1
+        self._entries[key] = params
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.capacity:
+            evicted, _ = self._entries.popitem(last=False)
+            log.debug("evicted opponent %s from the params cache", evicted)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,171 @@
+"""The host's league side against a FakeLeague: opponents per episode, random learner seat,
+only learner rows in replay, results reported once (also across a league outage), snapshots
+into the model pool, resets, and the opponent's params actually used for its seat."""
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from seedleague.host.host import Host
+from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.league.model_pool import ModelPool
+from seedleague.metrics import Metrics
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.testing.fakes import FakeLeague
+from seedleague.testing.server_thread import ServerThread
+from tests.conftest import SMALL_HOST, RawWorker
+
+NUM_ENVS = 4
+# A two-move game: seat 0 moves, seat 1 moves, then seat 0 has won (+1) and seat 1 lost (-1).
+SPEC = EnvSpec("duel", (2,), np.float32, 2, NUM_ENVS, num_seats=2)
+
+
+def duel_steps(session_id: str):
+    """Endless StepBatches of the duel game in every env, same-step autoreset."""
+    sequence, turn = 0, 0
+    while True:
+        ended = turn == 2
+        turn = 0 if ended else turn
+        observation = np.zeros((NUM_ENVS, 2, 2), np.float32)
+        observation[:, :, 0] = turn
+        observation[:, 1, 1] = 1.0
+        acting = np.zeros((NUM_ENVS, 2), bool)
+        acting[:, turn] = True
+        reward = np.zeros((NUM_ENVS, 2), np.float32)
+        if ended:
+            reward[:, 0], reward[:, 1] = 1.0, -1.0
+        yield StepBatch(session_id, sequence, observation, reward, np.full(NUM_ENVS, ended), np.zeros(NUM_ENVS, bool),
+                        acting=acting)
+        sequence, turn = sequence + 1, turn + 1
+
+
+def play(worker: RawWorker, steps, count: int) -> list:
+    return [codec.decode_actions(worker.send(codec.encode_step(next(steps)))) for _ in range(count)]
+
+
+@pytest.fixture
+def league_host(tmp_path):
+    made = []
+
+    def make(league: FakeLeague, **link):
+        config = dataclasses.replace(
+            SMALL_HOST,
+            league=LeagueLinkConfig(address="fake", player="p", pool_dir=str(tmp_path / "pool"), retry_s=0.05,
+                                    report_interval_s=0.05, check_in_interval_s=0.05, prefetch=8, **link),
+        )
+        host = Host(config, Metrics(), league=league)
+        server = ServerThread(host).start()
+        made.append((host, server))
+        return host, server
+
+    yield make
+    for host, server in made:
+        server.stop()
+        host.stop()
+
+
+def wait_for(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_single_seat_game_is_refused_in_a_league(league_host):
+    host, server = league_host(FakeLeague())
+    with pytest.raises(Exception, match="2 or more seats"):
+        RawWorker(server.address, EnvSpec("solo", (2,), np.float32, 2, 1))
+
+
+def test_results_follow_the_learner_seat_and_are_reported_once(league_host):
+    league = FakeLeague(opponents=["p:000000"])
+    host, server = league_host(league)
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    play(worker, steps, 3)
+    assert wait_for(lambda: any(s.key == "p:000000" for s in league.added)), "the initial snapshot never reached the league"
+    assert ModelPool(str(host.config.league.pool_dir)).keys("p") == ["p:000000"]
+    play(worker, steps, 3 * 40)
+    assert wait_for(lambda: len(league.results) >= 30)
+    results = list(league.results.values())
+    outcomes = {r.outcome for r in results}
+    assert outcomes == {0.0, 1.0}, "the learner must sit in both seats (seat 0 always wins this game)"
+    assert all(r.player == "p" and r.opponent == "p:000000" for r in results)
+    assert set(np.unique(list(host.metrics.returns))) <= {-1.0, 1.0}
+    worker.close()
+
+
+def test_outage_loses_and_duplicates_nothing(league_host):
+    league = FakeLeague(opponents=["p:000000"])
+    host, server = league_host(league)
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    play(worker, steps, 3)
+    assert wait_for(lambda: league.added and host.model.league.stats.fetched > 0)
+    league.available = False
+    play(worker, steps, 3 * 25)  # play goes on against the cached opponents while the league is away
+    finished_in_outage = host.model.league.stats.pending
+    assert finished_in_outage > 0
+    league.available = True
+    play(worker, steps, 3)
+    link = host.model.league
+    assert wait_for(lambda: link.stats.pending == 0)
+    assert link.stats.failures > 0
+    assert len(league.results) == link.stats.new_results  # every result once
+    episodes_vs_snapshot = sum(1 for _ in league.results)
+    assert episodes_vs_snapshot >= finished_in_outage
+    worker.close()
+
+
+def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_learner(league_host):
+    league = FakeLeague(opponents=["p:000000"])
+    host, server = league_host(league, cache_size=2)
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    play(worker, steps, 3)
+    assert wait_for(lambda: league.added and host.model.league.stats.fetched > 0)
+
+    def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
+        params = state.params
+        head = dict(params["params"]["policy_head"], bias=jax.numpy.array([-50.0, 50.0]))
+        return state._replace(params={"params": dict(params["params"], policy_head=head)})
+
+    host.model.learner.call(always_one)
+    session = next(iter(host.sessions._sessions.values()))
+    recorded = []
+    add = session.unrolls.add
+    session.unrolls.add = lambda **kw: recorded.append(kw["acting"].copy()) or add(**kw)
+    learner_actions, opponent_actions = [], []
+    for _ in range(3 * 30):
+        batch = play(worker, steps, 1)[0]
+        learning = session.seating.learning().reshape(NUM_ENVS, 2)
+        assert learning.sum(1).tolist() == [1] * NUM_ENVS  # exactly one learner seat per env
+        # the unroll store (and so replay) sees the learner's acting rows only
+        assert (recorded[-1] <= learning.reshape(-1)).all() and recorded[-1].sum() <= NUM_ENVS
+        learner_actions += batch.action[learning].tolist()
+        opponent_actions += batch.action[~learning].tolist()
+    assert set(learner_actions) == {1}
+    assert set(opponent_actions) == {0, 1}
+    worker.close()
+
+
+def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
+    league = FakeLeague(snapshot_every=2, reset=True)  # self-play; snapshot every 2 learner steps, then reset
+    host, server = league_host(league)
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    initial = jax.tree.leaves(host.model.initial_state.params) if host.model else None
+    deadline = time.monotonic() + 60
+    while host.model is None or host.model.league.stats.resets < 1:
+        play(worker, steps, 3)
+        assert time.monotonic() < deadline, "no reset happened"
+    keys = ModelPool(host.config.league.pool_dir).keys("p")
+    assert len(keys) >= 2 and keys[0] == "p:000000"
+    assert [s.key for s in league.added][: len(keys)] == keys[: len(league.added)]
+    worker.close()
