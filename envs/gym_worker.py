@@ -15,33 +15,31 @@ Never imports jax.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import logging
-import os
-import signal
 import sys
 import threading
-import time
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from envs.atari import is_atari, make_atari_env
-from seedleague.protocol import codec
-from seedleague.protocol.client import (
-    Backoff,
-    ClientConfig,
-    ConnectionLost,
-    HostRefused,
-    WorkerClient,
-    default_worker_name,
+from envs.worker_loop import (
+    RateLog,
+    WorkerStats,
+    add_connection_arguments,
+    budget_spent,
+    closed_when_set,
+    serve,
+    stop_on_signals,
 )
+from seedleague.protocol import codec
+from seedleague.protocol.client import Backoff, ClientConfig, HostRefused, WorkerClient, default_worker_name
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.security import ClientSecurity, add_security_flags, client_security_from_args
+from seedleague.security import ClientSecurity, client_security_from_args
 
 log = logging.getLogger("envs.gym_worker")
 
@@ -93,18 +91,6 @@ class WorkerConfig:
         )
 
 
-@dataclasses.dataclass
-class WorkerStats:
-    """What a run did. A step is one message: every env stepped once."""
-
-    steps: int = 0
-    env_steps: int = 0
-    sessions: int = 0  # successful handshakes
-    reconnects: int = 0  # times the worker backed off after a lost connection or failed connect
-    policy_version: int = 0  # last seen
-    elapsed_s: float = 0.0
-
-
 def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     """`num_envs` copies in one process, autoreset on the same step (the protocol's semantics)."""
     make_one = functools.partial(make_atari_env if is_atari(env_id) else gym.make, env_id)
@@ -154,7 +140,7 @@ def run_worker(config: WorkerConfig, stop: Optional[threading.Event] = None) -> 
     envs = make_vector_env(config.env_id, config.num_envs)
     try:
         client = WorkerClient(config.client_config(), env_spec(config.env_id, envs))
-        with _closed_when_set(stop, client):
+        with closed_when_set(stop, client):
             return _serve(config, envs, client, stop)
     finally:
         envs.close()
@@ -164,26 +150,11 @@ def _serve(
     config: WorkerConfig, envs: gym.vector.VectorEnv, client: WorkerClient, stop: threading.Event
 ) -> WorkerStats:
     """Connect, step, and on a lost connection back off and start over with fresh episodes."""
-    stats = WorkerStats()
-    backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
-    started = time.monotonic()
-    while not stop.is_set() and not _budget_spent(config, stats):
-        try:
-            client.connect()
-            stats.sessions += 1
-            log.info("connected to %s as %s: session %s", config.address, config.worker_name, client.session_id)
-            seed = config.seed if stats.sessions == 1 else None
-            _run_session(config, envs, client, stop, stats, seed, backoff)
-        except ConnectionLost as error:
-            if stop.is_set():
-                break
-            delay = backoff.next()
-            stats.reconnects += 1
-            log.warning("lost the host at %s (%s); reconnecting in %.2f s", config.address, error, delay)
-            stop.wait(delay)
-    stats.policy_version = client.policy_version
-    stats.elapsed_s = time.monotonic() - started
-    return stats
+
+    def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
+        _run_session(config, envs, client, stop, stats, seed, backoff)
+
+    return serve(client, stop, run_session, seed=config.seed, max_steps=config.max_steps, logger=log)
 
 
 def _run_session(
@@ -201,78 +172,14 @@ def _run_session(
     terminated = np.zeros(envs.num_envs, bool)
     truncated = np.zeros(envs.num_envs, bool)
     offset = int(envs.single_action_space.start)
-    rate = _RateLog(config.log_interval_s, stats.env_steps)
-    while not stop.is_set() and not _budget_spent(config, stats):
+    rate = RateLog(config.log_interval_s, stats.env_steps, log)
+    while not stop.is_set() and not budget_spent(config.max_steps, stats):
         actions = client.step(observation, reward, terminated, truncated)[:, 0]
         backoff.reset()
         observation, reward, terminated, truncated, _ = envs.step(actions + offset if offset else actions)
         stats.steps += 1
         stats.env_steps += envs.num_envs
         rate.tick(stats.env_steps, client.policy_version)
-
-
-def _budget_spent(config: WorkerConfig, stats: WorkerStats) -> bool:
-    return config.max_steps > 0 and stats.env_steps >= config.max_steps
-
-
-class _RateLog:
-    """Logs env steps/s at INFO every `interval_s`."""
-
-    def __init__(self, interval_s: float, env_steps: int):
-        self._interval_s = interval_s
-        self._since = time.monotonic()
-        self._env_steps = env_steps
-
-    def tick(self, env_steps: int, policy_version: int) -> None:
-        now = time.monotonic()
-        if now - self._since < self._interval_s:
-            return
-        rate = (env_steps - self._env_steps) / (now - self._since)
-        log.info("%.0f env steps/s, %d env steps in all, policy version %d", rate, env_steps, policy_version)
-        self._since, self._env_steps = now, env_steps
-
-
-@contextlib.contextmanager
-def _closed_when_set(stop: threading.Event, client: WorkerClient) -> Iterator[None]:
-    """Close `client` as soon as `stop` is set, so a blocked connect or step returns at once."""
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            if stop.wait(0.2):
-                client.close()
-                return
-
-    watcher = threading.Thread(target=watch, name="stop-watcher", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        client.close()
-        watcher.join()
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT set `stop`; a second signal kills the process at once.
-
-    The handler only writes to a pipe (the self-pipe trick); a relay thread sets
-    the event, so the handler never takes a lock the main thread might hold.
-    """
-    read_fd, write_fd = os.pipe()
-
-    def handle(signum: int, frame) -> None:
-        signal.signal(signum, signal.SIG_DFL)
-        os.write(write_fd, bytes([signum]))
-
-    def relay() -> None:
-        signum = os.read(read_fd, 1)[0]
-        log.info("got %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    threading.Thread(target=relay, name="signal-relay", daemon=True).start()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, handle)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -285,15 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-steps", type=int, default=0, help="exit after this many env steps, all envs together (0 = no limit)"
     )
-    parser.add_argument("--worker-name", default=None, help="name in the host's logs (default hostname:pid)")
-    parser.add_argument("--max-message-bytes", type=int, default=defaults["max_message_bytes"])
-    parser.add_argument("--backoff-initial", type=float, default=defaults["backoff_initial_s"], help="seconds")
-    parser.add_argument("--backoff-max", type=float, default=defaults["backoff_max_s"], help="seconds")
-    parser.add_argument("--connect-timeout", type=float, default=defaults["connect_timeout_s"], help="seconds")
-    parser.add_argument(
-        "--log-interval", type=float, default=defaults["log_interval_s"], help="seconds between steps/s logs"
-    )
-    add_security_flags(parser, "client")  # --token (or $SEEDLEAGUE_TOKEN), --tls-ca
+    add_connection_arguments(parser)  # --worker-name, --max-message-bytes, backoff, timeouts, --token, --tls-ca
 
 
 def config_from_args(args: argparse.Namespace) -> WorkerConfig:
@@ -327,7 +226,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop, log)
     try:
         stats = run_worker(config, stop)
     except (HostRefused, UnsupportedEnv) as error:

@@ -250,8 +250,9 @@ class Host:
 
     def _reset_learner(self) -> None:
         """Back to the initial params and optimiser state; the step count goes on."""
-        initial = self.model.initial_state
-        self.model.learner.call(lambda state: state._replace(params=initial.params, opt_state=initial.opt_state))
+        initial = self.model.initial_state  # copied: the next update donates the state it is given
+        fresh = lambda: jax.tree.map(jax.numpy.copy, (initial.params, initial.opt_state))
+        self.model.learner.call(lambda state: state._replace(**dict(zip(("params", "opt_state"), fresh()))))
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics

@@ -1,0 +1,248 @@
+"""The PettingZoo env worker: steps `num_envs` copies of a two-player PettingZoo
+Atari game (Pong by default) and lets a seedleague host choose both seats' actions.
+
+    python -m envs.pettingzoo_worker --address 127.0.0.1:50051 --game pong_v3 --num-envs 2
+    python -m envs.pettingzoo_worker --address host:50051 --game boxing_v2 --max-cycles 2000
+
+Both seats act on every step (`acting` all True, no legal mask); seat s is the
+env's agent s (`possible_agents` order: Pong's `first_0` is the right paddle,
+`second_0` the left). Preprocessing follows `envs.atari` for single-player
+Atari: each action is repeated for 4 frames (rewards summed, the last two
+frames max-pooled), the grayscale screen is resized to 84x84, and the last 4
+frames are stacked HWC: observation [84, 84, 4] uint8 per seat. Episodes start
+with up to 30 no-op frames. By default seat 1 sees the frame mirrored left to
+right, so in Pong both seats see their own paddle on the right (`--no-mirror`
+gives both seats the same frame, better for games not laid out left/right).
+`reward[e, s]` is what agent s got over the 4 frames. When every agent is
+terminated (game over), or after `--max-cycles` steps (truncated), the next
+message carries the flag, the final rewards and already the first observation
+of a new episode (same-step autoreset, docs/protocol.md section 5).
+
+Envs come from PettingZoo's registry, `pettingzoo.make("parallel", "atari/pong_v3",
+...)`: the same `parallel_env` as `pettingzoo.atari.pong_v3`, without that
+module's deprecation warning. ROMs come from ale_py's `roms/` folder
+(`auto_rom_install_path`); nothing is downloaded. Games other than two-player
+`pettingzoo.atari` ones exit 2 before connecting. Never imports jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+import cv2
+import numpy as np
+
+from envs.atari import FRAME_STACK, SCREEN_SIZE
+from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
+from seedleague.protocol.specs import EnvSpec
+
+log = logging.getLogger("envs.pettingzoo_worker")
+
+NUM_SEATS = 2
+FRAME_SKIP = 4
+NOOP_MAX = 30
+NOOP_ACTION = 0  # ALE's NOOP is first in every minimal action set
+
+
+class UnsupportedGame(ValueError):
+    """The name is not a two-player PettingZoo Atari game with Discrete actions."""
+
+
+def make_parallel_env(game_name: str, max_frames: int) -> Any:
+    """One grayscale parallel env of PettingZoo's registered `atari/<game_name>`, ROM from ale_py.
+
+    The registry's entry point is the `parallel_env` of `pettingzoo.atari.<game_name>`
+    without that module's deprecation warning. Raises UnsupportedGame.
+    """
+    import ale_py  # The ROMs ship in ale_py/roms/.
+    import pettingzoo
+    import pettingzoo.env_registry.exceptions
+
+    atari = [spec.id for spec in pettingzoo.parallel_registry.values() if spec.namespace == "atari"]
+    names = sorted(name[len("atari/"):].replace("-v", "_v") for name in atari)  # pong-v3 is known as pong_v3
+    supported = f"the PettingZoo worker runs two-player pettingzoo.atari games, e.g. pong_v3 (all: {', '.join(names)})"
+    try:
+        spec = pettingzoo.spec("parallel", f"atari/{game_name}")
+    except pettingzoo.env_registry.exceptions.PettingZooRegistryError:
+        raise UnsupportedGame(f"unsupported PettingZoo game {game_name!r}: {supported}") from None
+    env = pettingzoo.make(
+        "parallel",
+        spec,
+        max_cycles=max_frames,
+        auto_rom_install_path=os.path.dirname(ale_py.__file__),
+        obs_type="grayscale_image",
+    )
+    agents = list(env.possible_agents)
+    sizes = {getattr(env.action_space(agent), "n", None) for agent in agents}
+    if len(agents) != NUM_SEATS or len(sizes) != 1 or None in sizes:
+        env.close()
+        raise UnsupportedGame(
+            f"unsupported PettingZoo game {game_name!r}: it has agents {agents} with action spaces "
+            f"{[env.action_space(agent) for agent in agents]}; {supported}"
+        )
+    return env
+
+
+class PettingZooVectorGame:
+    """`num_envs` two-player PettingZoo Atari games, stepped together; a `worker_loop.VectorGame`.
+
+        game = PettingZooVectorGame("pong_v3", num_envs=2, seed=0, max_cycles=5000)
+        step = game.reset()             # GameStep: observation [E, 2, 84, 84, 4] uint8, acting all True
+        step = game.step(actions)       # actions [E, 2] int in [0, 6): both seats act
+
+    The returned arrays are buffers reused by the next call.
+    """
+
+    def __init__(self, game_name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000, mirror: bool = True):
+        if num_envs < 1 or max_cycles < 1:
+            raise ValueError(f"need num_envs >= 1 and max_cycles >= 1, got {num_envs} and {max_cycles}")
+        self.max_cycles = max_cycles
+        self.mirror = mirror
+        # The env never truncates on its own: this class counts steps (each FRAME_SKIP frames).
+        max_frames = (max_cycles + 1) * FRAME_SKIP + NOOP_MAX + 1
+        self._envs = []
+        try:
+            for _ in range(num_envs):
+                self._envs.append(make_parallel_env(game_name, max_frames))
+        except BaseException:
+            self.close()
+            raise
+        self._agents = list(self._envs[0].possible_agents)
+        self.num_actions = int(self._envs[0].action_space(self._agents[0]).n)
+        self.spec = EnvSpec(
+            env_name=f"pettingzoo:{game_name}",
+            observation_shape=(SCREEN_SIZE, SCREEN_SIZE, FRAME_STACK),
+            observation_dtype=np.uint8,
+            num_actions=self.num_actions,
+            num_envs=num_envs,
+            num_seats=NUM_SEATS,
+        )
+        agents = (num_envs, NUM_SEATS)
+        self._out = GameStep(
+            observation=np.zeros(agents + self.spec.observation_shape, np.uint8),
+            reward=np.zeros(agents, np.float32),
+            terminated=np.zeros(num_envs, bool),
+            truncated=np.zeros(num_envs, bool),
+            acting=np.ones(agents, bool),
+        )
+        self._rng = np.random.default_rng(seed)
+        self._steps = np.zeros(num_envs, np.int64)  # steps of each env's current episode
+        self.episodes = 0
+
+    def reset(self, seed: Optional[int] = None) -> GameStep:
+        """Fresh episodes everywhere; `seed` reseeds the emulators (env e gets seed + e) and the no-op starts."""
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        for env in range(self.spec.num_envs):
+            self._start(env, None if seed is None else seed + env)
+        self._out.reward.fill(0.0)
+        self._out.terminated.fill(False)
+        self._out.truncated.fill(False)
+        return self._out
+
+    def step(self, actions: np.ndarray) -> GameStep:
+        """Both seats' actions for FRAME_SKIP frames in every env; ended episodes restart in the same step."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.spec.num_envs, NUM_SEATS):
+            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, NUM_SEATS)}")
+        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
+            raise ValueError(f"actions must be in [0, {self.num_actions}), got {actions.tolist()}")
+        out = self._out
+        for env in range(self.spec.num_envs):
+            frame, game_over = self._repeat(env, actions[env])
+            self._steps[env] += 1
+            out.terminated[env] = game_over
+            out.truncated[env] = not game_over and self._steps[env] >= self.max_cycles
+            if game_over or out.truncated[env]:
+                self.episodes += 1
+                self._start(env, None)
+            else:
+                self._push(env, frame)
+        return out
+
+    def summary(self) -> str:
+        return f"{self.episodes} episodes played"
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    def _repeat(self, env: int, seat_actions: np.ndarray) -> tuple[Optional[np.ndarray], bool]:
+        """Play one action per seat for FRAME_SKIP frames; (max of the last two frames, game over?)."""
+        game = self._envs[env]
+        chosen = {agent: int(seat_actions[seat]) for seat, agent in enumerate(self._agents)}
+        reward = self._out.reward[env]
+        reward.fill(0.0)
+        last = previous = None
+        for _ in range(FRAME_SKIP):
+            observations, rewards, terminations, _, _ = game.step(chosen)
+            for seat, agent in enumerate(self._agents):
+                reward[seat] += rewards.get(agent, 0.0)
+            if any(terminations.values()) or not game.agents:
+                return None, True
+            previous, last = last, observations[self._agents[0]]
+        return (last if previous is None else np.maximum(last, previous)), False
+
+    def _start(self, env: int, seed: Optional[int]) -> None:
+        """Reset env, play 0..NOOP_MAX no-op frames, and fill its frame stack with the first frame."""
+        game = self._envs[env]
+        observations, _ = game.reset(seed=seed)
+        frame = observations[self._agents[0]]
+        noops = {agent: NOOP_ACTION for agent in self._agents}
+        for _ in range(int(self._rng.integers(0, NOOP_MAX + 1))):
+            observations, _, terminations, _, _ = game.step(noops)
+            if any(terminations.values()) or not game.agents:
+                observations, _ = game.reset()
+            frame = observations[self._agents[0]]
+        self._steps[env] = 0
+        stack = self._out.observation[env, 0]
+        stack[...] = _downsample(frame)[:, :, None]
+        self._show_second_seat(env)
+
+    def _push(self, env: int, frame: np.ndarray) -> None:
+        """Shift env's stack by one frame and append `frame` as the newest channel."""
+        stack = self._out.observation[env, 0]
+        stack[:, :, :-1] = stack[:, :, 1:]  # numpy copies overlapping slices correctly
+        stack[:, :, -1] = _downsample(frame)
+        self._show_second_seat(env)
+
+    def _show_second_seat(self, env: int) -> None:
+        observation = self._out.observation[env]
+        observation[1] = observation[0, :, ::-1] if self.mirror else observation[0]
+
+
+def _downsample(frame: np.ndarray) -> np.ndarray:
+    """A [210, 160, 1] grayscale screen as [84, 84] uint8 (area interpolation, as gymnasium's AtariPreprocessing)."""
+    return cv2.resize(frame.reshape(frame.shape[:2]), (SCREEN_SIZE, SCREEN_SIZE), interpolation=cv2.INTER_AREA)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The worker's flags."""
+    parser.add_argument("--address", required=True, help="host address, host:port")
+    parser.add_argument("--game", default="pong_v3", help="two-player pettingzoo.atari game (default pong_v3)")
+    parser.add_argument("--num-envs", type=positive_int, default=2, help="games stepped together (default 2)")
+    parser.add_argument(
+        "--max-cycles", type=positive_int, default=5000,
+        help=f"steps ({FRAME_SKIP} frames each) before an episode is truncated (default 5000)",
+    )
+    parser.add_argument("--no-mirror", action="store_true", help="give seat 1 the same frame as seat 0, not mirrored")
+    add_game_worker_arguments(parser)  # --seed, --max-steps, connection and security flags, --log-level
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI entry point; 0 stopped, 2 bad flags, unusable game or refused by the host."""
+    parser = argparse.ArgumentParser(prog="python -m envs.pettingzoo_worker", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+
+    def make_game(args: argparse.Namespace) -> PettingZooVectorGame:
+        return PettingZooVectorGame(args.game, args.num_envs, args.seed, args.max_cycles, mirror=not args.no_mirror)
+
+    return game_worker_main(parser, argv, make_game, UnsupportedGame, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

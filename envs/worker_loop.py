@@ -1,0 +1,334 @@
+"""What every Python env worker shares: the reconnect loop, the stop signals, the
+connection flags, and the session loop of a `VectorGame`.
+
+    game = OpenSpielVectorGame("kuhn_poker", num_envs=64, seed=0)     # any VectorGame
+    config = GameWorkerConfig(client=ClientConfig(address="127.0.0.1:50051"))
+    stats = run_game_worker(game, config, stop)                       # until `stop` is set
+
+A `VectorGame` is a plain object stepped without gRPC: `reset(seed)` and
+`step(actions[E, S])` return the protocol's per-step arrays (`GameStep`), with
+same-step autoreset already applied (docs/protocol.md section 5). The worker
+modules own their games; this module owns what happens around them: handshake,
+lockstep steps, backoff and fresh episodes after a lost connection, SIGTERM/SIGINT
+(exit 0), and `HostRefused` (exit 2). `envs.gym_worker` uses the same `serve`
+loop, signals and flags with its gymnasium vector env. Never imports jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Callable, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
+from seedleague.protocol.specs import EnvSpec
+from seedleague.security import add_security_flags, client_security_from_args
+
+log = logging.getLogger("envs.worker_loop")
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """What a run did. A step is one message: every env stepped once."""
+
+    steps: int = 0
+    env_steps: int = 0
+    sessions: int = 0  # successful handshakes
+    reconnects: int = 0  # times the worker backed off after a lost connection or failed connect
+    policy_version: int = 0  # last seen
+    elapsed_s: float = 0.0
+
+
+# ------------------------------------------------------------------ games --
+@dataclasses.dataclass
+class GameStep:
+    """One StepBatch's arrays, laid out [env, seat, ...] as in docs/protocol.md section 2."""
+
+    observation: np.ndarray  # [E, S, *obs_shape], the spec's dtype
+    reward: np.ndarray  # [E, S] float32: what each seat got since the previous message
+    terminated: np.ndarray  # [E] bool: the episode ended; `observation` already shows the next one
+    truncated: np.ndarray  # [E] bool: the episode was cut off; likewise
+    legal_mask: Optional[np.ndarray] = None  # [E, S, A] bool, when the spec declares has_legal_mask
+    acting: Optional[np.ndarray] = None  # [E, S] bool: the seats whose action is applied
+
+
+class VectorGame(Protocol):
+    """`num_envs` game instances with `num_seats` seats each, stepped together in one process.
+
+    The arrays of a returned `GameStep` are the game's own buffers, overwritten by
+    the next `reset` or `step`: copy them to keep them.
+    """
+
+    spec: EnvSpec
+
+    def reset(self, seed: Optional[int] = None) -> GameStep:
+        """Fresh episodes in every env (rewards and flags zero); `seed` reseeds the game's randomness."""
+
+    def step(self, actions: np.ndarray) -> GameStep:
+        """Apply `actions` [E, S] int (non-acting seats' entries ignored); ended envs restart at once."""
+
+    def summary(self) -> str:
+        """One line for the worker's exit log, e.g. episodes played."""
+
+    def close(self) -> None:
+        """Release emulators and other resources."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GameWorkerConfig:
+    """One worker process stepping a VectorGame for a host."""
+
+    client: ClientConfig  # address, name, limits, backoff, token/TLS
+    seed: int = 0  # seeds the first session's reset; later sessions continue the game's random stream
+    max_steps: int = 0  # env steps (all envs together) before exiting, rounded up to whole batches; 0 = unlimited
+    log_interval_s: float = 10.0  # how often steps/s is logged
+
+    def __post_init__(self):
+        problems = []
+        if not isinstance(self.client, ClientConfig):
+            problems.append(f"client must be a ClientConfig, got {type(self.client).__name__}")
+        if self.max_steps < 0:
+            problems.append(f"max_steps must be >= 0 (0 = unlimited), got {self.max_steps}")
+        if self.log_interval_s <= 0:
+            problems.append(f"log_interval_s must be > 0, got {self.log_interval_s}")
+        if problems:
+            raise ValueError("bad worker config: " + "; ".join(problems))
+
+
+def run_game_worker(
+    game: VectorGame, config: GameWorkerConfig, stop: Optional[threading.Event] = None, logger: logging.Logger = log
+) -> WorkerStats:
+    """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
+    stop = stop if stop is not None else threading.Event()
+    client = WorkerClient(config.client, game.spec)
+
+    def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
+        _run_game_session(game, client, stop, stats, seed, backoff, config, logger)
+
+    with closed_when_set(stop, client):
+        return serve(client, stop, run_session, seed=config.seed, max_steps=config.max_steps, logger=logger)
+
+
+def _run_game_session(
+    game: VectorGame,
+    client: WorkerClient,
+    stop: threading.Event,
+    stats: WorkerStats,
+    seed: Optional[int],
+    backoff: Backoff,
+    config: GameWorkerConfig,
+    logger: logging.Logger,
+) -> None:
+    """The hot loop: arrays -> host -> actions -> game step, all envs at once."""
+    step = game.reset(seed)
+    rate = RateLog(config.log_interval_s, stats.env_steps, logger)
+    num_envs = game.spec.num_envs
+    while not stop.is_set() and not budget_spent(config.max_steps, stats):
+        actions = client.step(
+            step.observation, step.reward, step.terminated, step.truncated, step.legal_mask, step.acting
+        )
+        backoff.reset()
+        step = game.step(actions)
+        stats.steps += 1
+        stats.env_steps += num_envs
+        rate.tick(stats.env_steps, client.policy_version)
+
+
+# ------------------------------------------------------- reconnect loop --
+def serve(
+    client: WorkerClient,
+    stop: threading.Event,
+    run_session: Callable[[WorkerStats, Optional[int], Backoff], None],
+    *,
+    seed: Optional[int],
+    max_steps: int,
+    logger: logging.Logger = log,
+) -> WorkerStats:
+    """Connect, run a session, and on a lost connection back off and start over with fresh episodes.
+
+    `run_session(stats, seed, backoff)` steps until stopped or the budget is spent,
+    resets `backoff` after every successful step, and lets ConnectionLost (retry)
+    and HostRefused (give up: propagates to the caller) escape. `seed` is passed
+    to the first session only; later sessions get None.
+    """
+    stats = WorkerStats()
+    config = client.config
+    backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
+    started = time.monotonic()
+    while not stop.is_set() and not budget_spent(max_steps, stats):
+        try:
+            client.connect()
+            stats.sessions += 1
+            logger.info("connected to %s as %s: session %s", config.address, config.worker_name, client.session_id)
+            run_session(stats, seed if stats.sessions == 1 else None, backoff)
+        except ConnectionLost as error:
+            if stop.is_set():
+                break
+            delay = backoff.next()
+            stats.reconnects += 1
+            logger.warning("lost the host at %s (%s); reconnecting in %.2f s", config.address, error, delay)
+            stop.wait(delay)
+    stats.policy_version = client.policy_version
+    stats.elapsed_s = time.monotonic() - started
+    return stats
+
+
+def budget_spent(max_steps: int, stats: WorkerStats) -> bool:
+    return max_steps > 0 and stats.env_steps >= max_steps
+
+
+class RateLog:
+    """Logs env steps/s at INFO every `interval_s`."""
+
+    def __init__(self, interval_s: float, env_steps: int, logger: logging.Logger = log):
+        self._interval_s = interval_s
+        self._since = time.monotonic()
+        self._env_steps = env_steps
+        self._log = logger
+
+    def tick(self, env_steps: int, policy_version: int) -> None:
+        now = time.monotonic()
+        if now - self._since < self._interval_s:
+            return
+        rate = (env_steps - self._env_steps) / (now - self._since)
+        self._log.info("%.0f env steps/s, %d env steps in all, policy version %d", rate, env_steps, policy_version)
+        self._since, self._env_steps = now, env_steps
+
+
+@contextlib.contextmanager
+def closed_when_set(stop: threading.Event, client: WorkerClient) -> Iterator[None]:
+    """Close `client` as soon as `stop` is set, so a blocked connect or step returns at once."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stop.wait(0.2):
+                client.close()
+                return
+
+    watcher = threading.Thread(target=watch, name="stop-watcher", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        client.close()
+        watcher.join()
+
+
+def stop_on_signals(stop: threading.Event, logger: logging.Logger = log) -> None:
+    """SIGTERM/SIGINT set `stop`; a second signal kills the process at once.
+
+    The handler only writes to a pipe (the self-pipe trick); a relay thread sets
+    the event, so the handler never takes a lock the main thread might hold.
+    """
+    read_fd, write_fd = os.pipe()
+
+    def handle(signum: int, frame) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.write(write_fd, bytes([signum]))
+
+    def relay() -> None:
+        signum = os.read(read_fd, 1)[0]
+        logger.info("got %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    threading.Thread(target=relay, name="signal-relay", daemon=True).start()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+
+
+# ------------------------------------------------------------------ flags --
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """--worker-name, --max-message-bytes, backoff, --connect-timeout, --log-interval, --token, --tls-ca."""
+    defaults = ClientConfig(address="unused:0")
+    parser.add_argument("--worker-name", default=None, help="name in the host's logs (default hostname:pid)")
+    parser.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
+    parser.add_argument("--backoff-initial", type=float, default=defaults.backoff_initial_s, help="seconds")
+    parser.add_argument("--backoff-max", type=float, default=defaults.backoff_max_s, help="seconds")
+    parser.add_argument("--connect-timeout", type=float, default=defaults.connect_timeout_s, help="seconds")
+    parser.add_argument(
+        "--log-interval", type=float, default=GameWorkerConfig.log_interval_s, help="seconds between steps/s logs"
+    )
+    add_security_flags(parser, "client")  # --token (or $SEEDLEAGUE_TOKEN), --tls-ca
+
+
+def client_config_from_args(args: argparse.Namespace) -> ClientConfig:
+    """ClientConfig from --address and the flags of `add_connection_arguments`; raises ValueError."""
+    optional = {"worker_name": args.worker_name} if args.worker_name else {}
+    return ClientConfig(
+        address=args.address,
+        max_message_bytes=args.max_message_bytes,
+        backoff_initial_s=args.backoff_initial,
+        backoff_max_s=args.backoff_max,
+        connect_timeout_s=args.connect_timeout,
+        security=client_security_from_args(args),
+        **optional,
+    )
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_game_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every game worker shares after its own (--address, game, --num-envs)."""
+    parser.add_argument("--seed", type=int, default=0, help="seed of the game's random stream (chance, no-op starts)")
+    parser.add_argument(
+        "--max-steps", type=int, default=0, help="exit after this many env steps, all envs together (0 = no limit)"
+    )
+    add_connection_arguments(parser)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def game_worker_main(
+    parser: argparse.ArgumentParser,
+    argv: Optional[Sequence[str]],
+    make_game: Callable[[argparse.Namespace], VectorGame],
+    unsupported: type[Exception],
+    logger: logging.Logger,
+) -> int:
+    """Parse flags, make the game (before connecting), serve it; the exit status.
+
+    0 stopped (SIGTERM/SIGINT or --max-steps), 2 bad flags, unusable game (an
+    `unsupported` error, whose message is logged) or refused by the host.
+    """
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = GameWorkerConfig(
+            client=client_config_from_args(args),
+            seed=args.seed,
+            max_steps=args.max_steps,
+            log_interval_s=args.log_interval,
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        game = make_game(args)
+    except unsupported as error:
+        logger.error("%s", error)
+        return 2
+    stop = threading.Event()
+    stop_on_signals(stop, logger)
+    try:
+        stats = run_game_worker(game, config, stop, logger)
+    except HostRefused as error:
+        logger.error("%s", error)
+        return 2
+    finally:
+        game.close()
+    logger.info("stopped: %s; %s", stats, game.summary())
+    return 0

@@ -1,0 +1,171 @@
+"""The OpenSpiel worker: its vector game stepped in process (rewards, masks, chance,
+autoreset, illegal actions), `check-worker` on the real process, and bad game names."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from envs.openspiel_games import encode
+from envs.openspiel_worker import ILLEGAL_LOG_EVERY, OpenSpielVectorGame
+from seedleague.testing.fakes import random_legal_actions
+from seedleague.tools import check_worker as cw
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FAST = cw.CheckConfig(steps=30, timeout_s=20.0, shutdown_timeout_s=5.0)
+
+
+def _play(game: OpenSpielVectorGame, steps: int, seed: int = 0):
+    """Random legal actions for `steps` steps; yields (states before, step) with the step's arrays copied."""
+    rng = np.random.default_rng(seed)
+    step = game.reset(seed)
+    for _ in range(steps):
+        actions = random_legal_actions(rng, game.spec, step.legal_mask)
+        before = game.states  # the same objects: a finished one keeps its terminal state
+        step = game.step(actions)
+        yield before, {name: np.copy(getattr(step, name)) for name in ("observation", "reward", "terminated", "legal_mask", "acting")}
+
+
+def test_spec_of_kuhn_poker():
+    spec = OpenSpielVectorGame("kuhn_poker", num_envs=3).spec
+    assert (spec.env_name, spec.observation_shape, spec.observation_dtype) == ("openspiel:kuhn_poker", (11,), np.float32)
+    assert (spec.num_actions, spec.num_envs, spec.num_seats, spec.has_legal_mask) == (2, 3, 2, True)
+
+
+@pytest.mark.parametrize("name, steps", [("kuhn_poker", 100), ("leduc_poker", 100), ("connect_four", 150)])
+def test_episode_rewards_sum_to_openspiel_returns_and_are_zero_sum(name, steps):
+    game = OpenSpielVectorGame(name, num_envs=8, seed=1)
+    totals = np.zeros((8, 2))
+    finished = 0
+    for before, step in _play(game, steps):
+        assert step["reward"].dtype == np.float32
+        np.testing.assert_allclose(step["reward"].sum(axis=1), 0.0, atol=1e-6)
+        totals += step["reward"]
+        for env in np.flatnonzero(step["terminated"]):
+            assert before[env].is_terminal()
+            np.testing.assert_allclose(totals[env], before[env].returns(), atol=1e-5)
+            totals[env] = 0.0
+            finished += 1
+    assert finished >= 8 and game.episodes == finished
+
+
+@pytest.mark.parametrize("name", ["kuhn_poker", "connect_four"])
+def test_observations_acting_and_legal_masks_follow_the_state(name):
+    game = OpenSpielVectorGame(name, num_envs=4, seed=2)
+    for _, step in _play(game, 40):
+        for env, state in enumerate(game.states):
+            player = state.current_player()
+            assert step["acting"][env].tolist() == [player == 0, player == 1]
+            assert np.flatnonzero(step["legal_mask"][env, player]).tolist() == state.legal_actions()
+            assert not step["legal_mask"][env, 1 - player].any()
+            for seat in (0, 1):
+                np.testing.assert_array_equal(step["observation"][env, seat], encode(state, seat))
+
+
+def _deals(seed: int, num_envs: int = 4, steps: int = 60) -> list[tuple[int, ...]]:
+    """The cards dealt to each new Kuhn game, in order, over `steps` random steps."""
+    game = OpenSpielVectorGame("kuhn_poker", num_envs, seed=0)
+    rng = np.random.default_rng(0)
+    step = game.reset(seed=seed)
+    deals = [tuple(state.history()[:2]) for state in game.states]
+    for _ in range(steps):
+        step = game.step(random_legal_actions(rng, game.spec, step.legal_mask))
+        deals += [tuple(game.states[env].history()[:2]) for env in np.flatnonzero(step.terminated)]
+    return deals
+
+
+def test_chance_is_sampled_with_the_seeded_generator():
+    """Kuhn deals two of three cards: all 6 deals show up, and the seed fixes which come when."""
+    deals = _deals(seed=7)
+    assert len(deals) > 50
+    assert set(deals) == {(a, b) for a in range(3) for b in range(3) if a != b}
+    assert _deals(seed=7) == deals
+    assert _deals(seed=8) != deals
+
+
+def test_a_finished_game_restarts_in_the_same_step():
+    game = OpenSpielVectorGame("kuhn_poker", num_envs=1, seed=0)
+    step = game.reset(seed=0)
+    first = game.states[0]
+    step = game.step(np.zeros((1, 2), np.int32))  # player 0 passes
+    assert not step.terminated[0] and step.reward.tolist() == [[0.0, 0.0]] and step.acting.tolist() == [[False, True]]
+    step = game.step(np.zeros((1, 2), np.int32))  # player 1 passes: showdown, the higher card wins 1
+    assert first.is_terminal() and step.terminated[0]
+    assert step.reward[0].tolist() == first.returns() and abs(step.reward[0, 0]) == 1.0
+    fresh = game.states[0]
+    assert fresh is not first and len(fresh.history()) == 2 and not fresh.is_terminal()  # dealt, nobody moved
+    assert step.acting.tolist() == [[True, False]] and step.legal_mask.tolist() == [[[True, True], [False, False]]]
+    np.testing.assert_array_equal(step.observation[0, 1], encode(fresh, 1))
+    step = game.step(np.zeros((1, 2), np.int32))
+    assert not step.terminated[0] and game.states[0] is fresh
+
+
+def test_illegal_actions_are_counted_logged_and_replaced_by_the_first_legal_one(caplog):
+    game = OpenSpielVectorGame("tic_tac_toe", num_envs=3, seed=0)
+    game.reset()
+    centre = np.full((3, 2), 4, np.int32)
+    game.step(centre)  # seat 0 takes the centre in every env
+    assert game.illegal_actions == 0
+    with caplog.at_level(logging.WARNING, logger="envs.openspiel_worker"):
+        step = game.step(centre)  # seat 1 asks for the taken centre
+    assert game.illegal_actions == 3
+    assert [state.history() for state in game.states] == [[4, 0]] * 3
+    assert step.acting[:, 0].all()
+    warnings = [r.getMessage() for r in caplog.records if "illegal" in r.getMessage()]
+    assert len(warnings) == 1 and "action 4 for env 0 seat 1" in warnings[0] and "first legal action 0" in warnings[0]
+    assert ILLEGAL_LOG_EVERY > 1
+
+
+def test_out_of_range_actions_are_replaced_and_non_acting_seats_ignored():
+    game = OpenSpielVectorGame("kuhn_poker", num_envs=2, seed=0)
+    game.reset()
+    game.step(np.array([[1, -5], [9, 99]], np.int32))  # seat 0 acts: env 0 bets, env 1 is out of range
+    assert game.illegal_actions == 1
+    assert [state.history()[2:] for state in game.states] == [[1], [0]]
+
+
+def test_stepping_64_envs_is_well_under_a_millisecond_per_env():
+    for name in ("kuhn_poker", "leduc_poker"):
+        game = OpenSpielVectorGame(name, num_envs=64, seed=0)
+        step = game.reset()
+        rng = np.random.default_rng(0)
+        started = time.perf_counter()
+        for _ in range(30):
+            step = game.step(random_legal_actions(rng, game.spec, step.legal_mask))
+        per_env_step = (time.perf_counter() - started) / (30 * 64)
+        assert per_env_step < 1e-3 / 4, f"{name}: {per_env_step * 1e6:.0f} us per env step"
+
+
+def _worker(game: str, num_envs: int) -> list[str]:
+    return [
+        sys.executable, "-m", "envs.openspiel_worker", "--address", "{address}", "--game", game,
+        "--num-envs", str(num_envs), "--backoff-initial", "0.05", "--backoff-max", "0.3",
+    ]
+
+
+@pytest.mark.parametrize("game, shape, actions", [("kuhn_poker", (11,), 2), ("connect_four", (3, 6, 7), 7)])
+def test_worker_passes_every_check(game, shape, actions):
+    report = cw.check_worker(_worker(game, 4), FAST)
+    assert report.passed, report.format()
+    spec = report.spec
+    assert (spec.env_name, spec.observation_shape, spec.num_actions) == (f"openspiel:{game}", shape, actions)
+    assert (spec.num_envs, spec.num_seats, spec.has_legal_mask) == (4, 2, True)
+
+
+@pytest.mark.parametrize(
+    "game, message",
+    [("no_such_game", "OpenSpiel has no game 'no_such_game'"), ("matrix_rps", "matrix_rps is not sequential")],
+)
+def test_an_unusable_game_exits_2_naming_it_before_connecting(game, message):
+    command = [sys.executable, "-m", "envs.openspiel_worker", "--address", "127.0.0.1:1", "--game", game]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    error = [line for line in done.stderr.splitlines() if "ERROR envs.openspiel_worker" in line]
+    assert len(error) == 1 and message in error[0], done.stderr
+    assert "connected" not in done.stderr and "reconnecting" not in done.stderr
