@@ -1,0 +1,125 @@
+"""LeagueConfig: every number the league uses, in one frozen dataclass validated on creation.
+
+Defaults follow the AlphaStar paper (Vinyals et al., Nature 2019) and its
+pseudocode, with the step counts scaled from StarCraft's billions of agent steps
+to learner steps of small games; the paper's values are in the comments.
+`seedleague league serve` exposes every field as a flag (`--pfsp_weighting
+variance`, via seedleague.config_flags).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from seedleague.league.pfsp import WEIGHTINGS
+from seedleague.league.types import Mode
+
+
+@dataclasses.dataclass(frozen=True)
+class LeagueConfig:
+    mode: Mode = Mode.ALPHASTAR  # how opponents are chosen; see types.Mode
+    seed: int = 0  # of the league's RNG (opponent draws, league exploiters' resets); restarts begin again from it
+
+    # Mode.LAST_N: uniform over the player's own last N snapshots.
+    last_n: int = 5
+    # Mode.PFSP: the weighting over every snapshot (hard, variance, linear, linear_capped, uniform).
+    pfsp_weighting: str = "hard"
+    pfsp_p: float = 2.0  # exponent of "hard" (1-x)^p; AlphaStar's "squared" is 2 (also used by the main agent)
+    # Mode.PSRO: probability mass spread uniformly over all snapshots, the rest follows the Nash mixture.
+    psro_epsilon: float = 0.1
+
+    # Payoff table and ratings.
+    payoff_decay: float = 0.99  # each pair's counts are multiplied by this at every new result (paper: 0.99)
+    min_games: int = 5  # below this many (decayed) games a win rate reads 0.5 (TLeague: 5)
+    elo_k: float = 32.0
+    elo_scale: float = 400.0
+    initial_elo: float = 1200.0
+    elo_history_every: int = 10  # elo_history() records a point every this many results
+
+    # AlphaStar main agent: branch probabilities (paper: 35% self-play, 50% PFSP, 15% forgotten/exploiters).
+    main_self_play: float = 0.35
+    main_pfsp: float = 0.5
+    main_forgotten: float = 0.15
+    # In self-play, below this win rate against the opponent main agent, variance-PFSP over its snapshots (paper: 0.3).
+    main_self_play_threshold: float = 0.3
+    # Forgotten branch: hard-PFSP over past main-exploiter snapshots if it beats one of them less often than this
+    # (pseudocode: 0.3), else over the forgotten snapshots of the opponent main agent if it beats one of them
+    # less often than `main_forgotten_threshold` (pseudocode: 0.7), else self-play.
+    main_exploiter_check_threshold: float = 0.3
+    main_forgotten_threshold: float = 0.7
+    # Main exploiter: below this win rate against a main agent's latest snapshot, variance-PFSP over that agent's
+    # snapshots instead (paper: 0.2; pseudocode: 0.1).
+    main_exploiter_threshold: float = 0.2
+
+    # Check-ins. Main agents (and every player outside Mode.ALPHASTAR) snapshot every this many learner
+    # steps and never reset (paper: 2e9 agent steps).
+    snapshot_interval_steps: int = 500
+    # Exploiters snapshot once they beat every target (main agents' latest snapshots for main exploiters, every
+    # snapshot for league exploiters) with a win rate above this (paper: 0.7) ...
+    exploiter_snapshot_win_rate: float = 0.7
+    # ... but not sooner than this many steps after their last snapshot (pseudocode: 2e9; 0 = at once) ...
+    exploiter_min_steps: int = 200
+    # ... or after these many steps without a snapshot (paper: 4e9 main exploiter, 2e9 league exploiter).
+    main_exploiter_timeout_steps: int = 1000
+    league_exploiter_timeout_steps: int = 500
+    # After a snapshot a main exploiter always resets to its initial params; a league exploiter with this
+    # probability (paper: 0.25).
+    league_exploiter_reset_prob: float = 0.25
+
+    def __post_init__(self):
+        problems = _mode_problems(self) + _probability_problems(self) + _count_problems(self)
+        if problems:
+            raise ValueError("bad league config: " + "; ".join(problems))
+
+
+_PROBABILITIES = (
+    "psro_epsilon",
+    "main_self_play",
+    "main_pfsp",
+    "main_forgotten",
+    "main_self_play_threshold",
+    "main_exploiter_check_threshold",
+    "main_forgotten_threshold",
+    "main_exploiter_threshold",
+    "exploiter_snapshot_win_rate",
+    "league_exploiter_reset_prob",
+)
+_POSITIVE = ("last_n", "elo_history_every", "snapshot_interval_steps", "main_exploiter_timeout_steps",
+             "league_exploiter_timeout_steps", "pfsp_p", "elo_k", "elo_scale")
+_NON_NEGATIVE = ("min_games", "exploiter_min_steps")
+
+
+def _mode_problems(config: LeagueConfig) -> list[str]:
+    problems = []
+    if config.mode not in tuple(Mode):
+        problems.append(f"mode {config.mode!r} is unknown: use one of {', '.join(m.value for m in Mode)}")
+    if config.pfsp_weighting not in WEIGHTINGS:
+        problems.append(f"pfsp_weighting {config.pfsp_weighting!r} is unknown: use one of {', '.join(WEIGHTINGS)}")
+    return problems
+
+
+def _probability_problems(config: LeagueConfig) -> list[str]:
+    problems = [
+        f"{name} is a probability or win rate: set it in [0, 1], got {getattr(config, name)}"
+        for name in _PROBABILITIES
+        if not 0.0 <= getattr(config, name) <= 1.0
+    ]
+    total = config.main_self_play + config.main_pfsp + config.main_forgotten
+    if not math.isclose(total, 1.0, abs_tol=1e-9):
+        problems.append(
+            f"main_self_play + main_pfsp + main_forgotten must sum to 1 (paper: 0.35 + 0.5 + 0.15), got {total:g}"
+        )
+    if not 0.0 < config.payoff_decay <= 1.0:
+        problems.append(f"payoff_decay must be in (0, 1] (1 = no decay; paper: 0.99), got {config.payoff_decay}")
+    return problems
+
+
+def _count_problems(config: LeagueConfig) -> list[str]:
+    problems = [f"{name} must be > 0, got {getattr(config, name)}" for name in _POSITIVE if not getattr(config, name) > 0]
+    problems += [
+        f"{name} must be >= 0, got {getattr(config, name)}" for name in _NON_NEGATIVE if not getattr(config, name) >= 0
+    ]
+    if not math.isfinite(config.initial_elo):
+        problems.append(f"initial_elo must be a finite number, got {config.initial_elo}")
+    return problems

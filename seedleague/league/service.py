@@ -1,0 +1,271 @@
+"""League: the league service in-process, implementing `types.LeagueAPI` over SQLite.
+
+    league = League(LeagueConfig(mode=Mode.ALPHASTAR), "runs/x/league.sqlite")
+    league.register_player("main", Role.MAIN)
+    decision = league.check_in("main", learner_step=0)        # snapshot=True: the initial params
+    league.add_snapshot("main", 0, "runs/x/pool/main/0")
+    matches = league.get_opponents("main", count=8)
+    league.report_results([MatchResult(uuid, "main", "main:000000", 1.0)])
+    print(league.leaderboard_text())
+    league.close()
+
+This module owns input checking, the lock and the write-then-apply order: every
+call checks its input first (a refused call raises ProtocolError and changes
+nothing), then writes to the store, and only after the commit applies the event
+to the in-memory `LeagueState`; on start it replays the store into that state.
+Who plays whom is `matchmaking`; the arithmetic is in `payoff`, `elo`,
+`trueskill` and `nash`. Thread-safe: one lock around every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+import numpy as np
+
+from seedleague.league import matchmaking, tables
+from seedleague.league.config import LeagueConfig
+from seedleague.league.payoff import OUTCOMES
+from seedleague.league.state import LeagueState
+from seedleague.league.store import LeagueStore, PlayerRow, SnapshotRow
+from seedleague.league.types import (
+    Match,
+    MatchResult,
+    PayoffMatrix,
+    PlayerInfo,
+    Role,
+    SnapshotDecision,
+    SnapshotInfo,
+    Standing,
+    snapshot_key,
+)
+from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ProtocolError
+
+MAX_NAME_CHARS = 64
+MAX_RESULT_ID_CHARS = 128
+MAX_PATH_CHARS = 4096
+MAX_STEP = 1 << 62
+MAX_OPPONENTS_PER_CALL = 10_000
+MAX_RESULTS_PER_CALL = 100_000
+
+
+class League:
+    """The league over the SQLite file `db_path` (created if missing, replayed if not)."""
+
+    def __init__(self, config: LeagueConfig, db_path: str):
+        self.config = config
+        self._lock = threading.Lock()
+        self._store: Optional[LeagueStore] = LeagueStore(db_path)
+        self._state = LeagueState(config)
+        self._rng = np.random.default_rng(config.seed)
+        _replay(self._state, self._store)
+
+    # --- LeagueAPI --------------------------------------------------------------------------------
+
+    def register_player(self, name: str, role: Role) -> PlayerInfo:
+        """Create the player, or return it unchanged if it exists with the same role."""
+        _check_name(name)
+        role = _check_role(role)
+        with self._lock:
+            store = self._open_store()
+            existing = self._state.players.get(name)
+            if existing is not None:
+                if existing.role != role:
+                    raise ProtocolError(
+                        FAILED_PRECONDITION,
+                        f"player {name!r} is registered as {existing.role.value}, not {role.value}: "
+                        "use another name for a player with another role",
+                    )
+                return existing
+            store.add_player(name, role)
+            return self._state.add_player(name, role)
+
+    def get_opponents(self, player: str, count: int) -> list[Match]:
+        count = _check_int(count, "count", 1, MAX_OPPONENTS_PER_CALL)
+        with self._lock:
+            self._open_store()
+            self._player(player)
+            return matchmaking.choose_opponents(self._state.view(), player, count, self.config, self._rng)
+
+    def report_results(self, results: Sequence[MatchResult]) -> int:
+        """Record the results whose ids are new, in one transaction; returns how many were new."""
+        if not isinstance(results, (list, tuple)) or len(results) > MAX_RESULTS_PER_CALL:
+            raise ProtocolError(INVALID_ARGUMENT, f"results must be a list of at most {MAX_RESULTS_PER_CALL} MatchResult")
+        with self._lock:
+            store = self._open_store()
+            for result in results:
+                self._check_result(result)
+            new = store.add_results(results)
+            for result in new:
+                self._state.add_result(result)
+            return len(new)
+
+    def check_in(self, player: str, learner_step: int) -> SnapshotDecision:
+        """Whether to snapshot (and reset) now; a decision given stands until its snapshot is added."""
+        learner_step = _check_int(learner_step, "learner_step", 0, MAX_STEP)
+        with self._lock:
+            store = self._open_store()
+            info = self._player(player)
+            pending = self._state.pending[player]
+            if pending is not None:
+                decision = SnapshotDecision(True, pending, "repeating the earlier answer: add that snapshot first")
+            else:
+                view = self._state.view()
+                decision = matchmaking.check_in_decision(view, info, learner_step, self.config, self._rng)
+            pending = decision.reset if decision.snapshot else None
+            store.check_in(player, learner_step, pending)
+            self._state.check_in(player, learner_step, pending)
+            return decision
+
+    def add_snapshot(self, player: str, step: int, path: str) -> SnapshotInfo:
+        """Register saved params as snapshot player:step; the same key and path again returns it unchanged."""
+        step = _check_int(step, "step", 0, MAX_STEP)
+        if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS:
+            raise ProtocolError(INVALID_ARGUMENT, f"path must be a non-empty string of at most {MAX_PATH_CHARS} chars")
+        with self._lock:
+            store = self._open_store()
+            info = self._player(player)
+            key = snapshot_key(player, step)
+            existing = self._state.snapshots.get(key)
+            if existing is not None:
+                if existing.path != path:
+                    raise ProtocolError(
+                        FAILED_PRECONDITION, f"snapshot {key} is already registered with path {existing.path!r}"
+                    )
+                return existing
+            if info.snapshots and step <= info.last_snapshot_step:
+                raise ProtocolError(
+                    FAILED_PRECONDITION,
+                    f"snapshot steps of {player!r} must increase: its last snapshot is at step {info.last_snapshot_step}",
+                )
+            snapshot = SnapshotInfo(key=key, player=player, step=step, path=path, role=info.role)
+            reset = bool(self._state.pending[player])
+            store.add_snapshot(snapshot, reset)
+            self._state.add_snapshot(snapshot, reset)
+            return snapshot
+
+    def snapshots(self, player: Optional[str] = None) -> list[SnapshotInfo]:
+        with self._lock:
+            if player is not None:
+                self._player(player)
+            return [s for s in self._state.snapshots.values() if player is None or s.player == player]
+
+    def players(self) -> list[PlayerInfo]:
+        with self._lock:
+            return list(self._state.players.values())
+
+    def standings(self) -> list[Standing]:
+        with self._lock:
+            return self._state.standings()
+
+    def payoff(self) -> PayoffMatrix:
+        with self._lock:
+            return self._state.payoff_matrix()
+
+    # --- reports ----------------------------------------------------------------------------------
+
+    def elo_history(self) -> dict[str, list[tuple[int, float]]]:
+        """key -> [(results counted so far, Elo)], sampled every config.elo_history_every results."""
+        with self._lock:
+            return self._state.elo_history()
+
+    def leaderboard_text(self, top: int = 20) -> str:
+        return tables.standings_table(self.standings(), top)
+
+    def close(self) -> None:
+        """Close the database; later calls that write raise ProtocolError(UNAVAILABLE). Idempotent."""
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def __enter__(self) -> "League":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # --- checks -----------------------------------------------------------------------------------
+
+    def _open_store(self) -> LeagueStore:
+        if self._store is None:
+            raise ProtocolError(UNAVAILABLE, "the league is shut down")
+        return self._store
+
+    def _player(self, name: str) -> PlayerInfo:
+        info = self._state.players.get(name) if isinstance(name, str) else None
+        if info is None:
+            raise ProtocolError(NOT_FOUND, f"unknown player {name!r}: register it first")
+        return info
+
+    def _check_result(self, result: MatchResult) -> None:
+        if not isinstance(result, MatchResult):
+            raise ProtocolError(INVALID_ARGUMENT, f"expected a MatchResult, got {type(result).__name__}")
+        rid = result.result_id
+        if not isinstance(rid, str) or not rid or len(rid) > MAX_RESULT_ID_CHARS or not rid.isprintable():
+            raise ProtocolError(
+                INVALID_ARGUMENT, f"result_id must be 1 to {MAX_RESULT_ID_CHARS} printable chars (a uuid), got {rid!r}"
+            )
+        self._player(result.player)
+        if result.opponent != result.player and result.opponent not in self._state.snapshots:
+            if result.opponent in self._state.players:
+                raise ProtocolError(
+                    INVALID_ARGUMENT,
+                    f"result {rid}: opponent {result.opponent!r} is another player's live params, which no match "
+                    "plays: report the snapshot key played, or the player's own name for self-play",
+                )
+            raise ProtocolError(NOT_FOUND, f"result {rid}: unknown snapshot key {result.opponent!r}")
+        if isinstance(result.outcome, bool) or result.outcome not in OUTCOMES:
+            raise ProtocolError(
+                INVALID_ARGUMENT, f"result {rid}: outcome must be 1 (win), 0.5 (draw) or 0 (loss), got {result.outcome!r}"
+            )
+        _check_int(result.learner_step, f"result {rid}: learner_step", 0, MAX_STEP)
+
+
+def _replay(state: LeagueState, store: LeagueStore) -> None:
+    """Apply the stored events to `state` in commit order, as the live calls did after their commits.
+
+    A player row holds its latest check-in, so that is applied last (replaying its
+    snapshots clears any pending decision on the way).
+    """
+    players = []
+    for event in store.events():
+        if isinstance(event, PlayerRow):
+            state.add_player(event.name, event.role)
+            players.append(event)
+        elif isinstance(event, SnapshotRow):
+            state.add_snapshot(event.info, event.reset)
+        else:
+            state.add_result(event)
+    for row in players:
+        state.check_in(row.name, row.learner_step, row.pending)
+
+
+def _check_name(name: str) -> None:
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= MAX_NAME_CHARS
+        or not name.isprintable()
+        or any(c == ":" or c.isspace() for c in name)
+    ):
+        raise ProtocolError(
+            INVALID_ARGUMENT,
+            f"player name must be 1 to {MAX_NAME_CHARS} printable chars without ':' or whitespace, got {name!r}",
+        )
+
+
+def _check_role(role) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise ProtocolError(
+            INVALID_ARGUMENT, f"unknown role {role!r}: use one of {', '.join(r.value for r in Role)}"
+        ) from None
+
+
+def _check_int(value, what: str, low: int, high: int) -> int:
+    """`value` as a Python int (numpy integers accepted), or INVALID_ARGUMENT."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)

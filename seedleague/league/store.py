@@ -1,0 +1,207 @@
+"""SQLite persistence of the league: players, snapshots and results, in commit order.
+
+    store = LeagueStore("runs/x/league.sqlite")
+    for event in store.events():          # PlayerRow | SnapshotRow | MatchResult, oldest first
+        ...                               # replay into a LeagueState
+    store.add_results(results)            # returns the new ones; ids already stored are ignored
+
+Every player, snapshot and result row carries `seq`, one counter shared by the
+three tables, so `events()` returns them in exactly the order they were
+committed and the in-memory payoff, Elo and TrueSkill (which depend on that
+order) are rebuilt identically on restart. A write returns only after its
+transaction commits: a caller may acknowledge it then. Results are keyed by
+`result_id` and inserted with INSERT OR IGNORE, so a retried report is stored
+once. Callers serialise access (the service holds one lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import heapq
+import sqlite3
+from typing import Iterator, Optional, Sequence, Union
+
+from seedleague.league.types import MatchResult, Role, SnapshotInfo
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE players (
+    name TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    learner_step INTEGER NOT NULL DEFAULT 0,   -- last check-in
+    pending INTEGER,                           -- NULL: no snapshot decided, else the reset flag of one decided
+    seq INTEGER NOT NULL UNIQUE
+)""",
+    """CREATE TABLE snapshots (
+    key TEXT PRIMARY KEY,                      -- "player:step"
+    player TEXT NOT NULL REFERENCES players(name),
+    step INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    role TEXT NOT NULL,
+    reset INTEGER NOT NULL,                    -- 1: the player was reset to its initial params after it
+    seq INTEGER NOT NULL UNIQUE
+)""",
+    """CREATE TABLE results (
+    result_id TEXT PRIMARY KEY,
+    player TEXT NOT NULL,
+    opponent TEXT NOT NULL,
+    outcome REAL NOT NULL,
+    learner_step INTEGER NOT NULL,
+    seq INTEGER NOT NULL UNIQUE
+)""",
+)
+
+
+class StoreError(Exception):
+    """The database file cannot be used as a league store (other schema version, not a league DB)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlayerRow:
+    """A player as stored; snapshot and reset counts are derived from its snapshot rows."""
+
+    name: str
+    role: Role
+    learner_step: int = 0
+    pending: Optional[bool] = None  # reset flag of a snapshot decided at a check-in and not yet added
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotRow:
+    info: SnapshotInfo
+    reset: bool
+
+
+Event = Union[PlayerRow, SnapshotRow, MatchResult]
+
+
+class LeagueStore:
+    """The league's SQLite file (WAL); see the module docstring."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._next_seq = 1
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: every COMMIT fsyncs the WAL before returning. NORMAL would already survive kill -9 of this
+            # process (the WAL frames are written to the OS before COMMIT returns), but could lose the last
+            # acknowledged commits on power loss or a kernel crash; results arrive in batches, so one fsync
+            # per batch is cheap.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._open_schema()
+        except (sqlite3.DatabaseError, StoreError) as error:
+            self._db.close()
+            if isinstance(error, StoreError):
+                raise
+            raise StoreError(f"{path!r} is not a usable league database ({error}): give a new --run-dir") from None
+        self._next_seq = 1 + max(
+            self._db.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {table}").fetchone()[0]
+            for table in ("players", "snapshots", "results")
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def events(self) -> Iterator[Event]:
+        """Every player, snapshot and result, in commit order."""
+        players = (
+            (seq, PlayerRow(name, Role(role), step, None if pending is None else bool(pending)))
+            for name, role, step, pending, seq in self._db.execute(
+                "SELECT name, role, learner_step, pending, seq FROM players ORDER BY seq"
+            )
+        )
+        snapshots = (
+            (seq, SnapshotRow(SnapshotInfo(key, player, step, path, Role(role)), bool(reset)))
+            for key, player, step, path, role, reset, seq in self._db.execute(
+                "SELECT key, player, step, path, role, reset, seq FROM snapshots ORDER BY seq"
+            )
+        )
+        results = (
+            (seq, MatchResult(result_id, player, opponent, outcome, step))
+            for result_id, player, opponent, outcome, step, seq in self._db.execute(
+                "SELECT result_id, player, opponent, outcome, learner_step, seq FROM results ORDER BY seq"
+            )
+        )
+        for _, event in heapq.merge(players, snapshots, results, key=lambda pair: pair[0]):
+            yield event
+
+    # --- writes (each one transaction) ------------------------------------------------------------
+
+    def add_player(self, name: str, role: Role) -> None:
+        with self._transaction() as db:
+            db.execute("INSERT INTO players (name, role, seq) VALUES (?, ?, ?)", (name, Role(role).value, self._seq()))
+
+    def check_in(self, name: str, learner_step: int, pending: Optional[bool]) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE players SET learner_step = ?, pending = ? WHERE name = ?",
+                (learner_step, None if pending is None else int(pending), name),
+            )
+
+    def add_snapshot(self, info: SnapshotInfo, reset: bool) -> None:
+        """Store the snapshot and clear its player's pending decision, in one transaction."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO snapshots (key, player, step, path, role, reset, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (info.key, info.player, info.step, info.path, Role(info.role).value, int(reset), self._seq()),
+            )
+            db.execute("UPDATE players SET pending = NULL WHERE name = ?", (info.player,))
+
+    def add_results(self, results: Sequence[MatchResult]) -> list[MatchResult]:
+        """Store every result whose id is new; returns those, in commit order."""
+        new = []
+        with self._transaction() as db:
+            for r in results:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO results (result_id, player, opponent, outcome, learner_step, seq) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (r.result_id, r.player, r.opponent, float(r.outcome), int(r.learner_step), self._next_seq),
+                )
+                if cursor.rowcount == 1:
+                    self._seq()
+                    new.append(r)
+        return new
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _seq(self) -> int:
+        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        return seq
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK and give back the sequence numbers taken."""
+        first_seq = self._next_seq
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._next_seq = first_seq
+            raise
+
+    def _open_schema(self) -> None:
+        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            with self._transaction() as db:  # not executescript: it would COMMIT on its own
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            return
+        if "schema_version" not in tables:
+            raise StoreError(f"{self.path!r} is an SQLite file but not a league database: give a new --run-dir")
+        versions = [v for (v,) in self._db.execute("SELECT version FROM schema_version")]
+        if versions != [SCHEMA_VERSION]:
+            raise StoreError(
+                f"league database {self.path!r} has schema version {versions[0] if versions else 'none'}, "
+                f"this seedleague reads version {SCHEMA_VERSION}: use the seedleague version that wrote it "
+                "or start a new --run-dir"
+            )

@@ -1,0 +1,230 @@
+"""The league's maths by hand: PFSP weights, decayed payoff counts, Elo, Nash, TrueSkill, config checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seedleague.league import payoff
+from seedleague.league.config import LeagueConfig
+from seedleague.league.elo import elo_update, expected_score
+from seedleague.league.nash import solve_zero_sum, symmetric_nash
+from seedleague.league.pfsp import pfsp_weights
+from seedleague.league.trueskill import INITIAL_MU, INITIAL_SIGMA, rate_1v1
+
+X = np.array([0.2, 0.5, 0.9])  # P[player beats each of three candidates]
+
+# --- PFSP -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weighting, p, weights",
+    [
+        ("hard", 2.0, [0.64, 0.25, 0.01]),  # (1-x)^2
+        ("hard", 1.0, [0.8, 0.5, 0.1]),  # (1-x)^1 = linear
+        ("hard", 3.0, [0.512, 0.125, 0.001]),
+        ("variance", 2.0, [0.16, 0.25, 0.09]),  # x(1-x)
+        ("linear", 2.0, [0.8, 0.5, 0.1]),  # 1-x
+        ("linear_capped", 2.0, [0.5, 0.5, 0.1]),  # min(0.5, 1-x)
+        ("uniform", 2.0, [1.0, 1.0, 1.0]),
+    ],
+)
+def test_pfsp_weights_by_hand(weighting, p, weights):
+    expected = np.array(weights) / sum(weights)
+    np.testing.assert_allclose(pfsp_weights(X, weighting, p), expected, rtol=1e-12)
+
+
+def test_pfsp_falls_back_to_uniform_when_every_weight_is_zero():
+    np.testing.assert_allclose(pfsp_weights(np.array([1.0, 1.0]), "hard"), [0.5, 0.5])
+    np.testing.assert_allclose(pfsp_weights(np.array([0.0, 1.0, 1.0]), "variance"), [1 / 3] * 3)
+    np.testing.assert_allclose(pfsp_weights(np.array([0.7]), "linear"), [1.0])
+
+
+def test_pfsp_refuses_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        pfsp_weights(np.array([]), "hard")
+    with pytest.raises(ValueError, match="use one of hard, variance, linear, linear_capped, uniform"):
+        pfsp_weights(X, "squared")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        pfsp_weights(np.array([0.5, 1.5]), "hard")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        pfsp_weights(np.array([np.nan]), "hard")
+    with pytest.raises(ValueError, match="vector"):
+        pfsp_weights(np.ones((2, 2)) / 2, "hard")
+    with pytest.raises(ValueError, match="p must be > 0"):
+        pfsp_weights(X, "hard", p=0.0)
+
+
+# --- payoff ---------------------------------------------------------------------------------------
+
+
+def test_decayed_update_sequence_by_hand():
+    row = np.zeros(4)
+    row = payoff.decayed_update(row, 1.0, decay=0.5)  # win
+    np.testing.assert_allclose(row, [1.0, 0.0, 0.0, 1.0])
+    row = payoff.decayed_update(row, 0.5, decay=0.5)  # draw: [0.5, 0, 0, 0.5] + draw
+    np.testing.assert_allclose(row, [0.5, 1.0, 0.0, 1.5])
+    row = payoff.decayed_update(row, 0.0, decay=0.5)  # loss: [0.25, 0.5, 0, 0.75] + loss
+    np.testing.assert_allclose(row, [0.25, 0.5, 1.0, 1.75])
+    # (0.25 + 0.5/2) / 1.75
+    assert payoff.win_rate(row[0], row[1], row[3], min_games=1) == pytest.approx(0.5 / 1.75)
+    assert payoff.win_rate(row[0], row[1], row[3], min_games=2) == 0.5  # 1.75 decayed games < 2
+
+
+def test_decay_099_needs_six_results_for_five_games():
+    row = np.zeros(4)
+    for _ in range(5):
+        row = payoff.decayed_update(row, 1.0, decay=0.99)
+    assert row[payoff.GAMES] == pytest.approx(1 + 0.99 + 0.99**2 + 0.99**3 + 0.99**4)  # 4.90099
+    assert payoff.win_rate(row[0], row[1], row[3], min_games=5) == 0.5
+    row = payoff.decayed_update(row, 1.0, decay=0.99)
+    assert payoff.win_rate(row[0], row[1], row[3], min_games=5) == pytest.approx(1.0)
+
+
+def test_win_rate_is_elementwise_with_no_games_at_one_half():
+    rates = payoff.win_rate(np.array([2.0, 0.0, 0.0]), np.array([1.0, 0.0, 2.0]), np.array([4.0, 0.0, 2.0]), 0)
+    np.testing.assert_allclose(rates, [2.5 / 4, 0.5, 0.5])
+
+
+def test_decayed_update_refuses_bad_input():
+    with pytest.raises(ValueError, match="outcome must be 1"):
+        payoff.decayed_update(np.zeros(4), 0.3, 0.99)
+    with pytest.raises(ValueError, match="shape"):
+        payoff.decayed_update(np.zeros(3), 1.0, 0.99)
+    with pytest.raises(ValueError, match="decay"):
+        payoff.decayed_update(np.zeros(4), 1.0, 0.0)
+
+
+def test_inherit_moves_the_live_row_to_the_child_and_clears_the_live_row():
+    counts = np.zeros((3, 3, 4))  # keys: 0 live "a", 1 snapshot "b:0", 2 new snapshot "a:1"
+    counts[0, 1] = [3, 1, 0, 4]  # a vs b:0
+    counts[1, 0] = [0, 1, 3, 4]  # b:0 vs a (mirrored)
+    table = payoff.inherit(counts, parent=0, child=2)
+    np.testing.assert_array_equal(table[2, 1], [3, 1, 0, 4])
+    np.testing.assert_array_equal(table[1, 2], [0, 1, 3, 4])
+    assert not table[0].any() and not table[:, 0].any()
+    assert counts[0, 1, 0] == 3  # the input is not modified
+    with pytest.raises(ValueError, match="distinct"):
+        payoff.inherit(counts, 1, 1)
+
+
+# --- Elo ------------------------------------------------------------------------------------------
+
+
+def test_elo_by_hand():
+    assert expected_score(1200, 1200) == 0.5
+    e = 1 / (1 + 10 ** (-200 / 400))  # 0.7597
+    assert expected_score(1400, 1200) == pytest.approx(e)
+    assert expected_score(1200, 1400) == pytest.approx(1 - e)
+    assert elo_update(1200, 1200, 1.0) == pytest.approx((1216.0, 1184.0))
+    assert elo_update(1200, 1200, 0.5) == pytest.approx((1200.0, 1200.0))
+    assert elo_update(1400, 1200, 0.0) == pytest.approx((1400 - 32 * e, 1200 + 32 * e))
+    assert elo_update(1200, 1200, 1.0, k=16) == pytest.approx((1208.0, 1192.0))
+    with pytest.raises(ValueError, match="score_a"):
+        elo_update(1200, 1200, 2.0)
+
+
+# --- Nash -----------------------------------------------------------------------------------------
+
+
+def _check_equilibrium(a, x, y, value):
+    """x guarantees at least `value` against every column, y at most `value` against every row."""
+    a = np.asarray(a, float)
+    assert (x @ a).min() == pytest.approx(value, abs=1e-7)
+    assert (a @ y).max() == pytest.approx(value, abs=1e-7)
+
+
+def test_nash_rock_paper_scissors_is_uniform_with_value_zero():
+    a = np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]])
+    x, y, value = solve_zero_sum(a)
+    np.testing.assert_allclose(x, [1 / 3] * 3, atol=1e-7)
+    np.testing.assert_allclose(y, [1 / 3] * 3, atol=1e-7)
+    assert value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_nash_matching_pennies():
+    x, y, value = solve_zero_sum(np.array([[1, -1], [-1, 1]]))
+    np.testing.assert_allclose(x, [0.5, 0.5], atol=1e-7)
+    np.testing.assert_allclose(y, [0.5, 0.5], atol=1e-7)
+    assert value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_nash_pure_saddle_point():
+    # Entry (0, 1) = 2 is the minimum of its row and the maximum of its column.
+    a = np.array([[4, 2, 3], [1, 0, 5], [3, 1, 2]])
+    x, y, value = solve_zero_sum(a)
+    np.testing.assert_allclose(x, [1, 0, 0], atol=1e-7)
+    np.testing.assert_allclose(y, [0, 1, 0], atol=1e-7)
+    assert value == pytest.approx(2.0)
+
+
+def test_nash_non_square():
+    # Row mixes (p, 1-p): columns pay 3p, 3-3p, 2; max_p min(...) is 1.5 at p = 1/2,
+    # and the minimiser never uses column 3 (it always pays 2 > 1.5).
+    a = np.array([[3, 0, 2], [0, 3, 2]])
+    x, y, value = solve_zero_sum(a)
+    np.testing.assert_allclose(x, [0.5, 0.5], atol=1e-7)
+    np.testing.assert_allclose(y, [0.5, 0.5, 0.0], atol=1e-7)
+    assert value == pytest.approx(1.5)
+    _check_equilibrium(a, x, y, value)
+
+
+def test_nash_biased_rock_paper_scissors_by_hand():
+    # Rock beats scissors by 2. Column payoffs zero: xP = 2 xS, xR = xS, xP = 2 xR -> (1, 2, 1) / 4.
+    a = np.array([[0, -1, 2], [1, 0, -1], [-2, 1, 0]])
+    x, y, value = solve_zero_sum(a)
+    np.testing.assert_allclose(x, [0.25, 0.5, 0.25], atol=1e-7)
+    np.testing.assert_allclose(y, [0.25, 0.5, 0.25], atol=1e-7)
+    assert value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_nash_refuses_bad_matrices():
+    with pytest.raises(ValueError, match="matrix"):
+        solve_zero_sum(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        solve_zero_sum(np.array([[np.nan]]))
+    with pytest.raises(ValueError, match="square"):
+        symmetric_nash(np.full((2, 3), 0.5))
+
+
+def test_symmetric_nash_of_win_rates():
+    rps = np.array([[0.5, 0.0, 1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5]])
+    np.testing.assert_allclose(symmetric_nash(rps), [1 / 3] * 3, atol=1e-7)
+    dominant = np.array([[0.5, 0.8], [0.2, 0.5]])  # policy 0 beats policy 1 80% of the time
+    np.testing.assert_allclose(symmetric_nash(dominant), [1.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(symmetric_nash(np.array([[0.5]])), [1.0])
+
+
+# --- TrueSkill ------------------------------------------------------------------------------------
+
+
+def test_trueskill_win_draw_loss_are_symmetric():
+    start = (INITIAL_MU, INITIAL_SIGMA)
+    (mu_a, sigma_a), (mu_b, sigma_b) = rate_1v1(start, start, 1.0)
+    assert mu_a > INITIAL_MU > mu_b and mu_a - INITIAL_MU == pytest.approx(INITIAL_MU - mu_b)
+    assert sigma_a == pytest.approx(sigma_b) and sigma_a < INITIAL_SIGMA
+    (mu_c, _), (mu_d, _) = rate_1v1(start, start, 0.0)
+    assert (mu_c, mu_d) == pytest.approx((mu_b, mu_a))
+    (mu_e, sigma_e), (mu_f, _) = rate_1v1(start, start, 0.5)
+    assert mu_e == pytest.approx(INITIAL_MU) and mu_f == pytest.approx(INITIAL_MU) and sigma_e < INITIAL_SIGMA
+    with pytest.raises(ValueError, match="score_a"):
+        rate_1v1(start, start, 0.3)
+
+
+# --- config ---------------------------------------------------------------------------------------
+
+
+def test_config_errors_say_what_to_change():
+    LeagueConfig()  # defaults are valid
+    with pytest.raises(ValueError, match=r"main_self_play \+ main_pfsp \+ main_forgotten must sum to 1"):
+        LeagueConfig(main_pfsp=0.6)
+    with pytest.raises(ValueError, match=r"exploiter_snapshot_win_rate is a probability.*\[0, 1\]"):
+        LeagueConfig(exploiter_snapshot_win_rate=70)
+    with pytest.raises(ValueError, match="snapshot_interval_steps must be > 0"):
+        LeagueConfig(snapshot_interval_steps=0)
+    with pytest.raises(ValueError, match="pfsp_weighting 'squared' is unknown: use one of hard"):
+        LeagueConfig(pfsp_weighting="squared")
+    with pytest.raises(ValueError, match="mode 'nash' is unknown"):
+        LeagueConfig(mode="nash")
+    with pytest.raises(ValueError, match=r"payoff_decay must be in \(0, 1\]"):
+        LeagueConfig(payoff_decay=1.5)
