@@ -26,7 +26,8 @@ from seedleague.checkpoint import CheckpointConfig
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line
-from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
+from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
+from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,23 @@ class RunConfig:
     security: ServerSecurity = ServerSecurity()  # token and TLS of the host's server (workers get the same)
     report_interval_s: float = 2.0
     switch_interval_ms: float = 0.5  # Python GIL switch interval in the host process
+    league: Optional[LeagueSpec] = None  # two-player games: the league this run's host plays in
+    env_id: str = ""  # what the extra league players' hosts train on
 
 
 def gym_worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
     """The Python gymnasium worker; WorkerProcesses adds --address and --seed."""
     return (sys.executable, "-m", "envs.gym_worker", "--env", env_id, "--num-envs", str(num_envs))
+
+
+def worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
+    """The worker for an env id: "openspiel:<game>", "pettingzoo:<game>", or any gymnasium id."""
+    family, _, game = env_id.partition(":")
+    if family == "openspiel" and game:
+        return (sys.executable, "-m", "envs.openspiel_worker", "--game", game, "--num-envs", str(num_envs))
+    if family == "pettingzoo" and game:
+        return (sys.executable, "-m", "envs.pettingzoo_worker", "--game", game, "--num-envs", str(num_envs))
+    return gym_worker_command(env_id, num_envs)
 
 
 class WorkerProcesses:
@@ -154,11 +167,18 @@ def run(config: RunConfig) -> dict:
             host_config, checkpoint=dataclasses.replace(host_config.checkpoint, directory=os.path.join(run_dir, "checkpoints"))
         )
     metrics = Metrics(os.path.join(run_dir, "tensorboard"))
-    host = Host(host_config, metrics, resume=config.resume)
+    league = _League(config, run_dir)
+    host = None
     try:
-        summary = asyncio.run(_serve(config, host, metrics, run_dir))
+        host_config = league.start(host_config)
+        host = Host(host_config, metrics, resume=config.resume, league=league.client)
+        league.start_players()
+        summary = asyncio.run(_serve(config, host, metrics, run_dir, league))
+        summary.update(league.summary())
     finally:
-        host.stop()
+        if host is not None:
+            host.stop()
+        league.stop()
         metrics.close()
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
@@ -167,7 +187,68 @@ def run(config: RunConfig) -> dict:
     return summary
 
 
-async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) -> dict:
+class _League:
+    """The league side of a run: its own service process or an existing league, and the extra players."""
+
+    def __init__(self, config: RunConfig, run_dir: str):
+        self.config, self.run_dir = config, run_dir
+        self.process: Optional[LeagueProcess] = None
+        self.players: Optional[PlayerProcesses] = None
+        self.client = None
+
+    def start(self, host_config: HostConfig) -> HostConfig:
+        """Start or join the league; returns the host config pointing at it (unchanged without a league)."""
+        spec = self.config.league
+        link = host_config.league
+        if spec is None and not link.enabled:
+            return host_config
+        from seedleague.league.client import LeagueClient
+
+        address = link.address or (spec.address if spec else "")
+        if not address:
+            self.process = LeagueProcess(self.run_dir, spec, self.config.security)
+            address = self.process.start()
+            print(f"league service on {address}; its log: {self.process.log_path}", flush=True)
+        pool_dir = link.pool_dir or os.path.join(self.run_dir, "pool")
+        player = spec.players[0] if spec and not link.address else None
+        link = dataclasses.replace(link, address=address, pool_dir=pool_dir,
+                                   **(dict(player=player.name, role=player.role) if player else {}))
+        security = self.config.security
+        client_security = ClientSecurity(token=security.token, tls_ca=security.tls_cert if security.tls else "")
+        self.client = LeagueClient(address, client_security, retry_deadline_s=5.0)
+        return dataclasses.replace(host_config, league=link)
+
+    def start_players(self) -> None:
+        spec = self.config.league
+        if spec is None or len(spec.players) < 2 or self.client is None:
+            return
+        self.players = PlayerProcesses(self.run_dir, self.config.env_id, spec, self.client.address,
+                                       os.path.join(self.run_dir, "pool"), self.config.security)
+        self.players.start(spec.players[1:])
+
+    def check(self) -> None:
+        if self.players is not None and self.players.failed():
+            raise RuntimeError(self.players.failed())
+
+    def summary(self) -> dict:
+        if self.client is None:
+            return {}
+        try:
+            return dict(league=self.client.address, standings=[dataclasses.asdict(s) for s in self.client.standings()])
+        except Exception as error:  # the run's result does not depend on the league answering now
+            log.warning("could not read the league standings: %s", error)
+            return dict(league=self.client.address)
+
+    def stop(self) -> None:
+        if self.players is not None:
+            self.players.stop()
+        if self.client is not None:
+            self.client.close()
+        if self.process is not None:
+            self.process.stop()
+
+
+async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, league: _League) -> dict:
     servicer = EnvServicer(host)
     server, port = await grpc_server.start_server(
         config.host.address, [servicer.register], [SERVICE_NAME], config.host.max_message_bytes, config.security
@@ -188,6 +269,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str) 
                 await asyncio.wait_for(stop.wait(), config.report_interval_s)
             _report(host, metrics)
             workers.watch()
+            league.check()
             if host.model is not None and host.model.learner is not None and host.model.learner.error is not None:
                 raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
             ended = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)

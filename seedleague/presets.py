@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from seedleague.host.batcher import BatcherConfig
+from seedleague.league.config import LeagueConfig
+from seedleague.league.types import Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.rl.learner import LearnerConfig
@@ -25,6 +27,25 @@ class Preset:
     envs_per_worker: int
     target_return: float | None = None
     max_seconds: float = 0.0
+    players: str = "main"  # two-player games: the learning players, NAME[:ROLE],...
+    league: LeagueConfig = LeagueConfig()
+
+
+def is_multiplayer(env_id: str) -> bool:
+    """Two-player games (run in a league): "openspiel:<game>" and "pettingzoo:<game>"."""
+    return env_id.startswith(("openspiel:", "pettingzoo:"))
+
+
+def league_flags(config: LeagueConfig) -> tuple[str, ...]:
+    """`seedleague league serve` flags that reproduce `config`."""
+    flags = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value == field.default:
+            continue
+        text = value.value if hasattr(value, "value") else ",".join(map(str, value)) if isinstance(value, tuple) else value
+        flags += [f"--{field.name}", str(text)]
+    return tuple(flags)
 
 
 def _classic_control() -> Preset:
@@ -61,8 +82,37 @@ def _atari() -> Preset:
     )
 
 
+def _openspiel(game: str) -> Preset:
+    # Self-play with one policy on both seats until the first snapshots exist, then
+    # the league's mode; tuned on kuhn_poker and leduc_poker (see benchmarks/README.md).
+    return Preset(
+        host=HostConfig(
+            unroll_length=8,
+            batch_size=32,
+            batcher=BatcherConfig(timeout_ms=2.0),
+            replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),
+            network=NetworkConfig(torso="mlp", hidden_sizes=(128, 128)),
+            learner=LearnerConfig(loss="vtrace", learning_rate=3e-4, entropy_cost=0.02, discount=1.0),
+        ),
+        workers=1,
+        envs_per_worker=128,
+        max_seconds=600.0,
+        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=200),
+    )
+
+
+def _pettingzoo() -> Preset:
+    atari = _atari()
+    return dataclasses.replace(atari, workers=2, envs_per_worker=2, max_seconds=3600.0,
+                               league=LeagueConfig(mode=Mode.PFSP, snapshot_interval_steps=500))
+
+
 def preset_for(env_id: str) -> Preset:
     """The preset for an env id: Atari ids get the conv net, CartPole a target return."""
+    if env_id.startswith("openspiel:"):
+        return _openspiel(env_id.partition(":")[2])
+    if env_id.startswith("pettingzoo:"):
+        return _pettingzoo()
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         return _atari()
     preset = _classic_control()

@@ -1,0 +1,160 @@
+"""League runs on one machine: the league service and every extra learning player as processes.
+
+Data path of a league run: env workers --gRPC--> each player's host (batcher ->
+policy + opponent snapshots -> unroll store -> replay -> learner) --gRPC--> the
+league service (opponents, results, snapshot decisions), with snapshots in the
+model pool on the shared disk:
+
+    <run_dir>/                    the first player's host (checkpoints/, logs/, tensorboard/)
+    <run_dir>/league/             the league service: league.sqlite, league.log
+    <run_dir>/pool/<player>/      the model pool: one orbax checkpoint per snapshot
+    <run_dir>/players/<name>/     every other player's host (its own `seedleague train`)
+
+`local.run` starts a `LeagueProcess` before its host when the run owns its league,
+and `PlayerProcesses` for the extra players once the league is serving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+from seedleague.league.types import Role
+from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
+
+
+@dataclasses.dataclass(frozen=True)
+class PlayerSpec:
+    """A learning player: its name in the league and its AlphaStar role."""
+
+    name: str
+    role: Role = Role.MAIN
+
+    @staticmethod
+    def parse(text: str) -> "PlayerSpec":
+        """"main", "main:main" or "exploiter:main_exploiter" -> PlayerSpec."""
+        name, _, role = text.partition(":")
+        try:
+            return PlayerSpec(name.strip(), Role(role.strip() or Role.MAIN.value))
+        except ValueError:
+            roles = ", ".join(r.value for r in Role)
+            raise ValueError(f"bad player {text!r}: expected NAME or NAME:ROLE with ROLE one of {roles}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LeagueSpec:
+    """The league a run plays in: its own service (address "") or an existing one."""
+
+    address: str = ""  # an existing league's host:port; "" = start one for this run
+    service_flags: tuple[str, ...] = ()  # LeagueConfig flags for the started service, e.g. ("--mode", "pfsp")
+    players: tuple[PlayerSpec, ...] = (PlayerSpec("main"),)  # the first is played by this process's host
+    player_args: tuple[str, ...] = ()  # `seedleague train` arguments the extra players' hosts are started with
+    start_timeout_s: float = 60.0
+
+
+def _env_with_token(security: ServerSecurity) -> dict:
+    env = dict(os.environ)
+    if security.token:  # through the environment: a token on a command line is visible to every user
+        env[TOKEN_ENV_VAR] = security.token
+    return env
+
+
+def _tls_flags(security: ServerSecurity, server: bool) -> list[str]:
+    if not security.tls:
+        return []
+    return ["--tls-cert", security.tls_cert, "--tls-key", security.tls_key] if server else ["--tls-ca", security.tls_cert]
+
+
+class LeagueProcess:
+    """`seedleague league serve` in a child process; `start()` returns the address it listens on."""
+
+    def __init__(self, run_dir: str, spec: LeagueSpec, security: ServerSecurity = ServerSecurity()):
+        self.directory = os.path.join(run_dir, "league")
+        self.spec = spec
+        self.security = security
+        self.log_path = os.path.join(self.directory, "league.log")
+        self.address: Optional[str] = None
+        self._proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> str:
+        os.makedirs(self.directory, exist_ok=True)
+        command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir", self.directory,
+                   "--address", "127.0.0.1:0", *_tls_flags(self.security, server=True), *self.spec.service_flags]
+        with open(self.log_path, "ab") as out:
+            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=_env_with_token(self.security))
+        self.address = self._wait_for_address()
+        return self.address
+
+    def _wait_for_address(self) -> str:
+        deadline = time.monotonic() + self.spec.start_timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, errors="replace") as f:
+                for line in f:
+                    if line.startswith("league serving on "):
+                        return line.split("league serving on ", 1)[1].strip()
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the league service exited with status {self._proc.returncode}; see {self.log_path}")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the league service did not start within {self.spec.start_timeout_s:g} s; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        _terminate([self._proc], timeout)
+
+
+class PlayerProcesses:
+    """One `seedleague train` process per extra learning player, each with its own host and workers."""
+
+    def __init__(self, run_dir: str, env_id: str, spec: LeagueSpec, address: str, pool_dir: str,
+                 security: ServerSecurity = ServerSecurity()):
+        self.run_dir, self.env_id, self.spec = run_dir, env_id, spec
+        self.address, self.pool_dir, self.security = address, pool_dir, security
+        self._procs: list[subprocess.Popen] = []
+
+    def start(self, players: Sequence[PlayerSpec]) -> None:
+        for index, player in enumerate(players, start=1):
+            run_dir = os.path.join(self.run_dir, "players", player.name)
+            os.makedirs(run_dir, exist_ok=True)
+            command = [
+                sys.executable, "-m", "seedleague.cli", "train", "--env", self.env_id, "--run-dir", run_dir,
+                "--league.address", self.address, "--league.player", player.name, "--league.role", player.role.value,
+                "--league.pool_dir", self.pool_dir, "--seed", str(index * 7919), "--no-eval",
+                *_tls_flags(self.security, server=True), *self.spec.player_args,
+            ]
+            with open(os.path.join(run_dir, "player.log"), "ab") as out:
+                self._procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                                    start_new_session=True, env=_env_with_token(self.security)))
+
+    def failed(self) -> Optional[str]:
+        for proc, player in zip(self._procs, self.spec.players[1:]):
+            if proc.poll() not in (None, 0):
+                return f"player {player.name} exited with status {proc.returncode}; see {self.run_dir}/players/{player.name}/player.log"
+        return None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM: each host stops its workers and writes a final checkpoint."""
+        _terminate(self._procs, timeout)
+
+
+def _terminate(procs: Sequence[Optional[subprocess.Popen]], timeout: float) -> None:
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        if proc is None:
+            continue
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
