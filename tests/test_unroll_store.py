@@ -73,3 +73,14 @@ def test_core_state_is_the_state_before_row_0():
 def test_nothing_leaves_before_an_unroll_is_complete():
     s = store(4, length=5)
     assert all(step(s, t) is None for t in range(5))
+
+
+def test_episode_start_seen_while_waiting_marks_the_next_acting_row_first():
+    s = store(2, length=1)
+    step(s, 0, acting=[True, False], first=[True, True])
+    step(s, 1, acting=[False, True])  # seat 1's first move of episode 1: first (seen at t=0)
+    out = step(s, 2, acting=[True, False], terminated=[True, True], first=[True, True])  # episode 2 starts
+    assert out.first[0].tolist() == [True, True]  # seat 0: t=0 and t=2 both start episodes
+    out = step(s, 3, acting=[False, True])  # seat 1 moves in episode 2, having seen its start at t=2 while waiting
+    assert out.first[0].tolist() == [True, True]
+    assert out.terminated[0].tolist() == [True, False]

@@ -384,8 +384,10 @@ class Host:
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
         before = session.core_state
+        # Acting rows carry the new state; a row whose episode starts while it waits (turn-based) starts afresh.
         session.core_state = jax.tree.map(
-            lambda new, old: np.where(step.acting.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_core, before
+            lambda new, old, initial: np.where(_rows(step.acting, new), new, np.where(_rows(step.first, old), initial, old)),
+            new_core, before, session.initial_core,
         )
         self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
         if session.unrolls is None:
@@ -447,6 +449,11 @@ def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException])
         future.set_exception(error)
     else:
         future.set_result(value)
+
+
+def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """[N] mask shaped to broadcast over [N, ...] `like`."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 def _legal(step: AgentStep, num_actions: int) -> np.ndarray:

@@ -73,6 +73,7 @@ class Session:
         self.closed = False
         self.num_agents = spec.num_agents
         self.core_state = initial_state(self.num_agents)
+        self.initial_core = initial_state(self.num_agents)  # what a new episode's recurrent state starts from
         self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
         if unroll_length:
             self.unrolls = UnrollStore(

@@ -4,7 +4,8 @@ Each agent slot (one per env and seat) fills rows 0..T of its own unroll. A row
 is written when the agent acts; the reward and episode-end flags that follow an
 action arrive with the agent's next step and are written back into the previous
 row. Rewards a seat receives while it does not act (turn-based games) are summed
-into its next acting step. When row T is written the unroll is complete: it is
+into its next acting step, and an episode start it sees while not acting marks
+its next acting row as `first` (so the learner resets recurrent state there). When row T is written the unroll is complete: it is
 handed out whole and row T becomes row 0 of the agent's next unroll. Nothing
 partial ever leaves this object, so a worker that disappears mid-unroll leaves
 nothing half-written in replay.
@@ -51,6 +52,7 @@ class UnrollStore:
         self._pending_reward = np.zeros(num_agents, np.float32)
         self._pending_terminated = np.zeros(num_agents, bool)
         self._pending_truncated = np.zeros(num_agents, bool)
+        self._pending_first = np.zeros(num_agents, bool)
 
     def add(
         self,
@@ -71,6 +73,7 @@ class UnrollStore:
         self._pending_reward += reward
         self._pending_terminated |= terminated
         self._pending_truncated |= truncated
+        self._pending_first |= first
         agents = np.flatnonzero(acting)
         if agents.size == 0:
             return None
@@ -85,7 +88,8 @@ class UnrollStore:
         self._pending_truncated[agents] = False
 
         rows.observation[agents, cursor] = observation[agents]
-        rows.first[agents, cursor] = first[agents]
+        rows.first[agents, cursor] = self._pending_first[agents]
+        self._pending_first[agents] = False
         rows.action[agents, cursor] = action[agents]
         rows.behaviour_logits[agents, cursor] = logits[agents]
         rows.legal_mask[agents, cursor] = True if legal_mask is None else legal_mask[agents]
