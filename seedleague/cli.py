@@ -16,8 +16,11 @@ from typing import Optional
 
 from seedleague import config_flags, presets
 from seedleague.host.host import HostConfig
+from seedleague.league import cli as league_cli
+from seedleague.league.config import LeagueConfig
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
+from seedleague.eval import cli as eval_cli
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
@@ -34,11 +37,58 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     if with_workers:
         parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
+    league = parser.add_argument_group(
+        "league (two-player games: openspiel:<game>, pettingzoo:pong_v3)",
+        "Without --league.address the run starts its own league service; --league_config.* flags configure it.",
+    )
+    league.add_argument("--players", default=None,
+                        help="learning players NAME[:ROLE],... (default: preset); the first runs in this process, "
+                             "each other one as its own host process with its own workers")
+    league.add_argument("--no-eval", action="store_true", help="skip the evaluation printed at the end of a league run")
+    config_flags.add_flags(league, LeagueConfig, prefix="league_config.")
     config_flags.add_flags(parser, HostConfig)
 
 
-def _run_config(args: argparse.Namespace, with_workers: bool):
-    from launch.local import Budget, RunConfig, WorkerSpec, gym_worker_command
+def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str]):
+    """The league of a two-player run (None for single-agent envs), from the flags and the preset."""
+    from launch.league import LeagueSpec, PlayerSpec
+
+    if not presets.is_multiplayer(args.env):
+        if args.players or getattr(args, "league.address", None):
+            raise SystemExit(f"--players and --league.* need a two-player game; {args.env} is single-agent")
+        return None
+    players = tuple(PlayerSpec.parse(p) for p in (args.players or preset.players).split(",") if p.strip())
+    if len({p.name for p in players}) != len(players):
+        raise SystemExit(f"--players names must be unique, got {args.players}")
+    service_flags = presets.league_flags(config_flags.build(LeagueConfig, args, preset.league, prefix="league_config."))
+    # The extra players' hosts get this command line's host flags (same network, learner, budget).
+    player_args = tuple(_forwarded_flags(argv))
+    return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args)
+
+
+_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval"}
+
+
+def _forwarded_flags(argv: list[str]) -> list[str]:
+    """Host and budget flags of this command line for the extra players (minus per-player ones)."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _NOT_FORWARDED or name.startswith("--league.") or name.startswith("--league_config."):
+            skip = "=" not in arg and name not in ("--resume", "--no-eval") and i + 1 < len(argv)
+            continue
+        if arg.startswith("--"):
+            out.append(arg)
+        elif out:
+            out.append(arg)
+    return out
+
+
+def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
+    from launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
     preset = presets.preset_for(args.env)
     host = config_flags.build(HostConfig, args, preset.host)
@@ -48,7 +98,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool):
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
         if count < 0 or envs < 1:
             raise SystemExit(f"--workers must be >= 0 and --envs-per-worker >= 1, got {count} and {envs}")
-        workers = WorkerSpec(count, gym_worker_command(args.env, envs))
+        workers = WorkerSpec(count, worker_command(args.env, envs))
     budget = Budget(
         max_env_steps=args.max_steps,
         max_learner_steps=args.max_learner_steps,
@@ -60,14 +110,15 @@ def _run_config(args: argparse.Namespace, with_workers: bool):
     )
     if args.resume and not args.run_dir:
         raise SystemExit("--resume needs --run-dir: the run directory to continue")
+    league = _league_spec(args, preset, argv or [])
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
-                     security=server_security_from_args(args))
+                     security=server_security_from_args(args), league=league, env_id=args.env)
 
 
-def _train(args: argparse.Namespace, with_workers: bool = True) -> int:
+def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
     from launch import local
 
-    config = _run_config(args, with_workers)
+    config = _run_config(args, with_workers, argv)
     summary = local.run(config)
     print(
         f"\nrun ended: {summary['reason']}\n"
@@ -76,7 +127,22 @@ def _train(args: argparse.Namespace, with_workers: bool = True) -> int:
         f"  checkpoints: {summary['checkpoints']}\n  tensorboard: {summary['tensorboard']}\n"
         f"  worker logs: {summary['logs']}\n  summary:     {summary['run_dir']}/summary.json"
     )
+    if summary.get("standings"):
+        from seedleague.league.tables import standings_table
+
+        print("\nleague standings:\n" + standings_table([_standing(s) for s in summary["standings"]], top=10))
+    if config.league is not None and not args.no_eval and summary.get("learner_step", 0) > 0:
+        from seedleague.eval import cli as eval_cli
+
+        print("\nevaluation:")
+        eval_cli.evaluate_run(summary["run_dir"], quick=True)
     return 0
+
+
+def _standing(data: dict):
+    from seedleague.league.types import Role, Standing
+
+    return Standing(**dict(data, role=Role(data["role"])))
 
 
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +193,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
     _add_run_flags(train, with_workers=True)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
@@ -137,6 +203,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
     fake_host.add_parser(sub)
     check_worker.add_parser(sub)
+    league_cli.add_parser(sub)
+    eval_cli.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     args = parser.parse_args(argv or ["train"])
@@ -148,11 +216,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _serve(args)
         if args.command == "fake-host":
             return fake_host.run(args)
+        if args.command == "league":
+            return league_cli.run(args)
+        if args.command in ("eval", "report"):
+            return eval_cli.run(args)
         if args.command == "check-worker":
             return check_worker.run(args)
         if args.command == "host":
-            return _train(args, with_workers=False)
-        return _train(args)
+            return _train(args, with_workers=False, argv=argv[1:])
+        return _train(args, argv=argv[1:])
     except (ValueError, FileExistsError) as error:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2

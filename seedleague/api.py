@@ -1,0 +1,382 @@
+"""The Python API for using a trained policy outside seedleague: load it, query it.
+
+This file owns reading params out of any seedleague checkpoint (the learner's
+`checkpoints/` or a model-pool player directory) and the `Policy` object that
+answers batched, jitted queries:
+
+    from seedleague.api import load_policy, load_snapshot
+
+    policy = load_policy("runs/kuhn")                      # newest learner checkpoint
+    policy = load_snapshot("runs/kuhn", "main:000512")     # a league snapshot
+    probs = policy.action_probabilities(observation, legal_mask)   # [B, A]; illegal exactly 0
+    action = policy.act(observation, legal_mask, greedy=True)      # [B] int
+
+Only the params are read (the optimiser state is skipped), so a checkpoint of
+any optimiser or learner config loads. Observations are what the env worker
+sent to the host; for OpenSpiel games that is `envs.openspiel_games.encode`.
+See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import warnings
+from typing import Any, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seedleague.rl.networks import Network, NetworkConfig, make_network
+
+Rng = Union[np.random.Generator, int, None]
+
+
+class RecurrentPolicyError(NotImplementedError):
+    """The checkpoint's network has an LSTM core; this API answers feed-forward policies only."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySpec:
+    """What a policy was trained on: the env worker's declared spaces."""
+
+    env_name: str  # e.g. "openspiel:kuhn_poker" or "CartPole-v1"
+    observation_shape: tuple[int, ...]
+    observation_dtype: np.dtype
+    num_actions: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "observation_shape", tuple(int(d) for d in self.observation_shape))
+        object.__setattr__(self, "observation_dtype", np.dtype(self.observation_dtype))
+        object.__setattr__(self, "num_actions", int(self.num_actions))
+        if self.num_actions < 1:
+            raise ValueError(f"PolicySpec.num_actions must be >= 1, got {self.num_actions}")
+
+    @classmethod
+    def from_json(cls, data: dict) -> "PolicySpec":
+        """From a checkpoint meta's `spec` entry."""
+        return cls(str(data["env_name"]), data["observation_shape"], data["observation_dtype"], data["num_actions"])
+
+
+@functools.partial(jax.jit, static_argnames=("network",))
+def _forward(network: Network, params: Any, observation: jax.Array, legal_mask: jax.Array):
+    """Masked logits (illegal = -inf), legal-only probabilities and values over [B] rows."""
+    first = jnp.ones((observation.shape[0], 1), bool)
+    logits, value, _ = network.apply(params, observation[:, None], first, ())
+    logits_t = logits[:, 0]
+    masked_t = jnp.where(legal_mask, logits_t, -jnp.inf)
+    probs_t = jax.nn.softmax(masked_t, axis=-1)  # exp(-inf) = 0: illegal actions get exactly 0
+    return logits_t, masked_t, probs_t, value[:, 0]
+
+
+def _sample(probs: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """One action per row of `probs` [..., A] by inverse CDF; actions of probability 0 are never chosen."""
+    cdf = np.cumsum(probs, axis=-1)
+    u = generator.random(cdf.shape[:-1])[..., None] * cdf[..., -1:]
+    above = cdf > u  # illegal actions add 0 to the cdf, so the first index above u is legal
+    last_possible = probs.shape[-1] - 1 - np.argmax(probs[..., ::-1] > 0, axis=-1)  # if rounding put u at the top
+    return np.where(above.any(axis=-1), np.argmax(above, axis=-1), last_possible)
+
+
+def _recurrent_error(source: str, lstm_size: int) -> RecurrentPolicyError:
+    return RecurrentPolicyError(
+        f"{source or 'this policy'} has an LSTM core (lstm_size={lstm_size}); recurrent policies need a "
+        "state-carrying API (initial_state / state passing), which seedleague.api does not offer yet: "
+        "evaluate it through `seedleague serve` with your env worker instead"
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _network(config: NetworkConfig, observation_shape: tuple[int, ...], observation_dtype: np.dtype,
+             num_actions: int) -> Network:
+    """One Network per architecture, so policies of the same shape (a league's snapshots) share compiles."""
+    return make_network(config, observation_shape, observation_dtype, num_actions)
+
+
+def _bucket(n: int) -> int:
+    """Batch sizes are padded to powers of two so that a new size rarely recompiles."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class Policy:
+    """A feed-forward policy with its params: batched, jitted queries on numpy inputs.
+
+    Every query takes `observation` shaped `[B, *spec.observation_shape]`, or one
+    unbatched observation shaped `spec.observation_shape` (the answer then has no
+    batch axis), and an optional `legal_mask` `[B, A]` (or `[A]`) of bools, True
+    where an action is legal; without a mask every action is legal.
+    """
+
+    def __init__(self, network_config: NetworkConfig, params: Any, spec: PolicySpec, step: int = 0,
+                 meta: Optional[dict] = None, source: str = "", seed: int = 0):
+        if network_config.lstm_size:
+            raise _recurrent_error(source, network_config.lstm_size)
+        self.spec = spec
+        self.step = int(step)  # learner step (policy version) of the params
+        self.meta = dict(meta or {})  # the checkpoint's JSON sidecar: run counters, network, ...
+        self.source = source  # where it was loaded from, for messages and reports
+        self.network_config = network_config
+        self.network = _network(network_config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+        self.params = jax.tree.map(jnp.asarray, params)
+        self._rng = np.random.default_rng(seed)
+
+    def __repr__(self) -> str:
+        return f"Policy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def logits(self, observation: np.ndarray, legal_mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """[B, A] float32 logits; with a mask, illegal actions are -inf."""
+        raw, masked, _, _ = self._run(observation, legal_mask)
+        return raw if legal_mask is None else masked
+
+    def action_probabilities(self, observation: np.ndarray, legal_mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """[B, A] float32: softmax over the legal actions only; illegal actions are exactly 0."""
+        return self._run(observation, legal_mask)[2]
+
+    def value(self, observation: np.ndarray) -> np.ndarray:
+        """[B] float32 value estimates (a float for one unbatched observation)."""
+        value = self._run(observation, None)[3]
+        return float(value) if np.ndim(value) == 0 else value
+
+    def act(self, observation: np.ndarray, legal_mask: Optional[np.ndarray] = None, greedy: bool = False,
+            rng: Rng = None) -> np.ndarray:
+        """[B] int32 legal actions (an int for one unbatched observation).
+
+        greedy: the most probable legal action (lowest index on ties); else sampled.
+        rng: a numpy Generator or an int seed for the sampling; None uses the policy's
+            own generator (seeded at load, so runs are reproducible).
+        """
+        probs = self._run(observation, legal_mask)[2]
+        if greedy:
+            action = np.argmax(probs, axis=-1)
+        else:
+            generator = self._rng if rng is None else np.random.default_rng(rng)
+            action = _sample(probs, generator)
+        action = action.astype(np.int32)
+        return int(action) if action.ndim == 0 else action
+
+    # -- input checks -------------------------------------------------------------------------
+
+    def _run(self, observation: Any, legal_mask: Any):
+        observation, single = self._check_observation(observation)
+        batch = observation.shape[0]
+        mask = self._check_mask(legal_mask, batch, single)
+        size = _bucket(batch)
+        if size != batch:  # padded rows: zeros, every action legal (no NaN), dropped below
+            pad = size - batch
+            observation = np.concatenate([observation, np.zeros((pad,) + observation.shape[1:], observation.dtype)])
+            mask = np.concatenate([mask, np.ones((pad, mask.shape[1]), bool)])
+        outputs = _forward(self.network, self.params, observation, mask)
+        outputs = [np.asarray(x)[:batch] for x in outputs]
+        return [x[0] for x in outputs] if single else outputs
+
+    def _check_observation(self, observation: Any) -> tuple[np.ndarray, bool]:
+        shape, dtype = self.spec.observation_shape, self.spec.observation_dtype
+        observation = np.asarray(observation)
+        if observation.shape == shape:
+            single, observation = True, observation[None]
+        elif observation.ndim == len(shape) + 1 and observation.shape[1:] == shape:
+            single = False
+        else:
+            raise ValueError(
+                f"observation must be shaped {shape} (one) or [B, *{shape}] (a batch) for {self.spec.env_name!r}, "
+                f"got {observation.shape}"
+            )
+        if observation.shape[0] == 0:
+            raise ValueError("observation batch is empty: pass at least one row")
+        if np.issubdtype(observation.dtype, np.inexact) and not np.isfinite(observation).all():
+            rows = np.flatnonzero(~np.isfinite(observation.reshape(len(observation), -1)).all(axis=1))
+            raise ValueError(f"observation has NaN or infinite values in row(s) {rows[:10].tolist()}")
+        if observation.dtype != dtype:
+            if not np.can_cast(observation.dtype, dtype, casting="same_kind"):
+                raise ValueError(
+                    f"observation dtype {observation.dtype} does not fit the policy's {dtype} "
+                    f"(for {self.spec.env_name!r}); convert it the way the env worker does"
+                )
+            observation = observation.astype(dtype)
+        return observation, single
+
+    def _check_mask(self, legal_mask: Any, batch: int, single: bool) -> np.ndarray:
+        num_actions = self.spec.num_actions
+        if legal_mask is None:
+            return np.ones((batch, num_actions), bool)
+        mask = np.asarray(legal_mask)
+        expected = (num_actions,) if single else (batch, num_actions)
+        if mask.shape != expected:
+            raise ValueError(f"legal_mask must be shaped {expected} to match the observation, got {mask.shape}")
+        if mask.dtype != bool:
+            if not np.isin(mask, (0, 1)).all():
+                raise ValueError(f"legal_mask must be bools (or 0/1), got dtype {mask.dtype} with other values")
+            mask = mask.astype(bool)
+        mask = mask.reshape(batch, num_actions)
+        empty = np.flatnonzero(~mask.any(axis=-1))
+        if empty.size:
+            raise ValueError(f"legal_mask has no legal action in row(s) {empty[:10].tolist()}: every row needs one")
+        return mask
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Silence orbax's notices that are expected here: a warning each time a directory is
+    opened read-only, and one that sharding is read from the file (params come back as numpy)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sharding info not provided when restoring")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _open_manager(directory: str):
+    import orbax.checkpoint as ocp
+
+    handlers = {"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+    with _quiet_orbax():
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+        return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+
+
+def _checkpoint_dir(path: str) -> str:
+    """`<path>/checkpoints` for a run directory, else `path` itself (a Checkpointer or pool player directory)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such directory: {path!r}")
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path!r} is a file; pass a run directory or a checkpoint directory")
+    candidate = os.path.join(path, "checkpoints")
+    return os.path.abspath(candidate if os.path.isdir(candidate) else path)
+
+
+def _no_checkpoint_message(path: str, directory: str) -> str:
+    message = f"no checkpoint in {directory!r}"
+    pool = os.path.join(path, "pool")
+    if os.path.isdir(pool):
+        players = sorted(os.listdir(pool))
+        message += (f"; the run's model pool has players {players}: use load_snapshot({path!r}, 'player:step') "
+                    f"or load_policy({os.path.join(pool, players[0]) if players else pool!r})")
+    return message
+
+
+def _params_of(state: Any) -> Any:
+    """The params sub-tree of a restored TrainState.
+
+    Orbax 0.12 saves a NamedTuple as a dict keyed by field name, and restoring it without
+    a template gives {"params": ..., "opt_state": ..., "step": ..., "rng": ...} of arrays
+    (optax's tuples come back as lists, empty states as None); its metadata tree has the
+    same shape. A tuple/list (first field) or an object with `.params` is accepted too.
+    """
+    if isinstance(state, dict) and "params" in state:
+        return state["params"]
+    if isinstance(state, (list, tuple)) and state:
+        return state[0]  # TrainState's first field
+    if hasattr(state, "params"):
+        return state.params
+    raise ValueError(f"checkpoint state has no params (got a {type(state).__name__})")
+
+
+def _restore_params(manager: Any, step: int) -> Any:
+    """Only the params of checkpoint `step`; falls back to restoring everything without a template."""
+    import orbax.checkpoint as ocp
+
+    metadata = manager.item_metadata(step)["state"]
+    try:
+        abstract = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), _params_of(metadata))}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        abstract = None
+    with _quiet_orbax():
+        if abstract is not None:
+            restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+            args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
+        else:
+            args = ocp.args.PyTreeRestore()
+        restored = manager.restore(step, args=ocp.args.Composite(state=args))
+    return _params_of(restored["state"])
+
+
+def _network_config(meta: dict) -> NetworkConfig:
+    data = meta.get("network")
+    if data is None:
+        return NetworkConfig()  # checked against the params' shapes in _check_params
+    return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def _check_params(policy_source: str, network: Network, params: Any) -> None:
+    """The restored params must have exactly the shapes the meta's network config builds."""
+    expected = jax.eval_shape(network.init, jax.random.key(0))
+    shapes = lambda tree: jax.tree.map(lambda x: (tuple(x.shape), np.dtype(x.dtype).name), tree)
+    if jax.tree.structure(expected) != jax.tree.structure(params) or shapes(expected) != shapes(params):
+        raise ValueError(
+            f"the params in {policy_source} do not match the network its meta describes: expected "
+            f"{shapes(expected)}, found {shapes(params)}"
+        )
+
+
+def load_policy(path: str, step: Optional[int] = None, seed: int = 0) -> Policy:
+    """Load a policy from `path`: a run directory (its `checkpoints/`), a Checkpointer
+    directory, or a model-pool player directory (`<run>/pool/<player>`).
+
+    step: which checkpoint step (learner step) to load; None loads the newest.
+    seed: seeds the policy's own sampling generator (see `Policy.act`).
+    Raises FileNotFoundError for a missing directory, a directory without
+    checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks.
+    """
+    directory = _checkpoint_dir(path)
+    manager = _open_manager(directory)
+    try:
+        steps = sorted(manager.all_steps())
+        if not steps:
+            raise FileNotFoundError(_no_checkpoint_message(path, directory))
+        if step is None:
+            step = steps[-1]
+        elif step not in steps:
+            raise FileNotFoundError(f"{directory!r} has no checkpoint at step {step}; it has steps {steps}")
+        with _quiet_orbax():
+            meta = dict(manager.restore(step, args=_meta_args())["meta"])
+        if "spec" not in meta:
+            raise ValueError(f"checkpoint {directory}/{step} has no env spec in its meta; it predates seedleague's format")
+        spec = PolicySpec.from_json(meta["spec"])
+        config = _network_config(meta)
+        source = f"{directory}/{step}"
+        if config.lstm_size:  # refused before reading any params
+            raise _recurrent_error(source, config.lstm_size)
+        params = _restore_params(manager, step)
+    finally:
+        manager.close()
+    network = _network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+    _check_params(source, network, params)
+    return Policy(config, params, spec, step=step, meta=meta, source=source, seed=seed)
+
+
+def _meta_args():
+    import orbax.checkpoint as ocp
+
+    return ocp.args.Composite(meta=ocp.args.JsonRestore())
+
+
+def load_snapshot(run_dir: str, key: str, seed: int = 0) -> Policy:
+    """Load league snapshot `key` ("player:step", e.g. "main:000512") from `<run_dir>/pool/<player>`."""
+    from seedleague.league.types import parse_key
+
+    player, step = parse_key(key)
+    if step is None:
+        raise ValueError(
+            f"{key!r} names a live player, not a snapshot: pass 'player:step' (e.g. '{key}:000512'), "
+            f"load_policy({run_dir!r}) for the learner's newest checkpoint, or "
+            f"load_policy({os.path.join(run_dir, 'pool', key)!r}) for {key}'s newest snapshot"
+        )
+    player_dir = os.path.join(run_dir, "pool", player)
+    if not os.path.isdir(player_dir):
+        pool = os.path.join(run_dir, "pool")
+        known = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
+        raise FileNotFoundError(f"snapshot {key!r}: no player directory {player_dir!r} (the pool has players {known})")
+    return load_policy(player_dir, step, seed=seed)

@@ -1,0 +1,339 @@
+"""`seedleague eval` and `seedleague report`: evaluate a trained policy; write the league report.
+
+    seedleague eval --run-dir D [--snapshot KEY | --checkpoint PATH] [--step N] [--games N]
+                    [--mcts-sims 100,1000] [--mcts-games N] [--greedy] [--vs KEY_OR_PATH]
+                    [--mixture KEY=W,KEY=W,...] [--json OUT] [--seed S]
+    seedleague report --run-dir D [--out DIR]
+
+The game comes from the checkpoint's env spec ("openspiel:<game>"). Imperfect-
+information games (poker) get exact exploitability (and that of a `--mixture`);
+perfect-information games get win/draw/loss against uniform random and against
+MCTS at each `--mcts-sims`; `--vs` adds a head-to-head match in any OpenSpiel
+game. Every evaluation is printed as a table and appended as one JSON line to
+`<run_dir>/eval/history.jsonl`, which `seedleague report` plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Optional
+
+OPENSPIEL_PREFIX = "openspiel:"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """How much to play in one `seedleague eval`."""
+
+    games: int = 100  # against random and head-to-head
+    mcts_sims: tuple[int, ...] = (100,)  # one MCTS opponent per simulation count
+    mcts_games: Optional[int] = None  # games against each MCTS opponent (None: `games`)
+    uct_c: float = 2.0
+    greedy: bool = False  # the policy plays its most probable legal action instead of sampling
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "mcts_sims", tuple(self.mcts_sims))
+        if self.games < 1 or (self.mcts_games is not None and self.mcts_games < 1):
+            raise ValueError(f"--games and --mcts-games must be >= 1, got {self.games} and {self.mcts_games}")
+        if any(s < 1 for s in self.mcts_sims):
+            raise ValueError(f"--mcts-sims must be positive simulation counts, got {self.mcts_sims}")
+
+
+QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10)  # a few seconds: the end of `seedleague train`
+
+
+def openspiel_game_name(env_name: str) -> Optional[str]:
+    """"kuhn_poker" for "openspiel:kuhn_poker"; None for an env that is not an OpenSpiel game."""
+    return env_name[len(OPENSPIEL_PREFIX):] if env_name.startswith(OPENSPIEL_PREFIX) else None
+
+
+def resolve_policy(run_dir: str, key_or_path: str):
+    """A snapshot key ("main:000512", from `<run_dir>/pool`) or a directory (run, checkpoints or pool player)."""
+    from seedleague.api import load_policy, load_snapshot
+
+    if os.path.isdir(key_or_path):
+        return load_policy(key_or_path)
+    return load_snapshot(run_dir, key_or_path)
+
+
+def parse_mixture(text: str) -> list[tuple[str, float]]:
+    """[("main:000512", 0.7), ...] from "main:000512=0.7,main:001024=0.3"."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, weight = item.rpartition("=")
+        try:
+            pairs.append((key.strip(), float(weight)))
+        except ValueError:
+            key = ""
+        if not key:
+            raise ValueError(f"--mixture items must be KEY=WEIGHT (e.g. main:000512=0.7), got {item!r}")
+    if not pairs:
+        raise ValueError("--mixture needs at least one KEY=WEIGHT")
+    return pairs
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+
+
+def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
+             mixture: Optional[list[tuple[str, float]]] = None) -> dict:
+    """Every evaluation that applies to `policy`'s game; returns the history entry (results inside).
+    Raises ValueError when the env is not an OpenSpiel game (nothing here applies)."""
+    name = openspiel_game_name(policy.spec.env_name)
+    if name is None:
+        raise ValueError(
+            f"{policy.spec.env_name!r} is not an OpenSpiel game (expected 'openspiel:<game>'): exploitability, "
+            "MCTS and head-to-head evaluation need OpenSpiel's game tree. Load the policy with "
+            "seedleague.api.load_policy and play it in your own env instead (see docs/api.md)"
+        )
+    from envs.openspiel_games import load_game
+    import pyspiel
+
+    game = load_game(name)
+    imperfect = game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION
+    results: dict[str, Any] = {"game": name, "information": "imperfect" if imperfect else "perfect"}
+    if imperfect:
+        results.update(_exploitability(game, policy))
+    else:
+        results.update(_board(game, policy, config))
+    if mixture:
+        results.update(_mixture(run_dir, game, imperfect, mixture))
+    if vs:
+        from seedleague.eval import board
+
+        opponent = resolve_policy(run_dir, vs)
+        stats = board.head_to_head(game, policy, opponent, config.games, config.greedy, config.seed)
+        results["head_to_head"] = dict(stats.to_dict(), opponent=vs, opponent_step=opponent.step)
+    meta = policy.meta
+    return dict(time=time.time(), step=policy.step, env_steps=meta.get("env_steps"), wall_s=meta.get("wall_s"),
+                policy=policy.source, env_name=policy.spec.env_name, greedy=config.greedy, results=results)
+
+
+def _exploitability(game, policy) -> dict:
+    from seedleague.eval import openspiel_eval
+
+    start = time.perf_counter()
+    value = openspiel_eval.exploitability(game, policy)
+    return {"exploitability": value, "exploitability_seconds": time.perf_counter() - start}
+
+
+def _board(game, policy, config: EvalConfig) -> dict:
+    from seedleague.eval import board
+
+    vs_random = board.vs_random(game, policy, config.games, config.greedy, config.seed)
+    mcts_games = config.mcts_games or config.games
+    vs_mcts = {
+        str(sims): board.vs_mcts(game, policy, mcts_games, sims, config.uct_c, greedy=config.greedy,
+                                 seed=config.seed).to_dict()
+        for sims in config.mcts_sims
+    }
+    return {"vs_random": vs_random.to_dict(), "vs_mcts": vs_mcts}
+
+
+def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float]]) -> dict:
+    if not imperfect:
+        return {"mixture_note": "--mixture applies to imperfect-information games only (exact exploitability)"}
+    from seedleague.eval import openspiel_eval
+
+    policies = [resolve_policy(run_dir, key) for key, _ in mixture]
+    value = openspiel_eval.mixture_exploitability(game, policies, [w for _, w in mixture])
+    return {"mixture": dict(mixture), "mixture_exploitability": value}
+
+
+def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig] = None) -> Optional[dict]:
+    """Evaluate the run's newest learner checkpoint, print the table and append it to the run's
+    history; returns the entry. When nothing applies (no checkpoint, not an OpenSpiel game, a
+    recurrent network) it prints why and returns None, so a finished training run never fails here."""
+    from seedleague.api import load_policy
+
+    config = config or (QUICK if quick else EvalConfig())
+    try:
+        entry = evaluate(run_dir, load_policy(run_dir), config)
+    except (ValueError, FileNotFoundError, NotImplementedError) as error:
+        print(f"  no evaluation: {error}")
+        return None
+    print(format_entry(entry))
+    print(f"appended to {append_history(run_dir, entry)}")
+    return entry
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _stats_row(label: str, stats: dict) -> str:
+    seats = "  ".join(f"{s['wins']}/{s['draws']}/{s['losses']}".rjust(11) for s in stats["per_seat"])
+    return (f"  {label:<22}{stats['games']:>6}  {stats['win_rate']:>5.2f}  {stats['draw_rate']:>5.2f}  "
+            f"{stats['loss_rate']:>5.2f}  {seats}  {stats['mean_return']:>7.3f}  {stats['games_per_s']:>8.1f}")
+
+
+def format_entry(entry: dict) -> str:
+    """The readable table `seedleague eval` prints."""
+    results = entry["results"]
+    steps = f", env steps {entry['env_steps']}" if entry.get("env_steps") is not None else ""
+    lines = [f"{entry['env_name']}: {entry['policy']} (step {entry['step']}{steps})"]
+    if "exploitability" in results:
+        lines.append(f"  exploitability          {results['exploitability']:.6f}   "
+                     f"({results['exploitability_seconds']:.2f} s; NashConv/2, 0 at a Nash equilibrium)")
+    if "mixture_exploitability" in results:
+        lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
+    if "mixture_note" in results:
+        lines.append(f"  mixture: {results['mixture_note']}")
+    matches = [("vs random", results.get("vs_random"))]
+    matches += [(f"vs mcts {sims} sims", s) for sims, s in results.get("vs_mcts", {}).items()]
+    matches += [(f"vs {results['head_to_head']['opponent']}", results["head_to_head"])] if "head_to_head" in results else []
+    matches = [(label, s) for label, s in matches if s]
+    if matches:
+        lines.append(f"  {'opponent':<22}{'games':>6}  {'win':>5}  {'draw':>5}  {'loss':>5}  {'seat0 W/D/L':>11}  "
+                     f"{'seat1 W/D/L':>11}  {'return':>7}  {'games/s':>8}")
+        lines += [_stats_row(label, s) for label, s in matches]
+    return "\n".join(lines)
+
+
+def append_history(run_dir: str, entry: dict) -> str:
+    """Append `entry` as one JSON line to `<run_dir>/eval/history.jsonl`; returns that path."""
+    path = os.path.join(run_dir, "eval", "history.jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+    return path
+
+
+def read_history(run_dir: str) -> list[dict]:
+    """Every entry of `<run_dir>/eval/history.jsonl` (none if it does not exist); bad lines are skipped."""
+    path = os.path.join(run_dir, "eval", "history.jsonl")
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path) as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash mid-write
+    return entries
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def _league_for(run_dir: str):
+    """THE place `seedleague report` gets a run's league from (host engineer: adjust here).
+
+    Anything with `standings()`, `payoff()` and `elo_history()` works. For now: the
+    in-process League over `<run_dir>/league/league.sqlite`, opened with a default
+    LeagueConfig (so payoff decay and Elo settings are the defaults, not the run's);
+    None when there is no league database or no league module.
+    """
+    path = os.path.join(run_dir, "league", "league.sqlite")
+    if not os.path.exists(path):
+        return None
+    try:
+        from seedleague.league.config import LeagueConfig
+        from seedleague.league.service import League
+    except ImportError:
+        return None
+    return League(LeagueConfig(), path)
+
+
+def run_report(run_dir: str, league: Any, out_dir: Optional[str] = None) -> list[str]:
+    """Write the report of `run_dir` from `league` (standings, payoff, elo history; None: empty
+    league) and the run's eval history into `out_dir` (default `<run_dir>/report`); returns paths."""
+    from seedleague.eval.report import write_report
+    from seedleague.league.types import PayoffMatrix
+
+    standings, payoff, elo = [], PayoffMatrix([], [], []), {}
+    if league is not None:
+        standings, payoff = league.standings(), league.payoff()
+        elo = league.elo_history() if hasattr(league, "elo_history") else {}
+    return write_report(out_dir or os.path.join(run_dir, "report"), standings, payoff, elo, read_history(run_dir))
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _sims(text: str) -> tuple[int, ...]:
+    try:
+        sims = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--mcts-sims must be comma-separated integers like 100,1000, got {text!r}") from None
+    return sims
+
+
+def add_parser(sub) -> None:
+    """Register `eval` and `report` on an argparse subparsers object."""
+    parser = sub.add_parser("eval", help="evaluate a trained policy: exploitability, vs random/MCTS, head-to-head",
+                            description=__doc__.split("\n\n")[2])
+    parser.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory (history goes to <run-dir>/eval/)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--snapshot", default=None, metavar="KEY", help="evaluate league snapshot KEY (player:step) from <run-dir>/pool")
+    which.add_argument("--checkpoint", default=None, metavar="PATH",
+                       help="evaluate the checkpoint in PATH (run, checkpoints or pool player directory)")
+    parser.add_argument("--step", type=int, default=None, metavar="N", help="checkpoint step (default: newest); not with --snapshot")
+    parser.add_argument("--games", type=int, default=100, metavar="N", help="games against random and head-to-head (default 100)")
+    parser.add_argument("--mcts-sims", type=_sims, default=(100,), metavar="SIMS", help="MCTS simulation counts, e.g. 100,1000 (default 100)")
+    parser.add_argument("--mcts-games", type=int, default=None, metavar="N", help="games against each MCTS (default: --games)")
+    parser.add_argument("--uct-c", type=float, default=2.0, metavar="C", help="MCTS exploration constant (default 2)")
+    parser.add_argument("--greedy", action="store_true", help="play the most probable legal action instead of sampling")
+    parser.add_argument("--vs", default=None, metavar="KEY_OR_PATH", help="head-to-head against a snapshot KEY or a checkpoint PATH")
+    parser.add_argument("--mixture", default=None, metavar="KEY=W,...", help="exploitability of the mixture KEY=W,KEY=W,... (poker games)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the results to this JSON file")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of chance, sampling and MCTS (default 0)")
+    report = sub.add_parser("report", help="write the league report (leaderboard, heatmap, rating and exploitability plots)",
+                            description="Write leaderboard.md, payoff_heatmap.png, ratings.png, exploitability.png and "
+                                        "report.md from the run's league and eval history.")
+    report.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory")
+    report.add_argument("--out", default=None, metavar="DIR", help="output directory (default <run-dir>/report)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `eval` or `report`; 0 on success, 2 with a message for bad input or nothing to evaluate."""
+    try:
+        if args.command == "report":
+            return _report(args)
+        return _eval(args)
+    except (ValueError, FileNotFoundError, NotADirectoryError, NotImplementedError) as error:
+        print(f"seedleague {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from seedleague.api import load_policy, load_snapshot
+
+    config = EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
+    mixture = parse_mixture(args.mixture) if args.mixture else None
+    if args.snapshot:
+        if args.step is not None:
+            raise ValueError("--step applies to --run-dir or --checkpoint; a snapshot key names its own step")
+        policy = load_snapshot(args.run_dir, args.snapshot, seed=args.seed)
+    else:
+        policy = load_policy(args.checkpoint or args.run_dir, args.step, seed=args.seed)
+    entry = evaluate(args.run_dir, policy, config, args.vs, mixture)
+    print(format_entry(entry))
+    path = append_history(args.run_dir, entry)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(entry, f, indent=2)
+    print(f"appended to {path}" + (f"; wrote {args.json}" if args.json else ""))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.run_dir):
+        raise FileNotFoundError(f"no such run directory: {args.run_dir!r}")
+    league = _league_for(args.run_dir)
+    try:
+        paths = run_report(args.run_dir, league, args.out)
+    finally:
+        if league is not None and hasattr(league, "close"):
+            league.close()
+    if league is None:
+        print(f"no league database in {os.path.join(args.run_dir, 'league')}: leaderboard and payoff are empty")
+    print("wrote " + "\n      ".join(paths))
+    return 0

@@ -1,0 +1,186 @@
+"""seedleague.api: loading real orbax checkpoints and querying the policy; the docs/api.md example runs."""
+
+import dataclasses
+import functools
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from seedleague.api import PolicySpec, RecurrentPolicyError, _network, _params_of, load_policy, load_snapshot
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.host.host import spec_to_json
+from seedleague.protocol.specs import EnvSpec
+from seedleague.rl.learner import LearnerConfig, TrainState, init_train_state
+from seedleague.rl.networks import NetworkConfig
+
+SMALL = NetworkConfig(torso="mlp", hidden_sizes=(8,))
+KUHN = ("openspiel:kuhn_poker", (11,), 2)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def head_params(params, kernel=None, bias=None):
+    """`params` with the policy head's kernel scaled by `kernel` and its bias replaced by `bias`."""
+    head = dict(params["params"]["policy_head"])
+    if kernel is not None:
+        head["kernel"] = head["kernel"] * kernel
+    if bias is not None:
+        head["bias"] = jnp.asarray(bias, jnp.float32)
+    return {"params": dict(params["params"], policy_head=head)}
+
+
+@functools.lru_cache(maxsize=None)
+def train_state(network, shape, dtype, actions, learner):
+    """The learner's real initial TrainState (Adam state included), built once per shape: compiles are slow."""
+    return init_train_state(learner, _network(network, shape, dtype, actions), jax.random.key(0))
+
+
+def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=False, bias=None,
+                    learner=LearnerConfig(), dtype=np.float32, extra_meta=None):
+    """A real checkpoint as the host writes it; `uniform` zeroes the policy head (logits exactly 0)."""
+    env_name, shape, actions = env
+    state = train_state(network, shape, np.dtype(dtype), actions, learner)
+    state = state._replace(params=_network(network, shape, np.dtype(dtype), actions).init(jax.random.key(seed)))
+    if uniform or bias is not None:
+        state = state._replace(params=head_params(state.params, 0.0, np.zeros(actions) if bias is None else bias))
+    state = state._replace(step=jnp.asarray(step, jnp.int32))
+    meta = dict(spec=spec_to_json(EnvSpec(env_name, shape, np.dtype(dtype), actions, 1)),
+                network=dataclasses.asdict(network), learner=dataclasses.asdict(learner),
+                env_steps=100 * step, agent_steps=100 * step, episodes=step, wall_s=1.5 * step, returns=[])
+    meta.update(extra_meta or {})
+    checkpointer = Checkpointer(CheckpointConfig(directory=str(directory), max_to_keep=10))
+    checkpointer.save(step, state, meta)
+    checkpointer.close()
+    return state
+
+
+def test_load_policy_from_a_run_dir_a_checkpoint_dir_and_a_pool_player(tmp_path):
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints", step=3, seed=1)
+    newest = save_checkpoint(run / "checkpoints", step=7, seed=2)
+    save_checkpoint(run / "pool" / "main", step=512, seed=3)
+    policy = load_policy(str(run))
+    assert policy.step == 7 and policy.spec == PolicySpec("openspiel:kuhn_poker", (11,), np.float32, 2)
+    assert policy.meta["env_steps"] == 700 and policy.source.endswith("checkpoints/7")
+    assert load_policy(str(run / "checkpoints"), step=3).step == 3
+    assert load_policy(str(run / "pool" / "main")).step == 512
+    assert load_snapshot(str(run), "main:000512").step == 512
+    # the params are the saved ones: logits match the network applied directly
+    obs = np.random.default_rng(0).random((5, 11), np.float32)
+    logits, _, _ = _network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
+    np.testing.assert_allclose(policy.logits(obs), np.asarray(logits)[:, 0], rtol=1e-6)
+
+
+def test_any_optimiser_state_loads(tmp_path):
+    """Only params are read: an SGD-with-momentum state (not the learner's Adam) loads the same."""
+    params = _network(SMALL, (11,), np.dtype(np.float32), 2).init(jax.random.key(0))
+    state = TrainState(params, optax.sgd(0.1, momentum=0.9).init(params), jnp.asarray(4, jnp.int32), jax.random.key(1))
+    meta = dict(spec=spec_to_json(EnvSpec(KUHN[0], KUHN[1], np.dtype(np.float32), KUHN[2], 1)), network=dataclasses.asdict(SMALL))
+    checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path)))
+    checkpointer.save(4, state, meta)
+    checkpointer.close()
+    policy = load_policy(str(tmp_path))
+    assert policy.step == 4
+    np.testing.assert_array_equal(np.asarray(policy.params["params"]["policy_head"]["kernel"]),
+                                  np.asarray(params["params"]["policy_head"]["kernel"]))
+
+
+def test_probabilities_are_legal_only_and_batched_or_single(tmp_path):
+    save_checkpoint(tmp_path, bias=[0.0, np.log(3.0)])  # P(bet) = 3/4 where both are legal
+    policy = load_policy(str(tmp_path))
+    obs = np.zeros((3, 11), np.float32)
+    mask = np.array([[True, True], [True, False], [False, True]])
+    probs = policy.action_probabilities(obs, mask)
+    np.testing.assert_allclose(probs, [[0.25, 0.75], [1.0, 0.0], [0.0, 1.0]], rtol=1e-6)
+    assert probs[1, 1] == 0.0 and probs[2, 0] == 0.0  # exactly
+    assert policy.logits(obs, mask)[1, 1] == -np.inf
+    np.testing.assert_allclose(policy.action_probabilities(obs[0]), [0.25, 0.75], rtol=1e-6)  # unbatched -> [A]
+    assert policy.action_probabilities(np.zeros((5, 11))).shape == (5, 2)  # float64 cast, 5 padded to 8
+    assert policy.value(obs).shape == (3,) and isinstance(policy.value(obs[0]), float)
+    assert policy.act(obs, mask, greedy=True).tolist() == [1, 0, 1]
+    assert policy.act(obs[0], mask[1]) == 0 and isinstance(policy.act(obs[0]), int)
+    sampled = policy.act(np.zeros((4000, 11), np.float32), rng=1)
+    assert abs(sampled.mean() - 0.75) < 0.03
+    assert set(policy.act(obs, mask, rng=np.random.default_rng(2))[1:].tolist()) == {0, 1}
+
+
+def test_bad_inputs_give_clear_errors(tmp_path):
+    save_checkpoint(tmp_path)
+    policy = load_policy(str(tmp_path))
+    with pytest.raises(ValueError, match=r"observation must be shaped \(11,\)"):
+        policy.logits(np.zeros((2, 12), np.float32))
+    with pytest.raises(ValueError, match="dtype"):
+        policy.logits(np.array([["x"] * 11]))
+    with pytest.raises(ValueError, match=r"legal_mask must be shaped \(2, 2\)"):
+        policy.logits(np.zeros((2, 11), np.float32), np.ones((2, 3), bool))
+    with pytest.raises(ValueError, match=r"no legal action in row\(s\) \[1\]"):
+        policy.action_probabilities(np.zeros((2, 11), np.float32), np.array([[1, 0], [0, 0]]))
+    with pytest.raises(ValueError, match="empty"):
+        policy.logits(np.zeros((0, 11), np.float32))
+    with pytest.raises(ValueError, match=r"NaN or infinite values in row\(s\) \[1\]"):
+        policy.act(np.array([[0.0] * 11, [np.nan] * 11]))
+
+
+def test_params_are_found_in_every_shape_a_restored_state_takes():
+    params = {"params": {"w": np.ones(2)}}
+    state = TrainState(params, (), np.int32(0), np.zeros(2, np.uint32))
+    for restored in (state._asdict(), list(state), state):
+        assert _params_of(restored) is params
+    with pytest.raises(ValueError, match="no params"):
+        _params_of(3)
+
+
+def test_uint8_policies_refuse_float_observations(tmp_path):
+    save_checkpoint(tmp_path, env=("pixels", (4, 4, 1), 3), network=NetworkConfig(torso="mlp", hidden_sizes=(4,)),
+                    dtype=np.uint8)
+    policy = load_policy(str(tmp_path))
+    assert policy.action_probabilities(np.zeros((4, 4, 1), np.uint8)).shape == (3,)
+    with pytest.raises(ValueError, match="float32 does not fit the policy's uint8"):
+        policy.logits(np.zeros((4, 4, 1), np.float32))
+
+
+def test_missing_or_empty_directories_and_steps(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        load_policy(str(tmp_path / "nowhere"))
+    assert not (tmp_path / "nowhere").exists()  # loading never creates anything
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoint in"):
+        load_policy(str(tmp_path / "empty"))
+    save_checkpoint(tmp_path / "run" / "pool" / "main", step=5)
+    with pytest.raises(FileNotFoundError, match=r"pool has players \['main'\]"):
+        load_policy(str(tmp_path / "run"))  # a run dir with snapshots only says where they are
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 6; it has steps \[5\]"):
+        load_policy(str(tmp_path / "run" / "pool" / "main"), step=6)
+    with pytest.raises(ValueError, match="names a live player"):
+        load_snapshot(str(tmp_path / "run"), "main")
+    with pytest.raises(FileNotFoundError, match=r"no player directory .* players \['main'\]"):
+        load_snapshot(str(tmp_path / "run"), "exploiter:000005")
+
+
+def test_recurrent_networks_are_refused_with_a_reason(tmp_path):
+    # refused from the meta alone, before any params are read (so MLP params stand in for the LSTM's)
+    save_checkpoint(tmp_path, extra_meta=dict(network=dataclasses.asdict(NetworkConfig(hidden_sizes=(8,), lstm_size=4))))
+    with pytest.raises(RecurrentPolicyError, match="recurrent policies need a state-carrying API"):
+        load_policy(str(tmp_path))
+
+
+def test_params_that_do_not_match_the_meta_network_are_refused(tmp_path):
+    save_checkpoint(tmp_path, extra_meta=dict(network=dataclasses.asdict(NetworkConfig(torso="mlp", hidden_sizes=(16,)))))
+    with pytest.raises(ValueError, match="do not match the network its meta describes"):
+        load_policy(str(tmp_path))
+
+
+def test_the_docs_example_runs(tmp_path, capsys, monkeypatch):
+    text = open(os.path.join(ROOT, "docs", "api.md")).read()
+    example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    save_checkpoint(tmp_path / "runs" / "kuhn" / "checkpoints", step=12, uniform=True)
+    monkeypatch.chdir(tmp_path)  # the example's "runs/kuhn" is relative
+    exec(compile(example, "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "openspiel:kuhn_poker step 12" in out
+    assert "P(pass, bet) = [0.5 0.5]" in out
+    assert re.search(r"exploitability 0\.4583333", out)

@@ -1,0 +1,232 @@
+"""seedleague.eval: exact exploitability (single policies and league mixtures), matches, `seedleague eval`."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from open_spiel.python import policy as openspiel_policy
+from open_spiel.python.algorithms import exploitability as openspiel_exploitability
+from open_spiel.python.algorithms import policy_aggregator
+
+from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
+from seedleague import cli
+from seedleague.api import PolicySpec, load_policy
+from seedleague.eval import board, openspiel_eval
+from seedleague.eval import cli as eval_cli
+from test_api import save_checkpoint
+
+KUHN = load_game("kuhn_poker")
+
+
+def env_of(game):
+    return (f"openspiel:{game.get_type().short_name}", observation_shape(game), game.num_distinct_actions())
+
+
+class PurePolicy:
+    """A deterministic Kuhn policy by how many actions were taken so far (the infostate's last 6 bits):
+    `first` when nobody has acted, else `then`."""
+
+    spec = PolicySpec("openspiel:kuhn_poker", (11,), np.float32, 2)
+    source = "pure"
+
+    def __init__(self, first: int, then: int):
+        self.first, self.then = first, then
+
+    def action_probabilities(self, observation, legal_mask=None):
+        acted = np.asarray(observation)[:, 5:].sum(axis=-1)
+        action = np.where(acted == 0, self.first, self.then)
+        return np.eye(2, dtype=np.float32)[action]
+
+
+class CountingPolicy:
+    """Wraps a policy and counts its forward passes."""
+
+    def __init__(self, policy):
+        self.policy, self.spec, self.calls = policy, policy.spec, 0
+
+    def action_probabilities(self, observation, legal_mask=None):
+        self.calls += 1
+        return self.policy.action_probabilities(observation, legal_mask)
+
+
+@pytest.fixture(scope="module")
+def uniform_kuhn(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("kuhn")
+    save_checkpoint(directory, env_of(KUHN), step=3, uniform=True)
+    return load_policy(str(directory))
+
+
+@pytest.mark.parametrize("name, anchor", [("kuhn_poker", 0.458), ("leduc_poker", 2.374)])
+def test_uniform_policies_have_the_reference_exploitability(tmp_path, name, anchor):
+    game = load_game(name)
+    save_checkpoint(tmp_path, env_of(game), uniform=True)  # zero policy head: logits exactly 0
+    value = openspiel_eval.exploitability(game, load_policy(str(tmp_path)))
+    assert value == pytest.approx(openspiel_exploitability.exploitability(game, openspiel_policy.UniformRandomPolicy(game)), abs=1e-9)
+    assert value == pytest.approx(anchor, abs=5e-4)
+
+
+def test_tabular_policy_is_one_forward_pass_over_every_infostate(tmp_path):
+    save_checkpoint(tmp_path, env_of(KUHN), seed=5, bias=[0.3, -0.4])
+    policy = CountingPolicy(load_policy(str(tmp_path)))
+    tabular = openspiel_eval.tabular_policy(KUHN, policy)
+    assert policy.calls == 1 and len(tabular.states) == 12  # Kuhn: 6 infostates per player
+    table = tabular.action_probability_array
+    np.testing.assert_allclose(table.sum(axis=-1), 1.0)
+    for state in tabular.states[::3]:
+        player = state.current_player()
+        expected = policy.policy.action_probabilities(encode(state, player), legal_mask(state, player, 2))
+        np.testing.assert_allclose(table[tabular.state_index(state)], expected, rtol=1e-6)
+
+
+def test_the_mixture_is_reach_weighted_not_the_average_of_action_probabilities():
+    """A = pass first, then bet; B = bet first, then pass. Player 0's infostates after pass-bet are
+    reached only by A, so the 50/50 mixture calls there with probability 1 (the naive average: 0.5)."""
+    a, b = PurePolicy(first=0, then=1), PurePolicy(first=1, then=0)
+    mixed = openspiel_eval.mixture_policy(KUHN, [a, b], [0.5, 0.5])
+    after_pass_bet = [k for k in mixed.state_lookup if k.endswith("pb")]
+    assert len(after_pass_bet) == 3
+    for key in after_pass_bet:
+        np.testing.assert_allclose(mixed.policy_for_key(key), [0.0, 1.0])
+    for key in [k for k in mixed.state_lookup if len(k) == 1]:  # player 0's first move: truly 50/50
+        np.testing.assert_allclose(mixed.policy_for_key(key), [0.5, 0.5])
+
+    naive = openspiel_policy.TabularPolicy(KUHN)
+    naive.action_probability_array[:] = 0.5 * (openspiel_eval.tabular_policy(KUHN, a).action_probability_array
+                                               + openspiel_eval.tabular_policy(KUHN, b).action_probability_array)
+    exact = openspiel_eval.mixture_exploitability(KUHN, [a, b], [0.5, 0.5])
+    assert exact != pytest.approx(openspiel_exploitability.exploitability(KUHN, naive), abs=1e-3)
+    tables = [openspiel_eval.tabular_policy(KUHN, p) for p in (a, b)]
+    aggregated = policy_aggregator.PolicyAggregator(KUHN).aggregate([0, 1], [tables, tables], [[0.5, 0.5]] * 2)
+    assert exact == pytest.approx(openspiel_exploitability.exploitability(KUHN, aggregated), abs=1e-9)
+    # a mixture with all weight on one policy is that policy
+    assert openspiel_eval.mixture_exploitability(KUHN, [a, b], [0, 3]) == pytest.approx(openspiel_eval.exploitability(KUHN, b))
+
+
+def test_mix_behaviour_by_hand():
+    probs = np.array([[[1.0, 0.0], [0.2, 0.8]], [[0.0, 1.0], [0.6, 0.4]]])  # [K=2, S=2, A=2]
+    reach = np.array([[1.0, 0.5], [1.0, 0.0]])  # policy 1 never reaches state 1
+    mixed = openspiel_eval.mix_behaviour(probs, reach, np.array([0.25, 0.75]))
+    np.testing.assert_allclose(mixed, [[0.25, 0.75], [0.2, 0.8]])
+    unreached = openspiel_eval.mix_behaviour(probs, np.zeros((2, 2)), np.array([0.25, 0.75]))
+    np.testing.assert_allclose(unreached[1], [0.5, 0.5])  # the plain weighted average
+    with pytest.raises(ValueError, match="needs reach"):
+        openspiel_eval.mix_behaviour(probs, reach[:, :1], np.array([0.5, 0.5]))
+
+
+def test_bad_mixtures_and_mismatched_games_are_refused(uniform_kuhn):
+    with pytest.raises(ValueError, match="one weight per policy"):
+        openspiel_eval.mixture_exploitability(KUHN, [uniform_kuhn], [0.5, 0.5])
+    with pytest.raises(ValueError, match="not all 0"):
+        openspiel_eval.mixture_exploitability(KUHN, [uniform_kuhn, uniform_kuhn], [-1, 1])
+    with pytest.raises(ValueError, match="does not fit leduc_poker"):
+        openspiel_eval.exploitability(load_game("leduc_poker"), uniform_kuhn)
+    with pytest.raises(ValueError, match="does not fit tic_tac_toe"):
+        board.vs_random("tic_tac_toe", uniform_kuhn, 2)
+
+
+@pytest.fixture(scope="module")
+def first_legal_ttt(tmp_path_factory):
+    """A tic_tac_toe policy that greedily plays the lowest-numbered empty cell."""
+    directory = tmp_path_factory.mktemp("ttt")
+    save_checkpoint(directory, env_of(load_game("tic_tac_toe")), bias=-np.arange(9.0))
+    return load_policy(str(directory))
+
+
+def _check_counts(stats, games):
+    assert stats.wins + stats.draws + stats.losses == stats.games == games
+    assert [s.games for s in stats.per_seat] == [(games + 1) // 2, games // 2]
+    for field in ("wins", "draws", "losses"):
+        assert sum(getattr(s, field) for s in stats.per_seat) == getattr(stats, field)
+    assert stats.win_rate + stats.draw_rate + stats.loss_rate == pytest.approx(1.0)
+
+
+def test_a_fixed_policy_against_random_on_tic_tac_toe(first_legal_ttt):
+    stats = board.vs_random("tic_tac_toe", first_legal_ttt, games=40, greedy=True, seed=3)
+    _check_counts(stats, 40)
+    # taking cells 0, 1, 2 in order wins the top row against random play most of the time as first mover
+    assert stats.per_seat[0].wins > stats.per_seat[0].losses
+    assert stats.to_dict()["per_seat"][0]["games"] == 20 and stats.opponent == "random"
+    again = board.vs_random("tic_tac_toe", first_legal_ttt, games=40, greedy=True, seed=3)
+    assert dataclasses.replace(again, seconds=0.0) == dataclasses.replace(stats, seconds=0.0)  # same seed, same games
+
+
+def test_mcts_at_a_tiny_simulation_count_runs(first_legal_ttt):
+    stats = board.vs_mcts("tic_tac_toe", first_legal_ttt, games=4, simulations=5, seed=1)
+    _check_counts(stats, 4)
+    assert stats.opponent == "mcts5" and stats.games_per_s > 0
+    with pytest.raises(ValueError, match="simulations >= 1"):
+        board.vs_mcts("tic_tac_toe", first_legal_ttt, games=2, simulations=0)
+
+
+def test_head_to_head_in_poker_counts_every_game(uniform_kuhn, tmp_path):
+    save_checkpoint(tmp_path, env_of(KUHN), seed=9, bias=[2.0, -2.0])
+    other = load_policy(str(tmp_path))
+    stats = board.head_to_head(KUHN, uniform_kuhn, other, games=31, seed=2)
+    _check_counts(stats, 31)
+    assert stats.draws == 0  # someone wins every Kuhn hand
+    assert stats.opponent == other.source
+
+
+def _kuhn_run(tmp_path):
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints", env_of(KUHN), step=8, uniform=True)
+    save_checkpoint(run / "pool" / "main", env_of(KUHN), step=1, seed=1, bias=[3.0, -3.0])
+    save_checkpoint(run / "pool" / "main", env_of(KUHN), step=2, seed=2, bias=[-3.0, 3.0])
+    return run
+
+
+def test_eval_cli_on_poker_reports_exploitability_mixture_and_head_to_head(tmp_path, capsys):
+    run = _kuhn_run(tmp_path)
+    out = tmp_path / "out" / "eval.json"
+    code = cli.main(["eval", "--run-dir", str(run), "--mixture", "main:000001=0.5,main:000002=0.5",
+                     "--vs", "main:000001", "--games", "20", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "exploitability          0.458333" in printed and "mixture exploitability" in printed
+    history = [json.loads(line) for line in open(run / "eval" / "history.jsonl")]
+    assert len(history) == 1 and history[0] == json.load(open(out))
+    entry = history[0]
+    assert entry["step"] == 8 and entry["env_steps"] == 800 and entry["wall_s"] == 12.0
+    results = entry["results"]
+    assert results["exploitability"] == pytest.approx(0.4583333, abs=1e-6)
+    assert results["mixture"] == {"main:000001": 0.5, "main:000002": 0.5} and results["mixture_exploitability"] > 0
+    assert results["head_to_head"]["games"] == 20 and results["head_to_head"]["opponent"] == "main:000001"
+    # a snapshot evaluated alone appends a second line
+    assert cli.main(["eval", "--run-dir", str(run), "--snapshot", "main:000002"]) == 0
+    assert len(open(run / "eval" / "history.jsonl").readlines()) == 2
+
+
+def test_eval_cli_on_a_board_game_plays_random_and_each_mcts(tmp_path, capsys):
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints", env_of(load_game("tic_tac_toe")), step=4, bias=-np.arange(9.0))
+    code = cli.main(["eval", "--run-dir", str(run), "--games", "6", "--mcts-sims", "2,3", "--mcts-games", "2",
+                     "--greedy", "--vs", str(run)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "vs random" in printed and "vs mcts 3 sims" in printed
+    results = json.loads(open(run / "eval" / "history.jsonl").readline())["results"]
+    assert results["information"] == "perfect" and "exploitability" not in results
+    assert results["vs_random"]["games"] == 6 and sorted(results["vs_mcts"]) == ["2", "3"]
+    assert results["vs_mcts"]["2"]["games"] == 2 and results["head_to_head"]["games"] == 6
+
+
+def test_eval_cli_refuses_what_it_cannot_evaluate(tmp_path, capsys):
+    save_checkpoint(tmp_path / "cartpole" / "checkpoints", ("CartPole-v1", (4,), 2))
+    assert cli.main(["eval", "--run-dir", str(tmp_path / "cartpole")]) == 2
+    assert "'CartPole-v1' is not an OpenSpiel game" in capsys.readouterr().err
+    assert cli.main(["eval", "--run-dir", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert cli.main(["eval", "--run-dir", str(tmp_path / "cartpole"), "--mixture", "main:1"]) == 2
+    assert "KEY=WEIGHT" in capsys.readouterr().err
+    assert not (tmp_path / "cartpole" / "eval").exists()
+
+
+def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):
+    run = _kuhn_run(tmp_path)
+    entry = eval_cli.evaluate_run(str(run), quick=True)
+    assert entry["results"]["exploitability"] == pytest.approx(0.4583333, abs=1e-6)
+    assert "exploitability" in capsys.readouterr().out
+    save_checkpoint(tmp_path / "cartpole" / "checkpoints", ("CartPole-v1", (4,), 2))
+    assert eval_cli.evaluate_run(str(tmp_path / "cartpole"), quick=True) is None
+    assert "no evaluation: 'CartPole-v1' is not an OpenSpiel game" in capsys.readouterr().out

@@ -1,0 +1,127 @@
+"""seedleague.eval.report and `seedleague report`: Markdown and valid PNGs from league data and eval history."""
+
+import os
+
+import pytest
+
+from seedleague import cli
+from seedleague.eval import cli as eval_cli
+from seedleague.eval.report import write_report
+from seedleague.league.types import PayoffMatrix, Role, Standing
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+KEYS = ["main", "main:000100", "main:000000"]
+
+
+def standings():
+    return [Standing("main", Role.MAIN, 1260.5, 40.0, 0.7, 27.1, 2.0),
+            Standing("main:000100", Role.MAIN, 1201.0, 30.0, 0.5),
+            Standing("main:000000", Role.MAIN, 1138.5, 30.0, 0.3)]
+
+
+def payoff():
+    win_rate = [[0.5, 0.6, 0.9], [0.4, 0.5, 0.7], [0.1, 0.3, 0.5]]
+    return PayoffMatrix(KEYS, win_rate, [[0, 10, 10], [10, 0, 5], [10, 5, 0]])
+
+
+def elo_history():
+    return {"main": [(10, 1210.0), (20, 1240.0), (30, 1260.5)], "main:000000": [(10, 1190.0), (30, 1138.5)],
+            "main:000100": []}
+
+
+def eval_history():
+    return [
+        dict(time=1000.0, step=10, env_steps=1000, wall_s=5.0, results={"exploitability": 0.45}),
+        dict(time=1060.0, step=20, env_steps=2000, wall_s=65.0, results={"exploitability": 0.2, "mixture_exploitability": 0.15}),
+        dict(time=1100.0, step=30, env_steps=None, wall_s=None, results={"vs_random": {"games": 10}}),  # no exploitability
+    ]
+
+
+def assert_png(path):
+    assert os.path.getsize(path) > 1000
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+
+
+def test_write_report_writes_every_file_and_links_them(tmp_path):
+    paths = write_report(str(tmp_path / "report"), standings(), payoff(), elo_history(), eval_history())
+    names = [os.path.basename(p) for p in paths]
+    assert names == ["leaderboard.md", "payoff_heatmap.png", "ratings.png", "exploitability.png", "report.md"]
+    for path in paths:
+        assert os.path.exists(path)
+        if path.endswith(".png"):
+            assert_png(path)
+    leaderboard = open(paths[0]).read()
+    assert "| 1 | `main` | main | 1260.5 | 27.1 ± 2.0 | 40.0 | 0.700 |" in leaderboard
+    report = open(paths[-1]).read()
+    for name in ("leaderboard.md", "payoff_heatmap.png", "ratings.png", "exploitability.png"):
+        assert f"({name})" in report
+
+
+def test_empty_league_and_history_leave_the_plots_out(tmp_path):
+    paths = write_report(str(tmp_path), [], PayoffMatrix([], [], []), {}, [])
+    assert [os.path.basename(p) for p in paths] == ["leaderboard.md", "report.md"]
+    report = open(paths[-1]).read()
+    assert "no players yet" in report and "no exploitability evaluations yet" in report
+
+
+def test_exploitability_without_env_steps_or_wall_clock_still_plots(tmp_path):
+    history = [dict(time=50.0 + i, step=i, results={"exploitability": 0.5 / (i + 1)}) for i in range(3)]
+    paths = write_report(str(tmp_path), [], PayoffMatrix([], [], []), {}, history)
+    assert os.path.join(str(tmp_path), "exploitability.png") in paths
+    assert_png(os.path.join(str(tmp_path), "exploitability.png"))
+
+
+def test_a_large_payoff_matrix_renders_without_annotations(tmp_path):
+    keys = [f"main:{i:06d}" for i in range(30)]
+    matrix = PayoffMatrix(keys, [[0.5] * 30 for _ in keys], [[1.0] * 30 for _ in keys])
+    paths = write_report(str(tmp_path), [], matrix, {}, [])
+    assert os.path.join(str(tmp_path), "payoff_heatmap.png") in paths
+    assert_png(os.path.join(str(tmp_path), "payoff_heatmap.png"))
+
+
+class FakeLeagueSource:
+    """Anything with standings(), payoff() and elo_history() feeds the report."""
+
+    def standings(self):
+        return standings()
+
+    def payoff(self):
+        return payoff()
+
+    def elo_history(self):
+        return elo_history()
+
+
+def test_run_report_reads_the_run_dirs_eval_history(tmp_path):
+    run = str(tmp_path)
+    for entry in eval_history():
+        eval_cli.append_history(run, entry)
+    with open(os.path.join(run, "eval", "history.jsonl"), "a") as f:
+        f.write('{"cut short')  # a line a crash left half-written is skipped
+    assert len(eval_cli.read_history(run)) == 3
+    paths = eval_cli.run_report(run, FakeLeagueSource())
+    assert os.path.dirname(paths[0]) == os.path.join(run, "report")
+    assert "exploitability.png" in [os.path.basename(p) for p in paths]
+
+
+def test_report_cli_without_a_league_database(tmp_path, capsys):
+    eval_cli.append_history(str(tmp_path), eval_history()[0])
+    assert cli.main(["report", "--run-dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "no league database" in out and "exploitability.png" in out
+    assert_png(str(tmp_path / "out" / "exploitability.png"))
+    assert cli.main(["report", "--run-dir", str(tmp_path / "missing")]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_report_cli_opens_the_league_database(tmp_path, capsys):
+    service = pytest.importorskip("seedleague.league.service")
+    from seedleague.league.config import LeagueConfig
+
+    os.makedirs(tmp_path / "league")
+    league = service.League(LeagueConfig(), str(tmp_path / "league" / "league.sqlite"))
+    league.register_player("main", Role.MAIN)
+    league.close()
+    assert cli.main(["report", "--run-dir", str(tmp_path)]) == 0, capsys.readouterr()
+    assert "`main`" in open(tmp_path / "report" / "leaderboard.md").read()
