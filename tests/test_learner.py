@@ -138,3 +138,16 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
 def test_config_errors_say_what_to_change(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LearnerConfig(**kwargs)
+
+
+def test_learning_rate_and_entropy_cost_anneal_linearly_then_hold():
+    from seedleague.rl.learner import _annealed
+
+    config = LearnerConfig(learning_rate=1e-3, learning_rate_final=1e-4, entropy_cost=0.1, entropy_cost_final=0.0,
+                           anneal_steps=100)
+    entropy = _annealed(config, config.entropy_cost, config.entropy_cost_final)
+    assert [round(float(entropy(s)), 6) for s in (0, 50, 100, 1000)] == [0.1, 0.05, 0.0, 0.0]
+    constant = _annealed(LearnerConfig(entropy_cost=0.1), 0.1, None)
+    assert float(constant(10**6)) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="entropy_cost_final"):
+        LearnerConfig(entropy_cost_final=-1.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +56,14 @@ class LearnerConfig:
     clip_rho_threshold, clip_pg_rho_threshold: V-trace's rho-bar and the pg
         advantage's ratio clip (1.0 as in IMPALA).
     ppo_clip_epsilon: PPO's ratio clip (used only with loss="ppo").
+    anneal_steps, learning_rate_final, entropy_cost_final: when anneal_steps > 0,
+        the learning rate and the entropy cost move linearly from their initial
+        values to the *_final ones (None: stay constant) over that many updates,
+        then stay there. In self-play on zero-sum games a large entropy cost keeps
+        the policies from collapsing early (the entropy-regularised game has a
+        quantal-response equilibrium that gradient play approaches instead of
+        cycling, Sokota et al. 2023); annealing it lowers that equilibrium's
+        distance from a Nash equilibrium.
     """
 
     loss: str = "vtrace"
@@ -69,9 +77,18 @@ class LearnerConfig:
     clip_rho_threshold: float = 1.0
     clip_pg_rho_threshold: float = 1.0
     ppo_clip_epsilon: float = 0.2
+    anneal_steps: int = 0
+    learning_rate_final: Optional[float] = None
+    entropy_cost_final: Optional[float] = None
 
     def __post_init__(self):
         problems = []
+        if self.anneal_steps < 0:
+            problems.append(f"anneal_steps must be >= 0, got {self.anneal_steps}")
+        if self.learning_rate_final is not None and not self.learning_rate_final > 0:
+            problems.append(f"learning_rate_final must be > 0 (or None), got {self.learning_rate_final}")
+        if self.entropy_cost_final is not None and not self.entropy_cost_final >= 0:
+            problems.append(f"entropy_cost_final must be >= 0 (or None), got {self.entropy_cost_final}")
         if self.loss not in _LOSSES:
             problems.append(f"loss must be one of {_LOSSES}, got {self.loss!r}")
         for name in ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
@@ -97,10 +114,16 @@ class TrainState(NamedTuple):
     rng: jax.Array  # key carried for stochastic losses; the current losses do not use it
 
 
+def _annealed(config: LearnerConfig, initial: float, final: Optional[float]) -> optax.Schedule:
+    if not config.anneal_steps or final is None:
+        return optax.constant_schedule(initial)
+    return optax.linear_schedule(initial, final, config.anneal_steps)
+
+
 def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(config.learning_rate, eps=config.adam_eps),
+        optax.adam(_annealed(config, config.learning_rate, config.learning_rate_final), eps=config.adam_eps),
     )
 
 
@@ -116,14 +139,14 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
     )
 
 
-def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll):
-    """Scalar loss and its metrics for one batch under `params`."""
+def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, step: jax.Array):
+    """Scalar loss and its metrics for one batch under `params`, at update `step`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = losses.loss_inputs(logits, values, batch, config.discount)
     common = dict(
         lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
-        entropy_cost=config.entropy_cost,
+        entropy_cost=_annealed(config, config.entropy_cost, config.entropy_cost_final)(step),
         baseline_cost=config.baseline_cost,
     )
     if config.loss == "ppo":
@@ -135,7 +158,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState,
             batch: Unroll) -> tuple[TrainState, dict[str, jax.Array]]:
     """One gradient step; see `make_update`."""
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(state.params, batch)
+    (loss, metrics), grads = grad_fn(state.params, batch, state.step)
     updates, opt_state = _optimizer(config).update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
