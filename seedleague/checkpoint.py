@@ -26,6 +26,7 @@ class CheckpointConfig:
     directory: str = ""  # "" disables checkpointing
     interval_s: float = 60.0  # seconds between saves (a final save happens at shutdown)
     max_to_keep: int = 3
+    restore_step: Optional[int] = None  # the step a resumed or serving host restores (None: the newest)
 
     def __post_init__(self):
         if self.interval_s <= 0:
@@ -86,11 +87,13 @@ class Checkpointer:
         restored = self._manager.restore(step, args=args)
         return _from_savable(restored["state"], template), dict(restored["meta"])
 
-    def restore_meta(self) -> Optional[dict]:
-        """Only the JSON sidecar of the newest checkpoint (run counters, env spec, config)."""
-        step = self._manager.latest_step()
+    def restore_meta(self, step: Optional[int] = None) -> Optional[dict]:
+        """Only the JSON sidecar of checkpoint `step` (default: the newest): run counters, env spec, config."""
+        step = self._manager.latest_step() if step is None else step
         if step is None:
             return None
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
         restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(restored["meta"])
 

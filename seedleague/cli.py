@@ -66,7 +66,8 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args)
 
 
-_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval"}
+_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval",
+                  "--league.address", "--league.player", "--league.role", "--league.pool_dir"}
 
 
 def _forwarded_flags(argv: list[str]) -> list[str]:
@@ -77,7 +78,7 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in _NOT_FORWARDED or name.startswith("--league.") or name.startswith("--league_config."):
+        if name in _NOT_FORWARDED or name.startswith("--league_config."):
             skip = "=" not in arg and name not in ("--resume", "--no-eval") and i + 1 < len(argv)
             continue
         if arg.startswith("--"):
@@ -148,6 +149,9 @@ def _standing(data: dict):
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
                         help="a run directory, or its checkpoints/ directory; the newest checkpoint is served")
+    parser.add_argument("--snapshot", default=None,
+                        help="serve this league snapshot (player:step) from the model pool of the --checkpoint run "
+                             "directory instead, e.g. main:000512")
     parser.add_argument("--run-dir", default=None, help="logs go here (default: runs/serve-<time>)")
     parser.add_argument("--max-seconds", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
     add_security_flags(parser, "server")
@@ -164,16 +168,33 @@ def _checkpoint_dir(path: str) -> str:
     raise SystemExit(f"seedleague serve: no checkpoint found in {path!r} or {os.path.join(path, 'checkpoints')!r}")
 
 
+def _snapshot_dir(run_dir: str, key: str) -> tuple[str, int]:
+    """(pool player directory, step) of league snapshot `key` in `run_dir`'s model pool, or SystemExit."""
+    from seedleague.league.model_pool import ModelPool
+    from seedleague.league.types import parse_key
+
+    try:
+        player, step = parse_key(key)
+    except ValueError as error:
+        raise SystemExit(f"seedleague serve: {error}") from None
+    pool = ModelPool(os.path.join(run_dir, "pool"))
+    if step is None or key not in pool.keys(player):
+        known = ", ".join(pool.keys(player)[-5:]) or "none"
+        raise SystemExit(f"seedleague serve: no snapshot {key!r} in {pool.root} (latest of {player}: {known})")
+    return pool.player_dir(player), step
+
+
 def _serve(args: argparse.Namespace) -> int:
     """Inference only: same protocol and batching as training, params from a checkpoint, no learner."""
     from launch import local
     from seedleague.checkpoint import CheckpointConfig, Checkpointer
 
-    directory = _checkpoint_dir(args.checkpoint)
-    meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta()
+    directory, step = _snapshot_dir(args.checkpoint, args.snapshot) if args.snapshot else (_checkpoint_dir(args.checkpoint), None)
+    meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
     preset = presets.preset_for(meta["spec"]["env_name"])
     host = config_flags.build(HostConfig, args, preset.host)
-    host = dataclasses.replace(host, learn=False, checkpoint=dataclasses.replace(host.checkpoint, directory=directory))
+    host = dataclasses.replace(host, learn=False, league=dataclasses.replace(host.league, address=""),
+                               checkpoint=dataclasses.replace(host.checkpoint, directory=directory, restore_step=step))
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     budget = local.Budget(max_seconds=args.max_seconds)
     summary = local.run(local.RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True,

@@ -79,6 +79,11 @@ def network_from_json(data: dict) -> NetworkConfig:
     return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
+def learner_from_json(data: dict) -> LearnerConfig:
+    """The LearnerConfig a checkpoint was trained with (its optimiser state has that structure)."""
+    return LearnerConfig(**data)
+
+
 def _spec_from_json(s: dict) -> EnvSpec:
     return EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
 
@@ -268,14 +273,18 @@ class Host:
         )
 
     def _restore(self) -> None:
-        meta = self.checkpointer.restore_meta()
+        step = self.config.checkpoint.restore_step
+        meta = self.checkpointer.restore_meta(step)
         spec = _spec_from_json(meta["spec"])
-        if "network" in meta and network_from_json(meta["network"]) != self.config.network:
-            log.warning("using the checkpoint's network %s, not %s", meta["network"], self.config.network)
-            self.config = dataclasses.replace(self.config, network=network_from_json(meta["network"]))
+        for name, parse in (("network", network_from_json), ("learner", learner_from_json)):
+            saved = parse(meta[name]) if name in meta else None
+            if saved is not None and saved != getattr(self.config, name):  # the saved state has that structure
+                log.warning("using the checkpoint's %s config %s, not %s", name, meta[name], getattr(self.config, name))
+                self.config = dataclasses.replace(self.config, **{name: saved})
         network = make_network(self.config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
         template = init_train_state(self.config.learner, network, jax.random.key(0))
-        state, meta = self.checkpointer.restore_latest(template)
+        step = self.checkpointer.latest_step() if step is None else step
+        state, meta = self.checkpointer.restore(step, template)
         if self.config.learn:  # a resumed run continues its counters; a serving host counts only what it serves
             self._restored_meta = meta
             self.metrics.env_steps = meta["env_steps"]

@@ -1,0 +1,74 @@
+"""A whole league run as real processes: league service, two learning players' hosts (main agent and
+main exploiter), OpenSpiel workers; then serving one of its snapshots to an unchanged worker."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import RawWorker
+from seedleague.league.config import LeagueConfig
+from seedleague.league.service import League
+from seedleague.league.types import snapshot_key
+from seedleague.protocol.specs import EnvSpec
+from test_e2e import SEEDLEAGUE, free_port, run_cli, summary, wait_for
+
+SMALL = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
+         "--checkpoint.interval_s", "2", "--envs-per-worker", "16", "--league.check_in_interval_s", "0.5"]
+
+
+def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path):
+    run_dir = str(tmp_path / "league-run")
+    out = run_cli(["train", "--env", "openspiel:kuhn_poker", "--run-dir", run_dir, "--max-seconds", "35",
+                   "--players", "main,exploiter:main_exploiter", "--league_config.mode", "alphastar",
+                   "--league_config.snapshot_interval_steps", "20", "--league_config.exploiter_min_steps", "20",
+                   "--league_config.main_exploiter_timeout_steps", "60"] + SMALL, timeout=240)
+    result = summary(run_dir)
+    assert result["learner_step"] > 0 and result["episodes"] > 0
+    keys = {s["key"] for s in result["standings"]}
+    assert {"main", "exploiter"} <= keys, keys  # both learning players appear in the standings
+    assert "exploitability" in out.stdout  # the run ends by printing its evaluation
+
+    # Both hosts froze snapshots into the shared pool, registered with the league.
+    pool = os.path.join(run_dir, "pool")
+    assert sorted(os.listdir(pool)) == ["exploiter", "main"]
+    with League(LeagueConfig(), os.path.join(run_dir, "league", "league.sqlite")) as league:
+        snapshots = league.snapshots()
+        assert {s.player for s in snapshots} == {"main", "exploiter"}
+        payoff = league.payoff()
+        played = sum(sum(row) for row in payoff.games)
+        assert played > 0  # results against snapshots reached the league and count in the payoff
+    assert os.path.exists(os.path.join(run_dir, "players", "exploiter", "summary.json"))
+
+    # serve one of main's snapshots: the unchanged OpenSpiel worker plays against it
+    key = next(s.key for s in snapshots if s.player == "main")
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", run_dir, "--snapshot", key,
+                                           "--address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "serve")],
+                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "listening" in log_path.read_text(), 60, "the serving host")
+        worker = subprocess.run([sys.executable, "-m", "envs.openspiel_worker", "--address", f"127.0.0.1:{port}",
+                                 "--game", "kuhn_poker", "--num-envs", "4", "--max-steps", "200"],
+                                capture_output=True, text=True, timeout=60)
+        assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+        spec = EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, 1, num_seats=2, has_legal_mask=True)
+        raw = RawWorker(f"127.0.0.1:{port}", spec)
+        step = int(key.split(":")[1])
+        assert raw.step().policy_version == step  # the answers come from that snapshot's params
+        raw.close()
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def test_serve_refuses_an_unknown_snapshot(tmp_path):
+    result = subprocess.run(SEEDLEAGUE + ["serve", "--checkpoint", str(tmp_path), "--snapshot", "main:000007"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "no snapshot 'main:000007'" in result.stderr
