@@ -21,6 +21,8 @@ import json
 import os
 import sys
 import time
+
+import numpy as np
 from typing import Any, Optional
 
 OPENSPIEL_PREFIX = "openspiel:"
@@ -82,7 +84,7 @@ def parse_mixture(text: str) -> list[tuple[str, float]]:
 
 
 def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
-             mixture: Optional[list[tuple[str, float]]] = None) -> dict:
+             mixture: Optional[list[tuple[str, float]]] = None, nash: bool = False) -> dict:
     """Every evaluation that applies to `policy`'s game; returns the history entry (results inside).
     Raises ValueError when the env is not an OpenSpiel game (nothing here applies)."""
     name = openspiel_game_name(policy.spec.env_name)
@@ -104,6 +106,8 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
         results.update(_board(game, policy, config))
     if mixture:
         results.update(_mixture(run_dir, game, imperfect, mixture))
+    if nash and imperfect:
+        results.update(_league_nash(run_dir, game))
     if vs:
         from seedleague.eval import board
 
@@ -146,6 +150,30 @@ def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float
     return {"mixture": dict(mixture), "mixture_exploitability": value}
 
 
+def _league_nash(run_dir: str, game) -> dict:
+    """Exploitability of the league's Nash mixture over every snapshot (PSRO's meta-strategy,
+    from the league's payoff table); a note when the run has no league."""
+    from seedleague.eval import openspiel_eval
+    from seedleague.league.nash import league_nash
+
+    league = _league_for(run_dir)
+    if league is None:
+        return {"nash_note": f"no league database under {run_dir}"}
+    try:
+        payoff = league.payoff()
+    finally:
+        league.close()
+    snapshots = [i for i, key in enumerate(payoff.keys) if ":" in key]
+    if not np.asarray(payoff.games)[np.ix_(snapshots, snapshots)].any():
+        return {"nash_note": "no games between snapshots yet (plain self-play records none), so no Nash mixture"}
+    weights = league_nash(payoff.keys, np.asarray(payoff.win_rate), None)
+    policies = [resolve_policy(run_dir, key) for key in weights]
+    start = time.perf_counter()
+    value = openspiel_eval.mixture_exploitability(game, policies, list(weights.values()))
+    return {"nash_mixture_exploitability": value, "nash_mixture": weights,
+            "nash_mixture_seconds": time.perf_counter() - start}
+
+
 def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig] = None) -> Optional[dict]:
     """Evaluate the run's newest learner checkpoint, print the table and append it to the run's
     history; returns the entry. When nothing applies (no checkpoint, not an OpenSpiel game, a
@@ -154,7 +182,7 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
 
     config = config or (QUICK if quick else EvalConfig())
     try:
-        entry = evaluate(run_dir, load_policy(run_dir), config)
+        entry = evaluate(run_dir, load_policy(run_dir), config, nash=True)
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         print(f"  no evaluation: {error}")
         return None
@@ -184,6 +212,13 @@ def format_entry(entry: dict) -> str:
         lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
     if "mixture_note" in results:
         lines.append(f"  mixture: {results['mixture_note']}")
+    if "nash_mixture_exploitability" in results:
+        support = results["nash_mixture"]
+        top = ", ".join(f"{k}={w:.2f}" for k, w in sorted(support.items(), key=lambda kv: -kv[1])[:4])
+        lines.append(f"  league Nash mixture     {results['nash_mixture_exploitability']:.6f}   "
+                     f"({len(support)} snapshots in its support: {top}{', ...' if len(support) > 4 else ''})")
+    if "nash_note" in results:
+        lines.append(f"  league Nash mixture: {results['nash_note']}")
     matches = [("vs random", results.get("vs_random"))]
     matches += [(f"vs mcts {sims} sims", s) for sims, s in results.get("vs_mcts", {}).items()]
     matches += [(f"vs {results['head_to_head']['opponent']}", results["head_to_head"])] if "head_to_head" in results else []
@@ -226,9 +261,9 @@ def _league_for(run_dir: str):
     """THE place `seedleague report` gets a run's league from (host engineer: adjust here).
 
     Anything with `standings()`, `payoff()` and `elo_history()` works. For now: the
-    in-process League over `<run_dir>/league/league.sqlite`, opened with a default
-    LeagueConfig (so payoff decay and Elo settings are the defaults, not the run's);
-    None when there is no league database or no league module.
+    in-process League over `<run_dir>/league/league.sqlite`, opened with the config
+    the league service last saved beside it (payoff decay, Elo settings); None when
+    there is no league database.
     """
     path = os.path.join(run_dir, "league", "league.sqlite")
     if not os.path.exists(path):
@@ -238,7 +273,9 @@ def _league_for(run_dir: str):
         from seedleague.league.service import League
     except ImportError:
         return None
-    return League(LeagueConfig(), path)
+    from seedleague.league.server import load_config
+
+    return League(load_config(os.path.dirname(path)), path)
 
 
 def run_report(run_dir: str, league: Any, out_dir: Optional[str] = None) -> list[str]:
@@ -251,7 +288,35 @@ def run_report(run_dir: str, league: Any, out_dir: Optional[str] = None) -> list
     if league is not None:
         standings, payoff = league.standings(), league.payoff()
         elo = league.elo_history() if hasattr(league, "elo_history") else {}
-    return write_report(out_dir or os.path.join(run_dir, "report"), standings, payoff, elo, read_history(run_dir))
+    history = read_history(run_dir) + _pool_curve(run_dir)
+    return write_report(out_dir or os.path.join(run_dir, "report"), standings, payoff, elo, history)
+
+
+def _pool_curve(run_dir: str, max_points: int = 40) -> list[dict]:
+    """Exploitability of the first player's snapshots over training, for poker runs (else [])."""
+    from seedleague.api import load_snapshot
+    from seedleague.eval.curve import as_eval_history, snapshot_curve
+    from seedleague.league.model_pool import ModelPool
+
+    pool = ModelPool(os.path.join(run_dir, "pool"))
+    players = sorted(os.listdir(pool.root)) if os.path.isdir(pool.root) else []
+    player = "main" if "main" in players else (players[0] if players else None)
+    keys = pool.keys(player) if player else []
+    pool.close()
+    if not keys or not _is_poker(load_snapshot(run_dir, keys[0]).spec.env_name):
+        return []
+    return as_eval_history(snapshot_curve(run_dir, player, every=max(1, len(keys) // max_points)))
+
+
+def _is_poker(env_name: str) -> bool:
+    """An OpenSpiel imperfect-information game (exact exploitability is cheap enough only there)."""
+    import pyspiel
+
+    name = openspiel_game_name(env_name)
+    if name is None:
+        return False
+    information = pyspiel.load_game(name).get_type().information
+    return information == pyspiel.GameType.Information.IMPERFECT_INFORMATION
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -282,6 +347,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--greedy", action="store_true", help="play the most probable legal action instead of sampling")
     parser.add_argument("--vs", default=None, metavar="KEY_OR_PATH", help="head-to-head against a snapshot KEY or a checkpoint PATH")
     parser.add_argument("--mixture", default=None, metavar="KEY=W,...", help="exploitability of the mixture KEY=W,KEY=W,... (poker games)")
+    parser.add_argument("--nash", action="store_true",
+                        help="also the exploitability of the league's Nash mixture over its snapshots (poker games)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of chance, sampling and MCTS (default 0)")
     report = sub.add_parser("report", help="write the league report (leaderboard, heatmap, rating and exploitability plots)",
@@ -313,7 +380,7 @@ def _eval(args: argparse.Namespace) -> int:
         policy = load_snapshot(args.run_dir, args.snapshot, seed=args.seed)
     else:
         policy = load_policy(args.checkpoint or args.run_dir, args.step, seed=args.seed)
-    entry = evaluate(args.run_dir, policy, config, args.vs, mixture)
+    entry = evaluate(args.run_dir, policy, config, args.vs, mixture, args.nash)
     print(format_entry(entry))
     path = append_history(args.run_dir, entry)
     if args.json:

@@ -68,6 +68,8 @@ class LeagueConfig:
     league_exploiter_reset_prob: float = 0.25
 
     def __post_init__(self):
+        if isinstance(self.mode, str) and not isinstance(self.mode, Mode) and self.mode in {m.value for m in Mode}:
+            object.__setattr__(self, "mode", Mode(self.mode))  # e.g. read back from JSON
         problems = _mode_problems(self) + _probability_problems(self) + _count_problems(self)
         if problems:
             raise ValueError("bad league config: " + "; ".join(problems))

@@ -66,3 +66,13 @@ def symmetric_nash(win_rate_matrix: np.ndarray) -> np.ndarray:
         raise ValueError("win rates must lie in [0, 1]")
     row, _, _ = solve_zero_sum(p - p.T)
     return row
+
+
+def league_nash(keys: list[str], win_rate: np.ndarray, player: str | None = None) -> dict[str, float]:
+    """The Nash mixture over a league's snapshots (keys "player:step"; of `player` only, if given)
+    from its payoff matrix's win rates: PSRO's meta-strategy, as {snapshot key: weight > 0}."""
+    picked = [i for i, key in enumerate(keys) if ":" in key and (player is None or key.rpartition(":")[0] == player)]
+    if not picked:
+        raise ValueError(f"the league has no snapshots{f' of {player}' if player else ''} to mix")
+    weights = symmetric_nash(np.asarray(win_rate, np.float64)[np.ix_(picked, picked)])
+    return {keys[i]: float(w) for i, w in zip(picked, weights) if w > 1e-9}

@@ -12,6 +12,8 @@ seedleague server has.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import select
 import threading
@@ -99,6 +101,26 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> Non
     loop.close()
 
 
+CONFIG_NAME = "league_config.json"
+
+
+def save_config(config: LeagueConfig, run_dir: str) -> None:
+    """The config the league last served with, so reports recompute the same payoff and ratings."""
+    with open(os.path.join(run_dir, CONFIG_NAME), "w") as f:
+        json.dump({k: getattr(v, "value", v) for k, v in dataclasses.asdict(config).items()}, f, indent=1)
+
+
+def load_config(run_dir: str) -> LeagueConfig:
+    """The config saved by `save_config` in `run_dir` (defaults if there is none)."""
+    path = os.path.join(run_dir, CONFIG_NAME)
+    if not os.path.exists(path):
+        return LeagueConfig()
+    with open(path) as f:
+        data = json.load(f)
+    fields = {f.name for f in dataclasses.fields(LeagueConfig)}
+    return LeagueConfig(**{k: v for k, v in data.items() if k in fields})
+
+
 def say(message: str) -> None:
     """A timestamped line on stdout, flushed at once."""
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
@@ -121,6 +143,7 @@ def serve(
     """
     os.makedirs(run_dir, exist_ok=True)
     league = League(config, os.path.join(run_dir, DB_NAME))
+    save_config(config, run_dir)
     try:
         server = LeagueServer(league, address, security).start()
     except BaseException:
