@@ -72,3 +72,14 @@ def test_serve_refuses_an_unknown_snapshot(tmp_path):
     result = subprocess.run(SEEDLEAGUE + ["serve", "--checkpoint", str(tmp_path), "--snapshot", "main:000007"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "no snapshot 'main:000007'" in result.stderr
+
+
+def test_two_player_atari_pong_trains_through_the_host(tmp_path):
+    """PettingZoo pong_v3 (ROM from ale-py, nothing downloaded) with the conv net, in self-play."""
+    run_dir = str(tmp_path / "pong")
+    run_cli(["train", "--env", "pettingzoo:pong_v3", "--run-dir", run_dir, "--workers", "1", "--envs-per-worker", "1",
+             "--unroll_length", "4", "--batch_size", "2", "--replay.capacity", "8", "--network.hidden_sizes", "32",
+             "--max-learner-steps", "2", "--max-seconds", "150", "--no-eval"], timeout=240)
+    result = summary(run_dir)
+    assert result["learner_step"] >= 2 and result["env_steps"] > 0
+    assert os.listdir(os.path.join(run_dir, "pool", "main"))  # its first snapshot reached the pool

@@ -228,3 +228,20 @@ def test_config_errors_say_what_to_change():
         LeagueConfig(mode="nash")
     with pytest.raises(ValueError, match=r"payoff_decay must be in \(0, 1\]"):
         LeagueConfig(payoff_decay=1.5)
+
+
+def test_league_nash_mixes_only_snapshots_and_solves_their_meta_game():
+    from seedleague.league.nash import league_nash
+
+    keys = ["main", "main:000001", "main:000002", "other:000003"]
+    # rock-paper-scissors among the three snapshots; the live player beats everything (ignored)
+    p = np.array([[0.5, 1.0, 1.0, 1.0],
+                  [0.0, 0.5, 1.0, 0.0],
+                  [0.0, 0.0, 0.5, 1.0],
+                  [0.0, 1.0, 0.0, 0.5]])
+    weights = league_nash(keys, p)
+    assert set(weights) == {"main:000001", "main:000002", "other:000003"}
+    assert all(abs(w - 1 / 3) < 1e-6 for w in weights.values())
+    assert list(league_nash(keys, p, player="other")) == ["other:000003"]
+    with pytest.raises(ValueError, match="no snapshots of nobody"):
+        league_nash(keys, p, player="nobody")
