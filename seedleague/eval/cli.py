@@ -150,28 +150,33 @@ def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float
     return {"mixture": dict(mixture), "mixture_exploitability": value}
 
 
-def _league_nash(run_dir: str, game) -> dict:
-    """Exploitability of the league's Nash mixture over every snapshot (PSRO's meta-strategy,
-    from the league's payoff table); a note when the run has no league."""
-    from seedleague.eval import openspiel_eval
+def _league_nash(run_dir: str, game, max_snapshots: int = 200) -> dict:
+    """Exploitability of two Nash mixtures over the league's snapshots (PSRO meta-strategies): from the
+    exact meta-game (every snapshot against every other, computed from the game tree) and, when
+    snapshots played each other, from the league's own payoff table of win rates."""
+    from seedleague.eval import metagame, openspiel_eval
     from seedleague.league.nash import league_nash
 
     league = _league_for(run_dir)
     if league is None:
         return {"nash_note": f"no league database under {run_dir}"}
     try:
-        payoff = league.payoff()
+        payoff, keys = league.payoff(), [s.key for s in league.snapshots()][-max_snapshots:]
     finally:
         league.close()
-    snapshots = [i for i, key in enumerate(payoff.keys) if ":" in key]
-    if not np.asarray(payoff.games)[np.ix_(snapshots, snapshots)].any():
-        return {"nash_note": "no games between snapshots yet (plain self-play records none), so no Nash mixture"}
-    weights = league_nash(payoff.keys, np.asarray(payoff.win_rate), None)
-    policies = [resolve_policy(run_dir, key) for key in weights]
+    if not keys:
+        return {"nash_note": "the league has no snapshots yet"}
     start = time.perf_counter()
-    value = openspiel_eval.mixture_exploitability(game, policies, list(weights.values()))
-    return {"nash_mixture_exploitability": value, "nash_mixture": weights,
-            "nash_mixture_seconds": time.perf_counter() - start}
+    value, weights = metagame.nash_mixture_exploitability(game, [resolve_policy(run_dir, key) for key in keys])
+    out = {"nash_mixture_exploitability": value, "nash_mixture": {k: float(w) for k, w in zip(keys, weights) if w > 1e-6},
+           "nash_mixture_seconds": time.perf_counter() - start, "nash_population": len(keys)}
+    snapshots = [i for i, key in enumerate(payoff.keys) if ":" in key]
+    if np.asarray(payoff.games)[np.ix_(snapshots, snapshots)].any():
+        table = league_nash(payoff.keys, np.asarray(payoff.win_rate), None)
+        policies = [resolve_policy(run_dir, key) for key in table]
+        out.update(league_table_nash_exploitability=openspiel_eval.mixture_exploitability(game, policies, list(table.values())),
+                   league_table_nash=table)
+    return out
 
 
 def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig] = None) -> Optional[dict]:
@@ -212,11 +217,13 @@ def format_entry(entry: dict) -> str:
         lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
     if "mixture_note" in results:
         lines.append(f"  mixture: {results['mixture_note']}")
-    if "nash_mixture_exploitability" in results:
-        support = results["nash_mixture"]
-        top = ", ".join(f"{k}={w:.2f}" for k, w in sorted(support.items(), key=lambda kv: -kv[1])[:4])
-        lines.append(f"  league Nash mixture     {results['nash_mixture_exploitability']:.6f}   "
-                     f"({len(support)} snapshots in its support: {top}{', ...' if len(support) > 4 else ''})")
+    for field, mixture, label in (("nash_mixture_exploitability", "nash_mixture", "league Nash mixture"),
+                                  ("league_table_nash_exploitability", "league_table_nash", "  from win rates")):
+        if field in results:
+            support = results[mixture]
+            top = ", ".join(f"{k}={w:.2f}" for k, w in sorted(support.items(), key=lambda kv: -kv[1])[:3])
+            lines.append(f"  {label:<22}  {results[field]:.6f}   "
+                         f"({len(support)} snapshots in its support: {top}{', ...' if len(support) > 3 else ''})")
     if "nash_note" in results:
         lines.append(f"  league Nash mixture: {results['nash_note']}")
     matches = [("vs random", results.get("vs_random"))]

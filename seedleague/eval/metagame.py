@@ -1,0 +1,100 @@
+"""The exact meta-game of a population of policies in a small two-player zero-sum OpenSpiel game.
+
+PSRO's meta-solver needs the payoff of every policy against every other. For
+poker-sized games it can be computed exactly, without sampling: enumerate every
+terminal history h once, with its chance probability c_h, the first seat's
+utility u_h and the decisions each seat took on the way. A policy's reach of h
+from seat s is the product of its probabilities of seat s's decisions, so for K
+policies at once
+
+    reach_s = exp(D_s @ log pi)          D_s: [H, S*A] decision counts of seat s
+    M[i, j] = sum_h c_h u_h reach_0[i, h] reach_1[j, h]     (i in seat 0, j in seat 1)
+
+and the symmetric meta-game (each policy plays both seats equally often) pays
+i against j  (M[i, j] - M[j, i]) / 2. Its Nash mixture (a linear program) is the
+population's best mix; `nash_mixture_exploitability` reports how exploitable that
+mix is when played as one behaviour strategy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import pyspiel
+import scipy.sparse
+
+from seedleague.eval.openspiel_eval import _infostates, _table, as_game, check_fits, mixture_exploitability
+from seedleague.league.nash import solve_zero_sum
+
+
+@dataclasses.dataclass(frozen=True)
+class TerminalTable:
+    """Every terminal history of a game, in the coordinates of its TabularPolicy."""
+
+    weight: np.ndarray  # [H] chance probability x utility of seat 0
+    decisions: tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]  # per seat: [H, S*A] counts
+
+
+def terminal_table(game: pyspiel.Game) -> TerminalTable:
+    """Enumerate `game`'s tree once (exponential in its size: poker-sized games only)."""
+    tabular, _, _ = _infostates(game)
+    actions = game.num_distinct_actions()
+    weights: list[float] = []
+    rows: tuple[list[int], list[int]] = ([], [])
+    cols: tuple[list[int], list[int]] = ([], [])
+
+    def visit(state: pyspiel.State, chance: float, path: list[tuple[int, int]]) -> None:
+        if state.is_terminal():
+            h = len(weights)
+            weights.append(chance * state.returns()[0])
+            for seat, column in path:
+                rows[seat].append(h)
+                cols[seat].append(column)
+            return
+        if state.is_chance_node():
+            for action, probability in state.chance_outcomes():
+                visit(state.child(action), chance * probability, path)
+            return
+        seat = state.current_player()
+        row = tabular.state_lookup[state.information_state_string(seat)]
+        for action in state.legal_actions():
+            visit(state.child(action), chance, path + [(seat, row * actions + action)])
+
+    visit(game.new_initial_state(), 1.0, [])
+    shape = (len(weights), len(tabular.states) * actions)
+    decisions = tuple(
+        scipy.sparse.csr_matrix((np.ones(len(rows[s])), (rows[s], cols[s])), shape=shape) for s in (0, 1)
+    )
+    return TerminalTable(np.asarray(weights), decisions)
+
+
+def payoff_matrix(game: pyspiel.Game, tables: Sequence[np.ndarray], terminal: TerminalTable) -> np.ndarray:
+    """[K, K] expected utility of policy i in seat 0 against policy j in seat 1, from their [S, A] tables."""
+    with np.errstate(divide="ignore"):
+        log_pi = np.log(np.stack([t.reshape(-1) for t in tables], axis=1))  # [S*A, K]; -inf for probability 0
+    reach = []
+    for decisions in terminal.decisions:
+        # Only stored entries multiply, so an untaken action's -inf never meets a 0.
+        log_reach = decisions @ np.where(np.isfinite(log_pi), log_pi, -1e9)
+        reach.append(np.exp(log_reach))  # [H, K]
+    return reach[0].T @ (terminal.weight[:, None] * reach[1])
+
+
+def symmetric_nash(payoff_seat0: np.ndarray) -> np.ndarray:
+    """Nash mixture of the meta-game where each policy plays both seats equally often."""
+    antisymmetric = (payoff_seat0 - payoff_seat0.T) / 2
+    row, _, _ = solve_zero_sum(antisymmetric)
+    return row
+
+
+def nash_mixture_exploitability(game, policies: Sequence) -> tuple[float, np.ndarray]:
+    """(exploitability of the population's exact Nash mixture, its weights [K])."""
+    game = as_game(game)
+    for policy in policies:
+        check_fits(game, policy)
+    _, observations, masks = _infostates(game)
+    tables = [_table(policy, observations, masks) for policy in policies]
+    weights = symmetric_nash(payoff_matrix(game, tables, terminal_table(game)))
+    return mixture_exploitability(game, policies, weights), weights
