@@ -2,12 +2,16 @@
 
 A session owns everything the host keeps for one worker's agents (one agent per
 env and seat): recurrent core state, the unroll store, episode returns. It lives
-from the handshake until its stream ends; a session that never streams expires.
+from the handshake until its stream ends; a session that never streams expires,
+and the servicer ends a stream whose worker goes quiet for
+`SessionLimits.stream_idle_timeout_s`. `check_spec` holds the handshake limits
+that must pass before a spec reaches the model (see docs/limits.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 import uuid
@@ -21,17 +25,51 @@ from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, 
 from seedleague.protocol.specs import EnvSpec, StepBatch
 
 
+_COUNTS = ("max_workers", "max_envs_per_worker", "max_num_actions", "max_observation_elements")
+
+
 @dataclasses.dataclass(frozen=True)
 class SessionLimits:
-    """How many workers and envs one host accepts."""
+    """How many workers and envs one host accepts, and how long it waits for them."""
 
     max_workers: int = 256
     max_envs_per_worker: int = 4096
+    # The first spec builds the model, so these bound its size: a spec's num_actions (the policy head) and
+    # elements of one agent's observation (the torso's input; 2^20 is e.g. 512 x 512 x 4).
+    max_num_actions: int = 1 << 16
+    max_observation_elements: int = 1 << 20
     attach_timeout_s: float = 60.0  # a handshaken session with no stream after this is dropped
+    # A stream whose worker sends no StepBatch (or reads no ActionBatch) for this long is ended with
+    # DEADLINE_EXCEEDED and its session closed; 0 waits forever. Counts worker time only, never the host's.
+    stream_idle_timeout_s: float = 300.0
 
     def __post_init__(self):
-        if self.max_workers < 1 or self.max_envs_per_worker < 1:
-            raise ValueError("max_workers and max_envs_per_worker must be >= 1")
+        problems = [f"{name} must be >= 1, got {getattr(self, name)}" for name in _COUNTS if getattr(self, name) < 1]
+        if not self.attach_timeout_s > 0:
+            problems.append(f"attach_timeout_s must be > 0, got {self.attach_timeout_s}")
+        if not (self.stream_idle_timeout_s >= 0 and math.isfinite(self.stream_idle_timeout_s)):
+            problems.append(f"stream_idle_timeout_s must be >= 0 s (0: no deadline), got {self.stream_idle_timeout_s}")
+        if problems:
+            raise ValueError("bad session limits: " + "; ".join(problems))
+
+
+def check_spec(spec: EnvSpec, limits: SessionLimits) -> None:
+    """Refuse with RESOURCE_EXHAUSTED, before a model is built for it, a spec with too many actions or too
+    large an observation (e.g. 2^40 elements). Env and worker counts are checked when the session opens
+    (`SessionRegistry.open`), message sizes by gRPC."""
+    if spec.num_actions > limits.max_num_actions:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"worker declares {spec.num_actions} actions; this host allows at most {limits.max_num_actions} "
+            "(SessionLimits.max_num_actions)",
+        )
+    elements = math.prod(spec.observation_shape)
+    if elements > limits.max_observation_elements:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"worker declares observations of shape {spec.observation_shape} ({elements} elements); this host "
+            f"allows at most {limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
+        )
 
 
 @dataclasses.dataclass

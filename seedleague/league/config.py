@@ -67,6 +67,12 @@ class LeagueConfig:
     # probability (paper: 0.25).
     league_exploiter_reset_prob: float = 0.25
 
+    # The gRPC service's request rate limit, per client connection (token bucket): RESOURCE_EXHAUSTED beyond
+    # `request_burst` calls at once or `max_requests_per_s` sustained. A host makes a few calls a second;
+    # 0 turns the limit off.
+    max_requests_per_s: float = 500.0
+    request_burst: int = 1000
+
     def __post_init__(self):
         if isinstance(self.mode, str) and not isinstance(self.mode, Mode) and self.mode in {m.value for m in Mode}:
             object.__setattr__(self, "mode", Mode(self.mode))  # e.g. read back from JSON
@@ -89,7 +95,7 @@ _PROBABILITIES = (
 )
 _POSITIVE = ("last_n", "elo_history_every", "snapshot_interval_steps", "main_exploiter_timeout_steps",
              "league_exploiter_timeout_steps", "pfsp_p", "elo_k", "elo_scale")
-_NON_NEGATIVE = ("min_games", "exploiter_min_steps")
+_NON_NEGATIVE = ("min_games", "exploiter_min_steps", "max_requests_per_s")
 
 
 def _mode_problems(config: LeagueConfig) -> list[str]:
@@ -122,6 +128,8 @@ def _count_problems(config: LeagueConfig) -> list[str]:
     problems += [
         f"{name} must be >= 0, got {getattr(config, name)}" for name in _NON_NEGATIVE if not getattr(config, name) >= 0
     ]
+    if config.max_requests_per_s > 0 and not config.request_burst >= 1:
+        problems.append(f"request_burst must be >= 1 when max_requests_per_s is set, got {config.request_burst}")
     if not math.isfinite(config.initial_elo):
         problems.append(f"initial_elo must be a finite number, got {config.initial_elo}")
     return problems

@@ -121,8 +121,10 @@ class League:
     def add_snapshot(self, player: str, step: int, path: str) -> SnapshotInfo:
         """Register saved params as snapshot player:step; the same key and path again returns it unchanged."""
         step = _check_int(step, "step", 0, MAX_STEP)
-        if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS:
-            raise ProtocolError(INVALID_ARGUMENT, f"path must be a non-empty string of at most {MAX_PATH_CHARS} chars")
+        if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS or not path.isprintable():
+            raise ProtocolError(
+                INVALID_ARGUMENT, f"path must be a non-empty string of at most {MAX_PATH_CHARS} printable chars"
+            )
         with self._lock:
             store = self._open_store()
             info = self._player(player)

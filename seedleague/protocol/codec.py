@@ -1,19 +1,26 @@
 """The only module that converts between protobuf messages and numpy/dataclasses.
 
 Tensors travel as dtype + shape + raw little-endian C-order bytes. Decoding
-checks structure only (known dtype, non-negative dims, byte count, size limit);
-`specs.check_step` checks meaning against a session's spec.
+checks structure only (known dtype, rank, non-negative dims, byte count, size
+limit) and allocates nothing before the checks pass; `specs.check_step` checks
+meaning against a session's spec.
+
+Servicers also take two hostile-input helpers from here: `lenient_parser`, a
+gRPC request deserializer that turns bytes that are no valid message into a
+`Malformed` value (refused as INVALID_ARGUMENT, not gRPC's UNKNOWN), and
+`clip`, which bounds the text of a status or log line that echoes client input.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs import MAX_RANK, PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
 from seedleague.v1 import env_pb2 as pb
 
 _DTYPES = {
@@ -32,8 +39,12 @@ _DTYPES = {
 }
 _ENUMS = {dtype.newbyteorder("="): enum for enum, dtype in _DTYPES.items()}
 
-# Largest tensor decode accepts, in elements; bounds memory a hostile shape can claim.
+# Largest tensor decode accepts, in elements (and largest single dimension); bounds the
+# memory a hostile shape can claim.
 MAX_TENSOR_ELEMENTS = 1 << 31
+# Longest status details or logged value built from client input; gRPC refuses trailers over 16 KiB.
+MAX_DETAILS_CHARS = 1024
+MAX_NAME_CHARS = 256  # longest EnvSpec.env_name
 
 
 def dtype_to_enum(dtype) -> int:
@@ -65,22 +76,36 @@ def encode_tensor(array: np.ndarray, out: Optional[pb.Tensor] = None) -> pb.Tens
 def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
     """Tensor -> read-only numpy array in native byte order, or ProtocolError."""
     dtype = enum_to_dtype(tensor.dtype, what)
-    shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape):
-        raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}")
+    shape = _shape(tensor.shape, what)
     elements = math.prod(shape)
-    if elements > MAX_TENSOR_ELEMENTS:
-        raise ProtocolError(RESOURCE_EXHAUSTED, f"{what} shape {shape} has {elements} elements, limit {MAX_TENSOR_ELEMENTS}")
+    span = math.prod(d for d in shape if d)  # numpy refuses a shape whose other dims overflow, even beside a 0
+    if span > MAX_TENSOR_ELEMENTS:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"{what} shape {shape} has {elements} elements{'' if elements else f' (spans {span})'}, "
+            f"limit {MAX_TENSOR_ELEMENTS}",
+        )
+    data = tensor.data  # one copy out of the message
     expected = elements * dtype.itemsize
-    if len(tensor.data) != expected:
+    if len(data) != expected:
         raise ProtocolError(
             INVALID_ARGUMENT,
-            f"{what} has {len(tensor.data)} data bytes but shape {shape} of {dtype.name} needs {expected}",
+            f"{what} has {len(data)} data bytes but shape {shape} of {dtype.name} needs {expected}",
         )
-    array = np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
     if dtype == np.dtype("?") and array.size and array.view(np.uint8).max() > 1:
         raise ProtocolError(INVALID_ARGUMENT, f"{what} is BOOL but holds bytes other than 0 and 1")
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
+
+
+def _shape(dims, what: str) -> tuple[int, ...]:
+    """A wire shape as a tuple, refused before it is copied if it has too many dimensions."""
+    if len(dims) > MAX_RANK:
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has {len(dims)} dimensions, at most {MAX_RANK}")
+    shape = tuple(dims)
+    if any(d < 0 for d in shape):
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}")
+    return shape
 
 
 def encode_spec(spec: EnvSpec) -> pb.EnvSpec:
@@ -99,8 +124,19 @@ def decode_spec(message: pb.EnvSpec) -> EnvSpec:
         raise ProtocolError(INVALID_ARGUMENT, "env spec has no observation spec")
     if message.action.WhichOneof("space") != "num_actions":
         raise ProtocolError(INVALID_ARGUMENT, "env spec has no action space (set action.num_actions)")
+    name = message.env_name
+    if len(name) > MAX_NAME_CHARS or not name.isprintable():
+        raise ProtocolError(
+            INVALID_ARGUMENT,
+            f"env_name must be at most {MAX_NAME_CHARS} printable chars (logs show it), got {clip(repr(name), 80)}",
+        )
+    rank = len(message.observation.shape)
+    if rank > MAX_RANK - 2:  # checked before the shape is copied out of the message
+        raise ProtocolError(
+            INVALID_ARGUMENT, f"bad env spec: observation shape has {rank} dimensions, at most {MAX_RANK - 2}"
+        )
     return EnvSpec(
-        env_name=message.env_name,
+        env_name=name,
         observation_shape=tuple(message.observation.shape),
         observation_dtype=enum_to_dtype(message.observation.dtype, "observation spec"),
         num_actions=message.action.num_actions,
@@ -160,3 +196,45 @@ def decode_actions(message: pb.ActionBatch) -> ActionBatch:
         action=decode_tensor(message.action, "action"),
         policy_version=message.policy_version,
     )
+
+
+# --- hostile input ---------------------------------------------------------------------------------
+
+
+class Malformed:
+    """A request whose bytes are not a valid `type_name` message (what `lenient_parser` yields)."""
+
+    def __init__(self, type_name: str, error: str):
+        self.type_name = type_name
+        self.error = error
+
+    def refusal(self) -> ProtocolError:
+        return ProtocolError(INVALID_ARGUMENT, f"request is not a valid {self.type_name} message: {clip(self.error)}")
+
+
+def lenient_parser(message_type: Any) -> Callable[[bytes], Any]:
+    """A gRPC request deserializer for `message_type` that never raises: bytes that do not
+    parse become a `Malformed`, which the servicer refuses with INVALID_ARGUMENT."""
+    name = message_type.DESCRIPTOR.full_name
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as error:
+            return Malformed(name, str(error))
+
+    return parse
+
+
+def check_parsed(request: Any) -> Any:
+    """`request` unchanged, or the ProtocolError(INVALID_ARGUMENT) of a `Malformed` one."""
+    if isinstance(request, Malformed):
+        raise request.refusal()
+    return request
+
+
+def clip(text: str, limit: int = MAX_DETAILS_CHARS) -> str:
+    """`text` cut to about `limit` chars, saying how long it was; client-controlled strings
+    echoed in a status or log line go through this."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"

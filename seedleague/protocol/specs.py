@@ -16,6 +16,10 @@ from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 
 PROTOCOL_VERSION = 1
 
+# Most dimensions of any tensor on the wire (numpy's own limit is 32 on 1.x, 64 on 2.x);
+# an observation has two fewer, the env and seat dimensions coming first.
+MAX_RANK = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
@@ -35,6 +39,8 @@ class EnvSpec:
         problems = []
         if any(d <= 0 for d in self.observation_shape):
             problems.append(f"observation shape {self.observation_shape} has a dimension <= 0")
+        if len(self.observation_shape) > MAX_RANK - 2:
+            problems.append(f"observation shape has {len(self.observation_shape)} dimensions, at most {MAX_RANK - 2}")
         if self.num_actions < 1:
             problems.append(f"num_actions must be >= 1, got {self.num_actions}")
         if self.num_envs < 1:
