@@ -33,7 +33,8 @@ from seedleague.league.types import LeagueAPI, MatchResult
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
+from seedleague.rl import sharding
+from seedleague.rl.learner import LearnerConfig, init_train_state, make_sharded_update
 from seedleague.rl.networks import NetworkConfig, make_network
 from seedleague.rl.types import Unroll
 
@@ -58,6 +59,8 @@ class HostConfig:
     learner: LearnerConfig = LearnerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     league: LeagueLinkConfig = LeagueLinkConfig()
+    devices: sharding.DeviceConfig = sharding.DeviceConfig()  # learner / inference devices (Sebulba split)
+    distributed: sharding.DistributedConfig = sharding.DistributedConfig()  # several processes, one learner
 
     def __post_init__(self):
         if self.unroll_length < 1:
@@ -72,6 +75,16 @@ class HostConfig:
             raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
         if self.league.enabled and not self.league.pool_dir:
             raise ValueError("league play needs --league.pool_dir: the model pool directory the league's hosts share")
+        learner_devices = self.devices.learner_devices
+        if learner_devices and self.batch_size % learner_devices:
+            raise ValueError(f"batch_size {self.batch_size} does not split evenly over devices.learner_devices="
+                             f"{learner_devices}: use a multiple of {learner_devices} (--batch_size)")
+        if self.distributed.enabled and not self.learn:
+            raise ValueError("distributed.num_processes > 1 joins processes into one learner, but --learn is false: "
+                             "drop the --distributed.* flags")
+        if self.distributed.enabled and self.league.enabled:
+            raise ValueError("league play with a multi-process learner is not supported: drop --distributed.* "
+                             "or --league.address")
 
 
 def network_from_json(data: dict) -> NetworkConfig:
@@ -126,6 +139,8 @@ class Host:
         `config.league.address` is set; opponents and snapshots then come from it."""
         if config.league.enabled and league is None:
             raise ValueError(f"config.league.address is {config.league.address!r} but no league client was given")
+        sharding.initialize_distributed(config.distributed)  # before anything starts a JAX backend
+        self.layout = sharding.make_layout(config.devices, config.batch_size if config.learn else None)
         self.config = config
         self._league_api = league if config.league.enabled else None
         self.pool = ModelPool(config.league.pool_dir) if self._league_api is not None else None
@@ -206,14 +221,19 @@ class Host:
         if state is None:
             state = init_train_state(config.learner, network, jax.random.key(config.seed))
         version = int(state.step)
-        params = jax.tree.map(jax.numpy.copy, state.params)
-        policy = InferencePolicy(network, params, version, seed=config.seed + 1, greedy=config.greedy)
+        layout = self.layout
+        if config.learn:  # replicated over the learner devices (of every process: process 0's values)
+            state = sharding.place_state(state, layout)
+        params = sharding.copy_to_device(state.params, layout.inference_device)
+        policy = InferencePolicy(network, params, version, seed=config.seed + 1, greedy=config.greedy,
+                                 device=layout.inference_device)
         replay = learner = None
         if config.learn:
-            replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size, config.seed)
+            replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size,
+                            config.seed, batch_sharding=layout.batch_sharding)
             learner = LearnerLoop(
-                make_update(config.learner, network), state, replay, policy, self.metrics,
-                self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta,
+                make_sharded_update(config.learner, network, layout.mesh), state, replay, policy, self.metrics,
+                self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta, layout,
             )
         initial = init_train_state(config.learner, network, jax.random.key(config.seed))
         self.model = Model(spec, network, policy, replay, learner, initial)
@@ -221,8 +241,8 @@ class Host:
             learner.start()
         if learner is not None and self._league_api is not None:
             self.model.league = self._start_league_link()
-        log.info("built model for %s: obs %s %s, %d actions", spec.env_name, spec.observation_shape,
-                 spec.observation_dtype, spec.num_actions)
+        log.info("built model for %s: obs %s %s, %d actions; %s", spec.env_name, spec.observation_shape,
+                 spec.observation_dtype, spec.num_actions, layout.describe())
         return self.model
 
     def _start_league_link(self) -> LeagueLink:
@@ -240,7 +260,7 @@ class Host:
         problem = self.model.fits(_spec_from_json(meta["spec"]))
         if problem:
             raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
-        return state.params
+        return jax.device_put(state.params, self.layout.inference_device)
 
     def _save_snapshot(self) -> tuple[int, str]:
         """Freeze the learner into the model pool (on the learner thread); returns (step, path)."""
@@ -248,7 +268,7 @@ class Host:
 
         def save(state: Any) -> None:
             saved["step"] = int(state.step)
-            self.pool.save(self.config.league.player, state, self._checkpoint_meta())
+            self.pool.save(self.config.league.player, sharding.portable(state), self._checkpoint_meta())
 
         self.model.learner.call(save)
         return saved["step"], self.pool.player_dir(self.config.league.player)

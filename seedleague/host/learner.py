@@ -2,7 +2,13 @@
 
 The maths lives in seedleague.rl.learner (`update(state, batch) -> (state,
 metrics)`); this module only drives it, times the waits, and hands fresh params
-to inference after every update.
+to inference after every update: a copy on the inference device, since the next
+update donates the state.
+
+Given a multi-process device layout (seedleague.rl.sharding), every process runs
+one LearnerLoop and each update is a collective over all of them: before every
+update the processes agree (a small all-gather) that each has a batch and none is
+stopping, so they update in lockstep and stop together at the same step.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
 from seedleague.metrics import Metrics
+from seedleague.rl import sharding
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +46,13 @@ class LearnerLoop:
         checkpointer: Optional[Checkpointer] = None,
         checkpoint_interval_s: float = 60.0,
         checkpoint_meta: Callable[[], dict] = dict,
+        layout: Optional[sharding.DeviceLayout] = None,
     ):
+        """`layout`: where the state lives and inference acts (None: everything on the default device)."""
         self._update = update
         self.state = state
-        self._step = int(state.step)
+        self._layout = layout
+        self._step = int(sharding.local_value(state.step))
         self._replay = replay
         self._policy = policy
         self._metrics = metrics
@@ -77,6 +88,8 @@ class LearnerLoop:
         read the state (e.g. to save a snapshot). Raises TimeoutError if the learner
         does not get to it in time (stopped or failed).
         """
+        if self._layout is not None and self._layout.multi_process:
+            raise RuntimeError("LearnerLoop.call would change one process's state of a multi-process learner")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._calls.put((fn, future))
         return future.result(timeout)
@@ -91,40 +104,76 @@ class LearnerLoop:
                 with self._state_lock:
                     new_state = fn(self.state)
                     if new_state is not None:
+                        if self._layout is not None:
+                            new_state = jax.device_put(new_state, self._layout.replicated)
                         self.state = new_state
-                        self._policy.publish(jax.tree.map(jnp.copy, new_state.params), int(new_state.step))
+                        self._policy.publish(self._params_copy(new_state), int(new_state.step))
                 future.set_result(None if new_state is None else int(new_state.step))
             except BaseException as error:
                 future.set_exception(error)
 
+    def _params_copy(self, state: Any) -> Any:
+        """Params inference may keep: the next update donates the state's buffers."""
+        if self._layout is None:
+            return jax.tree.map(jnp.copy, state.params)
+        return sharding.copy_to_device(state.params, self._layout.inference_device)
+
     def save(self) -> None:
         if self._checkpointer is not None:
             with self._state_lock:
-                self._checkpointer.save(int(self.state.step), self.state, self._meta())
+                step = int(sharding.local_value(self.state.step))
+                self._checkpointer.save(step, sharding.portable(self.state), self._meta())
 
     def _run(self) -> None:
         last_save = time.monotonic()
+        lockstep = self._layout is not None and self._layout.multi_process
+        batch = None
         try:
-            while not self._stop.is_set() and not self._replay.closed:
+            while lockstep or (not self._stop.is_set() and not self._replay.closed):
                 self._run_calls()
                 waited = time.perf_counter()
-                batch = self._replay.sample(timeout=0.5)
+                if batch is None:
+                    batch = self._replay.sample(timeout=0.5)
+                save = self._checkpointer is not None and time.monotonic() - last_save > self._interval
+                if lockstep:
+                    go, stop, save = self._agree(batch is not None, save)
+                    if stop:
+                        break
+                    if not go:
+                        continue  # keep this process's batch until every process has one
                 if batch is None:
                     continue
-                started = time.perf_counter()
-                with self._state_lock:
-                    self.state, metrics = self._update(self.state, batch)
-                    params = jax.tree.map(jnp.copy, self.state.params)  # the next update donates the state
-                    version = int(self.state.step)
-                self._step = version
-                self._policy.publish(params, version)
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                done = time.perf_counter()
-                metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
-                self._metrics.record_learner_step(**metrics)
-                if self._checkpointer is not None and time.monotonic() - last_save > self._interval:
+                self._learn(batch, waited)
+                batch = None
+                if save:  # with several processes every one saves the same step (a collective write)
                     self.save()
                     last_save = time.monotonic()
         except BaseException as error:  # surfaced by the host, which stops the run
             log.exception("learner failed")
             self.error = error
+
+    def _learn(self, batch: Any, waited: float) -> None:
+        """One update, then publish its params and record its metrics."""
+        started = time.perf_counter()
+        with self._state_lock:
+            self.state, metrics = self._update(self.state, batch)
+            params = self._params_copy(self.state)
+            version = int(sharding.local_value(self.state.step))
+        self._step = version
+        self._policy.publish(params, version)
+        metrics = {k: float(v) for k, v in jax.device_get(sharding.local_value(metrics)).items()}
+        done = time.perf_counter()
+        metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
+        self._metrics.record_learner_step(**metrics)
+
+    def _agree(self, ready: bool, save: bool) -> tuple[bool, bool, bool]:
+        """(every process has a batch, some process stops, some process is due to save): one all-gather."""
+        from jax.experimental import multihost_utils
+
+        stopping = self._stop.is_set() or self._replay.closed
+        flags = np.asarray(multihost_utils.process_allgather(np.array([ready, stopping, save], np.int32)))
+        stop = bool(flags[:, 1].any())
+        if stop and not stopping:
+            peers = np.flatnonzero(flags[:, 1]).tolist()
+            log.warning("learner process(es) %s stopped at step %d; this process stops learning too", peers, self._step)
+        return bool(flags[:, 0].all()), stop, bool(flags[:, 2].any())

@@ -3,14 +3,16 @@
 `InferencePolicy.act` runs one forward pass over a padded batch of agents and
 samples legal actions. The learner publishes new params with `publish`; the next
 forward pass picks them up, and every action is tagged with the version
-(learner step) of the params that chose it.
+(learner step) of the params that chose it. Given a device (the host's
+inference device, seedleague.rl.sharding), it keeps its params and key there, so
+every forward pass runs on that device.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -41,20 +43,24 @@ def _act(network: Network, params, observation, first, core_state, legal_mask, r
 class InferencePolicy:
     """Holds the latest published params and runs batched forward passes."""
 
-    def __init__(self, network: Network, params: Any, version: int, seed: int, greedy: bool = False):
+    def __init__(self, network: Network, params: Any, version: int, seed: int, greedy: bool = False,
+                 device: Optional[jax.Device] = None):
+        """`device`: where forward passes run (None: wherever `params` are, the default device)."""
         self.network = network
         self.greedy = greedy
+        self.device = device
         self._lock = threading.Lock()
-        self._params = params
+        self._params = params if device is None else jax.device_put(params, device)
         self._version = version
-        self._rng = jax.random.key(seed)  # only the batcher thread acts, so no lock
+        rng = jax.random.key(seed)
+        self._rng = rng if device is None else jax.device_put(rng, device)  # only the batcher thread acts, so no lock
 
     @property
     def version(self) -> int:
         return self._version
 
     def publish(self, params: Any, version: int) -> None:
-        """Make `params` (owned by the caller, never donated later) the acting params."""
+        """Make `params` (owned by the caller, never donated later, on `device`) the acting params."""
         with self._lock:
             self._params, self._version = params, version
 
@@ -64,7 +70,7 @@ class InferencePolicy:
 
     def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray,
             params: Any = None) -> Actions:
-        """Sample actions with the published params, or with `params` (an opponent's; same network)."""
+        """Sample actions with the published params, or with `params` (an opponent's; same network, on `device`)."""
         if params is None:
             params, version = self.current()
         else:

@@ -1,7 +1,9 @@
 """On-device replay of unrolls behind a samples-per-insert rate limiter.
 
-The buffer is a pytree of jax arrays [capacity + 1, ...] on the default device;
-the extra slot absorbs padding rows so inserts compile for a few bucket sizes
+The buffer is a pytree of jax arrays [capacity + 1, ...] on one device (the
+default one, or this process's first learner device when given the learner's
+batch sharding, in which case sampled batches come back split over the learner
+mesh: see seedleague.rl.sharding); the extra slot absorbs padding rows so inserts compile for a few bucket sizes
 only. The rate limiter follows Reverb's SampleToInsertRatio: with
 diff = inserts * samples_per_insert - samples, inserts wait while diff would
 exceed min_size * spi + error_buffer and samples wait while diff would drop
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague.rl import sharding as sharding_lib
 from seedleague.rl.types import Unroll
 
 
@@ -91,13 +94,27 @@ def _gather(buffer, slots):
 class Replay:
     """Thread-safe ring buffer: the host inserts completed unrolls, the learner samples."""
 
-    def __init__(self, config: ReplayConfig, example: Unroll, batch_size: int, seed: int = 0):
+    def __init__(self, config: ReplayConfig, example: Unroll, batch_size: int, seed: int = 0,
+                 batch_sharding: Optional[jax.sharding.NamedSharding] = None):
+        """`batch_sharding` (the learner's, over its mesh): where sampled batches go; None: the default device."""
         if config.capacity < batch_size:
             raise ValueError(f"replay capacity {config.capacity} is below the learner batch size {batch_size}")
+        device = None
+        if batch_sharding is not None:
+            local = batch_sharding.mesh.local_devices
+            if batch_size % len(local):
+                raise ValueError(f"batch_size {batch_size} does not split evenly over this process's {len(local)} "
+                                 "learner devices: use a multiple of that (--batch_size) or change "
+                                 "--devices.learner_devices")
+            device = local[0]
+            if batch_sharding.mesh.size == 1:
+                batch_sharding = None  # batches are gathered on the one learner device already
         self.config = config
         self.batch_size = batch_size
+        self._batch_sharding = batch_sharding
         slots = config.capacity + 1  # last slot takes padding rows
-        self._buffer = jax.tree.map(lambda x: jnp.zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype), example)
+        self._buffer = jax.tree.map(
+            lambda x: jnp.zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype, device=device), example)
         min_size = config.min_size or batch_size
         error_buffer = config.error_buffer or batch_size * max(1.0, config.samples_per_insert)
         self._limiter = RateLimiter(config.samples_per_insert, min_size, error_buffer)
@@ -172,6 +189,8 @@ class Replay:
             batch = _gather(self._buffer, self._pick(count))
             self._limiter.samples += count
             self._cond.notify_all()
+        if self._batch_sharding is not None:
+            batch = sharding_lib.shard_batch(batch, self._batch_sharding)
         return batch
 
     def _fifo_ready(self, count: int) -> bool:

@@ -11,6 +11,9 @@ serves for inference:
     update = make_update(config, network)
     state, metrics = update(state, batch)   # `state` passed in is donated: use the new one
 
+`make_sharded_update(config, network, mesh)` is the same update, data-parallel
+over the devices of a mesh (seedleague.rl.sharding).
+
 `state.step` is the policy version: the number of updates applied to the params.
 Actors tag their unrolls with the version that acted, so `policy_lag` in the
 metrics is how many updates old the data was (Cleanba, Huang et al. 2023).
@@ -26,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from seedleague.rl import losses
+from seedleague.rl import losses, sharding
 from seedleague.rl.networks import Network
 from seedleague.rl.types import Unroll
 
@@ -189,3 +192,27 @@ def make_update(
     clip_fraction.
     """
     return jax.jit(functools.partial(_update, config, network), donate_argnums=0)
+
+
+def make_sharded_update(
+    config: LearnerConfig, network: Network, mesh: jax.sharding.Mesh
+) -> Callable[[TrainState, Unroll], tuple[TrainState, dict[str, jax.Array]]]:
+    """`make_update`, data-parallel over `mesh` (one axis; see seedleague.rl.sharding).
+
+    The state is replicated on every device of the mesh and the batch's leading
+    axis is split over them; the result is the single-device update on the whole
+    (global) batch: every loss is a mean over all B x T steps, so XLA averages the
+    per-device gradients with an all-reduce, and global statistics (PPO's
+    advantage normalisation, the gradient norm) span the global batch. The batch
+    size must be a multiple of `mesh.size`. Metrics come back replicated. On a
+    one-device mesh this is `make_update`.
+    """
+    if mesh.size == 1:
+        return make_update(config, network)
+    state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
+    return jax.jit(
+        functools.partial(_update, config, network),
+        in_shardings=(state_sharding, batch_sharding),
+        out_shardings=(state_sharding, state_sharding),
+        donate_argnums=0,
+    )
