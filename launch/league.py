@@ -11,12 +11,14 @@ model pool on the shared disk:
     <run_dir>/players/<name>/     every other player's host (its own `seedleague train`)
 
 `local.run` starts a `LeagueProcess` before its host when the run owns its league,
-and `PlayerProcesses` for the extra players once the league is serving.
+and `PlayerProcesses` for the extra players once the league is serving; its watch
+loop restarts a league service that died, on the same address and run dir.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +28,8 @@ from typing import Optional, Sequence
 
 from seedleague.league.types import Role
 from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,11 @@ class LeagueSpec:
     players: tuple[PlayerSpec, ...] = (PlayerSpec("main"),)  # the first is played by this process's host
     player_args: tuple[str, ...] = ()  # `seedleague train` arguments the extra players' hosts are started with
     start_timeout_s: float = 60.0
+    max_restarts: int = 10  # a league service that dies is restarted (same address, same run dir) this often at most
+
+    def __post_init__(self):
+        if self.max_restarts < 0:
+            raise ValueError(f"league max_restarts must be >= 0, got {self.max_restarts}")
 
 
 def _env_with_token(security: ServerSecurity) -> dict:
@@ -71,7 +80,13 @@ def _tls_flags(security: ServerSecurity, server: bool) -> list[str]:
 
 
 class LeagueProcess:
-    """`seedleague league serve` in a child process; `start()` returns the address it listens on."""
+    """`seedleague league serve` in a child process; `start()` returns the address it listens on.
+
+    `restart_if_dead()` (called by the launcher's watch loop) starts a service that
+    died again on the same address and run dir, so hosts reconnect to it without
+    being told, and the league resumes from its SQLite file; at most
+    `spec.max_restarts` times.
+    """
 
     def __init__(self, run_dir: str, spec: LeagueSpec, security: ServerSecurity = ServerSecurity()):
         self.directory = os.path.join(run_dir, "league")
@@ -79,23 +94,54 @@ class LeagueProcess:
         self.security = security
         self.log_path = os.path.join(self.directory, "league.log")
         self.address: Optional[str] = None
+        self.restarts = 0
         self._proc: Optional[subprocess.Popen] = None
 
+    @property
+    def pid(self) -> Optional[int]:
+        return None if self._proc is None else self._proc.pid
+
     def start(self) -> str:
+        """Start the service on a free port and wait until it serves; returns its address."""
         os.makedirs(self.directory, exist_ok=True)
+        log_start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        self._spawn("127.0.0.1:0")
+        self.address = self._wait_for_address(log_start)
+        return self.address
+
+    def restart_if_dead(self) -> bool:
+        """Start the service again on the same address if it has exited; True if it was restarted.
+
+        Does not wait for it to serve (the launcher's loop must not stall): hosts retry
+        until it answers, and a restart that fails exits and is seen at the next check.
+        Raises RuntimeError once it died more than `spec.max_restarts` times.
+        """
+        if self._proc is None or self.address is None or self._proc.poll() is None:
+            return False
+        status = self._proc.returncode
+        if self.restarts >= self.spec.max_restarts:
+            raise RuntimeError(f"the league service exited (status {status}) after {self.restarts} restarts, "
+                               f"the limit (league max_restarts); see {self.log_path}")
+        self.restarts += 1
+        log.warning("league service exited with status %s; restarting it on %s (restart %d of at most %d)",
+                    status, self.address, self.restarts, self.spec.max_restarts)
+        self._spawn(self.address)
+        return True
+
+    def _spawn(self, address: str) -> None:
         command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir", self.directory,
-                   "--address", "127.0.0.1:0", *_tls_flags(self.security, server=True), *self.spec.service_flags]
+                   "--address", address, *_tls_flags(self.security, server=True), *self.spec.service_flags]
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                           env=_env_with_token(self.security))
-        self.address = self._wait_for_address()
-        return self.address
 
-    def _wait_for_address(self) -> str:
+    def _wait_for_address(self, log_start: int) -> str:
+        """The address from this start's "league serving on" line (the log keeps earlier starts' lines)."""
         deadline = time.monotonic() + self.spec.start_timeout_s
         while time.monotonic() < deadline:
-            with open(self.log_path, errors="replace") as f:
-                for line in f:
+            with open(self.log_path, "rb") as f:
+                f.seek(log_start)
+                for line in f.read().decode(errors="replace").splitlines():
                     if line.startswith("league serving on "):
                         return line.split("league serving on ", 1)[1].strip()
             if self._proc.poll() is not None:

@@ -180,6 +180,7 @@ def run(config: RunConfig) -> dict:
             host.stop()
         league.stop()
         metrics.close()
+    summary.update(league.delivery(host))  # after host.stop(): its last delivery of results counts
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
@@ -227,8 +228,28 @@ class _League:
         self.players.start(spec.players[1:])
 
     def check(self) -> None:
+        """Restart the league service if it died (same address and run dir; the host keeps retrying meanwhile);
+        fail the run if an extra player's process failed or the service died more than its restart limit."""
+        if self.process is not None and self.process.restart_if_dead():
+            print(f"league service restarted on {self.process.address} (restart {self.process.restarts}); "
+                  f"its log: {self.process.log_path}", flush=True)
         if self.players is not None and self.players.failed():
             raise RuntimeError(self.players.failed())
+
+    def delivery(self, host: Optional[Host]) -> dict:
+        """How this run's host's results reached the league, and the service's restarts.
+
+        `acknowledged` counts results the league acknowledged, each once (whether it
+        stored them at the first try or recognised a retry); with nothing pending it
+        equals this player's rows in <run_dir>/league/league.sqlite."""
+        out = {} if self.process is None else dict(league_restarts=self.process.restarts)
+        link = host.model.league if host is not None and host.model is not None else None
+        if link is not None:
+            stats = link.stats
+            out["league_results"] = dict(acknowledged=stats.acknowledged, new=stats.new_results,
+                                         pending=stats.pending, dropped=stats.dropped,
+                                         failed_calls=stats.failures, snapshots=stats.snapshots)
+        return out
 
     def summary(self) -> dict:
         if self.client is None:

@@ -74,6 +74,7 @@ class LinkStats:
     fetched: int = 0
     reported: int = 0
     new_results: int = 0
+    acknowledged: int = 0  # results the league has acknowledged (stored), each counted once, new or a retry
     pending: int = 0
     dropped: int = 0
     snapshots: int = 0
@@ -108,6 +109,8 @@ class LeagueLink:
         self._recent: collections.deque[Match] = collections.deque(maxlen=config.prefetch)
         self._results: collections.deque[MatchResult] = collections.deque()
         self._lock = threading.Lock()
+        self._report_lock = threading.Lock()  # one report call at a time: the report thread's or stop()'s flush
+        self._registered = threading.Event()
         self._rng = random.Random(seed)
         self._stop = threading.Event()
         self._threads = [
@@ -118,15 +121,22 @@ class LeagueLink:
         self._self_play = Match(config.player, True)
 
     def start(self) -> None:
-        self.league.register_player(self.config.player, Role(self.config.role))
+        """Register the player and start the threads; a league that is away now is registered with later."""
+        try:
+            self._register()
+        except ConnectionError as error:  # LeagueUnavailable: play on, the threads register once it is back
+            log.warning("league unreachable at start (%s); registering once it answers", error)
         for thread in self._threads:
             thread.start()
 
     def stop(self, flush_timeout_s: float = 5.0) -> None:
         """Stop the threads after one last attempt to deliver every pending result."""
         deadline = time.monotonic() + flush_timeout_s
-        while self._results and time.monotonic() < deadline and self._report_once():
-            pass
+        try:
+            while self._results and time.monotonic() < deadline and self._report_once():
+                pass
+        except Exception as error:  # the league is away: what is left is counted below, shutdown goes on
+            log.warning("last delivery of league results failed: %s: %s", type(error).__name__, error)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -164,9 +174,15 @@ class LeagueLink:
 
     # -- background threads ---------------------------------------------------------------------
 
+    def _register(self) -> None:
+        if not self._registered.is_set():
+            self.league.register_player(self.config.player, Role(self.config.role))
+            self._registered.set()
+
     def _loop(self, once: Callable[[], bool], interval_s: float) -> None:
         while not self._stop.is_set():
             try:
+                self._register()
                 once()
                 wait = interval_s
             except Exception as error:  # the league is away or refused: keep playing, try again later
@@ -193,18 +209,35 @@ class LeagueLink:
         return True
 
     def _report_once(self) -> bool:
-        with self._lock:
-            batch = [self._results[i] for i in range(min(len(self._results), self.config.report_batch))]
-        if not batch:
-            return False
-        new = self.league.report_results(batch)
-        sent = {r.result_id for r in batch}
-        with self._lock:
-            while self._results and self._results[0].result_id in sent:
-                self._results.popleft()
-            self.stats.pending = len(self._results)
-        self.stats.reported += len(batch)
-        self.stats.new_results += new
+        """Deliver every pending result, `report_batch` per call; True if any was delivered.
+
+        All of them, not one batch per `report_interval_s`: short games (Kuhn poker) finish
+        thousands of episodes a second, more than a batch per interval can carry."""
+        delivered = False
+        while not self._stop.is_set() and self._report_batch():
+            delivered = True
+        return delivered
+
+    def _report_batch(self) -> bool:
+        with self._report_lock:
+            with self._lock:
+                batch = [self._results[i] for i in range(min(len(self._results), self.config.report_batch))]
+            if not batch:
+                return False
+            new = self.league.report_results(batch)
+            sent = {r.result_id for r in batch}
+            acknowledged = 0
+            with self._lock:
+                while self._results and self._results[0].result_id in sent:
+                    self._results.popleft()
+                    acknowledged += 1
+                self.stats.pending = len(self._results)
+            self.stats.reported += len(batch)
+            self.stats.new_results += new
+            self.stats.acknowledged += acknowledged
+            # a line per acknowledged batch: after a kill -9 the log still says how many the league acknowledged
+            log.info("league acknowledged %d results (%d new): %d acknowledged in all, %d pending",
+                     acknowledged, new, self.stats.acknowledged, self.stats.pending)
         return True
 
     def _check_in_once(self) -> bool:

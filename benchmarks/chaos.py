@@ -1,0 +1,481 @@
+"""Chaos soak: a Kuhn poker league run whose env workers, host and league service are killed
+with SIGKILL at random moments, N times each; then a table of what survived.
+
+    python -m benchmarks.chaos                                   # `make chaos`: 10 minutes, 10 kills of each
+    python -m benchmarks.chaos --minutes 3 --kills 4 --seed 1    # shorter
+    python -m benchmarks.chaos --run-dir runs/chaos               # where the run goes (default runs/chaos-<time>)
+
+The run is the three kinds of process a distributed deployment has, started and,
+after each kill, started again by this script as a supervisor would:
+
+    league   python -m seedleague.league.cli serve --run-dir RUN/league --address 127.0.0.1:L --mode pfsp
+    host     seedleague --log-level INFO host --env openspiel:kuhn_poker --address 127.0.0.1:H
+                 --league.address 127.0.0.1:L --league.pool_dir RUN/pool --run-dir RUN [--resume]
+    workers  python -m envs.openspiel_worker --game kuhn_poker --address 127.0.0.1:H   (W of them)
+
+Faults, one at a time, each at a random moment after the previous one has recovered:
+- **worker**: one worker is killed and a new process takes its place at once;
+- **league**: killed, then started again on the same address and run dir after
+  `league_down_s`; recovered when the host's acknowledged-results count grows again;
+- **host**: killed, then `seedleague host --resume` on the same run dir and address;
+  the surviving workers reconnect by themselves; recovered when every worker has a
+  session on the new host.
+
+Accounting (one host at a time plays, so every stored result between two host
+kills is that host lifetime's): after each host kill the script waits a second and
+counts the rows of league.sqlite. A host logs the running total of results the
+league acknowledged after every report (`seedleague.host.league_link`); a lifetime
+ended by SIGTERM reports it exactly in summary.json. Per lifetime, **lost** =
+acknowledged but not stored (must be 0) and **ack in flight** = stored while its
+reply had not reached the host when it was killed (≥ 0; the league kept them once).
+**Duplicates** = rows minus distinct result ids. Results a killed host had not yet
+delivered (those of the last report interval, 0.5 s, plus any backlog left from a
+league outage) were never acknowledged and die with it, as its memory does; they
+are listed ("unacknowledged results that died"), not counted as lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all, (\d+) pending")
+RESUMED = re.compile(r"resumed from \S+ at learner step (\d+)")
+PROGRESS_LEARNER = re.compile(r"\| learner (\d+) \(")
+PROGRESS_RATE = re.compile(r"\| steps \S+ \(([\d.]+)([KM]?)/s\)")
+KINDS = ("worker", "league", "host")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChaosConfig:
+    """One chaos run: how long, how many kills of each kind, and the processes' settings."""
+
+    run_dir: str
+    seconds: float = 600.0  # faults are spread over this long (the run overruns it while the last one recovers)
+    kills: int = 10  # of each kind: worker, league, host
+    workers: int = 2
+    envs_per_worker: int = 8  # Kuhn poker ends an episode every ~2.5 steps: ~1K results/s from 2 x 8 envs
+    league_down_s: float = 3.0  # a killed league stays away this long before it is started again
+    settle_s: float = 10.0  # after the last fault, before the final SIGTERM
+    seed: int = 0
+    recover_timeout_s: float = 180.0
+    worker_backoff_max_s: float = 5.0  # the workers' reconnect backoff cap (their default)
+    host_flags: tuple[str, ...] = ("--checkpoint.interval_s", "5", "--league.check_in_interval_s", "1")
+    league_flags: tuple[str, ...] = ("--mode", "pfsp", "--snapshot_interval_steps", "200")
+
+    def __post_init__(self):
+        if self.seconds <= 0 or self.kills < 0 or self.workers < 1 or self.envs_per_worker < 1:
+            raise ValueError("chaos needs seconds > 0, kills >= 0, workers >= 1 and envs_per_worker >= 1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """One child process with its log file; killable with SIGKILL or stopped with SIGTERM."""
+
+    def __init__(self, command: list[str], log_path: str):
+        self.command, self.log_path = command, log_path
+        with open(log_path, "ab") as out:
+            self.popen = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill9(self) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(30)
+
+    def term(self, timeout: float = 60.0) -> Optional[int]:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            return None
+
+    def text(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+
+@dataclasses.dataclass
+class Lifetime:
+    """One host process from its start to its kill (or final SIGTERM)."""
+
+    index: int
+    resumed_step: Optional[int] = None  # learner step it resumed at (None: started fresh)
+    checkpoint_before: Optional[int] = None  # newest checkpoint on disk when it started
+    acknowledged: int = 0  # results the league acknowledged to it (exact: its log / summary)
+    pending_at_end: int = 0  # its last logged pending results (a killed host's die with it)
+    stored: int = 0  # rows added to league.sqlite during its life
+    last_learner_step: Optional[int] = None  # absolute learner step last printed before it ended
+    killed: bool = False
+
+
+@dataclasses.dataclass
+class ChaosReport:
+    faults: dict
+    duration_s: float
+    acknowledged: int
+    stored: int
+    duplicates: int
+    lost: int
+    ack_in_flight: int
+    dropped_unacknowledged: int
+    continuity_ok: bool
+    learner_steps_lost: list
+    resumed_steps: list
+    worker_reconnects: int
+    expected_reconnects: int
+    worker_restarts: int
+    league_outages_s: list
+    league_starts: list
+    steps_during_outages: list
+    final_learner_step: Optional[int]
+    final_env_steps: Optional[int]
+    host_exit_status: Optional[int]
+    lifetimes: list
+
+    @property
+    def ok(self) -> bool:
+        """Nothing acknowledged was lost or doubled, every restart resumed its newest checkpoint, every
+        worker reconnected, and the last host (stopped cleanly) delivered everything: exactly what is stored."""
+        final = self.lifetimes[-1]
+        return (self.lost == 0 and self.duplicates == 0 and self.continuity_ok and self.host_exit_status == 0
+                and self.worker_reconnects >= self.expected_reconnects
+                and final["stored"] == final["acknowledged"] and final["pending_at_end"] == 0)
+
+    def table(self) -> str:
+        f, final, resumed = self.faults, self.lifetimes[-1], self.lifetimes[1:]
+        outages, playing = self.league_outages_s, self.steps_during_outages
+        rows = [
+            ("faults injected (SIGKILL)", f"worker {f['worker']}, league {f['league']}, host {f['host']} "
+                                          f"in {self.duration_s:.0f} s"),
+            ("results acknowledged / stored", f"{self.acknowledged} / {self.stored}"),
+            ("lost (acknowledged, not stored)", str(self.lost)),
+            ("duplicated (rows - distinct ids)", str(self.duplicates)),
+            ("acks in flight at a host kill (stored once)", str(self.ack_in_flight)),
+            ("unacknowledged results that died with killed hosts", f"~{self.dropped_unacknowledged}"),
+            ("last host (SIGTERM): acknowledged / stored / pending",
+             f"{final['acknowledged']} / {final['stored']} / {final['pending_at_end']}"),
+            ("host restarts resumed at the newest checkpoint",
+             f"{sum(1 for life in resumed if life['resumed_step'] == life['checkpoint_before'])} of "
+             f"{len(resumed)} ({'ok' if self.continuity_ok else 'BROKEN'}); steps "
+             + " -> ".join(str(step) for step in self.resumed_steps)),
+            ("learner steps redone per host kill (at least)", _spread(self.learner_steps_lost)),
+            ("worker reconnects after host kills", f"{self.worker_reconnects} (expected {self.expected_reconnects})"),
+            ("worker restarts", str(self.worker_restarts)),
+            ("league down until the host's next ack (s)", _spread(outages, "{:.1f}")),
+            ("league restart until serving (s) / results it replayed",
+             _spread([seconds for _, seconds in self.league_starts], "{:.1f}")
+             + (f"; largest {max(self.league_starts)[0]} results in {max(self.league_starts)[1]:.1f} s"
+                if self.league_starts else "")),
+            ("host env steps/s while the league was down", _spread([r for r in playing if r], "{:.0f}")
+             + f"; kept playing in {sum(1 for r in playing if r)} of {len(playing)} outages"),
+            ("final learner step / env steps", f"{self.final_learner_step} / {self.final_env_steps}"),
+            ("final host exit status (SIGTERM)", str(self.host_exit_status)),
+        ]
+        width = max(len(name) for name, _ in rows)
+        lines = [f"| {'':<{width}} | result |", f"|{'-' * (width + 2)}|---|"]
+        lines += [f"| {name:<{width}} | {value} |" for name, value in rows]
+        return "\n".join(lines)
+
+
+def _connects(worker: Optional["Proc"]) -> int:
+    """Sessions a worker process has started (its log says "connected to" after each handshake + stream)."""
+    return 0 if worker is None else worker.text().count("connected to ")
+
+
+def _spread(values: list, fmt: str = "{}") -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"median {fmt.format(ordered[len(ordered) // 2])}, max {fmt.format(ordered[-1])} (n={len(values)})"
+
+
+class ChaosRun:
+    """The league, the host and the workers of one run, with the faults and the bookkeeping."""
+
+    def __init__(self, config: ChaosConfig, say: Callable[[str], None] = print):
+        self.config = config
+        self.say = say
+        self.run_dir = os.path.abspath(config.run_dir)
+        self.logs = os.path.join(self.run_dir, "chaos-logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.db_path = os.path.join(self.run_dir, "league", "league.sqlite")
+        self.host_address = f"127.0.0.1:{free_port()}"
+        self.league_address = f"127.0.0.1:{free_port()}"
+        self.rng = random.Random(config.seed)
+        self.league: Optional[Proc] = None
+        self.host: Optional[Proc] = None
+        self.workers: list[Optional[Proc]] = [None] * config.workers
+        self.worker_procs: list[Proc] = []
+        self.lifetimes: list[Lifetime] = []
+        self.faults = {kind: 0 for kind in KINDS}
+        self.generation = {kind: 0 for kind in KINDS}
+        self.league_outages: list[float] = []
+        self.league_starts: list[tuple[int, float]] = []  # (stored results, seconds until serving) per restart
+        self.steps_during_outages: list[Optional[float]] = []  # host env steps/s printed while the league was down
+        self.stored_at_last_boundary = 0
+        self._sessions_before: list[int] = []
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def _log(self, kind: str) -> str:
+        self.generation[kind] += 1
+        return os.path.join(self.logs, f"{kind}-{self.generation[kind]}.log")
+
+    def start_league(self) -> None:
+        command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir",
+                   os.path.join(self.run_dir, "league"), "--address", self.league_address, "--log-every-s", "30",
+                   *self.config.league_flags]
+        rows = self.stored_results()[0] if os.path.exists(self.db_path) else 0
+        started = time.monotonic()
+        self.league = Proc(command, self._log("league"))
+        self._wait(lambda: "league serving on" in self.league.text(), "the league to serve", self.league)
+        if rows:  # a restart: it replays every stored result before it serves
+            self.league_starts.append((rows, time.monotonic() - started))
+
+    def start_host(self) -> None:
+        resume = bool(self.lifetimes)
+        lifetime = Lifetime(len(self.lifetimes), checkpoint_before=self.newest_checkpoint())
+        command = [sys.executable, "-m", "seedleague.cli", "--log-level", "INFO", "host", "--env",
+                   "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.run_dir,
+                   "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.run_dir, "pool"),
+                   "--max-seconds", "0", "--no-eval", *self.config.host_flags, *(["--resume"] if resume else [])]
+        self.host = Proc(command, self._log("host"))
+        self.lifetimes.append(lifetime)
+        self._sessions_before = [_connects(proc) for proc in self.workers]
+
+    def start_worker(self, slot: int) -> Proc:
+        command = [sys.executable, "-m", "envs.openspiel_worker", "--game", "kuhn_poker", "--address",
+                   self.host_address, "--num-envs", str(self.config.envs_per_worker), "--seed",
+                   str(1000 * slot + self.generation["worker"]), "--backoff-max", str(self.config.worker_backoff_max_s)]
+        proc = Proc(command, self._log("worker"))
+        self.workers[slot] = proc
+        self.worker_procs.append(proc)
+        return proc
+
+    def wait_host_serving(self) -> None:
+        """Every worker has connected to the current host (a new session), and the league acknowledged results."""
+        host, before = self.host, self._sessions_before
+
+        def serving() -> bool:
+            reconnected = all(_connects(proc) > count for proc, count in zip(self.workers, before))
+            return reconnected and ACKED.search(host.text()) is not None
+
+        self._wait(serving, "every worker to connect to the host and a first acknowledgement", host)
+        found = RESUMED.search(host.text())
+        self.lifetimes[-1].resumed_step = int(found.group(1)) if found else None
+
+    def start(self) -> None:
+        """League, host, workers; returns once results flow."""
+        self.say(f"chaos run in {self.run_dir}: host {self.host_address}, league {self.league_address}")
+        self.start_league()
+        self.start_host()
+        for slot in range(self.config.workers):
+            self.start_worker(slot)
+        self.wait_host_serving()
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def kill_worker(self) -> None:
+        slot = self.rng.randrange(self.config.workers)
+        self.workers[slot].kill9()
+        proc = self.start_worker(slot)
+        self._wait(lambda: "connected to" in proc.text(), "the new worker to connect", proc)
+
+    def kill_league(self) -> None:
+        self.league.kill9()
+        down = time.monotonic()
+        acked_before = self.acknowledged_so_far()
+        log_at_kill = len(self.host.text())
+        time.sleep(self.config.league_down_s)
+        rates = [float(n) * {"": 1, "K": 1e3, "M": 1e6}[unit]
+                 for n, unit in PROGRESS_RATE.findall(self.host.text()[log_at_kill:])]
+        self.steps_during_outages.append(max(rates) if rates else None)
+        self.start_league()
+        self._wait(lambda: self.acknowledged_so_far() > acked_before, "the host to deliver results again", self.host)
+        self.league_outages.append(time.monotonic() - down)
+
+    def kill_host(self) -> None:
+        lifetime = self.lifetimes[-1]
+        self.host.kill9()
+        self._end_lifetime(lifetime, killed=True)
+        self.start_host()
+        self.wait_host_serving()
+
+    def fault(self, kind: str) -> None:
+        self.say(f"{time.strftime('%H:%M:%S')} kill -9 {kind}")
+        {"worker": self.kill_worker, "league": self.kill_league, "host": self.kill_host}[kind]()
+        self.faults[kind] += 1
+
+    def run_faults(self) -> float:
+        """Every fault at a random moment over `config.seconds`; returns the seconds it took."""
+        kinds = [kind for kind in KINDS for _ in range(self.config.kills)]
+        self.rng.shuffle(kinds)
+        start = time.monotonic()
+        moments = sorted(self.rng.uniform(0, self.config.seconds) for _ in kinds)
+        for kind, moment in zip(kinds, moments):
+            time.sleep(max(0.0, start + moment - time.monotonic()))
+            self.fault(kind)
+        time.sleep(max(0.0, start + self.config.seconds - time.monotonic()) + self.config.settle_s)
+        return time.monotonic() - start
+
+    # -- accounting ------------------------------------------------------------------------------
+
+    def acknowledged_so_far(self) -> int:
+        found = ACKED.findall(self.host.text())
+        return int(found[-1][0]) if found else 0
+
+    def newest_checkpoint(self) -> Optional[int]:
+        directory = os.path.join(self.run_dir, "checkpoints")
+        steps = [int(name) for name in os.listdir(directory) if name.isdigit()] if os.path.isdir(directory) else []
+        return max(steps) if steps else None
+
+    def stored_results(self) -> tuple[int, int]:
+        """(rows, distinct result ids) in league.sqlite, read-only."""
+        db = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True)
+        try:
+            return db.execute("SELECT COUNT(*), COUNT(DISTINCT result_id) FROM results").fetchone()
+        finally:
+            db.close()
+
+    def _end_lifetime(self, lifetime: Lifetime, killed: bool) -> None:
+        time.sleep(1.0)  # a report the league was committing when the host died finishes first
+        text = self.host.text()
+        found = ACKED.findall(text)
+        if found:
+            lifetime.acknowledged, lifetime.pending_at_end = int(found[-1][0]), int(found[-1][1])
+        progress = PROGRESS_LEARNER.findall(text)
+        if progress:
+            lifetime.last_learner_step = (lifetime.resumed_step or 0) + int(progress[-1])
+        rows = self.stored_results()[0]
+        lifetime.stored = rows - self.stored_at_last_boundary
+        self.stored_at_last_boundary = rows
+        lifetime.killed = killed
+
+    def finish(self, duration_s: float) -> ChaosReport:
+        """SIGTERM the host (it delivers what is pending and writes summary.json), then the rest."""
+        status = self.host.term(120)
+        lifetime = self.lifetimes[-1]
+        self._end_lifetime(lifetime, killed=False)
+        summary = {}
+        summary_path = os.path.join(self.run_dir, "summary.json")
+        if os.path.exists(summary_path):
+            with open(summary_path) as f:
+                summary = json.load(f)
+            delivered = summary.get("league_results", {})
+            lifetime.acknowledged = delivered.get("acknowledged", lifetime.acknowledged)
+            lifetime.pending_at_end = delivered.get("pending", lifetime.pending_at_end)
+        for proc in self.workers:
+            proc.term(30)
+        rows, distinct = self.stored_results()
+        self.league.term(30)
+        return self._report(duration_s, summary, status, rows, distinct)
+
+    def _report(self, duration_s: float, summary: dict, status: Optional[int], rows: int, distinct: int) -> ChaosReport:
+        lives = self.lifetimes
+        steps = [life.resumed_step or 0 for life in lives]
+        continuity = all(life.resumed_step == life.checkpoint_before for life in lives[1:])
+        continuity = continuity and all(b >= a for a, b in zip(steps, steps[1:]))
+        redone = [prev.last_learner_step - (nxt.resumed_step or 0) for prev, nxt in zip(lives, lives[1:])
+                  if prev.last_learner_step is not None]
+        connects = sum(_connects(p) for p in self.worker_procs)
+        host_kills = self.faults["host"]
+        return ChaosReport(
+            faults=dict(self.faults), duration_s=duration_s,
+            acknowledged=sum(life.acknowledged for life in lives), stored=rows, duplicates=rows - distinct,
+            lost=sum(max(0, life.acknowledged - life.stored) for life in lives),
+            ack_in_flight=sum(max(0, life.stored - life.acknowledged) for life in lives if life.killed),
+            dropped_unacknowledged=sum(life.pending_at_end for life in lives if life.killed),
+            continuity_ok=continuity, learner_steps_lost=redone, resumed_steps=steps,
+            worker_reconnects=connects - len(self.worker_procs), expected_reconnects=host_kills * self.config.workers,
+            worker_restarts=self.faults["worker"], league_outages_s=self.league_outages,
+            steps_during_outages=self.steps_during_outages, league_starts=self.league_starts,
+            final_learner_step=summary.get("learner_step"), final_env_steps=summary.get("env_steps"),
+            host_exit_status=status, lifetimes=[dataclasses.asdict(l) for l in lives],
+        )
+
+    def kill_everything(self) -> None:
+        for proc in [self.host, self.league, *self.worker_procs]:
+            if proc is not None and proc.alive():
+                proc.kill9()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _wait(self, predicate: Callable[[], bool], what: str, proc: Proc) -> None:
+        deadline = time.monotonic() + self.config.recover_timeout_s
+        while not predicate():
+            if not proc.alive():
+                raise RuntimeError(f"{what}: the process exited with {proc.popen.returncode}; "
+                                   f"its log {proc.log_path} ends:\n{proc.text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {self.config.recover_timeout_s:g} s waiting for {what}; "
+                                   f"see {proc.log_path}:\n{proc.text()[-3000:]}")
+            time.sleep(0.1)
+
+
+def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
+    """Start the run, inject the faults, stop it, and account for every result."""
+    run = ChaosRun(config, say)
+    try:
+        run.start()
+        duration = run.run_faults()
+        report = run.finish(duration)
+    finally:
+        run.kill_everything()
+    with open(os.path.join(run.run_dir, "chaos.json"), "w") as f:
+        json.dump(dataclasses.asdict(report), f, indent=1)
+    return report
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="faults are spread over this long (default 10)")
+    parser.add_argument("--kills", type=int, default=10, help="kills of each kind: worker, league, host (default 10)")
+    parser.add_argument("--workers", type=int, default=ChaosConfig.workers)
+    parser.add_argument("--envs-per-worker", type=int, default=ChaosConfig.envs_per_worker)
+    parser.add_argument("--league-down-s", type=float, default=ChaosConfig.league_down_s,
+                        help="how long a killed league stays away (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", default=None,
+                        help="a new directory (default runs/chaos-<time>); logs in RUN/chaos-logs")
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir or os.path.join("runs", f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
+    if os.path.exists(os.path.join(run_dir, "league")):
+        parser.error(f"{run_dir} already holds a run: give a new --run-dir")
+    config = ChaosConfig(run_dir=run_dir, seconds=60 * args.minutes, kills=args.kills, workers=args.workers,
+                         envs_per_worker=args.envs_per_worker, league_down_s=args.league_down_s, seed=args.seed)
+    print(f"chaos: {args.minutes:g} minutes, {args.kills} kills each of worker, league and host "
+          f"(python -m benchmarks.chaos {' '.join(argv if argv is not None else sys.argv[1:])})", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # so the processes it started are killed on the way out
+    report = run_chaos(config)
+    print(report.table())
+    print(f"\n{'PASS' if report.ok else 'FAIL'}; details in {run_dir}/chaos.json and {run_dir}/chaos-logs/")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
