@@ -6,8 +6,9 @@
 For each envs-per-worker count the in-process limit steps the same gymnasium
 vector env with the same jitted policy in one process, no gRPC. The gRPC rows
 run the host in this process and W worker processes (`python -m envs.gym_worker`),
-count env steps at the host over a window after a warm-up, and report the
-median of the per-second rates in that window.
+count env steps at the host over a window after a warm-up (and, with the
+learner, after its first update), and report the median of the per-second rates
+in that window.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def grpc_rate(env_id: str, workers: int, num_envs: int, learn: bool, seconds: fl
     try:
         deadline = time.perf_counter() + 60
         while metrics.env_steps == 0 and time.perf_counter() < deadline:
+            time.sleep(0.1)
+        # With the learner, inserts wait for its first (compiled) update: measure after it.
+        deadline = time.perf_counter() + 180
+        while learn and metrics.learner_steps == 0 and time.perf_counter() < deadline:
             time.sleep(0.1)
         time.sleep(warmup)
         rates, batches = [], []

@@ -1,0 +1,201 @@
+"""The Ray launcher: its process runner and commands without Ray, then a real two-node Ray cluster
+on this machine (loopback only) trained by the one documented command; skipped without Ray."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch import ray_cluster
+from launch.ray_cluster import HOST_READY, NODE_IP, ProcessRunner, RayLaunchConfig
+from test_e2e import free_port, wait_for
+
+PY = sys.executable
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def _pids_with(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if text.encode() in f.read() and _alive(int(name)):
+                    pids.append(int(name))
+        except OSError:
+            pass
+    return pids
+
+
+# ------------------------------------------------------------ without Ray --
+def test_process_runner_reads_the_ready_line_and_stops_its_child(tmp_path):
+    log_path = str(tmp_path / "logs" / "child.log")
+    script = "import time; print('ready at {node_ip}:1', flush=True); time.sleep(60)"
+    runner = ProcessRunner(["-c", script], log_path)
+    line = runner.wait_for_line("ready at ", timeout_s=20)
+    assert line == "ready at 127.0.0.1:1"  # outside Ray the node IP is loopback
+    assert runner.poll() is None
+    assert runner.stop(timeout_s=5) == -signal.SIGTERM
+    runner.restart()
+    assert runner.starts == 2 and runner.poll() is None
+    runner.stop(timeout_s=5)
+
+
+def test_process_runner_reports_a_child_that_exits_before_it_is_ready(tmp_path):
+    runner = ProcessRunner(["-c", "import sys; print('bad flag'); sys.exit(3)"], str(tmp_path / "c.log"))
+    with pytest.raises(RuntimeError, match="(?s)status 3.*bad flag"):
+        runner.wait_for_line("ready", timeout_s=20)
+
+
+def test_the_child_dies_with_the_actor_process(tmp_path):
+    """A SIGKILLed actor (ray.kill, a lost node) takes its child along: no orphaned servers."""
+    marker = f"orphan-check-{os.getpid()}"
+    parent = subprocess.Popen([PY, "-c", (
+        "import sys, time\n"
+        "from launch.ray_cluster import ProcessRunner\n"
+        f"ProcessRunner(['-c', 'import time; time.sleep(60)', '{marker}'], sys.argv[1])\n"
+        "print('started', flush=True); time.sleep(60)\n"), str(tmp_path / "child.log")], stdout=subprocess.PIPE)
+    assert parent.stdout.readline().strip() == b"started"
+    wait_for(lambda: _pids_with(marker), 10, "the child")
+    parent.kill()
+    parent.wait()
+    wait_for(lambda: not _pids_with(marker), 10, "the child to exit after its parent")
+
+
+def test_commands_for_a_two_player_game_join_the_league_and_bind_the_node_ip():
+    config = RayLaunchConfig("openspiel:kuhn_poker", "/runs/k", workers=2, envs_per_worker=8,
+                             host_args=("--max-seconds", "30"))
+    league = ray_cluster.league_args(config)
+    assert league[:3] == ["-m", "seedleague.league.cli", "serve"] and f"{NODE_IP}:0" in league
+    host = ray_cluster.host_args(config, "10.0.0.5:4000")
+    assert host[host.index("--league.address") + 1] == "10.0.0.5:4000"
+    assert host[host.index("--address") + 1] == f"{NODE_IP}:0" and host[-2:] == ["--max-seconds", "30"]
+    worker = ray_cluster.worker_args(config, 1, "10.0.0.5:5000")
+    assert worker[:2] == ["-m", "envs.openspiel_worker"] and "--seed" in worker
+    assert worker[worker.index("--address") + 1] == "10.0.0.5:5000"
+    assert ray_cluster.ready_address(HOST_READY + "10.0.0.5:5000; run directory /runs/k", HOST_READY) == "10.0.0.5:5000"
+
+
+def test_config_errors_say_what_to_change():
+    with pytest.raises(ValueError, match="run_dir must be absolute"):
+        RayLaunchConfig("CartPole-v1", "runs/x", workers=1, envs_per_worker=1)
+    with pytest.raises(ValueError, match="worker_cpus must be >= 0"):
+        RayLaunchConfig("CartPole-v1", "/runs/x", workers=1, envs_per_worker=1, worker_cpus=-1)
+    config = RayLaunchConfig("CartPole-v1", "/runs/x", workers=1, envs_per_worker=1)
+    assert ray_cluster.host_gpus(config, {"CPU": 2.0, "GPU": 1.0}) == 1.0
+    assert ray_cluster.host_gpus(config, {"CPU": 2.0}) == 0.0
+
+
+# --------------------------------------------------------------- with Ray --
+# Ray replaces 127.0.0.1 with the machine's outward IP unless this is "0" (despite its
+# name it only means "keep localhost local" on Linux); the test stays on loopback.
+LOOPBACK_ENV = dict(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+
+# Two Ray nodes on this machine, both on 127.0.0.1, until SIGTERM (ray.cluster_utils
+# runs a head and a second raylet as separate processes, as `ray start` twice would).
+CLUSTER_SCRIPT = """
+import signal, sys, time
+from ray.cluster_utils import Cluster
+node = dict(num_cpus=float(sys.argv[1]), num_gpus=0, node_ip_address="127.0.0.1", include_dashboard=False)
+cluster = Cluster(initialize_head=True, head_node_args=node)
+cluster.add_node(**node)
+cluster.wait_for_nodes()
+print("cluster address", cluster.address, flush=True)
+signal.signal(signal.SIGTERM, lambda *args: sys.exit(0))
+try:
+    while True:
+        time.sleep(1)
+finally:
+    cluster.shutdown()
+"""
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path):
+    """The GCS address of a two-node Ray cluster, 1 CPU per node, loopback only."""
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install -e '.[ray]'); the base install has none")
+    log_path = tmp_path / "cluster.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen([PY, "-c", CLUSTER_SCRIPT, "1"], stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, **LOOPBACK_ENV))
+    try:
+        wait_for(lambda: "cluster address" in log_path.read_text() or proc.poll() is not None, 120, "the Ray cluster")
+        match = re.search(r"cluster address (\S+)", log_path.read_text())
+        assert match, log_path.read_text()[-3000:]
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
+
+
+@pytest.mark.slow
+def test_one_command_trains_cartpole_on_two_ray_nodes_and_leaves_no_process(tmp_path, two_node_cluster):
+    run_dir = str(tmp_path / "run")
+    # The host takes a whole 1-CPU node, so both half-CPU workers must go to the other node.
+    command = [PY, "-m", "seedleague.cli", "ray-launch", "--address", two_node_cluster, "--env", "CartPole-v1",
+               "--workers", "2", "--envs-per-worker", "8", "--host-cpus", "1", "--worker-cpus", "0.5",
+               "--run-dir", run_dir, "--max-learner-steps", "20", "--max-seconds", "90", *TINY]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=280, env=dict(os.environ, **LOOPBACK_ENV))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "reached 20 learner steps" in output, output[-4000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["learner_step"] >= 20 and summary["env_steps"] > 0
+    nodes = dict(re.findall(r"ray-launch: node \S+ \((\w+)\): (.*)", output))
+    assert len(nodes) == 2, output  # two nodes, the host alone on one and the workers on the other
+    assert sorted(nodes.values()) == ["host", "worker-0, worker-1"], nodes
+    address = re.search(r"host serving on (\S+)", output).group(1)
+    assert address.startswith("127.0.0.1:")
+    wait_for(lambda: not _pids_with(run_dir) and not _pids_with(address), 20, "every placed process to exit")
+
+
+@pytest.mark.slow
+def test_sigterm_tears_down_everything_it_placed_and_restarts_a_dead_worker(tmp_path, two_node_cluster):
+    run_dir = str(tmp_path / "run")
+    log_path = tmp_path / "launch.log"
+    command = [PY, "-m", "launch.ray_cluster", "--address", two_node_cluster, "--env", "CartPole-v1",
+               "--workers", "1", "--envs-per-worker", "4", "--worker-cpus", "0.5", "--run-dir", run_dir,
+               "--max-seconds", "200", *TINY]
+    with open(log_path, "w") as out:
+        launcher = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, **LOOPBACK_ENV))
+    try:
+        wait_for(lambda: "node " in log_path.read_text() and "worker-0" in log_path.read_text(), 150, "the placement")
+        address = re.search(r"host serving on (\S+)", log_path.read_text()).group(1)
+        workers = _pids_with(address)
+        wait_for(lambda: _pids_with(address), 30, "the worker process")
+        workers = _pids_with(address)
+        os.kill(workers[0], signal.SIGKILL)  # the watch loop starts it again
+        wait_for(lambda: "worker-0 exited" in log_path.read_text(), 30, "the restart")
+        wait_for(lambda: _pids_with(address), 30, "the restarted worker")
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(120) == 130, log_path.read_text()[-4000:]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    text = log_path.read_text()
+    assert "worker restarts 1" in text, text[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert json.load(f)["reason"] == "interrupted"  # the host stopped cleanly and wrote its summary
+    wait_for(lambda: not _pids_with(run_dir) and not _pids_with(address), 20, "every placed process to exit")
