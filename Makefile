@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install proto run test bench clean cpp-deps cpp-worker
+.PHONY: install proto run test test-slow bench chaos clean cpp-deps cpp-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -23,7 +23,7 @@ proto: $(GEN)
 seedleague/%_pb2.py: proto/seedleague/%.proto $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $<
 
-## run: the default experiment (CartPole-v1 until it is solved).
+## run: the default experiment: a 10-minute league run on Kuhn poker that ends by printing its exploitability.
 run: install
 	$(VENV)/bin/seedleague train
 
@@ -31,9 +31,19 @@ run: install
 test: install cpp-worker
 	$(PY) -m pytest
 
-## bench: throughput benchmark; writes a table to stdout.
+## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
+test-slow: install
+	$(PY) -m pytest -m slow
+
+## bench: the benchmark suite (benchmarks/suite.py, about 15 minutes); tables to stdout.
+##        make bench BENCH_ARGS="--quick --out /tmp/bench.md"   shorter, and a markdown report
 bench: install
-	$(PY) -m benchmarks.throughput
+	$(PY) -m benchmarks.suite $(BENCH_ARGS)
+
+## chaos: SIGKILL workers, host and league at random moments of a 10-minute Kuhn poker league run, then a
+## table of results acknowledged vs stored, duplicates, lost, resumes (CHAOS_ARGS="--minutes 3 --kills 4").
+chaos: install
+	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi

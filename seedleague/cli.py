@@ -24,7 +24,9 @@ from seedleague.eval import cli as eval_cli
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
-    parser.add_argument("--env", default=presets.DEFAULT_ENV, help="gymnasium env id (default: %(default)s)")
+    # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
+    parser.add_argument("--env", default=presets.DEFAULT_ENV if with_workers else "CartPole-v1",
+                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: %(default)s)")
     parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
@@ -214,7 +216,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
     _add_run_flags(train, with_workers=True)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
@@ -222,14 +224,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
+    sub.add_parser("ray-launch", help="train on a Ray cluster: league, host, workers as Ray actors (needs .[ray]; "
+                   "see docs/cluster.md)", add_help=False)
     fake_host.add_parser(sub)
     check_worker.add_parser(sub)
     league_cli.add_parser(sub)
     eval_cli.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
+    if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by launch.ray_cluster
+        from launch import ray_cluster
+
+        return ray_cluster.main(argv[1:])
     args = parser.parse_args(argv or ["train"])
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: importing orbax already put a handler on the root logger, which would make this a no-op
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        force=True)
     try:
         if args.command in ("host", "serve") and args.address is None:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find

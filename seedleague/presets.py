@@ -17,7 +17,7 @@ from seedleague.host.replay import ReplayConfig
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
-DEFAULT_ENV = "CartPole-v1"
+DEFAULT_ENV = "openspiel:kuhn_poker"  # `make run`: a league run that ends by printing its exploitability
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _atari() -> Preset:
 # entropy cost starts higher for the same softness.
 _POKER = {
     # game: (entropy start, entropy final, anneal updates, seconds)
-    "kuhn_poker": (0.5, 0.01, 25_000, 600.0),
+    "kuhn_poker": (1.0, 0.05, 25_000, 600.0),
     "leduc_poker": (1.0, 0.03, 90_000, 1800.0),
 }
 
