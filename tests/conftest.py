@@ -45,7 +45,8 @@ class RawWorker:
         self.channel = grpc.insecure_channel(address, options=channel_options(8 << 20))
         self.stub = env_pb2_grpc.EnvServiceStub(self.channel)
         self.spec = spec
-        self.session_id = self.stub.Handshake(codec.encode_handshake(spec, "raw-test"), timeout=10).session_id
+        # the first handshake builds the model (compiles), which takes seconds on a loaded machine
+        self.session_id = self.stub.Handshake(codec.encode_handshake(spec, "raw-test"), timeout=60).session_id
         self._pending: queue.SimpleQueue = queue.SimpleQueue()
         self._call = self.stub.Stream(iter(self._pending.get, None), timeout=30)
         self.sequence = 0
