@@ -35,7 +35,7 @@ test: install cpp-worker
 test-slow: install
 	$(PY) -m pytest -m slow
 
-## bench: the benchmark suite (benchmarks/suite.py, about 15 minutes); tables to stdout.
+## bench: the benchmark suite (benchmarks/suite.py, about 30 minutes); tables to stdout.
 ##        make bench BENCH_ARGS="--quick --out /tmp/bench.md"   shorter, and a markdown report
 bench: install
 	$(PY) -m benchmarks.suite $(BENCH_ARGS)

@@ -1,7 +1,7 @@
 """The benchmark suite (`make bench`): every table in benchmarks/README.md, one command.
 
-    python -m benchmarks.suite                       # everything (about 15 minutes on 2 cores)
-    python -m benchmarks.suite --quick               # shorter windows, fewer rows (about 4 minutes)
+    python -m benchmarks.suite                       # everything (about 30 minutes on 2 busy cores)
+    python -m benchmarks.suite --quick               # shorter windows, fewer rows
     python -m benchmarks.suite --only latency,wire --out /tmp/bench.md
 
 Each section is its own module, run in a fresh process (so JAX state, XLA flags

@@ -42,12 +42,13 @@ import time
 from collections import deque
 from typing import Any, Optional, Sequence
 
+from seedleague.security import TOKEN_ENV_VAR  # the token travels in the environment, never on a command line
+
 log = logging.getLogger(__name__)
 
 HOST_READY = "seedleague host listening on "  # printed by launch.local once the host's server is up
 LEAGUE_READY = "league serving on "  # printed by `seedleague league serve`
 NODE_IP = "{node_ip}"  # in a command: replaced by the IP Ray reports for the node the actor runs on
-TOKEN_ENV_VAR = "SEEDLEAGUE_TOKEN"  # = seedleague.security.TOKEN_ENV_VAR; the token travels in the environment
 
 # Run before the real command in every child: ask Linux to SIGTERM the child when
 # its actor process dies (ray.kill, a lost node, a killed driver), so no process

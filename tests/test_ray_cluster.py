@@ -7,13 +7,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from launch import ray_cluster
 from launch.ray_cluster import HOST_READY, NODE_IP, ProcessRunner, RayLaunchConfig
-from test_e2e import free_port, wait_for
+from test_e2e import wait_for
 
 PY = sys.executable
 
@@ -149,14 +148,15 @@ def two_node_cluster(tmp_path):
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
 
 
-@pytest.mark.slow
 def test_one_command_trains_cartpole_on_two_ray_nodes_and_leaves_no_process(tmp_path, two_node_cluster):
     run_dir = str(tmp_path / "run")
     # The host takes a whole 1-CPU node, so both half-CPU workers must go to the other node.
     command = [PY, "-m", "seedleague.cli", "ray-launch", "--address", two_node_cluster, "--env", "CartPole-v1",
                "--workers", "2", "--envs-per-worker", "8", "--host-cpus", "1", "--worker-cpus", "0.5",
                "--run-dir", run_dir, "--max-learner-steps", "20", "--max-seconds", "90", *TINY]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=280, env=dict(os.environ, **LOOPBACK_ENV))
+    # A token in the launcher's environment must reach the host and every worker (else they are refused).
+    env = dict(os.environ, SEEDLEAGUE_TOKEN="ray-test-token", **LOOPBACK_ENV)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=280, env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "reached 20 learner steps" in output, output[-4000:]
@@ -171,7 +171,7 @@ def test_one_command_trains_cartpole_on_two_ray_nodes_and_leaves_no_process(tmp_
     wait_for(lambda: not _pids_with(run_dir) and not _pids_with(address), 20, "every placed process to exit")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # `make test-slow`; with the test above, `make test` keeps one Ray run (about 45 s)
 def test_sigterm_tears_down_everything_it_placed_and_restarts_a_dead_worker(tmp_path, two_node_cluster):
     run_dir = str(tmp_path / "run")
     log_path = tmp_path / "launch.log"
@@ -183,7 +183,6 @@ def test_sigterm_tears_down_everything_it_placed_and_restarts_a_dead_worker(tmp_
     try:
         wait_for(lambda: "node " in log_path.read_text() and "worker-0" in log_path.read_text(), 150, "the placement")
         address = re.search(r"host serving on (\S+)", log_path.read_text()).group(1)
-        workers = _pids_with(address)
         wait_for(lambda: _pids_with(address), 30, "the worker process")
         workers = _pids_with(address)
         os.kill(workers[0], signal.SIGKILL)  # the watch loop starts it again
