@@ -3,6 +3,7 @@ with SIGKILL at random moments, N times each; then a table of what survived.
 
     python -m benchmarks.chaos                                   # `make chaos`: 10 minutes, 10 kills of each
     python -m benchmarks.chaos --minutes 3 --kills 4 --seed 1    # shorter
+    python -m benchmarks.chaos --league-kills 20 --host-kills 5   # per kind (the others: --kills)
     python -m benchmarks.chaos --run-dir runs/chaos               # where the run goes (default runs/chaos-<time>)
 
 The run is the three kinds of process a distributed deployment has, started and,
@@ -63,7 +64,10 @@ class ChaosConfig:
 
     run_dir: str
     seconds: float = 600.0  # faults are spread over this long (the run overruns it while the last one recovers)
-    kills: int = 10  # of each kind: worker, league, host
+    kills: int = 10  # of each kind: worker, league, host (unless given below)
+    worker_kills: Optional[int] = None
+    league_kills: Optional[int] = None
+    host_kills: Optional[int] = None
     workers: int = 2
     envs_per_worker: int = 8  # Kuhn poker ends an episode every ~2.5 steps: ~1K results/s from 2 x 8 envs
     league_down_s: float = 3.0  # a killed league stays away this long before it is started again
@@ -75,8 +79,13 @@ class ChaosConfig:
     league_flags: tuple[str, ...] = ("--mode", "pfsp", "--snapshot_interval_steps", "200")
 
     def __post_init__(self):
-        if self.seconds <= 0 or self.kills < 0 or self.workers < 1 or self.envs_per_worker < 1:
+        if self.seconds <= 0 or min(self.counts().values()) < 0 or self.workers < 1 or self.envs_per_worker < 1:
             raise ValueError("chaos needs seconds > 0, kills >= 0, workers >= 1 and envs_per_worker >= 1")
+
+    def counts(self) -> dict[str, int]:
+        """Kills of each kind."""
+        given = {"worker": self.worker_kills, "league": self.league_kills, "host": self.host_kills}
+        return {kind: self.kills if count is None else count for kind, count in given.items()}
 
 
 def free_port() -> int:
@@ -329,7 +338,7 @@ class ChaosRun:
 
     def run_faults(self) -> float:
         """Every fault at a random moment over `config.seconds`; returns the seconds it took."""
-        kinds = [kind for kind in KINDS for _ in range(self.config.kills)]
+        kinds = [kind for kind, count in self.config.counts().items() for _ in range(count)]
         self.rng.shuffle(kinds)
         start = time.monotonic()
         moments = sorted(self.rng.uniform(0, self.config.seconds) for _ in kinds)
@@ -455,6 +464,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="faults are spread over this long (default 10)")
     parser.add_argument("--kills", type=int, default=10, help="kills of each kind: worker, league, host (default 10)")
+    for kind in KINDS:
+        parser.add_argument(f"--{kind}-kills", type=int, default=None, help=f"kills of the {kind} (default --kills)")
     parser.add_argument("--workers", type=int, default=ChaosConfig.workers)
     parser.add_argument("--envs-per-worker", type=int, default=ChaosConfig.envs_per_worker)
     parser.add_argument("--league-down-s", type=float, default=ChaosConfig.league_down_s,
@@ -466,9 +477,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     run_dir = args.run_dir or os.path.join("runs", f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
     if os.path.exists(os.path.join(run_dir, "league")):
         parser.error(f"{run_dir} already holds a run: give a new --run-dir")
-    config = ChaosConfig(run_dir=run_dir, seconds=60 * args.minutes, kills=args.kills, workers=args.workers,
+    config = ChaosConfig(run_dir=run_dir, seconds=60 * args.minutes, kills=args.kills, worker_kills=args.worker_kills,
+                         league_kills=args.league_kills, host_kills=args.host_kills, workers=args.workers,
                          envs_per_worker=args.envs_per_worker, league_down_s=args.league_down_s, seed=args.seed)
-    print(f"chaos: {args.minutes:g} minutes, {args.kills} kills each of worker, league and host "
+    kills = ", ".join(f"{count} {kind}" for kind, count in config.counts().items())
+    print(f"chaos: {args.minutes:g} minutes, kills: {kills} "
           f"(python -m benchmarks.chaos {' '.join(argv if argv is not None else sys.argv[1:])})", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # so the processes it started are killed on the way out
     report = run_chaos(config)

@@ -102,12 +102,39 @@ class LeagueProcess:
         return None if self._proc is None else self._proc.pid
 
     def start(self) -> str:
-        """Start the service on a free port and wait until it serves; returns its address."""
+        """Start the service on a free port and wait until it serves; returns its address.
+
+        A service left running by a launcher that was killed (SIGKILL: it could not stop
+        its children) is stopped first, so one league process serves the database."""
         os.makedirs(self.directory, exist_ok=True)
+        self._stop_stale()
         log_start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self._spawn("127.0.0.1:0")
         self.address = self._wait_for_address(log_start)
         return self.address
+
+    def _stop_stale(self, timeout: float = 10.0) -> None:
+        """SIGTERM the service named by <league dir>/league.pid if it still runs (checked by its command line)."""
+        try:
+            with open(self._pid_path) as f:
+                pid = int(f.read().split()[0])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return
+        if b"seedleague.league.cli" not in command or self.directory.encode() not in command:
+            return
+        log.warning("stopping league service %d left running by an earlier launcher of %s", pid, self.directory)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    @property
+    def _pid_path(self) -> str:
+        return os.path.join(self.directory, "league.pid")
 
     def restart_if_dead(self) -> bool:
         """Start the service again on the same address if it has exited; True if it was restarted.
@@ -134,6 +161,8 @@ class LeagueProcess:
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                           env=_env_with_token(self.security))
+        with open(self._pid_path, "w") as f:
+            f.write(f"{self._proc.pid}\n")
 
     def _wait_for_address(self, log_start: int) -> str:
         """The address from this start's "league serving on" line (the log keeps earlier starts' lines)."""
@@ -189,6 +218,15 @@ class PlayerProcesses:
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM: each host stops its workers and writes a final checkpoint."""
         _terminate(self._procs, timeout)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _terminate(procs: Sequence[Optional[subprocess.Popen]], timeout: float) -> None:

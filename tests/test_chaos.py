@@ -213,6 +213,19 @@ def test_league_process_restarts_on_the_same_address_and_database_until_its_limi
         process.stop()
 
 
+def test_a_league_left_running_by_a_killed_launcher_is_stopped_before_a_resumed_run_starts_one(tmp_path):
+    stale = LeagueProcess(str(tmp_path), LeagueSpec())  # its launcher was SIGKILLed: nobody stopped it
+    stale.start()
+    fresh = LeagueProcess(str(tmp_path), LeagueSpec())  # `seedleague train --resume` of the same run dir
+    try:
+        fresh.start()
+        wait_for(lambda: not stale.alive(), 10, "the stale league to stop")
+        assert stale._proc.returncode == 0 and fresh.alive()  # a clean SIGTERM stop; one league per database
+    finally:
+        fresh.stop()
+        stale.stop()
+
+
 def test_worker_league_and_host_killed_then_resumed_without_losing_or_doubling_a_result(tmp_path):
     """One of each fault against real processes: league killed and back on its address after 3 s,
     a worker killed and replaced, the host killed and resumed from its checkpoint with --resume
