@@ -151,3 +151,43 @@ def test_learning_rate_and_entropy_cost_anneal_linearly_then_hold():
     assert float(constant(10**6)) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="entropy_cost_final"):
         LearnerConfig(entropy_cost_final=-1.0)
+
+
+def test_magnet_follows_the_params_as_a_moving_average_and_pulls_the_policy():
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    plain = LearnerConfig()
+    assert init_train_state(plain, network, jax.random.key(0)).magnet == ()
+    fixed = LearnerConfig(magnet_cost=1.0)
+    moving = LearnerConfig(magnet_cost=1.0, magnet_rate=0.25)
+    for config in (fixed, moving):
+        state = init_train_state(config, network, jax.random.key(0))
+        initial = jax.tree.map(np.asarray, state.params)
+        jax.tree.map(np.testing.assert_array_equal, state.magnet, initial)
+        magnet = initial
+        update = make_update(config, network)
+        for _ in range(3):
+            state, metrics = update(state, batch)
+            params = jax.tree.map(np.asarray, state.params)
+            magnet = jax.tree.map(lambda m, p: m + config.magnet_rate * (p - m), magnet, params)
+            assert float(metrics["magnet_kl"]) >= 0.0
+        jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6), state.magnet, magnet)
+    # The KL term's gradient points the policy at the magnet: with a magnet far
+    # from the policy and a cost that dwarfs the policy-gradient term, the KL falls.
+    config = LearnerConfig(magnet_cost=100.0, entropy_cost=0.0, learning_rate=1e-2)
+    state = init_train_state(config, network, jax.random.key(0))
+    noise = np.random.default_rng(1)
+    state = state._replace(magnet=jax.tree.map(lambda x: x + noise.normal(size=x.shape).astype(x.dtype), state.magnet))
+    update = make_update(config, network)
+    kls = []
+    for _ in range(30):
+        state, metrics = update(state, batch)
+        kls.append(float(metrics["magnet_kl"]))
+    assert kls[-1] < 0.2 * kls[0], kls
+
+
+def test_magnet_config_errors():
+    with pytest.raises(ValueError, match="magnet_rate must be in"):
+        LearnerConfig(magnet_rate=1.5)
+    with pytest.raises(ValueError, match="magnet_cost must be >= 0"):
+        LearnerConfig(magnet_cost=-0.1)

@@ -154,3 +154,13 @@ def test_losses_reject_misaligned_inputs():
                      v_tm1=[[0.0, 0.0]], v_t=[[0.0, 0.0]], r_t=[[0.0, 0.0]], discount_t=[[0.0, 0.0]])
     with pytest.raises(AssertionError, match=r"\[B, T\]"):
         losses.vtrace_loss(inputs)
+
+
+@MAYBE_JIT
+def test_masked_kl_counts_legal_actions_only(maybe_jit):
+    p = np.array([[0.0, 9.0, math.log(3.0), 0.0], [1.0, 0.0, 1.0, 0.0]], np.float32)  # legal: 1/4, 3/4
+    q = np.array([[0.0, -9.0, 0.0, 5.0], [2.0, 0.0, 2.0, 0.0]], np.float32)  # legal: 1/2, 1/2
+    kl = maybe_jit(losses.masked_kl)(p, q, np.stack([MASK, MASK]))
+    expected = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
+    np.testing.assert_allclose(kl, [expected, 0.0], atol=1e-6)
+    assert float(losses.masked_kl(p[0], q[0], np.zeros(4, bool))) == 0.0

@@ -274,10 +274,11 @@ class Host:
         return saved["step"], self.pool.player_dir(self.config.league.player)
 
     def _reset_learner(self) -> None:
-        """Back to the initial params and optimiser state; the step count goes on."""
+        """Back to the initial params, optimiser state and magnet; the step count goes on."""
         initial = self.model.initial_state  # copied: the next update donates the state it is given
-        fresh = lambda: jax.tree.map(jax.numpy.copy, (initial.params, initial.opt_state))
-        self.model.learner.call(lambda state: state._replace(**dict(zip(("params", "opt_state"), fresh()))))
+        fields = ("params", "opt_state", "magnet")
+        fresh = lambda: jax.tree.map(jax.numpy.copy, tuple(getattr(initial, f) for f in fields))
+        self.model.learner.call(lambda state: state._replace(**dict(zip(fields, fresh()))))
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics

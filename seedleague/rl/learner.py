@@ -67,6 +67,17 @@ class LearnerConfig:
         quantal-response equilibrium that gradient play approaches instead of
         cycling, Sokota et al. 2023); annealing it lowers that equilibrium's
         distance from a Nash equilibrium.
+    magnet_cost, magnet_rate: when magnet_cost > 0, the loss adds
+        magnet_cost * KL(pi(.|s) || rho(.|s)) over legal actions, where rho is a
+        "magnet" policy: a copy of the params that follows the learner's as an
+        exponential moving average, magnet <- magnet + magnet_rate * (params -
+        magnet) after every update (magnet_rate 0: the initial params, a near-
+        uniform policy, like an entropy bonus). This is the moving-magnet form of
+        magnetic mirror descent (Sokota et al. 2023) and R-NaD's regularisation
+        towards a trailing policy (Perolat et al. 2022): the regularised game has
+        an equilibrium that gradient play converges to, and moving the magnet
+        moves that equilibrium towards a Nash equilibrium of the game itself,
+        without annealing the regulariser to zero.
     """
 
     loss: str = "vtrace"
@@ -83,6 +94,8 @@ class LearnerConfig:
     anneal_steps: int = 0
     learning_rate_final: Optional[float] = None
     entropy_cost_final: Optional[float] = None
+    magnet_cost: float = 0.0
+    magnet_rate: float = 0.0
 
     def __post_init__(self):
         problems = []
@@ -101,7 +114,9 @@ class LearnerConfig:
         for name in ("discount", "lambda_"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("entropy_cost", "baseline_cost"):
+        if not 0 <= self.magnet_rate <= 1:
+            problems.append(f"magnet_rate must be in [0, 1], got {self.magnet_rate}")
+        for name in ("entropy_cost", "baseline_cost", "magnet_cost"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if problems:
@@ -115,6 +130,7 @@ class TrainState(NamedTuple):
     opt_state: optax.OptState
     step: jax.Array  # int32 scalar: updates applied so far = the params' policy version
     rng: jax.Array  # key carried for stochastic losses; the current losses do not use it
+    magnet: Any = ()  # the magnet policy's params when LearnerConfig.magnet_cost > 0, else ()
 
 
 def _annealed(config: LearnerConfig, initial: float, final: Optional[float]) -> optax.Schedule:
@@ -139,10 +155,11 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
         opt_state=_optimizer(config).init(params),
         step=jnp.zeros((), jnp.int32),
         rng=rng,
+        magnet=jax.tree.map(jnp.copy, params) if config.magnet_cost > 0 else (),
     )
 
 
-def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, step: jax.Array):
+def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, step: jax.Array, magnet: Any):
     """Scalar loss and its metrics for one batch under `params`, at update `step`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = losses.loss_inputs(logits, values, batch, config.discount)
@@ -153,17 +170,27 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
         baseline_cost=config.baseline_cost,
     )
     if config.loss == "ppo":
-        return losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)
-    return losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold, **common)
+        loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)
+    else:
+        loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold, **common)
+    if config.magnet_cost > 0:
+        magnet_logits, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
+        magnet_kl = jnp.mean(losses.masked_kl(
+            logits[:, :-1], jax.lax.stop_gradient(magnet_logits[:, :-1]), batch.legal_mask[:, :-1]))
+        loss, metrics = loss + config.magnet_cost * magnet_kl, dict(metrics, magnet_kl=magnet_kl)
+    return loss, metrics
 
 
 def _update(config: LearnerConfig, network: Network, state: TrainState,
             batch: Unroll) -> tuple[TrainState, dict[str, jax.Array]]:
     """One gradient step; see `make_update`."""
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(state.params, batch, state.step)
+    (loss, metrics), grads = grad_fn(state.params, batch, state.step, state.magnet)
     updates, opt_state = _optimizer(config).update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    magnet = state.magnet
+    if config.magnet_cost > 0 and config.magnet_rate > 0:
+        magnet = optax.incremental_update(params, magnet, config.magnet_rate)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(
         metrics,
@@ -171,7 +198,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState,
         grad_norm=optax.tree.norm(grads),
         policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
     )
-    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
+    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng, magnet=magnet)
     return new_state, metrics
 
 

@@ -78,6 +78,16 @@ def masked_entropy(logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
     return -jnp.sum(p_log_p, axis=-1)
 
 
+def masked_kl(logits: jax.Array, other_logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
+    """KL(p || q) [...] of the masked policies of `logits` (p) and `other_logits` (q).
+
+    Sums over legal actions only; 0 where no action is legal.
+    """
+    log_p = masked_log_softmax(logits, legal_mask)
+    log_q = masked_log_softmax(other_logits, legal_mask)
+    return jnp.sum(jnp.where(legal_mask, jnp.exp(log_p) * (log_p - log_q), 0.0), axis=-1)
+
+
 # --- Episode boundaries ---------------------------------------------------------
 
 
