@@ -31,6 +31,7 @@ from envs.worker_loop import (
     WorkerStats,
     add_connection_arguments,
     budget_spent,
+    client_config_from_args,
     closed_when_set,
     serve,
     stop_on_signals,
@@ -39,7 +40,7 @@ from seedleague.protocol import codec
 from seedleague.protocol.client import Backoff, ClientConfig, HostRefused, WorkerClient, default_worker_name
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.security import ClientSecurity, client_security_from_args
+from seedleague.security import ClientSecurity
 
 log = logging.getLogger("envs.gym_worker")
 
@@ -80,15 +81,12 @@ class WorkerConfig:
         self.client_config()  # Validates the connection fields.
 
     def client_config(self) -> ClientConfig:
-        return ClientConfig(
-            address=self.address,
-            worker_name=self.worker_name,
-            max_message_bytes=self.max_message_bytes,
-            backoff_initial_s=self.backoff_initial_s,
-            backoff_max_s=self.backoff_max_s,
-            connect_timeout_s=self.connect_timeout_s,
-            security=self.security,
-        )
+        return ClientConfig(**_connection_fields(self))
+
+
+def _connection_fields(config) -> dict:
+    """The ClientConfig fields (address, backoff, security, ...) of `config`, which has them all."""
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(ClientConfig)}
 
 
 def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
@@ -197,20 +195,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> WorkerConfig:
     """WorkerConfig from flags added by `add_arguments`; raises ValueError naming what to change."""
-    optional = {"worker_name": args.worker_name} if args.worker_name else {}
     return WorkerConfig(
         env_id=args.env_id,
         num_envs=args.num_envs,
-        address=args.address,
         seed=args.seed,
         max_steps=args.max_steps,
-        max_message_bytes=args.max_message_bytes,
-        backoff_initial_s=args.backoff_initial,
-        backoff_max_s=args.backoff_max,
-        connect_timeout_s=args.connect_timeout,
         log_interval_s=args.log_interval,
-        security=client_security_from_args(args),
-        **optional,
+        **_connection_fields(client_config_from_args(args)),
     )
 
 

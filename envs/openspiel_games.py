@@ -2,8 +2,13 @@
 OpenSpiel env worker, `seedleague eval` and the Python policy API.
 
 A seat's observation is its information-state tensor (the full private history,
-so a feed-forward policy is enough for perfect recall), or the observation tensor
-for games that provide no information state. Actions are OpenSpiel's distinct
+so a feed-forward policy is enough for perfect recall), or, for games that
+provide no information state, the observation tensor followed by one constant
+plane per player that marks whose view it is. OpenSpiel's observation tensors of
+board games (tic_tac_toe, connect_four, ...) are absolute, the same for both
+players (plane 0 = player 0's pieces), so without the seat planes a network would
+have to infer its own colour from the parity of the pieces on the board.
+Actions are OpenSpiel's distinct
 action ids; the legal mask of a seat that is not to move is all False.
 """
 
@@ -38,17 +43,20 @@ def load_game(name: str) -> pyspiel.Game:
 def observation_shape(game: pyspiel.Game) -> tuple[int, ...]:
     if game.get_type().provides_information_state_tensor:
         return tuple(game.information_state_tensor_shape())
-    return tuple(game.observation_tensor_shape())
+    planes, *rest = game.observation_tensor_shape()
+    return (planes + game.num_players(), *rest)
 
 
 def encode(state: pyspiel.State, player: int) -> np.ndarray:
     """The float32 observation of `player` in `state`, shaped `observation_shape(game)`."""
     game = state.get_game()
     if game.get_type().provides_information_state_tensor:
-        flat = state.information_state_tensor(player)
-    else:
-        flat = state.observation_tensor(player)
-    return np.asarray(flat, np.float32).reshape(observation_shape(game))
+        return np.asarray(state.information_state_tensor(player), np.float32).reshape(observation_shape(game))
+    observation = np.zeros(observation_shape(game), np.float32)
+    planes = len(observation) - game.num_players()
+    observation[:planes] = np.asarray(state.observation_tensor(player), np.float32).reshape(observation[:planes].shape)
+    observation[planes + player] = 1.0  # whose view this is
+    return observation
 
 
 def legal_mask(state: pyspiel.State, player: int, num_actions: int) -> np.ndarray:

@@ -87,31 +87,47 @@ def _atari() -> Preset:
 # collapse into near-deterministic, exploitable policies within a minute (Kuhn
 # exploitability 0.3-0.63, oscillating); annealing 1.0 -> 0.02 over 20K updates
 # tracked the regularised equilibrium down smoothly (Kuhn 0.036 after 300 s).
-# See benchmarks/README.md for the runs. Rewards in Leduc are ~3x Kuhn's, so its
-# entropy cost starts higher for the same softness.
+# Leduc has 936 information states to Kuhn's 12: with 32 x 8-step unrolls per
+# update its gradients were too noisy to follow the annealed equilibrium (0.6
+# after 30 minutes); 128 unrolls per update at a higher learning rate reached
+# 0.33-0.47 within 200-300 s. See benchmarks/README.md for the runs.
+@dataclasses.dataclass(frozen=True)
+class _Schedule:
+    entropy: float  # entropy cost at the start ...
+    entropy_final: float  # ... and after `anneal` updates
+    anneal: int
+    seconds: float  # the run's default length
+    batch_size: int = 32
+    learning_rate: float = 3e-4
+    learning_rate_final: float = 3e-5
+    snapshot_interval: int = 500  # learner updates between league snapshots
+
+
 _POKER = {
-    # game: (entropy start, entropy final, anneal updates, seconds)
-    "kuhn_poker": (1.0, 0.05, 25_000, 600.0),
-    "leduc_poker": (1.0, 0.03, 90_000, 1800.0),
+    "kuhn_poker": _Schedule(1.0, 0.05, 25_000, 600.0),
+    "leduc_poker": _Schedule(1.0, 0.03, 26_000, 1800.0, batch_size=128, learning_rate=1e-3, learning_rate_final=5e-5,
+                             snapshot_interval=250),
 }
+_OTHER_GAMES = _Schedule(0.05, 0.01, 20_000, 600.0)
 
 
 def _openspiel(game: str) -> Preset:
-    entropy, entropy_final, anneal, seconds = _POKER.get(game, (0.05, 0.01, 20_000, 600.0))
+    schedule = _POKER.get(game, _OTHER_GAMES)
     return Preset(
         host=HostConfig(
             unroll_length=8,
-            batch_size=32,
+            batch_size=schedule.batch_size,
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),
             network=NetworkConfig(torso="mlp", hidden_sizes=(128, 128)),
-            learner=LearnerConfig(loss="vtrace", learning_rate=3e-4, entropy_cost=entropy, discount=1.0,
-                                  learning_rate_final=3e-5, entropy_cost_final=entropy_final, anneal_steps=anneal),
+            learner=LearnerConfig(loss="vtrace", learning_rate=schedule.learning_rate, entropy_cost=schedule.entropy,
+                                  discount=1.0, learning_rate_final=schedule.learning_rate_final,
+                                  entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal),
         ),
         workers=1,
         envs_per_worker=128,
-        max_seconds=seconds,
-        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=500),
+        max_seconds=schedule.seconds,
+        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=schedule.snapshot_interval),
     )
 
 

@@ -80,6 +80,22 @@ def _deals(seed: int, num_envs: int = 4, steps: int = 60) -> list[tuple[int, ...
     return deals
 
 
+@pytest.mark.parametrize("name", ["tic_tac_toe", "connect_four"])
+def test_board_observations_say_whose_view_they_are(name):
+    # OpenSpiel's board tensors are absolute (the same for both players); the
+    # encoding appends one constant plane per seat so a policy knows its colour.
+    game = OpenSpielVectorGame(name, num_envs=1)
+    state = game.game.new_initial_state()
+    state.apply_action(state.legal_actions()[0])
+    views = [encode(state, player) for player in (0, 1)]
+    raw = np.asarray(state.observation_tensor(0), np.float32).reshape(game.game.observation_tensor_shape())
+    for player, view in enumerate(views):
+        np.testing.assert_array_equal(view[:-2], raw)
+        np.testing.assert_array_equal(view[-2:].reshape(2, -1).min(axis=1), np.eye(2)[player])
+        np.testing.assert_array_equal(view[-2:].reshape(2, -1).max(axis=1), np.eye(2)[player])
+    assert not np.array_equal(views[0], views[1])
+
+
 def test_chance_is_sampled_with_the_seeded_generator():
     """Kuhn deals two of three cards: all 6 deals show up, and the seed fixes which come when."""
     deals = _deals(seed=7)
@@ -149,7 +165,7 @@ def _worker(game: str, num_envs: int) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("game, shape, actions", [("kuhn_poker", (11,), 2), ("connect_four", (3, 6, 7), 7)])
+@pytest.mark.parametrize("game, shape, actions", [("kuhn_poker", (11,), 2), ("connect_four", (5, 6, 7), 7)])
 def test_worker_passes_every_check(game, shape, actions):
     report = cw.check_worker(_worker(game, 4), FAST)
     assert report.passed, report.format()
