@@ -11,7 +11,7 @@ import pytest
 
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLinkConfig
-from seedleague.league.model_pool import ModelPool
+from seedleague.league.model_pool import ModelPool, ParamsCache
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
@@ -173,3 +173,26 @@ def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     params, version = host.model.policy.current()
     assert version > 0
     worker.close()
+
+
+def test_params_cache_keeps_every_opponent_in_play_and_evicts_the_idle_ones(caplog):
+    # A hard LRU with more opponents in play than its capacity reloads one from disk
+    # on every batch; the cache keeps whatever was used within keep_s instead.
+    now = [0.0]
+    loads = []
+    cache = ParamsCache(lambda key: loads.append(key) or f"params of {key}", capacity=2, keep_s=10.0,
+                        clock=lambda: now[0])
+    in_play = ["a", "b", "c", "d"]
+    for _ in range(50):  # 50 inference batches, each seating all four opponents
+        for key in in_play:
+            assert cache.get(key) == f"params of {key}"
+        now[0] += 0.01
+    assert loads == in_play  # each loaded once
+    assert len(cache) == 4 and "exceed the params cache's capacity 2" in caplog.text
+    now[0] += 11.0  # "a" and "b" leave the table; "c", "d" and a newcomer play on
+    for key in ("c", "d", "e"):
+        cache.get(key)
+    assert "a" not in cache and "b" not in cache and len(cache) == 3
+    now[0] += 11.0
+    cache.get("e")
+    assert len(cache) == 2 and "e" in cache  # back within capacity once the rest went idle

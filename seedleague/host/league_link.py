@@ -48,7 +48,8 @@ class LeagueLinkConfig:
     report_interval_s: float = 0.5
     check_in_interval_s: float = 2.0
     retry_s: float = 1.0  # wait after a failed league call before the next try
-    cache_size: int = 16  # opponent params kept on the device
+    cache_size: int = 16  # opponent params kept on the device (soft: opponents in play are never evicted)
+    cache_keep_s: float = 30.0  # an opponent used within this long counts as in play
     max_pending_results: int = 1_000_000  # beyond this the oldest unreported results are dropped, with a warning
 
     def __post_init__(self):
@@ -58,7 +59,7 @@ class LeagueLinkConfig:
         for name in ("prefetch", "report_batch", "cache_size", "max_pending_results"):
             if getattr(self, name) < 1:
                 raise ValueError(f"league.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("report_interval_s", "check_in_interval_s", "retry_s"):
+        for name in ("report_interval_s", "check_in_interval_s", "retry_s", "cache_keep_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"league.{name} must be > 0, got {getattr(self, name)}")
 
@@ -102,7 +103,7 @@ class LeagueLink:
         self.league = league
         self.stats = LinkStats()
         self._load_params = load_params
-        self._cache = ParamsCache(load_params, config.cache_size)
+        self._cache = ParamsCache(load_params, config.cache_size, config.cache_keep_s)
         self._cache_lock = threading.Lock()
         self._snapshot, self._reset, self._learner_step = snapshot, reset, learner_step
         self._ready: collections.deque[Match] = collections.deque()

@@ -17,6 +17,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
@@ -74,32 +75,60 @@ class ModelPool:
 
 class ParamsCache:
     """LRU of opponent params on the device, loaded on first use by `load(key)`. Not thread-safe:
-    its user holds a lock (see host.league_link)."""
+    its user holds a lock (see host.league_link).
 
-    def __init__(self, load: Callable[[str], Any], capacity: int = 8):
+    `capacity` is soft: an entry used within the last `keep_s` seconds is never
+    evicted, because it belongs to an opponent seated now. With more opponents in
+    play than `capacity` (PFSP over many snapshots, 128 envs), a hard LRU would
+    evict one seated opponent to load another on every inference batch and reload
+    it from disk on the next: one connect_four host fell from 9K to 130 env
+    steps/s once its league held more than 16 snapshots. The cache grows to the
+    opponents in play instead (logged once) and shrinks back as they leave.
+    """
+
+    def __init__(self, load: Callable[[str], Any], capacity: int = 8, keep_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
         if capacity < 1:
             raise ValueError(f"the opponent params cache needs capacity >= 1, got {capacity}")
         self._load = load
         self.capacity = capacity
-        self._entries: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.keep_s = keep_s
+        self._clock = clock
+        self._entries: collections.OrderedDict[str, Any] = collections.OrderedDict()  # least recently used first
+        self._last_used: dict[str, float] = {}
+        self._warned_over = False
         self.loads = 0
 
     def get(self, key: str) -> Any:
         if key in self._entries:
             self._entries.move_to_end(key)
+            self._last_used[key] = self._clock()
+            self._evict_idle(self._last_used[key])
             return self._entries[key]
         params = self._load(key)
         self.put(key, params)
         return params
 
     def put(self, key: str, params: Any) -> None:
-        """Insert params loaded elsewhere (e.g. by a prefetch thread), evicting the least recently used."""
+        """Insert params loaded elsewhere (e.g. by a prefetch thread), evicting what has not been used lately."""
         self.loads += 1
         self._entries[key] = params
         self._entries.move_to_end(key)
-        if len(self._entries) > self.capacity:
-            evicted, _ = self._entries.popitem(last=False)
-            log.debug("evicted opponent %s from the params cache", evicted)
+        self._last_used[key] = self._clock()
+        self._evict_idle(self._last_used[key])
+
+    def _evict_idle(self, now: float) -> None:
+        """Least recently used first, while over capacity, stopping at the first entry in play."""
+        while len(self._entries) > self.capacity:
+            oldest = next(iter(self._entries))
+            if now - self._last_used[oldest] < self.keep_s:  # in LRU order: every other entry is in use too
+                if not self._warned_over:
+                    self._warned_over = True
+                    log.warning("%d opponents in play exceed the params cache's capacity %d; keeping them all "
+                                "(raise --league.cache_size to avoid this)", len(self._entries), self.capacity)
+                break
+            del self._entries[oldest], self._last_used[oldest]
+            log.debug("evicted opponent %s from the params cache", oldest)
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
