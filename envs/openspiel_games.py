@@ -47,15 +47,33 @@ def observation_shape(game: pyspiel.Game) -> tuple[int, ...]:
     return (planes + game.num_players(), *rest)
 
 
+class Encoder:
+    """Writes observations of one game into caller-owned buffers, with the game's
+    type and shape looked up once (the worker encodes every seat of every env at
+    every step; `encode` is the one-off form)."""
+
+    def __init__(self, game: pyspiel.Game):
+        self.shape = observation_shape(game)
+        self.num_actions = game.num_distinct_actions()
+        self._information_state = game.get_type().provides_information_state_tensor
+        self._board_planes = None if self._information_state else self.shape[0] - game.num_players()
+
+    def observation(self, state: pyspiel.State, player: int, out: np.ndarray) -> None:
+        """out[...] = `player`'s observation of `state`; `out` is a float32 array shaped `self.shape`."""
+        if self._information_state:
+            out.flat[:] = state.information_state_tensor(player)
+            return
+        planes = self._board_planes
+        out[:planes].flat[:] = state.observation_tensor(player)
+        out[planes:] = 0.0
+        out[planes + player] = 1.0  # whose view this is
+
+
 def encode(state: pyspiel.State, player: int) -> np.ndarray:
     """The float32 observation of `player` in `state`, shaped `observation_shape(game)`."""
-    game = state.get_game()
-    if game.get_type().provides_information_state_tensor:
-        return np.asarray(state.information_state_tensor(player), np.float32).reshape(observation_shape(game))
-    observation = np.zeros(observation_shape(game), np.float32)
-    planes = len(observation) - game.num_players()
-    observation[:planes] = np.asarray(state.observation_tensor(player), np.float32).reshape(observation[:planes].shape)
-    observation[planes + player] = 1.0  # whose view this is
+    encoder = Encoder(state.get_game())
+    observation = np.empty(encoder.shape, np.float32)
+    encoder.observation(state, player, observation)
     return observation
 
 

@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pyspiel
 
-from envs.openspiel_games import UnsupportedGame, encode, legal_mask, load_game, observation_shape
+from envs.openspiel_games import Encoder, UnsupportedGame, load_game
 from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
 from seedleague.protocol.specs import EnvSpec
 
@@ -58,8 +58,8 @@ class OpenSpielVectorGame:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.game = load_game(game_name)
-        self.num_actions = self.game.num_distinct_actions()
-        shape = observation_shape(self.game)
+        self._encoder = Encoder(self.game)
+        self.num_actions, shape = self._encoder.num_actions, self._encoder.shape
         self.spec = EnvSpec(
             env_name=f"openspiel:{game_name}",
             observation_shape=shape,
@@ -156,11 +156,13 @@ class OpenSpielVectorGame:
             state.apply_action(action)
 
     def _render(self, env: int, state: pyspiel.State) -> None:
+        """Write env's observations, legal masks and acting flags; `state` is live (a player is to move)."""
         out, player = self._out, state.current_player()
         for seat in range(NUM_SEATS):
-            out.observation[env, seat] = encode(state, seat)
-            out.legal_mask[env, seat] = legal_mask(state, seat, self.num_actions)
+            self._encoder.observation(state, seat, out.observation[env, seat])
             out.acting[env, seat] = player == seat
+        out.legal_mask[env] = False  # openspiel_games.legal_mask: only the player to move has legal actions
+        out.legal_mask[env, player, state.legal_actions(player)] = True
 
     def _substitute(self, state: pyspiel.State, env: int, player: int, action: int) -> int:
         """The first legal action in place of the host's illegal `action`; counted and logged 1 in N."""
