@@ -197,6 +197,23 @@ def test_eval_cli_on_poker_reports_exploitability_mixture_and_head_to_head(tmp_p
     assert len(open(run / "eval" / "history.jsonl").readlines()) == 2
 
 
+def test_eval_cli_average_is_the_uniform_mixture_of_the_newest_snapshots(tmp_path, capsys):
+    run = _kuhn_run(tmp_path)
+    assert cli.main(["eval", "--run-dir", str(run), "--average", "1", "--mixture", "main:000001=1,main:000002=1"]) == 0
+    assert cli.main(["eval", "--run-dir", str(run), "--average", "0.5", "--snapshot", "main:000002"]) == 0
+    assert "average policy" in capsys.readouterr().out
+    both, newest = (json.loads(line)["results"] for line in open(run / "eval" / "history.jsonl"))
+    assert both["average_snapshots"] == ["main:000001", "main:000002", 2]
+    assert both["average_exploitability"] == pytest.approx(both["mixture_exploitability"], abs=1e-12)
+    assert newest["average_snapshots"] == ["main:000002", "main:000002", 1]
+    assert newest["average_exploitability"] == pytest.approx(newest["exploitability"], abs=1e-12)
+    assert both["average_exploitability"] != pytest.approx(newest["average_exploitability"], abs=1e-3)
+    for bad in ("0", "1.5", "-0.2"):
+        assert cli.main(["eval", "--run-dir", str(run), "--average", bad]) == 2
+        assert f"--average must be a fraction of the snapshots in (0, 1], got {float(bad)}" in capsys.readouterr().err
+    assert len(open(run / "eval" / "history.jsonl").readlines()) == 2
+
+
 def test_eval_cli_on_a_board_game_plays_random_and_each_mcts(tmp_path, capsys):
     run = tmp_path / "run"
     save_checkpoint(run / "checkpoints", env_of(load_game("tic_tac_toe")), step=4, bias=-np.arange(9.0))
@@ -226,6 +243,7 @@ def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):
     run = _kuhn_run(tmp_path)
     entry = eval_cli.evaluate_run(str(run), quick=True)
     assert entry["results"]["exploitability"] == pytest.approx(0.4583333, abs=1e-6)
+    assert entry["results"]["average_snapshots"] == ["main:000002", "main:000002", 1]  # the newest third of 2
     assert "exploitability" in capsys.readouterr().out
     save_checkpoint(tmp_path / "cartpole" / "checkpoints", ("CartPole-v1", (4,), 2))
     assert eval_cli.evaluate_run(str(tmp_path / "cartpole"), quick=True) is None

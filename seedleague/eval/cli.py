@@ -2,7 +2,7 @@
 
     seedleague eval --run-dir D [--snapshot KEY | --checkpoint PATH] [--step N] [--games N]
                     [--mcts-sims 100,1000] [--mcts-games N] [--greedy] [--vs KEY_OR_PATH]
-                    [--mixture KEY=W,KEY=W,...] [--json OUT] [--seed S]
+                    [--mixture KEY=W,KEY=W,...] [--nash] [--average FRACTION] [--json OUT] [--seed S]
     seedleague report --run-dir D [--out DIR]
 
 The game comes from the checkpoint's env spec ("openspiel:<game>"). Imperfect-
@@ -48,6 +48,7 @@ class EvalConfig:
 
 
 QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10)  # a few seconds: the end of `seedleague train`
+END_OF_RUN_AVERAGE = 1 / 3  # the end of `seedleague train` reports the average of the newest third of the snapshots
 
 
 def openspiel_game_name(env_name: str) -> Optional[str]:
@@ -84,9 +85,12 @@ def parse_mixture(text: str) -> list[tuple[str, float]]:
 
 
 def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
-             mixture: Optional[list[tuple[str, float]]] = None, nash: bool = False) -> dict:
+             mixture: Optional[list[tuple[str, float]]] = None, nash: bool = False,
+             average: Optional[float] = None) -> dict:
     """Every evaluation that applies to `policy`'s game; returns the history entry (results inside).
-    Raises ValueError when the env is not an OpenSpiel game (nothing here applies)."""
+    `average`: also the exploitability of the uniform mixture of the newest `average` fraction of
+    the league's snapshots (poker games). Raises ValueError when the env is not an OpenSpiel game
+    (nothing here applies)."""
     name = openspiel_game_name(policy.spec.env_name)
     if name is None:
         raise ValueError(
@@ -106,6 +110,8 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
         results.update(_board(game, policy, config))
     if mixture:
         results.update(_mixture(run_dir, game, imperfect, mixture))
+    if average is not None and imperfect:
+        results.update(_recent_average(run_dir, game, average))
     if nash and imperfect:
         results.update(_league_nash(run_dir, game))
     if vs:
@@ -150,6 +156,30 @@ def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float
     return {"mixture": dict(mixture), "mixture_exploitability": value}
 
 
+def check_average_fraction(fraction: float) -> float:
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"--average must be a fraction of the snapshots in (0, 1], got {fraction}")
+    return fraction
+
+
+def _recent_average(run_dir: str, game, fraction: float) -> dict:
+    """Exploitability of the average policy of the newest `fraction` of the first player's snapshots
+    (a uniform mixture, mixed as behaviour strategies). Self-play by policy gradient does not settle
+    on an equilibrium; its recent average is nearer one than any single iterate (fictitious play)."""
+    from seedleague.eval import openspiel_eval
+
+    check_average_fraction(fraction)
+    _, keys = _pool_keys(run_dir)
+    if not keys:
+        return {"average_note": "the run has no league snapshots yet"}
+    keys = keys[-max(1, round(len(keys) * fraction)):]
+    start = time.perf_counter()
+    policies = [resolve_policy(run_dir, key) for key in keys]
+    value = openspiel_eval.mixture_exploitability(game, policies, [1.0] * len(policies))
+    return {"average_exploitability": value, "average_snapshots": [keys[0], keys[-1], len(keys)],
+            "average_fraction": fraction, "average_seconds": time.perf_counter() - start}
+
+
 def _league_nash(run_dir: str, game, max_snapshots: int = 200) -> dict:
     """Exploitability of two Nash mixtures over the league's snapshots (PSRO meta-strategies): from the
     exact meta-game (every snapshot against every other, computed from the game tree) and, when
@@ -187,7 +217,7 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
 
     config = config or (QUICK if quick else EvalConfig())
     try:
-        entry = evaluate(run_dir, load_policy(run_dir), config, nash=True)
+        entry = evaluate(run_dir, load_policy(run_dir), config, nash=True, average=END_OF_RUN_AVERAGE)
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         print(f"  no evaluation: {error}")
         return None
@@ -217,6 +247,12 @@ def format_entry(entry: dict) -> str:
         lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
     if "mixture_note" in results:
         lines.append(f"  mixture: {results['mixture_note']}")
+    if "average_exploitability" in results:
+        first, last, count = results["average_snapshots"]
+        lines.append(f"  average policy          {results['average_exploitability']:.6f}   "
+                     f"(uniform mixture of the newest {count} snapshots, {first} .. {last})")
+    if "average_note" in results:
+        lines.append(f"  average policy: {results['average_note']}")
     for field, mixture, label in (("nash_mixture_exploitability", "nash_mixture", "league Nash mixture"),
                                   ("league_table_nash_exploitability", "league_table_nash", "  from win rates")):
         if field in results:
@@ -303,16 +339,24 @@ def _pool_curve(run_dir: str, max_points: int = 40) -> list[dict]:
     """Exploitability of the first player's snapshots over training, for poker runs (else [])."""
     from seedleague.api import load_snapshot
     from seedleague.eval.curve import as_eval_history, snapshot_curve
-    from seedleague.league.model_pool import ModelPool
 
-    pool = ModelPool(os.path.join(run_dir, "pool"))
-    players = sorted(os.listdir(pool.root)) if os.path.isdir(pool.root) else []
-    player = "main" if "main" in players else (players[0] if players else None)
-    keys = pool.keys(player) if player else []
-    pool.close()
+    player, keys = _pool_keys(run_dir)
     if not keys or not _is_poker(load_snapshot(run_dir, keys[0]).spec.env_name):
         return []
     return as_eval_history(snapshot_curve(run_dir, player, every=max(1, len(keys) // max_points)))
+
+
+def _pool_keys(run_dir: str) -> tuple[Optional[str], list[str]]:
+    """The run's first learning player ("main" when there is one) and its snapshot keys, oldest first."""
+    from seedleague.league.model_pool import ModelPool
+
+    pool = ModelPool(os.path.join(run_dir, "pool"))
+    try:
+        players = sorted(os.listdir(pool.root)) if os.path.isdir(pool.root) else []
+        player = "main" if "main" in players else (players[0] if players else None)
+        return player, (pool.keys(player) if player else [])
+    finally:
+        pool.close()
 
 
 def _is_poker(env_name: str) -> bool:
@@ -356,6 +400,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--mixture", default=None, metavar="KEY=W,...", help="exploitability of the mixture KEY=W,KEY=W,... (poker games)")
     parser.add_argument("--nash", action="store_true",
                         help="also the exploitability of the league's Nash mixture over its snapshots (poker games)")
+    parser.add_argument("--average", type=float, default=None, metavar="FRACTION",
+                        help="also the exploitability of the average policy of the newest FRACTION of the league's "
+                             "snapshots, e.g. 0.33 (poker games; the end of training reports 1/3)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of chance, sampling and MCTS (default 0)")
     report = sub.add_parser("report", help="write the league report (leaderboard, heatmap, rating and exploitability plots)",
@@ -381,13 +428,15 @@ def _eval(args: argparse.Namespace) -> int:
 
     config = EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
     mixture = parse_mixture(args.mixture) if args.mixture else None
+    if args.average is not None:
+        check_average_fraction(args.average)
     if args.snapshot:
         if args.step is not None:
             raise ValueError("--step applies to --run-dir or --checkpoint; a snapshot key names its own step")
         policy = load_snapshot(args.run_dir, args.snapshot, seed=args.seed)
     else:
         policy = load_policy(args.checkpoint or args.run_dir, args.step, seed=args.seed)
-    entry = evaluate(args.run_dir, policy, config, args.vs, mixture, args.nash)
+    entry = evaluate(args.run_dir, policy, config, args.vs, mixture, args.nash, args.average)
     print(format_entry(entry))
     path = append_history(args.run_dir, entry)
     if args.json:
