@@ -176,10 +176,12 @@ def run(config: RunConfig) -> dict:
         summary = asyncio.run(_serve(config, host, metrics, run_dir, league))
         summary.update(league.summary())
     finally:
-        if host is not None:
-            host.stop()
-        league.stop()
-        metrics.close()
+        try:
+            if host is not None:
+                host.stop()  # its final checkpoint can take seconds: a second SIGTERM may land here
+        finally:
+            league.stop()  # ... and must not leave the league service process running
+            metrics.close()
     summary.update(league.delivery(host))  # after host.stop(): its last delivery of results counts
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))

@@ -1,0 +1,48 @@
+"""launch.local.run: whatever interrupts the host's shutdown, the league service process is stopped."""
+
+import pytest
+
+from launch import local
+
+
+class FakeLeague:
+    """Stands in for the run's league side (its own service process in a real run)."""
+
+    def __init__(self, config, run_dir):
+        self.client, self.stopped = None, False
+        FakeLeague.last = self
+
+    def start(self, host_config):
+        return host_config
+
+    def start_players(self):
+        pass
+
+    def summary(self):
+        return {}
+
+    def stop(self):
+        self.stopped = True
+
+
+class HostInterruptedWhileStopping:
+    """A host whose shutdown (final checkpoint) is cut short by a second SIGTERM."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def stop(self):
+        raise KeyboardInterrupt("signal 15")
+
+
+async def _served(*args):
+    return {}
+
+
+def test_an_interrupt_during_host_shutdown_still_stops_the_league(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "_League", FakeLeague)
+    monkeypatch.setattr(local, "Host", HostInterruptedWhileStopping)
+    monkeypatch.setattr(local, "_serve", _served)
+    with pytest.raises(KeyboardInterrupt):
+        local.run(local.RunConfig(run_dir=str(tmp_path / "run")))
+    assert FakeLeague.last.stopped
