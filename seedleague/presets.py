@@ -101,13 +101,12 @@ class _Schedule:
     learning_rate: float = 3e-4
     learning_rate_final: float = 3e-5
     snapshot_interval: int = 500  # learner updates between league snapshots
-    workers: int = 1  # worker processes of 128 envs each
 
 
 _POKER = {
     "kuhn_poker": _Schedule(1.0, 0.05, 25_000, 600.0),
-    "leduc_poker": _Schedule(1.0, 0.03, 45_000, 1800.0, batch_size=128, learning_rate=1e-3, learning_rate_final=5e-5,
-                             workers=4),
+    "leduc_poker": _Schedule(1.0, 0.03, 26_000, 1800.0, batch_size=128, learning_rate=1e-3, learning_rate_final=5e-5,
+                             snapshot_interval=250),
 }
 _OTHER_GAMES = _Schedule(0.05, 0.01, 20_000, 600.0)
 
@@ -125,7 +124,7 @@ def _openspiel(game: str) -> Preset:
                                   discount=1.0, learning_rate_final=schedule.learning_rate_final,
                                   entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal),
         ),
-        workers=schedule.workers,
+        workers=1,
         envs_per_worker=128,
         max_seconds=schedule.seconds,
         league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=schedule.snapshot_interval),
