@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from seedleague.rl.networks import NATURE_CNN, NetworkConfig, make_network
+from seedleague.rl.networks import NATURE_CNN, NetworkConfig, _BoardTorso, make_network
 
 
 def _first(batch, time, starts=()):
@@ -71,6 +71,25 @@ def test_conv_torso_works_on_small_frames():
     assert logits.shape == (2, 3, 4) and value.shape == (2, 3)
 
 
+def test_board_torso_reads_channels_first_planes_square_by_square():
+    network = make_network(NetworkConfig(torso="board", hidden_sizes=(16,)), (5, 6, 7), np.float32, num_actions=7)
+    params = network.init(jax.random.key(0))
+    torso = params["params"]["torso"]
+    assert [torso[f"Conv_{i}"]["kernel"].shape for i in range(2)] == [(3, 3, 5, 32), (3, 3, 32, 32)]
+    assert torso["Dense_0"]["kernel"].shape == (6 * 7 * 32, 16)  # SAME, stride 1: the board stays 6 x 7
+    assert "value_torso" not in params["params"]
+    logits, value, _ = network.apply(params, np.zeros((2, 3, 5, 6, 7), np.float32), _first(2, 3), ())
+    assert logits.shape == (2, 3, 7) and value.shape == (2, 3)
+    # Two 3x3 convolutions see 5x5 squares: a piece in the corner moves only the features of
+    # the squares within two rows and columns of it.
+    conv_only = {"params": {k: v for k, v in torso.items() if k.startswith("Conv")}}
+    empty, corner = np.zeros((1, 5, 6, 7), np.float32), np.zeros((1, 5, 6, 7), np.float32)
+    corner[0, 1, 0, 0] = 1.0
+    features = [_BoardTorso(hidden_sizes=()).apply(conv_only, board).reshape(6, 7, 32) for board in (empty, corner)]
+    moved = np.abs(np.asarray(features[1] - features[0])).sum(axis=-1) > 0
+    assert moved[:3, :3].any() and not moved[3:].any() and not moved[:, 3:].any()
+
+
 def test_lstm_shapes_and_state(lstm):
     network, params = lstm
     core = network.initial_state(2)
@@ -126,6 +145,8 @@ def test_config_errors_say_what_to_change(kwargs, match):
 def test_make_network_rejects_conv_for_flat_observations():
     with pytest.raises(ValueError, match="needs \\[H, W, C\\]"):
         make_network(NetworkConfig(torso="conv"), (4,), np.float32, 2)
+    with pytest.raises(ValueError, match="torso='board' needs \\[C, H, W\\]"):
+        make_network(NetworkConfig(torso="board"), (11,), np.float32, 2)
 
 
 def test_apply_rejects_mismatched_inputs(mlp):

@@ -30,13 +30,16 @@ import numpy as np
 Params = Any
 CoreState = Any
 
-_TORSOS = ("auto", "mlp", "conv")
+_TORSOS = ("auto", "mlp", "conv", "board")
 # The "Nature" DQN convolutions (Mnih et al. 2015), also IMPALA's shallow model:
 # (features, kernel, stride).
 _NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 # Smallest frame side the Nature convolutions fit with VALID padding; smaller
 # frames use SAME padding so that any HWC size works.
 _MIN_VALID_SIDE = 36
+# The board torso: stride-1 SAME 3x3 convolutions, (features, kernel), so every
+# square keeps its own features (a 6x7 board stays 6x7).
+_BOARD_CONVS = ((32, 3), (32, 3))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +47,10 @@ class NetworkConfig:
     """Shape of the actor-critic network.
 
     torso: "mlp" flattens the observation into tanh dense layers; "conv" is the
-        Nature CNN for [H, W, C] frames followed by relu dense layers; "auto" picks
-        "conv" for rank-3 observations and "mlp" otherwise.
+        Nature CNN for [H, W, C] frames followed by relu dense layers; "board" is
+        two 3x3 stride-1 convolutions for small [C, H, W] board planes (OpenSpiel's
+        observation tensors of board games, channels first) followed by relu dense
+        layers; "auto" picks "conv" for rank-3 observations and "mlp" otherwise.
     hidden_sizes: dense layer sizes of the MLP torso, or after the convolutions.
         The exact Nature CNN is `NATURE_CNN` (torso="conv", hidden_sizes=(512,)).
     lstm_size: 0 for a feed-forward network; > 0 adds an LSTM core of that size
@@ -54,7 +59,7 @@ class NetworkConfig:
         torso of its own (False). None picks: separate for a feed-forward MLP
         (Andrychowicz et al. 2021 found separate policy and value networks
         learn better on-policy; here it roughly halves the steps CartPole-v1
-        needs), shared for the conv torso (IMPALA/SEED practice; a second CNN
+        needs), shared for the conv and board torsos (IMPALA/SEED practice; a second CNN
         doubles the cost) and whenever there is an LSTM core, whose memory the
         value needs too.
     """
@@ -91,7 +96,7 @@ class NetworkConfig:
         """Whether policy and value share a torso, for the resolved torso kind."""
         if self.shared_torso is not None:
             return self.shared_torso
-        return torso == "conv" or self.lstm_size > 0
+        return torso in ("conv", "board") or self.lstm_size > 0
 
 
 NATURE_CNN = NetworkConfig(torso="conv", hidden_sizes=(512,))
@@ -150,6 +155,30 @@ class _ConvTorso(nn.Module):
         return x
 
 
+class _BoardTorso(nn.Module):
+    """3x3 stride-1 convolutions over [N, C, H, W] board planes, then relu dense layers.
+
+    A line of four is the same pattern wherever it lies on the board; convolutions
+    share what they learn across squares, where an MLP must learn every square's
+    version of a pattern apart.
+    """
+
+    hidden_sizes: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = jnp.transpose(x, (0, 2, 3, 1))  # [N, C, H, W] -> [N, H, W, C]
+        for features, kernel in _BOARD_CONVS:
+            x = nn.relu(nn.Conv(features, (kernel, kernel), padding="SAME", kernel_init=_hidden_init())(x))
+        x = x.reshape((x.shape[0], -1))
+        for size in self.hidden_sizes:
+            x = nn.relu(nn.Dense(size, kernel_init=_hidden_init())(x))
+        return x
+
+
+_TORSO_MODULES = {"mlp": _MlpTorso, "conv": _ConvTorso, "board": _BoardTorso}
+
+
 class _ResettingLSTMCell(nn.Module):
     """One LSTM step that first zeroes the carry of rows starting an episode."""
 
@@ -175,7 +204,7 @@ _ScannedLSTM = nn.scan(
 class _ActorCritic(nn.Module):
     """Torso over [B*T], optional LSTM over T, then policy and value heads."""
 
-    torso: str  # resolved: "mlp" or "conv"
+    torso: str  # resolved: "mlp", "conv" or "board"
     hidden_sizes: tuple[int, ...]
     lstm_size: int
     shared_torso: bool
@@ -185,7 +214,7 @@ class _ActorCritic(nn.Module):
     def __call__(self, observation: jax.Array, first: jax.Array, core_state: CoreState):
         batch, time = first.shape
         flat = _to_float(observation.reshape((batch * time,) + observation.shape[2:]))
-        torso = _ConvTorso if self.torso == "conv" else _MlpTorso
+        torso = _TORSO_MODULES[self.torso]
 
         def features(name: str) -> jax.Array:
             x = torso(self.hidden_sizes, name=name)(flat)
@@ -214,9 +243,10 @@ def _to_float(observation: jax.Array) -> jax.Array:
 def _resolve_torso(torso: str, observation_shape: tuple[int, ...]) -> str:
     if torso == "auto":
         return "conv" if len(observation_shape) == 3 else "mlp"
-    if torso == "conv" and len(observation_shape) != 3:
+    if torso in ("conv", "board") and len(observation_shape) != 3:
+        layout = "[H, W, C]" if torso == "conv" else "[C, H, W]"
         raise ValueError(
-            f"torso='conv' needs [H, W, C] observations, got shape {observation_shape}; "
+            f"torso={torso!r} needs {layout} observations, got shape {observation_shape}; "
             "use torso='mlp' or 'auto'"
         )
     return torso
