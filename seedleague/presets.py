@@ -111,15 +111,32 @@ _POKER = {
 _OTHER_GAMES = _Schedule(0.05, 0.01, 20_000, 600.0)
 
 
+# Board games (connect_four: 98% against uniform random after 10 minutes with the
+# board torso, 90-94% with MLPs of 128 or 256 units even after 40 minutes).
+_BOARD_NETWORK = NetworkConfig(torso="board", hidden_sizes=(256,))
+_FLAT_NETWORK = NetworkConfig(torso="mlp", hidden_sizes=(128, 128))
+
+
+def _shows_a_board(game: str) -> bool:
+    """Whether the OpenSpiel game's observation is [C, H, W] planes (the board torso fits)."""
+    from envs.openspiel_games import UnsupportedGame, load_game, observation_shape
+
+    try:
+        return len(observation_shape(load_game(game))) == 3
+    except UnsupportedGame:
+        return False  # the worker refuses the game by name, before anything is trained
+
+
 def _openspiel(game: str) -> Preset:
     schedule = _POKER.get(game, _OTHER_GAMES)
+    network = _BOARD_NETWORK if game not in _POKER and _shows_a_board(game) else _FLAT_NETWORK
     return Preset(
         host=HostConfig(
             unroll_length=8,
             batch_size=schedule.batch_size,
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),
-            network=NetworkConfig(torso="mlp", hidden_sizes=(128, 128)),
+            network=network,
             learner=LearnerConfig(loss="vtrace", learning_rate=schedule.learning_rate, entropy_cost=schedule.entropy,
                                   discount=1.0, learning_rate_final=schedule.learning_rate_final,
                                   entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal),
