@@ -43,6 +43,9 @@ def test_an_interrupt_during_host_shutdown_still_stops_the_league(tmp_path, monk
     monkeypatch.setattr(local, "_League", FakeLeague)
     monkeypatch.setattr(local, "Host", HostInterruptedWhileStopping)
     monkeypatch.setattr(local, "_serve", _served)
+    # run() sets the process's GIL switch interval and SIGTERM handler: keep them from later tests.
+    monkeypatch.setattr(local.sys, "setswitchinterval", lambda seconds: None)
+    monkeypatch.setattr(local.signal, "signal", lambda signum, handler: None)
     with pytest.raises(KeyboardInterrupt):
         local.run(local.RunConfig(run_dir=str(tmp_path / "run")))
     assert FakeLeague.last.stopped
