@@ -117,6 +117,15 @@ def _hidden_init() -> Callable:
     return nn.initializers.orthogonal(math.sqrt(2.0))
 
 
+def _dense_layers(x: jax.Array, hidden_sizes: tuple[int, ...], activation) -> jax.Array:
+    """Flatten [N, ...] to [N, -1], then one dense layer per size; call inside a torso's compact
+    __call__ (the layers are named Dense_0, Dense_1, ... in the calling module)."""
+    x = x.reshape((x.shape[0], -1))
+    for size in hidden_sizes:
+        x = activation(nn.Dense(size, kernel_init=_hidden_init())(x))
+    return x
+
+
 class _MlpTorso(nn.Module):
     """Flatten, then tanh dense layers.
 
@@ -131,10 +140,7 @@ class _MlpTorso(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x.reshape((x.shape[0], -1))
-        for size in self.hidden_sizes:
-            x = jnp.tanh(nn.Dense(size, kernel_init=_hidden_init())(x))
-        return x
+        return _dense_layers(x, self.hidden_sizes, jnp.tanh)
 
 
 class _ConvTorso(nn.Module):
@@ -149,10 +155,7 @@ class _ConvTorso(nn.Module):
             x = nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
                         kernel_init=_hidden_init())(x)
             x = nn.relu(x)
-        x = x.reshape((x.shape[0], -1))
-        for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size, kernel_init=_hidden_init())(x))
-        return x
+        return _dense_layers(x, self.hidden_sizes, nn.relu)
 
 
 class _BoardTorso(nn.Module):
@@ -170,10 +173,7 @@ class _BoardTorso(nn.Module):
         x = jnp.transpose(x, (0, 2, 3, 1))  # [N, C, H, W] -> [N, H, W, C]
         for features, kernel in _BOARD_CONVS:
             x = nn.relu(nn.Conv(features, (kernel, kernel), padding="SAME", kernel_init=_hidden_init())(x))
-        x = x.reshape((x.shape[0], -1))
-        for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size, kernel_init=_hidden_init())(x))
-        return x
+        return _dense_layers(x, self.hidden_sizes, nn.relu)
 
 
 _TORSO_MODULES = {"mlp": _MlpTorso, "conv": _ConvTorso, "board": _BoardTorso}
