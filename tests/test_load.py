@@ -35,13 +35,21 @@ from seedleague.v1 import env_pb2_grpc
 
 SPEC = EnvSpec("load", (4,), np.float32, num_actions=2, num_envs=4)
 STALL_KINDS = ("silent", "one step then quiet", "never reads")
+# Long enough that a fast stream never looks idle when the VM's host steals half the CPU from
+# this process (200 client streams and the host share it): at 1.5 s, CI saw fast streams dropped.
+IDLE_TIMEOUT_S = 3.0
+# Handshake to first step; see load_host_config.
+ATTACH_TIMEOUT_S = 10.0
 
 
 def load_host_config(idle_timeout_s: float, max_workers: int = 256) -> HostConfig:
     """An inference-only host with a tiny MLP: the load is the protocol and the batcher, not the maths.
-    A silent stream never names its session, so that session goes by the attach timeout: set to match."""
+    A silent stream never names its session, so that session goes by the attach timeout. That timeout
+    also bounds how long a fast worker may take from its handshake to its stream's first step, which
+    200 workers opening at once on a starved 2-core machine stretch past seconds: it is kept well
+    above the idle timeout (at 3 s, CI saw fast workers' sessions expire before their first step)."""
     limits = SessionLimits(max_workers=max_workers, max_envs_per_worker=64, stream_idle_timeout_s=idle_timeout_s,
-                           attach_timeout_s=idle_timeout_s)
+                           attach_timeout_s=ATTACH_TIMEOUT_S)
     return HostConfig(
         learn=False,
         max_message_bytes=1 << 20,
@@ -195,9 +203,6 @@ def _eventually(condition, timeout_s: float = 5.0) -> bool:
     return condition()
 
 
-# Long enough that a fast stream never looks idle when the VM's host steals half the CPU from
-# this process (200 client streams and the host share it): at 1.5 s, CI saw fast streams dropped.
-IDLE_TIMEOUT_S = 3.0
 
 
 @pytest.fixture(scope="module")
