@@ -3,6 +3,10 @@
 `Checkpointer.save(step, state, meta)` writes `<dir>/<step>/{state,meta}`;
 `restore_latest(template)` reads the newest complete one back into the structure
 of `template`. Typed PRNG keys are stored as their raw key data.
+
+Several processes may share a directory (the league's model pool: each host writes
+its own player's snapshots and reads the others'), so a step this process has not
+seen is looked for on disk again before it is called missing.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from typing import Any, Optional
 
 import jax
@@ -56,46 +61,65 @@ class Checkpointer:
         os.makedirs(self.directory, exist_ok=True)
         options = ocp.CheckpointManagerOptions(max_to_keep=config.max_to_keep, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        # One caller at a time: a host's prefetch thread restores opponents while its learner saves.
+        self._lock = threading.RLock()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
         """Save `state` as `step`; a step already on disk holds the same state and is kept as is."""
-        if step in self._manager.all_steps():
-            log.info("checkpoint %d already saved; keeping it", step)
-            return
-        args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
-        self._manager.save(step, args=args, force=True)
-        self._manager.wait_until_finished()
+        with self._lock:
+            if self._has(step):
+                log.info("checkpoint %d already saved; keeping it", step)
+                return
+            args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
+            self._manager.save(step, args=args, force=True)
+            self._manager.wait_until_finished()
         log.info("saved checkpoint %s/%d", self.directory, step)
 
     def latest_step(self) -> Optional[int]:
-        return self._manager.latest_step()
+        steps = self.steps()
+        return steps[-1] if steps else None
 
     def steps(self) -> list[int]:
-        return sorted(self._manager.all_steps())
+        """Every complete checkpoint in the directory, read from disk (another process may have added some)."""
+        with self._lock:
+            self._manager.reload()
+            return sorted(self._manager.all_steps())
 
     def restore_latest(self, template: Any) -> Optional[tuple[Any, dict]]:
         """(state, meta) of the newest checkpoint shaped like `template`, or None if there is none."""
-        step = self._manager.latest_step()
+        step = self.latest_step()
         return None if step is None else self.restore(step, template)
 
     def restore(self, step: int, template: Any) -> tuple[Any, dict]:
         """(state, meta) of checkpoint `step`, shaped like `template`."""
-        if step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
-        restored = self._manager.restore(step, args=args)
+        with self._lock:
+            self._require(step)
+            restored = self._manager.restore(step, args=args)
         return _from_savable(restored["state"], template), dict(restored["meta"])
 
     def restore_meta(self, step: Optional[int] = None) -> Optional[dict]:
         """Only the JSON sidecar of checkpoint `step` (default: the newest): run counters, env spec, config."""
-        step = self._manager.latest_step() if step is None else step
-        if step is None:
-            return None
-        if step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
-        restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        with self._lock:
+            step = self.latest_step() if step is None else step
+            if step is None:
+                return None
+            self._require(step)
+            restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(restored["meta"])
 
+    def _has(self, step: int) -> bool:
+        """Whether `step` is complete on disk; the manager's cached list is re-read once when it lacks it."""
+        if step in self._manager.all_steps():
+            return True
+        self._manager.reload()
+        return step in self._manager.all_steps()
+
+    def _require(self, step: int) -> None:
+        if not self._has(step):
+            raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
+
     def close(self) -> None:
-        self._manager.close()
+        with self._lock:
+            self._manager.close()

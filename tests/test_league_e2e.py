@@ -42,6 +42,11 @@ def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path
         played = sum(sum(row) for row in payoff.games)
         assert played > 0  # results against snapshots reached the league and count in the payoff
     assert os.path.exists(os.path.join(run_dir, "players", "exploiter", "summary.json"))
+    # Each host loaded the other's snapshots as they appeared (orbax's cached step list once hid every
+    # snapshot written after a host first opened that player's directory, so the exploiter met only main:0).
+    exploiter_log = open(os.path.join(run_dir, "players", "exploiter", "player.log")).read()
+    for log_text in (out.stdout + out.stderr, exploiter_log):
+        assert "no checkpoint" not in log_text, [line for line in log_text.splitlines() if "no checkpoint" in line][:3]
 
     # serve one of main's snapshots: the unchanged OpenSpiel worker plays against it
     key = next(s.key for s in snapshots if s.player == "main")
