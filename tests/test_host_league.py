@@ -2,6 +2,7 @@
 only learner rows in replay, results reported once (also across a league outage), snapshots
 into the model pool, resets, and the opponent's params actually used for its seat."""
 
+import collections
 import dataclasses
 import time
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from seedleague.host.host import Host
-from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.league.model_pool import ModelPool, ParamsCache
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
@@ -196,3 +197,46 @@ def test_params_cache_keeps_every_opponent_in_play_and_evicts_the_idle_ones(capl
     now[0] += 11.0
     cache.get("e")
     assert len(cache) == 2 and "e" in cache  # back within capacity once the rest went idle
+
+
+def test_a_host_sees_snapshots_another_host_adds_to_the_pool_after_it_opened_it(tmp_path):
+    # Two learning players' hosts share one pool: each writes its own player and reads the other's.
+    # orbax caches a directory's step list, so a reader opened before the writer's next snapshot once
+    # answered "no checkpoint 1008 ... it holds [0]" for the rest of the run.
+    State = collections.namedtuple("State", "step params")
+    writer, reader = ModelPool(str(tmp_path)), ModelPool(str(tmp_path))
+    writer.save("main", State(np.asarray(0, np.int32), np.zeros(3, np.float32)), {"n": 0})
+    template = State(np.asarray(0, np.int32), np.zeros(3, np.float32))
+    assert reader.keys("main") == ["main:000000"]
+    assert reader.restore("main:000000", template)[1] == {"n": 0}  # the reader now holds main's directory open
+    key = writer.save("main", State(np.asarray(1008, np.int32), np.full(3, 7.0, np.float32)), {"n": 1008})
+    assert reader.keys("main") == ["main:000000", "main:001008"]
+    state, meta = reader.restore(key, template)
+    assert int(state.step) == 1008 and meta == {"n": 1008} and np.all(state.params == 7.0)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint 2016 .* it holds \[0, 1008\]"):
+        reader.restore("main:002016", template)
+    writer.close(), reader.close()
+
+
+def test_an_opponent_missing_from_the_pool_skips_only_its_own_matches(caplog):
+    # One unloadable snapshot (a pool not shared with its host, or not written yet) used to fail the
+    # whole prefetch batch, so every other opponent stopped arriving too.
+    league = FakeLeague(opponents=["p:000000", "q:000100"])
+
+    def load(key):
+        if key == "q:000100":
+            raise FileNotFoundError("no checkpoint 100 in pool/q; it holds [0]")
+        return f"params of {key}"
+
+    config = LeagueLinkConfig(address="fake", player="p", prefetch=16, retry_s=0.05, check_in_interval_s=5.0)
+    link = LeagueLink(config, league, load, snapshot=lambda: (0, ""), reset=lambda: None, learner_step=lambda: 0)
+    link.start()
+    try:
+        assert wait_for(lambda: link.stats.fetched >= 8)
+        matches = link.draw(32)
+    finally:
+        link.stop()
+    assert {m.opponent for m in matches} == {"p:000000"}
+    assert link.opponent_params("p:000000") == "params of p:000000"
+    assert link.stats.skipped > 0 and link.stats.failures == 0
+    assert caplog.text.count("opponent q:000100 is not in the model pool") == 1  # warned once, not per batch

@@ -8,7 +8,8 @@
 
 Three background threads keep the league off the inference path:
 - *prefetch* asks the league for opponents in batches and loads their params
-  from the model pool into an LRU (`ParamsCache`) before handing them out;
+  from the model pool into an LRU (`ParamsCache`) before handing them out
+  (an opponent missing from the pool is skipped, not the batch around it);
   when the league is away, `draw` keeps replaying recently fetched matches
   (the last known opponent distribution), and plays self-play before any.
 - *report* sends finished-episode results in batches and retries them, with
@@ -78,6 +79,7 @@ class LinkStats:
     acknowledged: int = 0  # results the league has acknowledged (stored), each counted once, new or a retry
     pending: int = 0
     dropped: int = 0
+    skipped: int = 0  # matches fetched but not played: their opponent's snapshot was not in the pool
     snapshots: int = 0
     resets: int = 0
     failures: int = 0
@@ -107,6 +109,7 @@ class LeagueLink:
         self._cache_lock = threading.Lock()
         self._snapshot, self._reset, self._learner_step = snapshot, reset, learner_step
         self._ready: collections.deque[Match] = collections.deque()
+        self._missing: set[str] = set()  # opponents found missing from the pool (warned once each)
         self._recent: collections.deque[Match] = collections.deque(maxlen=config.prefetch)
         self._results: collections.deque[MatchResult] = collections.deque()
         self._lock = threading.Lock()
@@ -166,7 +169,9 @@ class LeagueLink:
                 self._results.popleft()
                 self.stats.dropped += 1
                 if self.stats.dropped == 1 or self.stats.dropped % 10000 == 0:
-                    log.warning("league unreachable: dropped %d oldest unreported results", self.stats.dropped)
+                    log.warning("league unreachable or slower than this host's episodes: dropped %d oldest "
+                                "unreported results (%d pending; league.max_pending_results)", self.stats.dropped,
+                                len(self._results))
             self.stats.pending = len(self._results)
 
     def opponent_params(self, key: str) -> Any:
@@ -198,15 +203,34 @@ class LeagueLink:
             self._stop.wait(0.05)
             return False
         matches = self.league.get_opponents(self.config.player, self.config.prefetch)
-        for key in {m.opponent for m in matches if not m.self_play}:
-            if key not in self._cache:  # load before handing out, so inference never waits on the disk
-                params = self._load_params(key)
-                with self._cache_lock:
-                    self._cache.put(key, params)
+        missing = {key for key in {m.opponent for m in matches if not m.self_play} if not self._load_into_cache(key)}
+        if missing:
+            kept = [m for m in matches if m.opponent not in missing]
+            self.stats.skipped += len(matches) - len(kept)
+            matches = kept
+            if not matches:  # nothing playable in this batch: do not spin on the league
+                self._stop.wait(self.config.retry_s)
         with self._lock:
             self._ready.extend(matches)
             self._recent.extend(matches)
         self.stats.fetched += len(matches)
+        return True
+
+    def _load_into_cache(self, key: str) -> bool:
+        """Load `key`'s params before its matches are handed out, so inference never waits on the disk.
+        False when the pool lacks the snapshot (another host's pool not shared, or not written yet): only
+        that opponent's matches are skipped, and the league offers it again in a later batch."""
+        if key in self._cache:
+            return True
+        try:
+            params = self._load_params(key)
+        except FileNotFoundError as error:
+            if key not in self._missing:
+                self._missing.add(key)
+                log.warning("opponent %s is not in the model pool; skipping its matches until it is (%s)", key, error)
+            return False
+        with self._cache_lock:
+            self._cache.put(key, params)
         return True
 
     def _report_once(self) -> bool:
