@@ -10,7 +10,8 @@ from seedleague.league.config import LeagueConfig
 from seedleague.league.elo import elo_update, expected_score
 from seedleague.league.nash import solve_zero_sum, symmetric_nash
 from seedleague.league.pfsp import pfsp_weights
-from seedleague.league.trueskill import INITIAL_MU, INITIAL_SIGMA, rate_1v1
+from seedleague.league import trueskill
+from seedleague.league.trueskill import BETA, INITIAL_MU, INITIAL_SIGMA, TAU, rate_1v1
 
 X = np.array([0.2, 0.5, 0.9])  # P[player beats each of three candidates]
 
@@ -122,6 +123,15 @@ def test_elo_by_hand():
     assert elo_update(1200, 1200, 1.0, k=16) == pytest.approx((1208.0, 1192.0))
     with pytest.raises(ValueError, match="score_a"):
         elo_update(1200, 1200, 2.0)
+    for bad in (float("nan"), -0.1):  # plain floats (the league's path, one game at a time) and arrays alike
+        with pytest.raises(ValueError, match="score_a"):
+            elo_update(1200.0, 1200.0, bad)
+        with pytest.raises(ValueError, match="score_a"):
+            elo_update(np.array([1200.0, 1200.0]), np.array([1200.0, 1200.0]), np.array([1.0, bad]))
+    one_game = elo_update(1400.0, 1200.0, 0.0)
+    assert all(type(r) is float for r in one_game)
+    r_a, r_b = elo_update(np.array([1400.0, 1200.0]), np.array([1200.0, 1300.0]), np.array([0.0, 0.5]))
+    assert (r_a[0], r_b[0]) == pytest.approx(one_game) and r_a[1] == pytest.approx(elo_update(1200.0, 1300.0, 0.5)[0])
 
 
 # --- Nash -----------------------------------------------------------------------------------------
@@ -209,6 +219,51 @@ def test_trueskill_win_draw_loss_are_symmetric():
     assert mu_e == pytest.approx(INITIAL_MU) and mu_f == pytest.approx(INITIAL_MU) and sigma_e < INITIAL_SIGMA
     with pytest.raises(ValueError, match="score_a"):
         rate_1v1(start, start, 0.3)
+
+
+def _openskill_1v1(a, b, score_a):
+    from openskill.models import ThurstoneMostellerFull
+
+    model = ThurstoneMostellerFull(mu=INITIAL_MU, sigma=INITIAL_SIGMA)
+    ranks = {1.0: [0, 1], 0.5: [0, 0], 0.0: [1, 0]}[score_a]
+    (new_a,), (new_b,) = model.rate([[model.rating(mu=a[0], sigma=a[1])], [model.rating(mu=b[0], sigma=b[1])]],
+                                    ranks=ranks)
+    return (new_a.mu, new_a.sigma), (new_b.mu, new_b.sigma)
+
+
+def test_trueskill_matches_the_openskill_reference_over_a_league_of_games():
+    # The written-out update against the library's general one: random ratings, every outcome, and a long
+    # chain of games. Within 4 c of each other, where openskill's 0.5 * (1 + erf(x)) keeps its digits.
+    rng = np.random.default_rng(0)
+    compared = 0
+    while compared < 300:
+        a = (float(rng.uniform(-10, 60)), float(rng.uniform(0.05, 12)))
+        b = (float(rng.uniform(-10, 60)), float(rng.uniform(0.05, 12)))
+        c = np.sqrt(a[1] ** 2 + b[1] ** 2 + 2 * TAU**2 + 2 * BETA**2)
+        if abs(a[0] - b[0]) > 4 * c:
+            continue
+        compared += 1
+        for score in (1.0, 0.5, 0.0):
+            np.testing.assert_allclose(rate_1v1(a, b, score), _openskill_1v1(a, b, score), rtol=1e-9, atol=1e-9)
+    ours = theirs = ((INITIAL_MU, INITIAL_SIGMA), (INITIAL_MU, INITIAL_SIGMA))
+    for score in rng.choice([0.0, 0.5, 1.0], size=500, p=[0.3, 0.1, 0.6]):
+        ours, theirs = rate_1v1(*ours, float(score)), _openskill_1v1(*theirs, float(score))
+    # 500 chained updates carry each game's last-digit differences (erfc here, erf there) along
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_trueskill_stays_accurate_for_a_huge_upset():
+    # 4 to 8 c apart, the truncated-Gaussian terms need the normal CDF's far tail: checked against scipy's
+    # log_ndtr. There openskill's erf-based CDF cancels, and one upset left the favourite at the sigma floor.
+    from scipy import special
+
+    for x in np.linspace(-8.0, -4.0, 9):
+        v_exact = np.exp(-0.5 * x * x - 0.5 * np.log(2 * np.pi) - special.log_ndtr(x))
+        assert trueskill._v(x, 0.0) == pytest.approx(v_exact, rel=1e-9)
+        assert trueskill._w(x, 0.0) == pytest.approx(v_exact * (v_exact + x), rel=1e-6)
+    favourite, underdog = (53.7, 5.18), (-36.7, 7.98)
+    (_, sigma_f), (_, sigma_u) = rate_1v1(favourite, underdog, 0.0)
+    assert 0.5 * favourite[1] < sigma_f < favourite[1] and 0.5 * underdog[1] < sigma_u < underdog[1]
 
 
 # --- config ---------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ def expected_score(r_a, r_b, scale: float = 400.0):
     """E[score of a against b] = 1 / (1 + 10^((r_b - r_a) / scale))."""
     if not scale > 0:
         raise ValueError(f"Elo scale must be > 0, got {scale}")
-    return 1.0 / (1.0 + np.power(10.0, (np.asarray(r_b, np.float64) - np.asarray(r_a, np.float64)) / scale))
+    if not (isinstance(r_a, float) and isinstance(r_b, float)):  # floats stay floats: the league rates every game
+        r_a, r_b = np.asarray(r_a, np.float64), np.asarray(r_b, np.float64)
+    return 1.0 / (1.0 + 10.0 ** ((r_b - r_a) / scale))
 
 
 def elo_update(r_a, r_b, score_a, k: float = 32.0, scale: float = 400.0):
@@ -25,8 +27,12 @@ def elo_update(r_a, r_b, score_a, k: float = 32.0, scale: float = 400.0):
 
     Zero-sum: a gains k * (score_a - E_a) and b loses the same.
     """
-    score_a = np.asarray(score_a, np.float64)
-    if np.any((score_a < 0) | (score_a > 1)) or np.any(np.isnan(score_a)):
+    if isinstance(score_a, float):
+        out_of_range = not 0.0 <= score_a <= 1.0  # NaN too
+    else:
+        score_a = np.asarray(score_a, np.float64)
+        out_of_range = not np.all((score_a >= 0) & (score_a <= 1))
+    if out_of_range:
         raise ValueError(f"score_a must be in [0, 1], got {score_a}")
     if not k > 0:
         raise ValueError(f"Elo k must be > 0, got {k}")
