@@ -7,8 +7,9 @@ Thurstone-Mosteller v, w, v~ and w~ of section 3), the open analogue of
 Microsoft's TrueSkill (Herbrich et al., NeurIPS 2006). Defaults are TrueSkill's:
 mu 25, sigma 25/3, beta sigma/2, and those of the `openskill` package's
 `ThurstoneMostellerFull` (draw margin epsilon 0.1, variance floor kappa 1e-4,
-dynamics tau sigma/100 added to each sigma before every game), whose results this
-reproduces to 1e-9 (tests/test_league_math.py). Written out for the two-player,
+dynamics tau mu/300 added to each sigma before every game), whose results this
+reproduces to 1e-9 wherever that library's normal CDF keeps its digits (tests/
+test_league_math.py; in the far tail, huge upsets, this one is the accurate one). Written out for the two-player,
 one-player-per-side case because the league rates every finished episode: the
 library's general n-team `rate` deep-copies its inputs and took 55-70 us a game,
 most of the league's time at 10K results/s; this takes a few.
@@ -99,9 +100,12 @@ def rate_1v1(
         shift, shrink = _v(winner_x, t), _w(winner_x, t)
         shift_a, shift_b = (shift, -shift) if score_a == 1.0 else (-shift, shift)
         shrink_a = shrink_b = shrink
-    new_mu_a = mu_a + var_a / c * shift_a
-    new_mu_b = mu_b + var_b / c * shift_b
-    # gamma = sigma / c damps the variance update of each side (openskill's default)
-    new_sigma_a = math.sqrt(var_a) * math.sqrt(max(1.0 - math.sqrt(var_a) / c * var_a / c / c * shrink_a, KAPPA))
-    new_sigma_b = math.sqrt(var_b) * math.sqrt(max(1.0 - math.sqrt(var_b) / c * var_b / c / c * shrink_b, KAPPA))
-    return (new_mu_a, new_sigma_a), (new_mu_b, new_sigma_b)
+    return _posterior(mu_a, var_a, c, shift_a, shrink_a), _posterior(mu_b, var_b, c, shift_b, shrink_b)
+
+
+def _posterior(mu: float, var: float, c: float, shift: float, shrink: float) -> tuple[float, float]:
+    """(mu', sigma') of one side: mu + var/c * V, sigma * sqrt(max(1 - gamma * var/c^2 * W, kappa)), where
+    gamma = sigma / c damps the variance update (openskill's default gamma)."""
+    sigma = math.sqrt(var)
+    gamma = sigma / c
+    return mu + var / c * shift, sigma * math.sqrt(max(1.0 - gamma * var / (c * c) * shrink, KAPPA))
