@@ -30,8 +30,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
-    parser.add_argument("--max-learner-steps", type=int, default=0,
-                        help="stop once the learner has made this many updates in all (counts across --resume)")
+    parser.add_argument("--max-learner-steps", type=int, default=None,
+                        help="stop once the learner has made this many updates in all (counts across --resume; "
+                             "default: the preset's, 0: no limit)")
     parser.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds (0: no limit)")
     parser.add_argument("--target-return", type=float, default=None,
                         help="stop when the mean return of the last 100 episodes reaches this")
@@ -104,7 +105,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         workers = WorkerSpec(count, worker_command(args.env, envs))
     budget = Budget(
         max_env_steps=args.max_steps,
-        max_learner_steps=args.max_learner_steps,
+        max_learner_steps=preset.max_learner_steps if args.max_learner_steps is None else args.max_learner_steps,
         max_seconds=preset.max_seconds if args.max_seconds is None else args.max_seconds,
         target_return=preset.target_return if args.target_return is None else args.target_return,
     )
