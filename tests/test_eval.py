@@ -103,6 +103,24 @@ def test_the_mixture_is_reach_weighted_not_the_average_of_action_probabilities()
     assert openspiel_eval.mixture_exploitability(KUHN, [a, b], [0, 3]) == pytest.approx(openspiel_eval.exploitability(KUHN, b))
 
 
+def test_policy_tables_score_any_subset_as_its_own_mixture_would():
+    """PolicyTables computes the tables once; a mixture of a subset of members equals the mixture
+    built from those policies alone, and scoring does not modify the tables."""
+    pure = [PurePolicy(0, 1), PurePolicy(1, 0), PurePolicy(1, 1)]
+    tables = openspiel_eval.PolicyTables(KUHN, pure)
+    before = tables.probs.copy()
+    assert tables.exploitability([1.0, 3.0], [0, 2]) == pytest.approx(
+        openspiel_eval.mixture_exploitability(KUHN, [pure[0], pure[2]], [1.0, 3.0]), abs=1e-12)
+    assert tables.exploitability([1.0], [1]) == pytest.approx(openspiel_eval.exploitability(KUHN, pure[1]), abs=1e-12)
+    assert tables.exploitability([1.0, 1.0, 1.0]) == pytest.approx(
+        openspiel_eval.mixture_exploitability(KUHN, pure, [1, 1, 1]), abs=1e-12)
+    np.testing.assert_array_equal(tables.probs, before)
+    with pytest.raises(ValueError, match="one weight per policy"):
+        tables.exploitability([1.0], [0, 1])
+    with pytest.raises(ValueError, match="at least one policy"):
+        openspiel_eval.PolicyTables(KUHN, [])
+
+
 def test_mix_behaviour_by_hand():
     probs = np.array([[[1.0, 0.0], [0.2, 0.8]], [[0.0, 1.0], [0.6, 0.4]]])  # [K=2, S=2, A=2]
     reach = np.array([[1.0, 0.5], [1.0, 0.0]])  # policy 1 never reaches state 1

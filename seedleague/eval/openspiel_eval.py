@@ -15,7 +15,8 @@ Leduc, small Liar's Dice...), not for connect_four.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+import copy
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import pyspiel
@@ -132,17 +133,38 @@ def _weights(policies: Sequence[Policy], weights: Sequence[float]) -> np.ndarray
     return w / w.sum()
 
 
+class PolicyTables:
+    """Action probabilities [K, S, A] and own reach [K, S] of K policies over every information
+    state, computed once, so that many mixtures of the same policies are cheap to score (the
+    averaging windows of benchmarks/average_policy.py)."""
+
+    def __init__(self, game: GameLike, policies: Sequence[Policy]):
+        self.game = as_game(game)
+        if not policies:
+            raise ValueError("PolicyTables needs at least one policy")
+        for p in policies:
+            check_fits(self.game, p)
+        self._tabular, observations, masks = _infostates(self.game)
+        self.probs = np.stack([_table(p, observations, masks) for p in policies])
+        self.reach = own_reach(self.game, self._tabular, self.probs)
+
+    def mixture(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
+        """The behaviour strategy of the mixture of policies[members] (default: all) with `weights`."""
+        index = np.arange(len(self.probs)) if members is None else np.asarray(members, np.int64)
+        w = _weights(list(index), weights)
+        tabular = copy.copy(self._tabular)
+        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index], w)
+        return tabular
+
+    def exploitability(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> float:
+        return float(openspiel_exploitability.exploitability(self.game, self.mixture(weights, members)))
+
+
 def mixture_policy(game: GameLike, policies: Sequence[Policy], weights: Sequence[float]) -> openspiel_policy.TabularPolicy:
     """The behaviour strategy of playing policies[k] with probability weights[k] (normalised)
     for a whole game, in both seats, as one TabularPolicy."""
-    game = as_game(game)
-    w = _weights(policies, weights)
-    for p in policies:
-        check_fits(game, p)
-    tabular, observations, masks = _infostates(game)
-    probs = np.stack([_table(p, observations, masks) for p in policies])
-    tabular.action_probability_array[:] = mix_behaviour(probs, own_reach(game, tabular, probs), w)
-    return tabular
+    _weights(policies, weights)  # names a bad weight before any forward pass
+    return PolicyTables(game, policies).mixture(weights)
 
 
 def mixture_exploitability(game: GameLike, policies: Sequence[Policy], weights: Sequence[float]) -> float:
