@@ -240,3 +240,35 @@ def test_an_opponent_missing_from_the_pool_skips_only_its_own_matches(caplog):
     assert link.opponent_params("p:000000") == "params of p:000000"
     assert link.stats.skipped > 0 and link.stats.failures == 0
     assert caplog.text.count("opponent q:000100 is not in the model pool") == 1  # warned once, not per batch
+
+
+def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stacked_pass(league_host):
+    """Rows of five snapshots, the learner and an opponent not in the cache: one stacked pass for
+    the five must give each row exactly its own snapshot's logits; the uncached one plays as the learner."""
+    league = FakeLeague()
+    host, server = league_host(league)
+    worker = RawWorker(server.address, SPEC)
+    play(worker, duel_steps(worker.session_id), 2)
+    assert wait_for(lambda: host.model is not None)
+    live, _ = host.model.policy.current()
+
+    def with_bias(bias):
+        head = dict(live["params"]["policy_head"], bias=jax.numpy.array(bias, jax.numpy.float32))
+        return {"params": dict(live["params"], policy_head=head)}
+
+    snapshots = {f"p:{i:06d}": with_bias([float(i), -float(i)]) for i in range(5)}
+    host.model.league.opponent_params = snapshots.get  # "p:999999" is not cached
+    rng = np.random.default_rng(0)
+    keys = [None, "p:999999"] + list(snapshots)
+    opponents = np.array([keys[i] for i in rng.integers(0, len(keys), 37)], object)
+    observation = rng.normal(size=(37, 2)).astype(np.float32)
+    first, legal = np.zeros(37, bool), np.ones((37, 2), bool)
+    core = jax.tree.map(np.asarray, host.model.policy.network.initial_state(37))
+    out = host._forward(observation, first, core, legal, opponents)
+    for key in set(opponents):
+        rows = np.flatnonzero(opponents == key)
+        alone = host.model.policy.act(observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
+                                      legal[rows], params=snapshots.get(key))
+        np.testing.assert_allclose(out.logits[rows], alone.logits, rtol=1e-5, atol=1e-5)
+    assert len(host._stacked_cache) == 1
+    worker.close()

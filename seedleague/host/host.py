@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -24,7 +24,7 @@ from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
-from seedleague.host.policy import Actions, InferencePolicy
+from seedleague.host.policy import Actions, InferencePolicy, stack_params
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
@@ -152,6 +152,7 @@ class Host:
         self.model: Optional[Model] = None
         self._model_lock = threading.Lock()
         self._restored_meta: dict = {}
+        self._stacked_cache: dict[tuple[str, ...], Any] = {}  # opponents' params stacked for one forward pass
         self._stopping = False
         if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
             if not resume:
@@ -350,27 +351,67 @@ class Host:
             _answer(loop, future, ActionBatch(sequence, action, out.policy_version), None)
 
     def _forward(self, observation, first, core, legal, opponents: Optional[np.ndarray]) -> Actions:
-        """One padded forward pass per policy in the batch: the learner's, and each opponent snapshot's."""
+        """Two forward passes at most, whatever the number of opponents: the learner's rows with the
+        live params, and every opponent snapshot's rows in one pass over their stacked params."""
         policy = self.model.policy
         if opponents is None or not any(key is not None for key in opponents):
             return self._act_padded(policy, None, observation, first, core, legal)
         groups: dict[Optional[str], list[int]] = {}
+        params_of: dict[str, Any] = {}
         for row, key in enumerate(opponents):
-            groups.setdefault(key, []).append(row)
+            if key is not None and key not in params_of:
+                params_of[key] = self.model.league.opponent_params(key)
+            groups.setdefault(key if params_of.get(key) is not None else None, []).append(row)  # not cached: plays as the learner
         action = np.zeros(len(first), np.int32)
         logits = np.zeros((len(first), self.model.spec.num_actions), np.float32)
         new_core = jax.tree.map(np.copy, core)
         version = policy.version
-        for key, rows in groups.items():
-            rows = np.asarray(rows)
-            params = None if key is None else self.model.league.opponent_params(key)
-            out = self._act_padded(policy, params, observation[rows], first[rows],
-                                   jax.tree.map(lambda x: x[rows], core), legal[rows])
+
+        def put(rows: np.ndarray, out: Actions) -> None:
             action[rows], logits[rows] = out.action, out.logits
             jax.tree.map(lambda target, source: target.__setitem__(rows, source), new_core, out.core_state)
-            if key is None:
-                version = out.policy_version
+
+        learner_rows = groups.pop(None, None)
+        if learner_rows:
+            rows = np.asarray(learner_rows)
+            out = self._act_padded(policy, None, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
+                                   legal[rows])
+            put(rows, out)
+            version = out.policy_version
+        if groups:
+            self._act_opponents(policy, groups, params_of, observation, first, core, legal, put)
         return Actions(action, logits, new_core, version)
+
+    def _act_opponents(self, policy: InferencePolicy, groups: dict[str, list[int]], params_of: dict[str, Any],
+                       observation, first, core, legal, put: Callable[[np.ndarray, Actions], None]) -> None:
+        """Every opponent's rows in one pass: [K, G] inputs (K snapshots and G rows each, both padded to
+        buckets so that few shapes compile) against their params stacked on a leading axis."""
+        keys = sorted(groups)
+        slots = 1 << (len(keys) - 1).bit_length()
+        width = self.config.batcher.bucket(max(len(rows) for rows in groups.values()))
+        padded_keys = tuple(keys + [keys[-1]] * (slots - len(keys)))  # padding slots repeat a real snapshot
+        index = np.zeros((slots, width), np.int64)  # padding rows repeat a real row of the batch
+        for slot, key in enumerate(keys):
+            rows = groups[key]
+            index[slot, :len(rows)] = rows
+            index[slot, len(rows):] = rows[0]
+        out = policy.act_stacked(self._stacked_opponents(padded_keys, params_of), observation[index], first[index],
+                                 jax.tree.map(lambda x: x[index], core), legal[index])
+        for slot, key in enumerate(keys):
+            count = len(groups[key])
+            put(np.asarray(groups[key]), Actions(out.action[slot, :count], out.logits[slot, :count],
+                                                  jax.tree.map(lambda x: x[slot, :count], out.core_state), 0))
+
+    def _stacked_opponents(self, keys: tuple[str, ...], params_of: dict[str, Any]) -> Any:
+        """The opponents' params stacked in `keys` order; the last two stackings are kept, as
+        consecutive batches mostly seat the same snapshots."""
+        stacked = self._stacked_cache.pop(keys, None)
+        if stacked is None:
+            stacked = stack_params([params_of[key] for key in keys])
+            if len(self._stacked_cache) >= 2:  # a stack of big nets is big: keep two
+                self._stacked_cache.pop(next(iter(self._stacked_cache)))
+        self._stacked_cache[keys] = stacked
+        return stacked
 
     def _act_padded(self, policy: InferencePolicy, params: Any, observation, first, core, legal) -> Actions:
         """Act on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""

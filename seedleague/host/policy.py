@@ -30,14 +30,32 @@ class Actions(NamedTuple):
     policy_version: int
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
-    rng, sample_rng = jax.random.split(rng)
+def _sample(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool):
     logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
     logits = logits[:, 0]
     masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
-    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(sample_rng, masked)
-    return action.astype(jnp.int32), logits, core_state, rng
+    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(rng, masked)
+    return action.astype(jnp.int32), logits, core_state
+
+
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+    rng, sample_rng = jax.random.split(rng)
+    return *_sample(network, params, observation, first, core_state, legal_mask, sample_rng, greedy), rng
+
+
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act_stacked(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+    """_act for K policies in one call: `params` and every input carry a leading [K] axis."""
+    rng, sample_rng = jax.random.split(rng)
+    keys = jax.random.split(sample_rng, observation.shape[0])
+    sample = functools.partial(_sample, network, greedy=greedy)
+    return *jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys), rng
+
+
+def stack_params(params: list[Any]) -> Any:
+    """K param trees of one network as one tree with a leading [K] axis (for `act_stacked`)."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
 
 
 class InferencePolicy:
@@ -79,3 +97,12 @@ class InferencePolicy:
             self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)
+
+    def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
+                    legal_mask: np.ndarray) -> Actions:
+        """One forward pass for K policies of this network at once (a league's opponent snapshots):
+        `params` from `stack_params` (on `device`), inputs shaped [K, G, ...], outputs [K, G, ...]."""
+        action, logits, core_state, self._rng = _act_stacked(
+            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
+        )
+        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), self._version)
