@@ -97,9 +97,10 @@ def _atari() -> Preset:
 # anneal is counted in updates, and Leduc's run ends with it: a machine that made 15
 # updates/s finished the anneal after 20 minutes (average policy 0.124 there) and,
 # trained on at the final settings, drifted to 0.30 by minute 30; the run that
-# stopped at the anneal's end printed 0.165 (so 0.124-0.165 at that point, not
-# reliably under the 0.15 target). A much slower machine ends the run at 30
-# minutes still annealing. See benchmarks/README.md.
+# stopped at the anneal's end printed 0.165, and 0.148 when run again (so 0.124-0.165
+# at that point, not reliably under the 0.15 target). A longer anneal, a KL magnet and
+# an entropy floor did no better. A much slower machine ends the run at 30 minutes
+# still annealing. See benchmarks/README.md.
 @dataclasses.dataclass(frozen=True)
 class _Schedule:
     entropy: float  # entropy cost at the start ...
