@@ -1,8 +1,10 @@
 """The inference side of the model: a jitted act function and the params it uses.
 
 `InferencePolicy.act` runs one forward pass over a padded batch of agents and
-samples legal actions. The learner publishes new params with `publish`; the next
-forward pass picks them up, and every action is tagged with the version
+samples legal actions; `act_stacked` does the same for K policies of the same
+network at once (a league's opponent snapshots, params stacked by `stack_params`).
+The learner publishes new params with `publish`; the next forward pass picks them
+up, and every action is tagged with the version
 (learner step) of the params that chose it. Given a device (the host's
 inference device, seedleague.rl.sharding), it keeps its params and key there, so
 every forward pass runs on that device.
