@@ -14,15 +14,14 @@ like the mixture, policy averaging can be done in parameter space.
 from __future__ import annotations
 
 import argparse
-import os
 
 import jax
 import numpy as np
 
 from envs.openspiel_games import load_game
-from seedleague.api import Policy, load_snapshot
+from seedleague.api import Policy
+from seedleague.eval.curve import player_snapshots
 from seedleague.eval.openspiel_eval import PolicyTables, exploitability
-from seedleague.league.model_pool import ModelPool
 
 COLUMNS = ("last", "new1/5", "new1/3", "new1/2", "all", "linear", "params1/3")
 
@@ -53,14 +52,9 @@ def main() -> None:
     parser.add_argument("--player", default="main")
     parser.add_argument("--at", default="", help="learner steps to cut at, comma-separated (default: 8 points)")
     args = parser.parse_args()
-    pool = ModelPool(os.path.join(args.run_dir, "pool"))
-    try:
-        keys = pool.keys(args.player)
-    finally:
-        pool.close()
+    keys, policies = player_snapshots(args.run_dir, args.player)
     if len(keys) < 2:
         raise SystemExit(f"{args.run_dir}: player {args.player!r} has {len(keys)} snapshots; need at least 2")
-    policies = [load_snapshot(args.run_dir, key) for key in keys]
     steps = np.array([p.step for p in policies])
     game = load_game(policies[0].spec.env_name.partition(":")[2])
     tables = PolicyTables(game, policies)

@@ -17,19 +17,24 @@ from seedleague.eval.openspiel_eval import exploitability, mixture_exploitabilit
 from seedleague.league.model_pool import ModelPool
 
 
-def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: int = 1) -> list[dict]:
-    """One row per `every`-th snapshot of `player` (and always the last): key, step, env_steps, wall_s,
-    exploitability, window_mixture. [] when the player has no snapshots."""
-    if window < 1 or every < 1:
-        raise ValueError(f"window and every must be >= 1, got {window} and {every}")
+def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
+    """`player`'s snapshot keys in the run's model pool, oldest first, and their loaded policies."""
     pool = ModelPool(os.path.join(run_dir, "pool"))
     try:
         keys = pool.keys(player)
     finally:
         pool.close()
+    return keys, [load_snapshot(run_dir, key) for key in keys]
+
+
+def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: int = 1) -> list[dict]:
+    """One row per `every`-th snapshot of `player` (and always the last): key, step, env_steps, wall_s,
+    exploitability, window_mixture. [] when the player has no snapshots."""
+    if window < 1 or every < 1:
+        raise ValueError(f"window and every must be >= 1, got {window} and {every}")
+    keys, policies = player_snapshots(run_dir, player)
     if not keys:
         return []
-    policies = [load_snapshot(run_dir, key) for key in keys]
     game = load_game(policies[0].spec.env_name.partition(":")[2])
     rows = []
     for i, (key, policy) in enumerate(zip(keys, policies)):
