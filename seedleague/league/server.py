@@ -11,18 +11,14 @@ seedleague server has.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
 import select
-import threading
 import time
 from typing import Optional
 
-import grpc
-
-from seedleague.grpc_server import start_server
+from seedleague.grpc_server import ThreadedServer
 from seedleague.league.client import DEFAULT_MAX_MESSAGE_BYTES
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
@@ -32,7 +28,7 @@ from seedleague.security import ServerSecurity
 DB_NAME = "league.sqlite"
 
 
-class LeagueServer:
+class LeagueServer(ThreadedServer):
     """A LeagueService server on its own thread and event loop; restartable on the same port."""
 
     def __init__(
@@ -42,63 +38,13 @@ class LeagueServer:
         security: ServerSecurity = ServerSecurity(),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ):
-        if not address.rpartition(":")[0]:
-            raise ValueError(f"address must be 'host:port' (port 0 picks a free one), got {address!r}")
+        super().__init__(address, lambda: [LeagueServicer(league).register], [SERVICE_NAME], max_message_bytes,
+                         security, thread_name="seedleague-league-server")
         self.league = league
-        self._address = address
-        self._host = address.rpartition(":")[0]
-        self._security = security
-        self._max_message_bytes = max_message_bytes
-        self._port: Optional[int] = None
-        self._running: Optional[tuple[asyncio.AbstractEventLoop, threading.Thread, grpc.aio.Server]] = None
-
-    @property
-    def address(self) -> str:
-        """"host:port" with the bound port, for clients."""
-        if self._port is None:
-            raise RuntimeError("server was never started")
-        return f"{self._host}:{self._port}"
-
-    def start(self, timeout_s: float = 10.0) -> "LeagueServer":
-        """Bind (the same port as before, after a stop) and serve; returns self."""
-        if self._running is not None:
-            raise RuntimeError("server is already running")
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="seedleague-league-server", daemon=True)
-        thread.start()
-        address = self._address if self._port is None else f"{self._host}:{self._port}"
-        servicer = LeagueServicer(self.league)
-        starting = start_server(address, [servicer.register], [SERVICE_NAME], self._max_message_bytes, self._security)
-        try:
-            server, port = asyncio.run_coroutine_threadsafe(starting, loop).result(timeout_s)
-        except BaseException:
-            _stop_loop(loop, thread)
-            raise
-        self._running, self._port = (loop, thread, server), port
-        return self
 
     def stop(self, grace: Optional[float] = 1.0, timeout_s: float = 10.0) -> None:
         """Stop serving: calls in flight get `grace` seconds, then are cancelled. Idempotent; the League stays open."""
-        if self._running is None:
-            return
-        loop, thread, server = self._running
-        self._running = None
-        try:
-            asyncio.run_coroutine_threadsafe(server.stop(grace), loop).result(timeout_s)
-        finally:
-            _stop_loop(loop, thread)
-
-    def __enter__(self) -> "LeagueServer":
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
-
-def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join()
-    loop.close()
+        super().stop(grace, timeout_s)
 
 
 CONFIG_NAME = "league_config.json"
