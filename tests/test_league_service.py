@@ -120,6 +120,16 @@ def test_self_play_results_are_stored_but_not_rated(league):
     assert state(league) == before
 
 
+def test_a_leaderboard_of_self_play_alone_says_why_it_has_no_ratings(league):
+    league.register_player("main", Role.MAIN)
+    league.check_in("main", 0)
+    league.add_snapshot("main", 0, "/pool/main/0")
+    league.report_results([result("main", "main", 1.0)])
+    assert "no rated games yet" in league.leaderboard_text()
+    league.report_results([result("main", "main:000000", 1.0)])
+    assert "no rated games yet" not in league.leaderboard_text()
+
+
 def test_get_opponents_returns_count_matches(league):
     seeded(league)
     matches = league.get_opponents("main", 7)

@@ -25,6 +25,10 @@ def standings_table(standings: Sequence[Standing], top: int = 20) -> str:
         lines.append(f"... {len(standings) - top} more")
     if not standings:
         lines.append("(no players yet)")
+    elif not any(row.games > 0 for row in standings):
+        lines.append("(no rated games yet: ratings count games against other snapshots or players; "
+                     "in plain self-play the learner only meets itself, so compare snapshots with "
+                     "`seedleague eval --snapshot A --vs B` or train with another league mode)")
     return "\n".join(lines)
 
 
