@@ -3,6 +3,7 @@
 import argparse
 
 from seedleague import cli
+from seedleague.rl.learner import LearnerConfig
 from seedleague.presets import preset_for
 
 
@@ -21,6 +22,12 @@ def test_leduc_runs_two_workers_and_the_other_games_one():
     assert leduc.league.snapshot_interval_steps == 125
     for game in ("kuhn_poker", "connect_four"):
         assert preset_for(f"openspiel:{game}").workers == 1
+
+
+def test_leduc_takes_advantages_from_returns_alone_and_the_other_games_keep_the_default_lambda():
+    assert preset_for("openspiel:leduc_poker").host.learner.lambda_ == 1.0
+    for game in ("kuhn_poker", "connect_four"):
+        assert preset_for(f"openspiel:{game}").host.learner.lambda_ == LearnerConfig().lambda_
 
 
 def test_leduc_stops_when_its_anneal_ends_and_the_flag_overrides_it():
