@@ -7,6 +7,7 @@ answers batched, jitted queries:
     from seedleague.api import load_policy, load_snapshot
 
     policy = load_policy("runs/kuhn")                      # newest learner checkpoint
+    policy = load_policy("runs/leduc", average=True)       # its running mean of the params
     policy = load_snapshot("runs/kuhn", "main:000512")     # a league snapshot
     probs = policy.action_probabilities(observation, legal_mask)   # [B, A]; illegal exactly 0
     action = policy.act(observation, legal_mask, greedy=True)      # [B] int
@@ -303,6 +304,27 @@ def _restore_params(manager: Any, step: int) -> Any:
     return _params_of(restored["state"])
 
 
+def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
+    """(params, count) of the learner's param average in checkpoint `step` (LearnerConfig.average_from)."""
+    import orbax.checkpoint as ocp
+
+    metadata = manager.item_metadata(step)["state"]
+    try:
+        average = metadata["average"]  # orbax's tree metadata: keyed like a dict, not a dict
+    except (KeyError, TypeError):
+        average = None
+    if not (isinstance(average, dict) and "params" in average and "count" in average):
+        raise ValueError(f"{source} holds no param average: its learner ran without averaging "
+                         "(train with --learner.average_from STEP to keep one)")
+    abstract = {"average": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                                        {"params": average["params"], "count": average["count"]})}
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+    args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
+    with _quiet_orbax():
+        restored = manager.restore(step, args=ocp.args.Composite(state=args))["state"]["average"]
+    return restored["params"], int(restored["count"])
+
+
 def _network_config(meta: dict) -> NetworkConfig:
     data = meta.get("network")
     if data is None:
@@ -321,14 +343,20 @@ def _check_params(policy_source: str, network: Network, params: Any) -> None:
         )
 
 
-def load_policy(path: str, step: Optional[int] = None, seed: int = 0) -> Policy:
+def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: bool = False) -> Policy:
     """Load a policy from `path`: a run directory (its `checkpoints/`), a Checkpointer
     directory, or a model-pool player directory (`<run>/pool/<player>`).
 
     step: which checkpoint step (learner step) to load; None loads the newest.
     seed: seeds the policy's own sampling generator (see `Policy.act`).
+    average: load the learner's running mean of its params instead of its current
+        params (kept when it trained with `LearnerConfig.average_from`; in
+        zero-sum self-play the less exploitable of the two). The policy's
+        `meta["average"]` then says over which updates: {"from": step, "count": n}.
     Raises FileNotFoundError for a missing directory, a directory without
-    checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks.
+    checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks;
+    ValueError for `average` where the checkpoint has no average, or one that has
+    not begun (its run has not reached `average_from` yet).
     """
     directory = _checkpoint_dir(path)
     manager = _open_manager(directory)
@@ -349,7 +377,14 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0) -> Policy:
         source = f"{directory}/{step}"
         if config.lstm_size:  # refused before reading any params
             raise _recurrent_error(source, config.lstm_size)
-        params = _restore_params(manager, step)
+        if average:
+            params, count = _restore_average(manager, step, source)
+            start = (meta.get("learner") or {}).get("average_from")
+            if count == 0:
+                raise ValueError(f"{source} has no averaged params yet: averaging starts at learner step {start}")
+            meta["average"], source = {"from": start, "count": count}, f"{source} (param average)"
+        else:
+            params = _restore_params(manager, step)
     finally:
         manager.close()
     network = _network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)

@@ -116,12 +116,14 @@ class _Schedule:
     workers: int = 1  # OpenSpiel workers of 128 envs each
     stop_after_anneal: bool = False  # the run's learner-step budget is `anneal` (it also stops at `seconds`)
     trace_lambda: float = 0.95  # V-trace's lambda (1: returns without the critic's bias)
+    average_tail: float = 0.0  # keep the mean of the params over this last fraction of the anneal (0: none)
 
 
 _POKER = {
     "kuhn_poker": _Schedule(1.0, 0.05, 25_000, 600.0),
     "leduc_poker": _Schedule(1.0, 0.03, 17_500, 1800.0, batch_size=256, learning_rate=1e-3, learning_rate_final=5e-5,
-                             snapshot_interval=125, workers=2, stop_after_anneal=True, trace_lambda=1.0),
+                             snapshot_interval=125, workers=2, stop_after_anneal=True, trace_lambda=1.0,
+                             average_tail=0.25),
 }
 _OTHER_GAMES = _Schedule(0.05, 0.01, 20_000, 600.0)
 
@@ -155,7 +157,9 @@ def _openspiel(game: str) -> Preset:
             learner=LearnerConfig(loss="vtrace", learning_rate=schedule.learning_rate, entropy_cost=schedule.entropy,
                                   discount=1.0, lambda_=schedule.trace_lambda,
                                   learning_rate_final=schedule.learning_rate_final,
-                                  entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal),
+                                  entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal,
+                                  average_from=(round(schedule.anneal * (1 - schedule.average_tail))
+                                                if schedule.average_tail else None)),
         ),
         workers=schedule.workers,
         envs_per_worker=128,

@@ -15,7 +15,7 @@ from seedleague.api import PolicySpec, RecurrentPolicyError, _network, _params_o
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.host.host import spec_to_json
 from seedleague.protocol.specs import EnvSpec
-from seedleague.rl.learner import LearnerConfig, TrainState, init_train_state
+from seedleague.rl.learner import LearnerConfig, ParamAverage, TrainState, init_train_state
 from seedleague.rl.networks import NetworkConfig
 
 SMALL = NetworkConfig(torso="mlp", hidden_sizes=(8,))
@@ -40,14 +40,17 @@ def train_state(network, shape, dtype, actions, learner):
 
 
 def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=False, bias=None,
-                    learner=LearnerConfig(), dtype=np.float32, extra_meta=None):
-    """A real checkpoint as the host writes it; `uniform` zeroes the policy head (logits exactly 0)."""
+                    learner=LearnerConfig(), dtype=np.float32, extra_meta=None, average=None):
+    """A real checkpoint as the host writes it; `uniform` zeroes the policy head (logits exactly 0);
+    `average` = (params, count) replaces the learner's param average (needs `learner.average_from`)."""
     env_name, shape, actions = env
     state = train_state(network, shape, np.dtype(dtype), actions, learner)
     state = state._replace(params=_network(network, shape, np.dtype(dtype), actions).init(jax.random.key(seed)))
     if uniform or bias is not None:
         state = state._replace(params=head_params(state.params, 0.0, np.zeros(actions) if bias is None else bias))
     state = state._replace(step=jnp.asarray(step, jnp.int32))
+    if average is not None:
+        state = state._replace(average=ParamAverage(average[0], jnp.asarray(average[1], jnp.int32)))
     meta = dict(spec=spec_to_json(EnvSpec(env_name, shape, np.dtype(dtype), actions, 1)),
                 network=dataclasses.asdict(network), learner=dataclasses.asdict(learner),
                 env_steps=100 * step, agent_steps=100 * step, episodes=step, wall_s=1.5 * step, returns=[])
@@ -73,6 +76,24 @@ def test_load_policy_from_a_run_dir_a_checkpoint_dir_and_a_pool_player(tmp_path)
     obs = np.random.default_rng(0).random((5, 11), np.float32)
     logits, _, _ = _network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
     np.testing.assert_allclose(policy.logits(obs), np.asarray(logits)[:, 0], rtol=1e-6)
+
+
+def test_the_param_average_loads_in_place_of_the_params_and_its_absence_is_named(tmp_path):
+    averaging = LearnerConfig(average_from=5)
+    state = save_checkpoint(tmp_path / "a", step=3, learner=averaging)  # before step 5: nothing averaged yet
+    with pytest.raises(ValueError, match="no averaged params yet: averaging starts at learner step 5"):
+        load_policy(str(tmp_path / "a"), average=True)
+    mean = head_params(state.params, 0.0, [2.0, -2.0])
+    save_checkpoint(tmp_path / "a", step=9, learner=averaging, average=(mean, 4))
+    policy = load_policy(str(tmp_path / "a"), average=True)
+    assert policy.step == 9 and policy.meta["average"] == {"from": 5, "count": 4}
+    assert policy.source.endswith("a/9 (param average)")
+    obs = np.zeros((3, 11), np.float32)
+    np.testing.assert_allclose(policy.logits(obs), np.tile([2.0, -2.0], (3, 1)), rtol=1e-6)
+    assert not np.allclose(load_policy(str(tmp_path / "a")).logits(obs), policy.logits(obs))  # not the params
+    save_checkpoint(tmp_path / "b", step=1)
+    with pytest.raises(ValueError, match="holds no param average: its learner ran without averaging"):
+        load_policy(str(tmp_path / "b"), average=True)
 
 
 def test_any_optimiser_state_loads(tmp_path):

@@ -14,7 +14,8 @@ from seedleague import cli
 from seedleague.api import PolicySpec, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
-from test_api import save_checkpoint
+from seedleague.rl.learner import LearnerConfig
+from test_api import head_params, save_checkpoint
 
 KUHN = load_game("kuhn_poker")
 
@@ -255,6 +256,23 @@ def test_eval_cli_refuses_what_it_cannot_evaluate(tmp_path, capsys):
     assert cli.main(["eval", "--run-dir", str(tmp_path / "cartpole"), "--mixture", "main:1"]) == 2
     assert "KEY=WEIGHT" in capsys.readouterr().err
     assert not (tmp_path / "cartpole" / "eval").exists()
+
+
+def test_a_checkpoint_with_a_param_average_has_it_scored_beside_the_policy(tmp_path, capsys):
+    run = tmp_path / "run"
+    averaging = LearnerConfig(average_from=2)
+    state = save_checkpoint(run / "checkpoints", env_of(KUHN), step=8, uniform=True, learner=averaging)
+    save_checkpoint(run / "checkpoints", env_of(KUHN), step=9, uniform=True, learner=averaging,
+                    average=(head_params(state.params, 0.0, [3.0, -3.0]), 7))
+    entry = eval_cli.evaluate_run(str(run), quick=True)
+    results = entry["results"]
+    assert results["param_average"] == {"from": 2, "count": 7}
+    assert results["param_average_exploitability"] == pytest.approx(
+        openspiel_eval.exploitability(KUHN, load_policy(str(run), average=True)), abs=1e-12)
+    assert results["param_average_exploitability"] != pytest.approx(results["exploitability"], abs=1e-3)
+    assert "param average" in capsys.readouterr().out
+    assert cli.main(["eval", "--run-dir", str(run), "--step", "8"]) == 0  # nothing averaged at step 8: no row
+    assert "param average" not in capsys.readouterr().out
 
 
 def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):

@@ -52,9 +52,10 @@ def play(worker: RawWorker, steps, count: int) -> list:
 def league_host(tmp_path):
     made = []
 
-    def make(league: FakeLeague, **link):
+    def make(league: FakeLeague, learner=SMALL_HOST.learner, **link):
         config = dataclasses.replace(
             SMALL_HOST,
+            learner=learner,
             league=LeagueLinkConfig(address="fake", player="p", pool_dir=str(tmp_path / "pool"), retry_s=0.05,
                                     report_interval_s=0.05, check_in_interval_s=0.05, prefetch=8, **link),
         )
@@ -173,6 +174,22 @@ def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     # after the reset the learner acts with its initial params again (the step count goes on)
     params, version = host.model.policy.current()
     assert version > 0
+    worker.close()
+
+
+def test_a_reset_starts_the_param_average_again(league_host):
+    league = FakeLeague(snapshot_every=2, reset=True)
+    host, server = league_host(league, learner=dataclasses.replace(SMALL_HOST.learner, average_from=0))
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    deadline = time.monotonic() + 60
+    while host.model is None or host.model.league.stats.resets < 1:
+        play(worker, steps, 3)
+        assert time.monotonic() < deadline, "no reset happened"
+    seen = []
+    host.model.learner.call(lambda state: seen.append((int(state.average.count), int(state.step))))
+    count, step = seen[0]
+    assert count < step  # averaged since the last reset only; without one, every update from step 0 counts
     worker.close()
 
 

@@ -186,6 +186,32 @@ def test_magnet_follows_the_params_as_a_moving_average_and_pulls_the_policy():
     assert kls[-1] < 0.2 * kls[0], kls
 
 
+def test_param_average_is_the_mean_of_the_params_after_every_update_from_its_start_step():
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    assert init_train_state(LearnerConfig(), network, jax.random.key(0)).average == ()
+    config = LearnerConfig(average_from=2)
+    state = init_train_state(config, network, jax.random.key(0))
+    initial = jax.tree.map(np.asarray, state.params)
+    jax.tree.map(np.testing.assert_array_equal, state.average.params, initial)
+    assert int(state.average.count) == 0
+    update = make_update(config, network)
+    after = []  # params after the updates at steps 0..4
+    for _ in range(5):
+        state, _ = update(state, batch)
+        after.append(jax.tree.map(np.asarray, state.params))
+        if int(state.step) <= 2:  # steps 0 and 1 are before the start: nothing averaged yet
+            jax.tree.map(np.testing.assert_array_equal, state.average.params, initial)
+    assert int(state.average.count) == 3
+    want = jax.tree.map(lambda *p: np.mean(p, axis=0), *after[2:])
+    jax.tree.map(lambda got, w: np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6), state.average.params, want)
+    # Acting and learning use the params, not their average.
+    assert any(not np.allclose(a, p) for a, p in zip(jax.tree.leaves(state.average.params),
+                                                     jax.tree.leaves(state.params)))
+    with pytest.raises(ValueError, match="average_from must be a learner step >= 0"):
+        LearnerConfig(average_from=-1)
+
+
 def test_magnet_config_errors():
     with pytest.raises(ValueError, match="magnet_rate must be in"):
         LearnerConfig(magnet_rate=1.5)

@@ -30,6 +30,12 @@ def test_leduc_takes_advantages_from_returns_alone_and_the_other_games_keep_the_
         assert preset_for(f"openspiel:{game}").host.learner.lambda_ == LearnerConfig().lambda_
 
 
+def test_leduc_averages_its_params_over_the_last_quarter_of_its_anneal():
+    learner = preset_for("openspiel:leduc_poker").host.learner
+    assert (learner.average_from, learner.anneal_steps) == (13_125, 17_500)
+    assert preset_for("openspiel:kuhn_poker").host.learner.average_from is None
+
+
 def test_leduc_stops_when_its_anneal_ends_and_the_flag_overrides_it():
     # Trained on past its anneal at the final settings, Leduc's average policy drifted from 0.124 (update 17.5K,
     # 20 minutes on a 15 updates/s machine) to 0.30 at minute 30: its run's budget ends with the schedule.

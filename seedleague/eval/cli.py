@@ -86,11 +86,12 @@ def parse_mixture(text: str) -> list[tuple[str, float]]:
 
 def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
              mixture: Optional[list[tuple[str, float]]] = None, nash: bool = False,
-             average: Optional[float] = None) -> dict:
+             average: Optional[float] = None, param_average=None) -> dict:
     """Every evaluation that applies to `policy`'s game; returns the history entry (results inside).
     `average`: also the exploitability of the uniform mixture of the newest `average` fraction of
-    the league's snapshots (poker games). Raises ValueError when the env is not an OpenSpiel game
-    (nothing here applies)."""
+    the league's snapshots (poker games). `param_average`: the same checkpoint's running mean of
+    the params (`load_param_average`), scored beside the policy (poker games). Raises ValueError
+    when the env is not an OpenSpiel game (nothing here applies)."""
     name = openspiel_game_name(policy.spec.env_name)
     if name is None:
         raise ValueError(
@@ -106,6 +107,9 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     results: dict[str, Any] = {"game": name, "information": "imperfect" if imperfect else "perfect"}
     if imperfect:
         results.update(_exploitability(game, policy))
+        if param_average is not None:
+            results.update({"param_average_" + k: v for k, v in _exploitability(game, param_average).items()},
+                           param_average=param_average.meta["average"])
     else:
         results.update(_board(game, policy, config))
     if mixture:
@@ -123,6 +127,17 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     meta = policy.meta
     return dict(time=time.time(), step=policy.step, env_steps=meta.get("env_steps"), wall_s=meta.get("wall_s"),
                 policy=policy.source, env_name=policy.spec.env_name, greedy=config.greedy, results=results)
+
+
+def load_param_average(path: str, step: Optional[int] = None, seed: int = 0):
+    """The learner's running mean of its params in checkpoint `step` of `path` (see
+    `seedleague.api.load_policy(average=True)`), or None where that checkpoint keeps none."""
+    from seedleague.api import load_policy
+
+    try:
+        return load_policy(path, step, seed=seed, average=True)
+    except ValueError:
+        return None
 
 
 def _exploitability(game, policy) -> dict:
@@ -217,7 +232,9 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
 
     config = config or (QUICK if quick else EvalConfig())
     try:
-        entry = evaluate(run_dir, load_policy(run_dir), config, nash=True, average=END_OF_RUN_AVERAGE)
+        policy = load_policy(run_dir)
+        entry = evaluate(run_dir, policy, config, nash=True, average=END_OF_RUN_AVERAGE,
+                         param_average=load_param_average(run_dir, policy.step))
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         print(f"  no evaluation: {error}")
         return None
@@ -243,6 +260,11 @@ def format_entry(entry: dict) -> str:
     if "exploitability" in results:
         lines.append(f"  exploitability          {results['exploitability']:.6f}   "
                      f"({results['exploitability_seconds']:.2f} s; NashConv/2, 0 at a Nash equilibrium)")
+    if "param_average_exploitability" in results:
+        span = results["param_average"]
+        lines.append(f"  param average           {results['param_average_exploitability']:.6f}   "
+                     f"(one network: the mean of the learner's params over {span['count']} updates "
+                     f"from step {span['from']})")
     if "mixture_exploitability" in results:
         lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
     if "mixture_note" in results:
@@ -433,10 +455,11 @@ def _eval(args: argparse.Namespace) -> int:
     if args.snapshot:
         if args.step is not None:
             raise ValueError("--step applies to --run-dir or --checkpoint; a snapshot key names its own step")
-        policy = load_snapshot(args.run_dir, args.snapshot, seed=args.seed)
+        policy, param_average = load_snapshot(args.run_dir, args.snapshot, seed=args.seed), None
     else:
         policy = load_policy(args.checkpoint or args.run_dir, args.step, seed=args.seed)
-    entry = evaluate(args.run_dir, policy, config, args.vs, mixture, args.nash, args.average)
+        param_average = load_param_average(args.checkpoint or args.run_dir, policy.step, args.seed)
+    entry = evaluate(args.run_dir, policy, config, args.vs, mixture, args.nash, args.average, param_average)
     print(format_entry(entry))
     path = append_history(args.run_dir, entry)
     if args.json:

@@ -87,12 +87,18 @@ def ratings_plot(elo_history: dict[str, list[tuple[int, float]]], path: str) -> 
     return _save(fig, path)
 
 
+# The exploitabilities an eval entry may carry: (series name, results field).
+EXPLOITABILITIES = (("policy", "exploitability"), ("param average", "param_average_exploitability"),
+                    ("average policy", "average_exploitability"), ("league Nash mixture", "nash_mixture_exploitability"),
+                    ("mixture", "mixture_exploitability"))
+
+
 def _exploitability_points(eval_history: Sequence[dict]) -> dict[str, list[dict]]:
-    """{"policy": [...], "mixture": [...]}: entries carrying (mixture) exploitability, with x values."""
-    series: dict[str, list[dict]] = {"policy": [], "mixture": []}
+    """{"policy": [...], "average policy": [...], ...}: entries carrying each exploitability, with x values."""
+    series: dict[str, list[dict]] = {name: [] for name, _ in EXPLOITABILITIES}
     for entry in eval_history:
         results = entry.get("results", {})
-        for name, field in (("policy", "exploitability"), ("mixture", "mixture_exploitability")):
+        for name, field in EXPLOITABILITIES:
             if results.get(field) is not None:
                 series[name].append(dict(value=float(results[field]), time=entry.get("time"),
                                          wall_s=entry.get("wall_s"), env_steps=entry.get("env_steps")))
@@ -151,7 +157,7 @@ def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figure
 
 def _summary(results: dict) -> str:
     """One line of an eval entry's results: exploitabilities and match scores ((wins + draws/2) / games)."""
-    parts = [f"{name} {results[name]:.4g}" for name in ("exploitability", "mixture_exploitability") if name in results]
+    parts = [f"{name} exploitability {results[field]:.4g}" for name, field in EXPLOITABILITIES if field in results]
     matches = [("vs random", results.get("vs_random"))] + [
         (f"vs MCTS {sims}", stats) for sims, stats in results.get("vs_mcts", {}).items()]
     matches.append((f"vs {results.get('head_to_head', {}).get('opponent')}", results.get("head_to_head")))

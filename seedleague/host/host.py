@@ -275,9 +275,9 @@ class Host:
         return saved["step"], self.pool.player_dir(self.config.league.player)
 
     def _reset_learner(self) -> None:
-        """Back to the initial params, optimiser state and magnet; the step count goes on."""
+        """Back to the initial params, optimiser state, magnet and param average; the step count goes on."""
         initial = self.model.initial_state  # copied: the next update donates the state it is given
-        fields = ("params", "opt_state", "magnet")
+        fields = ("params", "opt_state", "magnet", "average")
         fresh = lambda: jax.tree.map(jax.numpy.copy, tuple(getattr(initial, f) for f in fields))
         self.model.learner.call(lambda state: state._replace(**dict(zip(fields, fresh()))))
 

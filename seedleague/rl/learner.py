@@ -78,6 +78,14 @@ class LearnerConfig:
         an equilibrium that gradient play converges to, and moving the magnet
         moves that equilibrium towards a Nash equilibrium of the game itself,
         without annealing the regulariser to zero.
+    average_from: when set, the learner also keeps the running mean of its params
+        over every update from this step on (Polyak-Ruppert tail averaging):
+        `state.average.params`, saved with every checkpoint and loadable with
+        `seedleague.api.load_policy(..., average=True)`. Self-play by policy gradient
+        in a zero-sum game does not settle on an equilibrium; its iterates circle and
+        jitter around one, and their mean is nearer it than any one of them (Leduc
+        numbers in benchmarks/README.md). The params that act and learn are
+        unchanged; the average is an output.
     """
 
     loss: str = "vtrace"
@@ -96,6 +104,7 @@ class LearnerConfig:
     entropy_cost_final: Optional[float] = None
     magnet_cost: float = 0.0
     magnet_rate: float = 0.0
+    average_from: Optional[int] = None
 
     def __post_init__(self):
         problems = []
@@ -114,6 +123,8 @@ class LearnerConfig:
         for name in ("discount", "lambda_"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.average_from is not None and not self.average_from >= 0:
+            problems.append(f"average_from must be a learner step >= 0 (or None), got {self.average_from}")
         if not 0 <= self.magnet_rate <= 1:
             problems.append(f"magnet_rate must be in [0, 1], got {self.magnet_rate}")
         for name in ("entropy_cost", "baseline_cost", "magnet_cost"):
@@ -121,6 +132,13 @@ class LearnerConfig:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if problems:
             raise ValueError("bad LearnerConfig: " + "; ".join(problems))
+
+
+class ParamAverage(NamedTuple):
+    """The mean of the params over `count` updates (see LearnerConfig.average_from)."""
+
+    params: Any
+    count: jax.Array  # int32 scalar: updates averaged so far; 0 means `params` are still the initial ones
 
 
 class TrainState(NamedTuple):
@@ -131,6 +149,7 @@ class TrainState(NamedTuple):
     step: jax.Array  # int32 scalar: updates applied so far = the params' policy version
     rng: jax.Array  # key carried for stochastic losses; the current losses do not use it
     magnet: Any = ()  # the magnet policy's params when LearnerConfig.magnet_cost > 0, else ()
+    average: Any = ()  # a ParamAverage when LearnerConfig.average_from is set, else ()
 
 
 def _annealed(config: LearnerConfig, initial: float, final: Optional[float]) -> optax.Schedule:
@@ -156,7 +175,20 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
         step=jnp.zeros((), jnp.int32),
         rng=rng,
         magnet=jax.tree.map(jnp.copy, params) if config.magnet_cost > 0 else (),
+        average=(ParamAverage(jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32))
+                 if config.average_from is not None else ()),
     )
+
+
+def _averaged(config: LearnerConfig, average: Any, step: jax.Array, params: Any) -> Any:
+    """`average` with the params of update `step` (the result of it) taken into the running mean."""
+    if config.average_from is None:
+        return average
+    take = step >= config.average_from
+    count = average.count + take.astype(jnp.int32)
+    weight = jnp.where(take, 1.0 / jnp.maximum(count, 1), 0.0)
+    mean = jax.tree.map(lambda a, p: a + (weight * (p - a)).astype(a.dtype), average.params, params)
+    return ParamAverage(mean, count)
 
 
 def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, step: jax.Array, magnet: Any):
@@ -198,7 +230,8 @@ def _update(config: LearnerConfig, network: Network, state: TrainState,
         grad_norm=optax.tree.norm(grads),
         policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
     )
-    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng, magnet=magnet)
+    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng, magnet=magnet,
+                           average=_averaged(config, state.average, state.step, params))
     return new_state, metrics
 
 
