@@ -5,10 +5,18 @@ import signal
 import subprocess
 import sys
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from conftest import RawWorker
+from seedleague.checkpoint import CheckpointConfig
+from seedleague.host.host import Host, HostConfig
+from seedleague.metrics import Metrics
 from seedleague.protocol.specs import EnvSpec
+from seedleague.rl.learner import LearnerConfig
+from test_api import SMALL, head_params, save_checkpoint
 from test_e2e import SEEDLEAGUE, TINY, free_port, run_cli, summary, wait_for
 
 
@@ -49,3 +57,25 @@ def test_serve_answers_a_worker_from_a_saved_checkpoint(tmp_path):
     assert 400 <= served["env_steps"] <= 420  # counts only what it served, not the training run's steps
     assert served["learner_steps"] == 0 and served["learner_step"] == 0
     assert sorted(os.listdir(checkpoints)) == saved  # serving wrote nothing
+
+
+def test_serving_the_param_average_acts_with_it_and_a_checkpoint_without_one_is_refused(tmp_path):
+    averaging = LearnerConfig(average_from=1)
+    state = save_checkpoint(tmp_path / "avg", step=5, network=SMALL, learner=averaging,
+                            average=(head_params(save_checkpoint(tmp_path / "other", seed=7).params, 0.0, [3.0, -3.0]), 4))
+    config = HostConfig(learn=False, serve_param_average=True, network=SMALL,
+                        checkpoint=CheckpointConfig(directory=str(tmp_path / "avg")))
+    host = Host(config, Metrics(), resume=True)
+    try:
+        params, version = host.model.policy.current()
+        assert version == 5
+        np.testing.assert_array_equal(np.asarray(params["params"]["policy_head"]["bias"]), [3.0, -3.0])
+        assert not np.array_equal(np.asarray(state.params["params"]["policy_head"]["bias"]), [3.0, -3.0])
+    finally:
+        host.stop()
+    save_checkpoint(tmp_path / "plain", step=2, network=SMALL)
+    with pytest.raises(ValueError, match="holds no param average"):
+        Host(dataclasses.replace(config, checkpoint=CheckpointConfig(directory=str(tmp_path / "plain"))), Metrics(),
+             resume=True)
+    with pytest.raises(ValueError, match="serve_param_average applies to serving"):
+        HostConfig(serve_param_average=True)

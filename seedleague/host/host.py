@@ -52,6 +52,7 @@ class HostConfig:
     seed: int = 0
     learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
     greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
+    serve_param_average: bool = False  # serving: act with the checkpoint's param average (LearnerConfig.average_from)
     limits: SessionLimits = SessionLimits()
     batcher: BatcherConfig = BatcherConfig()
     replay: ReplayConfig = ReplayConfig()
@@ -71,6 +72,9 @@ class HostConfig:
             raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.serve_param_average and self.learn:
+            raise ValueError("serve_param_average applies to serving (`seedleague serve`), not to a learning host: "
+                             "the learner acts with its params and keeps the average as an output")
         if self.league.enabled and not self.learn:
             raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
         if self.league.enabled and not self.league.pool_dir:
@@ -95,6 +99,17 @@ def network_from_json(data: dict) -> NetworkConfig:
 def learner_from_json(data: dict) -> LearnerConfig:
     """The LearnerConfig a checkpoint was trained with (its optimiser state has that structure)."""
     return LearnerConfig(**data)
+
+
+def _with_averaged_params(state: Any, source: str) -> Any:
+    """`state` acting with its param average (LearnerConfig.average_from), for serving; ValueError if it has none."""
+    if not state.average:
+        raise ValueError(f"{source} holds no param average: its learner ran without --learner.average_from")
+    count = int(state.average.count)
+    if count == 0:
+        raise ValueError(f"{source} has no averaged params yet: its run stopped before averaging began")
+    log.info("serving the param average of %s (%d updates)", source, count)
+    return state._replace(params=state.average.params)
 
 
 def _spec_from_json(s: dict) -> EnvSpec:
@@ -307,6 +322,8 @@ class Host:
         template = init_train_state(self.config.learner, network, jax.random.key(0))
         step = self.checkpointer.latest_step() if step is None else step
         state, meta = self.checkpointer.restore(step, template)
+        if self.config.serve_param_average:
+            state = _with_averaged_params(state, f"{self.checkpointer.directory}/{step}")
         if self.config.learn:  # a resumed run continues its counters; a serving host counts only what it serves
             self._restored_meta = meta
             self.metrics.env_steps = meta["env_steps"]
