@@ -275,6 +275,25 @@ def test_a_checkpoint_with_a_param_average_has_it_scored_beside_the_policy(tmp_p
     assert "param average" not in capsys.readouterr().out
 
 
+def test_the_snapshot_curve_scores_each_snapshot_its_window_and_its_param_average(tmp_path):
+    from seedleague.eval.curve import as_eval_history, snapshot_curve
+
+    run = _kuhn_run(tmp_path)  # snapshots 1 and 2: no param average
+    averaging = LearnerConfig(average_from=2)
+    save_checkpoint(run / "pool" / "main", env_of(KUHN), step=3, seed=3, learner=averaging,
+                            average=(head_params(save_checkpoint(tmp_path / "x", env_of(KUHN)).params, 0.0, [1.0, -1.0]), 2))
+    rows = snapshot_curve(str(run), "main", window=2)
+    assert [r["key"] for r in rows] == ["main:000001", "main:000002", "main:000003"]
+    assert [r["param_average"] is None for r in rows] == [True, True, False]
+    pool_main = str(run / "pool" / "main")
+    assert rows[2]["param_average"] == pytest.approx(
+        openspiel_eval.exploitability(KUHN, load_policy(pool_main, 3, average=True)), abs=1e-12)
+    assert rows[2]["exploitability"] == pytest.approx(openspiel_eval.exploitability(KUHN, load_policy(pool_main, 3)))
+    assert rows[0]["window_mixture"] == pytest.approx(rows[0]["exploitability"], abs=1e-12)  # a window of one
+    history = as_eval_history(rows)
+    assert history[2]["results"]["param_average_exploitability"] == rows[2]["param_average"]
+
+
 def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):
     run = _kuhn_run(tmp_path)
     entry = eval_cli.evaluate_run(str(run), quick=True)

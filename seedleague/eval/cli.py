@@ -6,7 +6,8 @@
     seedleague report --run-dir D [--out DIR]
 
 The game comes from the checkpoint's env spec ("openspiel:<game>"). Imperfect-
-information games (poker) get exact exploitability (and that of a `--mixture`);
+information games (poker) get exact exploitability (and that of a `--mixture`, and of
+the learner's param average where the checkpoint keeps one);
 perfect-information games get win/draw/loss against uniform random and against
 MCTS at each `--mcts-sims`; `--vs` adds a head-to-head match in any OpenSpiel
 game. Every evaluation is printed as a table and appended as one JSON line to

@@ -2,8 +2,10 @@
 
 Each snapshot of a player is one point: its learner step, env steps and
 training wall-clock (from the snapshot's meta), the exploitability of its policy,
-and that of the uniform mixture of the last `window` snapshots (an average
-policy, mixed as behaviour strategies). `seedleague report` plots it;
+that of the uniform mixture of the last `window` snapshots (an average
+policy, mixed as behaviour strategies) and, where the learner kept one
+(LearnerConfig.average_from), that of its param average at the snapshot's step.
+`seedleague report` plots it;
 `python -m benchmarks.exploitability_curve RUN_DIR` prints it.
 """
 
@@ -29,7 +31,10 @@ def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
 
 def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: int = 1) -> list[dict]:
     """One row per `every`-th snapshot of `player` (and always the last): key, step, env_steps, wall_s,
-    exploitability, window_mixture. [] when the player has no snapshots."""
+    exploitability, window_mixture, param_average (None before averaging began or without it).
+    [] when the player has no snapshots."""
+    from seedleague.eval.cli import load_param_average
+
     if window < 1 or every < 1:
         raise ValueError(f"window and every must be >= 1, got {window} and {every}")
     keys, policies = player_snapshots(run_dir, player)
@@ -41,10 +46,12 @@ def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: 
         if i % every and i != len(keys) - 1:
             continue
         recent = policies[max(0, i - window + 1): i + 1]
+        average = load_param_average(os.path.join(run_dir, "pool", player), policy.step)
         rows.append(dict(
             key=key, step=policy.step, env_steps=policy.meta.get("env_steps"), wall_s=policy.meta.get("wall_s"),
             exploitability=exploitability(game, policy),
             window_mixture=mixture_exploitability(game, recent, [1.0] * len(recent)),
+            param_average=None if average is None else exploitability(game, average),
         ))
     return rows
 
@@ -52,5 +59,6 @@ def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: 
 def as_eval_history(rows: list[dict]) -> list[dict]:
     """Curve rows in the shape of `seedleague eval` history entries (for the report's plot)."""
     return [dict(time=None, step=r["step"], env_steps=r["env_steps"], wall_s=r["wall_s"], policy=r["key"],
-                 results=dict(exploitability=r["exploitability"], mixture_exploitability=r["window_mixture"]))
+                 results=dict(exploitability=r["exploitability"], mixture_exploitability=r["window_mixture"],
+                              param_average_exploitability=r.get("param_average")))
             for r in rows]
