@@ -213,6 +213,20 @@ def _worker(argv: list[str]) -> int:
     return gym_worker.main(argv) or 0
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to `sys.stderr` as it is when a record is logged, not as it was when `main` ran:
+    a caller that swaps stderr for a while (pytest's capture, a tool) and closes it afterwards
+    would otherwise leave the root logger writing to a closed file ("Logging error")."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass  # StreamHandler.__init__ sets it; the property always answers the current stderr
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
@@ -240,7 +254,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv or ["train"])
     # force: importing orbax already put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        force=True)
+                        handlers=[_CurrentStderrHandler()], force=True)
     try:
         if args.command in ("host", "serve") and args.address is None:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find

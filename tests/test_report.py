@@ -1,6 +1,9 @@
 """seedleague.eval.report and `seedleague report`: Markdown and valid PNGs from league data and eval history."""
 
+import io
+import logging
 import os
+import sys
 
 import pytest
 
@@ -126,6 +129,15 @@ def test_report_cli_without_a_league_database(tmp_path, capsys):
     assert_png(str(tmp_path / "out" / "exploitability.png"))
     assert cli.main(["report", "--run-dir", str(tmp_path / "missing")]) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_cli_logging_writes_to_the_stderr_of_the_moment_not_the_one_main_saw(tmp_path, monkeypatch, capsys):
+    # A captured stderr that main() logged to is closed later; the root logger must not keep it.
+    assert cli.main(["report", "--run-dir", str(tmp_path / "missing")]) == 2
+    swapped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", swapped)
+    logging.getLogger("seedleague.test").warning("logged after main returned")
+    assert "logged after main returned" in swapped.getvalue()
 
 
 def test_report_cli_opens_the_league_database(tmp_path, capsys):
