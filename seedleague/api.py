@@ -41,6 +41,10 @@ class RecurrentPolicyError(NotImplementedError):
     """The checkpoint's network has an LSTM core; this API answers feed-forward policies only."""
 
 
+class NoParamAverageError(ValueError):
+    """`load_policy(average=True)` on a checkpoint whose learner kept no param average, or none yet."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicySpec:
     """What a policy was trained on: the env worker's declared spaces."""
@@ -285,44 +289,41 @@ def _params_of(state: Any) -> Any:
     raise ValueError(f"checkpoint state has no params (got a {type(state).__name__})")
 
 
-def _restore_params(manager: Any, step: int) -> Any:
-    """Only the params of checkpoint `step`; falls back to restoring everything without a template."""
+def _restore_state(manager: Any, step: int, subtrees: Optional[dict]) -> Any:
+    """The state of checkpoint `step`, only `subtrees` (a dict of the state's metadata subtrees,
+    as numpy arrays) when given, else everything without a template."""
     import orbax.checkpoint as ocp
 
-    metadata = manager.item_metadata(step)["state"]
-    try:
-        abstract = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), _params_of(metadata))}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        abstract = None
+    if subtrees is not None:
+        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), subtrees)
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+        args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
+    else:
+        args = ocp.args.PyTreeRestore()
     with _quiet_orbax():
-        if abstract is not None:
-            restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
-            args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
-        else:
-            args = ocp.args.PyTreeRestore()
-        restored = manager.restore(step, args=ocp.args.Composite(state=args))
-    return _params_of(restored["state"])
+        return manager.restore(step, args=ocp.args.Composite(state=args))["state"]
+
+
+def _restore_params(manager: Any, step: int) -> Any:
+    """Only the params of checkpoint `step`; falls back to restoring everything without a template."""
+    try:
+        subtrees = {"params": _params_of(manager.item_metadata(step)["state"])}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        subtrees = None
+    return _params_of(_restore_state(manager, step, subtrees))
 
 
 def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
     """(params, count) of the learner's param average in checkpoint `step` (LearnerConfig.average_from)."""
-    import orbax.checkpoint as ocp
-
-    metadata = manager.item_metadata(step)["state"]
     try:
-        average = metadata["average"]  # orbax's tree metadata: keyed like a dict, not a dict
+        average = manager.item_metadata(step)["state"]["average"]  # orbax's tree metadata: keyed like a dict
     except (KeyError, TypeError):
         average = None
     if not (isinstance(average, dict) and "params" in average and "count" in average):
-        raise ValueError(f"{source} holds no param average: its learner ran without averaging "
-                         "(train with --learner.average_from STEP to keep one)")
-    abstract = {"average": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
-                                        {"params": average["params"], "count": average["count"]})}
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
-    args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
-    with _quiet_orbax():
-        restored = manager.restore(step, args=ocp.args.Composite(state=args))["state"]["average"]
-    return restored["params"], int(restored["count"])
+        raise NoParamAverageError(f"{source} holds no param average: its learner ran without averaging "
+                                  "(train with --learner.average_from STEP to keep one)")
+    restored = _restore_state(manager, step, {"average": {"params": average["params"], "count": average["count"]}})
+    return restored["average"]["params"], int(restored["average"]["count"])
 
 
 def _network_config(meta: dict) -> NetworkConfig:
@@ -355,8 +356,8 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
         `meta["average"]` then says over which updates: {"from": step, "count": n}.
     Raises FileNotFoundError for a missing directory, a directory without
     checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks;
-    ValueError for `average` where the checkpoint has no average, or one that has
-    not begun (its run has not reached `average_from` yet).
+    NoParamAverageError (a ValueError) for `average` where the checkpoint has no
+    average, or one that has not begun (its run has not reached `average_from` yet).
     """
     directory = _checkpoint_dir(path)
     manager = _open_manager(directory)
@@ -381,7 +382,7 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
             params, count = _restore_average(manager, step, source)
             start = (meta.get("learner") or {}).get("average_from")
             if count == 0:
-                raise ValueError(f"{source} has no averaged params yet: averaging starts at learner step {start}")
+                raise NoParamAverageError(f"{source} has no averaged params yet: averaging starts at learner step {start}")
             meta["average"], source = {"from": start, "count": count}, f"{source} (param average)"
         else:
             params = _restore_params(manager, step)

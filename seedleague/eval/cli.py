@@ -91,7 +91,7 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     """Every evaluation that applies to `policy`'s game; returns the history entry (results inside).
     `average`: also the exploitability of the uniform mixture of the newest `average` fraction of
     the league's snapshots (poker games). `param_average`: the same checkpoint's running mean of
-    the params (`load_param_average`), scored beside the policy (poker games). Raises ValueError
+    the params (`seedleague.eval.curve.load_param_average`), scored beside the policy (poker games). Raises ValueError
     when the env is not an OpenSpiel game (nothing here applies)."""
     name = openspiel_game_name(policy.spec.env_name)
     if name is None:
@@ -128,17 +128,6 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     meta = policy.meta
     return dict(time=time.time(), step=policy.step, env_steps=meta.get("env_steps"), wall_s=meta.get("wall_s"),
                 policy=policy.source, env_name=policy.spec.env_name, greedy=config.greedy, results=results)
-
-
-def load_param_average(path: str, step: Optional[int] = None, seed: int = 0):
-    """The learner's running mean of its params in checkpoint `step` of `path` (see
-    `seedleague.api.load_policy(average=True)`), or None where that checkpoint keeps none."""
-    from seedleague.api import load_policy
-
-    try:
-        return load_policy(path, step, seed=seed, average=True)
-    except ValueError:
-        return None
 
 
 def _exploitability(game, policy) -> dict:
@@ -230,6 +219,7 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     history; returns the entry. When nothing applies (no checkpoint, not an OpenSpiel game, a
     recurrent network) it prints why and returns None, so a finished training run never fails here."""
     from seedleague.api import load_policy
+    from seedleague.eval.curve import load_param_average
 
     config = config or (QUICK if quick else EvalConfig())
     try:
@@ -448,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from seedleague.api import load_policy, load_snapshot
+    from seedleague.eval.curve import load_param_average
 
     config = EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
     mixture = parse_mixture(args.mixture) if args.mixture else None

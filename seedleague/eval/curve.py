@@ -12,9 +12,10 @@ policy, mixed as behaviour strategies) and, where the learner kept one
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from envs.openspiel_games import load_game
-from seedleague.api import load_snapshot
+from seedleague.api import NoParamAverageError, load_policy, load_snapshot
 from seedleague.eval.openspiel_eval import exploitability, mixture_exploitability
 from seedleague.league.model_pool import ModelPool
 
@@ -29,12 +30,19 @@ def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
     return keys, [load_snapshot(run_dir, key) for key in keys]
 
 
+def load_param_average(path: str, step: Optional[int] = None, seed: int = 0):
+    """The learner's running mean of its params in checkpoint `step` of `path` (see
+    `seedleague.api.load_policy(average=True)`), or None where that checkpoint keeps none (yet)."""
+    try:
+        return load_policy(path, step, seed=seed, average=True)
+    except NoParamAverageError:
+        return None
+
+
 def snapshot_curve(run_dir: str, player: str = "main", window: int = 10, every: int = 1) -> list[dict]:
     """One row per `every`-th snapshot of `player` (and always the last): key, step, env_steps, wall_s,
     exploitability, window_mixture, param_average (None before averaging began or without it).
     [] when the player has no snapshots."""
-    from seedleague.eval.cli import load_param_average
-
     if window < 1 or every < 1:
         raise ValueError(f"window and every must be >= 1, got {window} and {every}")
     keys, policies = player_snapshots(run_dir, player)
