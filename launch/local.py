@@ -147,12 +147,29 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+_STOPPING_NOTICE = (b"SIGTERM while stopping: the run is already stopping and still writes its final checkpoint "
+                    b"and summary (SIGKILL ends it at once)\n")
+
+
+def _already_stopping(signum, frame):
+    """SIGTERM once the run is stopping: it already does what SIGTERM asks, so let it finish.
+
+    Closing the serving event loop puts SIGTERM back to its default, which would kill the
+    process in the middle of its final checkpoint and leave no summary and, because they run
+    in sessions of their own, the league service and extra players running. A supervisor
+    that stops a run whose budget just ended (the main player stopping the other players'
+    hosts) sends exactly that SIGTERM."""
+    with contextlib.suppress(OSError):
+        os.write(2, _STOPPING_NOTICE)
+
+
 def run(config: RunConfig) -> dict:
     """Run the host (and workers) until the budget ends; returns the run summary.
 
     SIGTERM during start-up (model restore, compiles) raises KeyboardInterrupt so
     everything started so far is still stopped; once serving, SIGINT and SIGTERM
-    end the run cleanly with reason "interrupted".
+    end the run cleanly with reason "interrupted"; once stopping, a further SIGTERM
+    is noted and the final checkpoint and summary are still written.
     """
     signal.signal(signal.SIGTERM, _interrupt)
     # The event loop, batcher and learner threads hand work to each other on every
@@ -176,13 +193,15 @@ def run(config: RunConfig) -> dict:
         summary = asyncio.run(_serve(config, host, metrics, run_dir, league))
         summary.update(league.summary())
     finally:
+        signal.signal(signal.SIGTERM, _already_stopping)
         try:
             if host is not None:
-                host.stop()  # its final checkpoint can take seconds: a second SIGTERM may land here
+                host.stop()  # its final checkpoint can take seconds
         finally:
             league.stop()  # ... and must not leave the league service process running
             metrics.close()
     summary.update(league.delivery(host))  # after host.stop(): its last delivery of results counts
+    summary.update(learner_step=_learner_step(host))  # ... and its last update, the one the final checkpoint holds
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
     with open(os.path.join(run_dir, "summary.json"), "w") as f:

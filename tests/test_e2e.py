@@ -102,6 +102,34 @@ def test_worker_reconnects_after_the_host_is_killed_and_restarted(tmp_path):
                 proc.kill()
 
 
+def test_sigterms_while_the_run_stops_still_leave_its_final_checkpoint_and_summary(tmp_path):
+    """A supervisor may signal a run that is already stopping (the main player stops the other players'
+    hosts right as their own budget ends). Closing the serving loop used to put SIGTERM back to its
+    default, so such a signal killed the host inside its final checkpoint and left no summary.json."""
+    run_dir = str(tmp_path / "run")
+    log_path = tmp_path / "train.log"
+    proc = subprocess.Popen(SEEDLEAGUE + ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4",
+                                          "--run-dir", run_dir, "--max-seconds", "120"] + TINY,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "| batch" in log_path.read_text(), 90, "the run to serve its worker")
+        deadline = time.monotonic() + 60
+        summary_path = os.path.join(run_dir, "summary.json")
+        # every stage of stopping gets one, up to the summary (the interpreter's own exit then resets signals)
+        while not os.path.exists(summary_path) and proc.poll() is None and time.monotonic() < deadline:
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.02)
+        assert proc.wait(10) == 0, log_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log_text = log_path.read_text()
+    assert "the run is already stopping" in log_text, log_text[-3000:]
+    result = summary(run_dir)
+    assert result["reason"] == "interrupted"
+    assert str(result["learner_step"]) in os.listdir(os.path.join(run_dir, "checkpoints"))  # the final checkpoint
+
+
 def test_train_with_a_token_and_tls_hands_both_to_its_workers(tmp_path):
     from test_security import _make_certificate
 
