@@ -132,6 +132,30 @@ def test_vtrace_loss_gradient_is_minus_advantage_over_steps():
 
 
 @MAYBE_JIT
+def test_vtrace_loss_with_the_entropy_in_the_returns_hand_example(maybe_jit):
+    # One episode of two steps, on-policy, V = 0, lambda 1, rewards [0, 1], entropy cost 0.1:
+    #   soft rewards r_i - 0.1 * log pi(a_i): [0.1 log 2, 1 + 0.1 log 4]
+    #   returns (= targets = pg advantages): [r0' + r1', r1']
+    #   policy_loss = -mean(advantage * log pi); value_loss = 0.5 * mean(target^2); no entropy term
+    log_pi = [math.log(0.5), math.log(0.25)]
+    inputs = _inputs(log_pi_tm1=[log_pi], log_mu_tm1=[log_pi], entropy_tm1=[[0.7, 0.7]], v_tm1=[[0.0, 0.0]],
+                     v_t=[[0.0, 0.0]], r_t=[[0.0, 1.0]], discount_t=[[1.0, 0.0]])
+    r0, r1 = 0.1 * math.log(2), 1 + 0.1 * math.log(4)
+    returns = [r0 + r1, r1]
+    fn = functools.partial(losses.vtrace_loss, entropy_cost=0.1, baseline_cost=0.5, entropy_in_returns=True)
+    loss, metrics = maybe_jit(fn)(inputs)
+    policy_loss = -(returns[0] * log_pi[0] + returns[1] * log_pi[1]) / 2
+    value_loss = 0.5 * (returns[0] ** 2 + returns[1] ** 2) / 2
+    np.testing.assert_allclose(metrics["policy_loss"], policy_loss, rtol=1e-6)
+    np.testing.assert_allclose(metrics["value_loss"], value_loss, rtol=1e-6)
+    np.testing.assert_allclose(loss, policy_loss + 0.5 * value_loss, rtol=1e-6)  # the bonus is in the returns only
+
+    # The bonus carries no gradient: d loss / d log pi is the plain -advantage / (B * T).
+    grad = jax.grad(lambda x: fn(inputs._replace(log_pi_tm1=x))[0])(inputs.log_pi_tm1)
+    np.testing.assert_allclose(grad, [[-returns[0] / 2, -returns[1] / 2]], rtol=1e-6)
+
+
+@MAYBE_JIT
 def test_ppo_loss_hand_example(maybe_jit):
     # Two steps, each ending its episode, V = 0, rewards [1, -1]:
     #   q - V = [1, -1], normalised (mean 0, std 1) -> [1, -1]

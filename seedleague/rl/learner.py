@@ -78,6 +78,10 @@ class LearnerConfig:
         an equilibrium that gradient play converges to, and moving the magnet
         moves that equilibrium towards a Nash equilibrium of the game itself,
         without annealing the regulariser to zero.
+    entropy_in_returns: put the (annealed) entropy cost into every step's reward,
+        r - entropy_cost * log pi(a|s), instead of adding an entropy bonus to the
+        loss, so returns and values are those of the entropy-regularised game
+        (see `seedleague.rl.losses.soft_rewards`).
     average_from: when set, the learner also keeps the running mean of its params
         over every update from this step on (Polyak-Ruppert tail averaging):
         `state.average.params`, saved with every checkpoint and loadable with
@@ -105,6 +109,7 @@ class LearnerConfig:
     magnet_cost: float = 0.0
     magnet_rate: float = 0.0
     average_from: Optional[int] = None
+    entropy_in_returns: bool = False
 
     def __post_init__(self):
         problems = []
@@ -200,6 +205,7 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
         clip_rho_threshold=config.clip_rho_threshold,
         entropy_cost=_annealed(config, config.entropy_cost, config.entropy_cost_final)(step),
         baseline_cost=config.baseline_cost,
+        entropy_in_returns=config.entropy_in_returns,
     )
     if config.loss == "ppo":
         loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)

@@ -180,6 +180,24 @@ def _batched_vtrace(inputs: LossInputs, rho_tm1: jax.Array, lambda_: float,
     )
 
 
+def soft_rewards(inputs: LossInputs, entropy_cost: jax.Array | float) -> LossInputs:
+    """The inputs with the entropy bonus moved into the rewards: r_i - entropy_cost * log pi(a_i | s_i).
+
+    An entropy term in the loss rewards randomness at each state on its own: the
+    values, and so the advantages of earlier actions, know nothing of the entropy
+    that later states will earn. Adding it to each step's reward instead (no
+    gradient through it) makes the return the entropy-regularised return, so the
+    policy gradient follows the regularised game itself, the game whose
+    quantal-response equilibrium the annealed self-play schedules aim at (soft
+    returns as in soft actor-critic; the reward transform of R-NaD, Perolat et al.
+    2022, with a uniform magnet). The score-function gradient of that return
+    already contains the current step's entropy term, so a loss that uses soft
+    rewards adds no entropy bonus of its own.
+    """
+    bonus = -entropy_cost * jax.lax.stop_gradient(inputs.log_pi_tm1)
+    return inputs._replace(r_t=inputs.r_t + bonus)
+
+
 def vtrace_loss(
     inputs: LossInputs,
     *,
@@ -188,6 +206,7 @@ def vtrace_loss(
     clip_pg_rho_threshold: float = 1.0,
     entropy_cost: float = 0.01,
     baseline_cost: float = 0.5,
+    entropy_in_returns: bool = False,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """IMPALA actor-critic loss (Espeholt et al. 2018, section 4.2).
 
@@ -195,9 +214,13 @@ def vtrace_loss(
         value_loss  = mean(0.5 * (v_s - V(s_i))^2)
         loss        = policy_loss + baseline_cost * value_loss - entropy_cost * mean(entropy)
 
-    with v_s and pg_advantage from V-trace at importance ratios pi / mu.
+    with v_s and pg_advantage from V-trace at importance ratios pi / mu. With
+    `entropy_in_returns` the entropy cost goes into the rewards (`soft_rewards`)
+    instead of the last term.
     """
     _check_inputs(inputs)
+    if entropy_in_returns:
+        inputs, entropy_cost = soft_rewards(inputs, entropy_cost), 0.0
     rho_tm1 = jnp.exp(jax.lax.stop_gradient(inputs.log_pi_tm1) - inputs.log_mu_tm1)
     out = _batched_vtrace(inputs, rho_tm1, lambda_, clip_rho_threshold, clip_pg_rho_threshold)
     policy_loss = -jnp.mean(out.pg_advantage * inputs.log_pi_tm1)
@@ -221,6 +244,7 @@ def ppo_loss(
     clip_rho_threshold: float = 1.0,
     entropy_cost: float = 0.01,
     baseline_cost: float = 0.5,
+    entropy_in_returns: bool = False,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with V-trace advantages.
 
@@ -235,8 +259,11 @@ def ppo_loss(
     return; the surrogate's own ratio corrects the first action, so the
     advantage is q_i - V(s_i) without V-trace's extra pg ratio. When the data is
     on-policy (ratio 1) this is exactly GAE(lambda). No value clipping.
+    `entropy_in_returns` as in `vtrace_loss`.
     """
     _check_inputs(inputs)
+    if entropy_in_returns:
+        inputs, entropy_cost = soft_rewards(inputs, entropy_cost), 0.0
     log_ratio = inputs.log_pi_tm1 - inputs.log_mu_tm1
     ratio = jnp.exp(log_ratio)
     out = _batched_vtrace(inputs, jax.lax.stop_gradient(ratio), lambda_, clip_rho_threshold, 1.0)
