@@ -102,6 +102,7 @@ def test_loss_inputs_align_rows_and_ignore_the_bootstrap_row():
 
 
 def _inputs(**fields):
+    fields.setdefault("entropy_t", np.zeros_like(np.asarray(fields["r_t"])))
     return losses.LossInputs(**{k: jnp.asarray(v, jnp.float32) for k, v in fields.items()})
 
 
@@ -133,26 +134,35 @@ def test_vtrace_loss_gradient_is_minus_advantage_over_steps():
 
 @MAYBE_JIT
 def test_vtrace_loss_with_the_entropy_in_the_returns_hand_example(maybe_jit):
-    # One episode of two steps, on-policy, V = 0, lambda 1, rewards [0, 1], entropy cost 0.1:
-    #   soft rewards r_i - 0.1 * log pi(a_i): [0.1 log 2, 1 + 0.1 log 4]
-    #   returns (= targets = pg advantages): [r0' + r1', r1']
-    #   policy_loss = -mean(advantage * log pi); value_loss = 0.5 * mean(target^2); no entropy term
+    # One episode of two steps, on-policy, V = 0, lambda 1, rewards [0, 1], entropy cost 0.1, and
+    # entropies H(s_1) = 0.6 (after step 0) and 0.9 (after step 1, which ends the episode: unused):
+    #   soft rewards r_i + 0.1 * gamma_i * H(s_{i+1}): [0.06, 1]
+    #   returns (= targets = pg advantages): [1.06, 1]
+    #   loss = policy_loss + 0.5 * value_loss - 0.1 * mean(entropy of s_0, s_1)
     log_pi = [math.log(0.5), math.log(0.25)]
-    inputs = _inputs(log_pi_tm1=[log_pi], log_mu_tm1=[log_pi], entropy_tm1=[[0.7, 0.7]], v_tm1=[[0.0, 0.0]],
-                     v_t=[[0.0, 0.0]], r_t=[[0.0, 1.0]], discount_t=[[1.0, 0.0]])
-    r0, r1 = 0.1 * math.log(2), 1 + 0.1 * math.log(4)
-    returns = [r0 + r1, r1]
+    inputs = _inputs(log_pi_tm1=[log_pi], log_mu_tm1=[log_pi], entropy_tm1=[[0.7, 0.6]], entropy_t=[[0.6, 0.9]],
+                     v_tm1=[[0.0, 0.0]], v_t=[[0.0, 0.0]], r_t=[[0.0, 1.0]], discount_t=[[1.0, 0.0]])
+    returns = [1.06, 1.0]
     fn = functools.partial(losses.vtrace_loss, entropy_cost=0.1, baseline_cost=0.5, entropy_in_returns=True)
     loss, metrics = maybe_jit(fn)(inputs)
     policy_loss = -(returns[0] * log_pi[0] + returns[1] * log_pi[1]) / 2
     value_loss = 0.5 * (returns[0] ** 2 + returns[1] ** 2) / 2
     np.testing.assert_allclose(metrics["policy_loss"], policy_loss, rtol=1e-6)
     np.testing.assert_allclose(metrics["value_loss"], value_loss, rtol=1e-6)
-    np.testing.assert_allclose(loss, policy_loss + 0.5 * value_loss, rtol=1e-6)  # the bonus is in the returns only
+    np.testing.assert_allclose(loss, policy_loss + 0.5 * value_loss - 0.1 * 0.65, rtol=1e-6)
+    plain = losses.vtrace_loss(inputs, entropy_cost=0.1, baseline_cost=0.5)[1]
+    np.testing.assert_allclose(plain["value_loss"], 0.5 * (1.0 + 1.0) / 2, rtol=1e-6)  # without: returns [1, 1]
 
-    # The bonus carries no gradient: d loss / d log pi is the plain -advantage / (B * T).
-    grad = jax.grad(lambda x: fn(inputs._replace(log_pi_tm1=x))[0])(inputs.log_pi_tm1)
-    np.testing.assert_allclose(grad, [[-returns[0] / 2, -returns[1] / 2]], rtol=1e-6)
+
+def test_loss_inputs_carry_the_next_states_entropy_without_a_gradient():
+    batch = _unroll(reward=[[0.0, 0.0, 0.0]], terminated=[[False, True, False]], truncated=[[False, False, False]],
+                    action=[[0, 2, 0]])
+    logits = jnp.asarray([[[0.0, 0.0, 0.0], [1.0, 0.0, -1.0], [0.0, 0.0, 0.0]]])
+    inputs = losses.loss_inputs(logits, jnp.zeros((1, 3)), batch, discount=1.0)
+    p = np.exp([1.0, 0.0, -1.0]) / np.exp([1.0, 0.0, -1.0]).sum()
+    np.testing.assert_allclose(inputs.entropy_t, [[-(p * np.log(p)).sum(), math.log(3)]], rtol=1e-6)  # rows 1 and 2
+    grad = jax.grad(lambda x: jnp.sum(losses.loss_inputs(x, jnp.zeros((1, 3)), batch, 1.0).entropy_t))(logits)
+    np.testing.assert_allclose(grad, 0.0)
 
 
 @MAYBE_JIT

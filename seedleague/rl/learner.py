@@ -78,10 +78,10 @@ class LearnerConfig:
         an equilibrium that gradient play converges to, and moving the magnet
         moves that equilibrium towards a Nash equilibrium of the game itself,
         without annealing the regulariser to zero.
-    entropy_in_returns: put the (annealed) entropy cost into every step's reward,
-        r - entropy_cost * log pi(a|s), instead of adding an entropy bonus to the
-        loss, so returns and values are those of the entropy-regularised game
-        (see `seedleague.rl.losses.soft_rewards`).
+    entropy_in_returns: also put the (annealed) entropy cost into every step's
+        reward, r + entropy_cost * gamma * H(pi(.|s')), so returns and values are
+        those of the entropy-regularised game (soft returns; see
+        `seedleague.rl.losses.soft_rewards`).
     average_from: when set, the learner also keeps the running mean of its params
         over every update from this step on (Polyak-Ruppert tail averaging):
         `state.average.params`, saved with every checkpoint and loadable with

@@ -36,6 +36,7 @@ class LossInputs(NamedTuple):
     log_pi_tm1: jax.Array  # log pi(a_i | s_i) under the learner's params (differentiable)
     log_mu_tm1: jax.Array  # log mu(a_i | s_i) under the behaviour params that acted
     entropy_tm1: jax.Array  # entropy of pi(. | s_i) over legal actions (differentiable)
+    entropy_t: jax.Array  # entropy of pi(. | s_{i+1}), no gradient (soft returns, see soft_rewards)
     v_tm1: jax.Array  # V(s_i) (differentiable)
     v_t: jax.Array  # V(s_{i+1}), no gradient
     r_t: jax.Array  # reward after a_i, plus the truncation bootstrap (see rewards_and_discounts)
@@ -149,6 +150,7 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
         log_pi_tm1=masked_log_prob(logits[:, :-1], a_tm1, legal_tm1),
         log_mu_tm1=masked_log_prob(mu_logits_tm1, a_tm1, legal_tm1),
         entropy_tm1=masked_entropy(logits[:, :-1], legal_tm1),
+        entropy_t=jax.lax.stop_gradient(masked_entropy(logits[:, 1:], batch.legal_mask[:, 1:])),
         v_tm1=v_tm1,
         v_t=v_t,
         r_t=r_t,
@@ -181,21 +183,19 @@ def _batched_vtrace(inputs: LossInputs, rho_tm1: jax.Array, lambda_: float,
 
 
 def soft_rewards(inputs: LossInputs, entropy_cost: jax.Array | float) -> LossInputs:
-    """The inputs with the entropy bonus moved into the rewards: r_i - entropy_cost * log pi(a_i | s_i).
+    """The inputs with the entropy of the next state in each reward: r_i + entropy_cost * gamma_i * H(s_{i+1}).
 
-    An entropy term in the loss rewards randomness at each state on its own: the
-    values, and so the advantages of earlier actions, know nothing of the entropy
-    that later states will earn. Adding it to each step's reward instead (no
-    gradient through it) makes the return the entropy-regularised return, so the
-    policy gradient follows the regularised game itself, the game whose
-    quantal-response equilibrium the annealed self-play schedules aim at (soft
-    returns as in soft actor-critic; the reward transform of R-NaD, Perolat et al.
-    2022, with a uniform magnet). The score-function gradient of that return
-    already contains the current step's entropy term, so a loss that uses soft
-    rewards adds no entropy bonus of its own.
+    An entropy bonus in the loss regularises each state on its own: the values,
+    and so the advantages of earlier actions, know nothing of the entropy later
+    states earn. With this added to the rewards (no gradient through it) the
+    return from s_i is the entropy-regularised return after s_i's own action, so
+    the policy gradient follows the regularised game itself, the game whose
+    quantal-response equilibrium the annealed self-play schedules aim at (the soft
+    Q-values of soft actor-critic). The loss keeps its entropy bonus for s_i
+    itself; the expected entropy H rather than a sampled -log pi(a_{i+1}) keeps
+    the returns' variance down. A terminated step (gamma_i = 0) earns none.
     """
-    bonus = -entropy_cost * jax.lax.stop_gradient(inputs.log_pi_tm1)
-    return inputs._replace(r_t=inputs.r_t + bonus)
+    return inputs._replace(r_t=inputs.r_t + entropy_cost * inputs.discount_t * inputs.entropy_t)
 
 
 def vtrace_loss(
@@ -215,12 +215,12 @@ def vtrace_loss(
         loss        = policy_loss + baseline_cost * value_loss - entropy_cost * mean(entropy)
 
     with v_s and pg_advantage from V-trace at importance ratios pi / mu. With
-    `entropy_in_returns` the entropy cost goes into the rewards (`soft_rewards`)
-    instead of the last term.
+    `entropy_in_returns` the entropy cost goes into the rewards
+    as well (`soft_rewards`).
     """
     _check_inputs(inputs)
     if entropy_in_returns:
-        inputs, entropy_cost = soft_rewards(inputs, entropy_cost), 0.0
+        inputs = soft_rewards(inputs, entropy_cost)
     rho_tm1 = jnp.exp(jax.lax.stop_gradient(inputs.log_pi_tm1) - inputs.log_mu_tm1)
     out = _batched_vtrace(inputs, rho_tm1, lambda_, clip_rho_threshold, clip_pg_rho_threshold)
     policy_loss = -jnp.mean(out.pg_advantage * inputs.log_pi_tm1)
@@ -263,7 +263,7 @@ def ppo_loss(
     """
     _check_inputs(inputs)
     if entropy_in_returns:
-        inputs, entropy_cost = soft_rewards(inputs, entropy_cost), 0.0
+        inputs = soft_rewards(inputs, entropy_cost)
     log_ratio = inputs.log_pi_tm1 - inputs.log_mu_tm1
     ratio = jnp.exp(log_ratio)
     out = _batched_vtrace(inputs, jax.lax.stop_gradient(ratio), lambda_, clip_rho_threshold, 1.0)
