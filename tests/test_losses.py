@@ -103,6 +103,7 @@ def test_loss_inputs_align_rows_and_ignore_the_bootstrap_row():
 
 def _inputs(**fields):
     fields.setdefault("entropy_t", np.zeros_like(np.asarray(fields["r_t"])))
+    fields.setdefault("logit_tm1", np.zeros_like(np.asarray(fields["r_t"])))
     return losses.LossInputs(**{k: jnp.asarray(v, jnp.float32) for k, v in fields.items()})
 
 

@@ -82,6 +82,9 @@ class LearnerConfig:
         reward, r + entropy_cost * gamma * H(pi(.|s')), so returns and values are
         those of the entropy-regularised game (soft returns; see
         `seedleague.rl.losses.soft_rewards`).
+    neurd_bound: None for the softmax policy gradient; a logit bound (R-NaD uses
+        2) for NeuRD's policy term instead (`seedleague.rl.losses.neurd_policy_loss`,
+        loss "vtrace" only).
     average_from: when set, the learner also keeps the running mean of its params
         over every update from this step on (Polyak-Ruppert tail averaging):
         `state.average.params`, saved with every checkpoint and loadable with
@@ -110,6 +113,7 @@ class LearnerConfig:
     magnet_rate: float = 0.0
     average_from: Optional[int] = None
     entropy_in_returns: bool = False
+    neurd_bound: Optional[float] = None
 
     def __post_init__(self):
         problems = []
@@ -128,6 +132,10 @@ class LearnerConfig:
         for name in ("discount", "lambda_"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.neurd_bound is not None and not self.neurd_bound > 0:
+            problems.append(f"neurd_bound must be > 0 (or None: the softmax policy gradient), got {self.neurd_bound}")
+        if self.neurd_bound is not None and self.loss != "vtrace":
+            problems.append(f"neurd_bound replaces the policy term of the vtrace loss; loss is {self.loss!r}")
         if self.average_from is not None and not self.average_from >= 0:
             problems.append(f"average_from must be a learner step >= 0 (or None), got {self.average_from}")
         if not 0 <= self.magnet_rate <= 1:
@@ -210,7 +218,8 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
     if config.loss == "ppo":
         loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)
     else:
-        loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold, **common)
+        loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+                                           neurd_bound=config.neurd_bound, **common)
     if config.magnet_cost > 0:
         magnet_logits, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
         magnet_kl = jnp.mean(losses.masked_kl(

@@ -17,7 +17,7 @@ so the gradient's scale does not grow with the batch size.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +34,7 @@ class LossInputs(NamedTuple):
     """
 
     log_pi_tm1: jax.Array  # log pi(a_i | s_i) under the learner's params (differentiable)
+    logit_tm1: jax.Array  # logit of a_i minus the mean logit of the legal actions at s_i (differentiable; NeuRD)
     log_mu_tm1: jax.Array  # log mu(a_i | s_i) under the behaviour params that acted
     entropy_tm1: jax.Array  # entropy of pi(. | s_i) over legal actions (differentiable)
     entropy_t: jax.Array  # entropy of pi(. | s_{i+1}), no gradient (soft returns, see soft_rewards)
@@ -67,6 +68,14 @@ def masked_log_prob(logits: jax.Array, action: jax.Array, legal_mask: jax.Array)
     )
     log_probs = masked_log_softmax(logits, legal_mask)
     return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def centred_logit(logits: jax.Array, action: jax.Array, legal_mask: jax.Array) -> jax.Array:
+    """logit(action) minus the mean logit over legal actions [...]: the policy's own
+    coordinates, unchanged by the shift that softmax ignores (NeuRD's logit bound applies to it)."""
+    legal = legal_mask.astype(logits.dtype)
+    mean = jnp.sum(logits * legal, axis=-1) / jnp.maximum(jnp.sum(legal, axis=-1), 1.0)
+    return jnp.take_along_axis(logits, action[..., None].astype(jnp.int32), axis=-1)[..., 0] - mean
 
 
 def masked_entropy(logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
@@ -148,6 +157,7 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
     )
     return LossInputs(
         log_pi_tm1=masked_log_prob(logits[:, :-1], a_tm1, legal_tm1),
+        logit_tm1=centred_logit(logits[:, :-1], a_tm1, legal_tm1),
         log_mu_tm1=masked_log_prob(mu_logits_tm1, a_tm1, legal_tm1),
         entropy_tm1=masked_entropy(logits[:, :-1], legal_tm1),
         entropy_t=jax.lax.stop_gradient(masked_entropy(logits[:, 1:], batch.legal_mask[:, 1:])),
@@ -207,6 +217,7 @@ def vtrace_loss(
     entropy_cost: float = 0.01,
     baseline_cost: float = 0.5,
     entropy_in_returns: bool = False,
+    neurd_bound: Optional[float] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """IMPALA actor-critic loss (Espeholt et al. 2018, section 4.2).
 
@@ -216,14 +227,19 @@ def vtrace_loss(
 
     with v_s and pg_advantage from V-trace at importance ratios pi / mu. With
     `entropy_in_returns` the entropy cost goes into the rewards
-    as well (`soft_rewards`).
+    as well (`soft_rewards`). With `neurd_bound` the policy term is NeuRD's
+    (`neurd_policy_loss`) instead of the softmax policy gradient's.
     """
     _check_inputs(inputs)
     if entropy_in_returns:
         inputs = soft_rewards(inputs, entropy_cost)
     rho_tm1 = jnp.exp(jax.lax.stop_gradient(inputs.log_pi_tm1) - inputs.log_mu_tm1)
     out = _batched_vtrace(inputs, rho_tm1, lambda_, clip_rho_threshold, clip_pg_rho_threshold)
-    policy_loss = -jnp.mean(out.pg_advantage * inputs.log_pi_tm1)
+    extra = {}
+    if neurd_bound is None:
+        policy_loss = -jnp.mean(out.pg_advantage * inputs.log_pi_tm1)
+    else:
+        policy_loss, extra = neurd_policy_loss(inputs, out.pg_advantage, neurd_bound)
     value_loss = jnp.mean(0.5 * jnp.square(out.errors))
     entropy = jnp.mean(inputs.entropy_tm1)
     loss = policy_loss + baseline_cost * value_loss - entropy_cost * entropy
@@ -232,8 +248,32 @@ def vtrace_loss(
         "value_loss": value_loss,
         "entropy": entropy,
         "importance_ratio": jnp.mean(rho_tm1),
+        **extra,
     }
     return loss, metrics
+
+
+def neurd_policy_loss(inputs: LossInputs, pg_advantage: jax.Array, bound: float) -> tuple[jax.Array, dict]:
+    """Neural replicator dynamics' policy term (Hennes et al. 2020; the policy update of R-NaD).
+
+        policy_loss = -mean(can_move * pg_advantage / pi(a_i | s_i) * y_i)
+
+    y_i is a_i's centred logit. Its gradient moves each logit by the action's
+    advantage itself (the sampled estimate, divided by pi(a_i) so that its
+    expectation is the advantage of every action), where the softmax policy
+    gradient moves it by pi(a) * advantage: an action that has become rare is still
+    corrected at full speed, which is what lets the replicator dynamics of
+    two-player zero-sum games circle an equilibrium instead of running off towards
+    the faces of the simplex. Logits past +-`bound` are not pushed further out
+    (can_move = 0 there), which bounds the policy away from determinism and the
+    1 / pi weights from above.
+    """
+    advantage = jax.lax.stop_gradient(pg_advantage)
+    y = inputs.logit_tm1
+    y_now = jax.lax.stop_gradient(y)
+    can_move = jnp.where(advantage > 0, y_now < bound, y_now > -bound)
+    weight = jnp.where(can_move, advantage / jnp.exp(jax.lax.stop_gradient(inputs.log_pi_tm1)), 0.0)
+    return -jnp.mean(weight * y), {"neurd_blocked": 1.0 - jnp.mean(can_move.astype(jnp.float32))}
 
 
 def ppo_loss(
