@@ -97,12 +97,13 @@ def _bandit_batch(action, logits, legal, version, rewarded_arm):
     )
 
 
-@pytest.mark.parametrize("loss", ["vtrace", "ppo"])
+@pytest.mark.parametrize("loss", ["vtrace", "ppo", "neurd"])
 def test_learns_the_rewarded_arm_of_a_bandit(loss):
     # Three arms, the third illegal. Each rewarded arm is learned from a fresh
     # init, so a policy that drifts to one arm regardless of reward fails one case.
     network = NETWORKS[0]
-    config = LearnerConfig(loss=loss, learning_rate=1e-2)
+    config = (LearnerConfig(loss="vtrace", neurd_bound=2.0, learning_rate=1e-2) if loss == "neurd"
+              else LearnerConfig(loss=loss, learning_rate=1e-2))
     update = make_update(config, network)
     act = jax.jit(lambda *args: _act(network, *args))
     batch, iterations = 32, 40
@@ -133,6 +134,8 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(lambda_=-0.1), r"lambda_ must be in \[0, 1\]"),
         (dict(entropy_cost=-1.0), "entropy_cost must be >= 0"),
         (dict(ppo_clip_epsilon=0.0), "ppo_clip_epsilon must be > 0"),
+        (dict(neurd_bound=0.0), "neurd_bound must be > 0"),
+        (dict(loss="ppo", neurd_bound=2.0), "neurd_bound replaces the policy term of the vtrace loss"),
     ],
 )
 def test_config_errors_say_what_to_change(kwargs, match):

@@ -166,6 +166,45 @@ def test_loss_inputs_carry_the_next_states_entropy_without_a_gradient():
     np.testing.assert_allclose(grad, 0.0)
 
 
+def test_centred_logit_is_the_actions_logit_minus_the_legal_mean():
+    logits = jnp.asarray([[3.0, 100.0, 1.0, -7.0]])
+    np.testing.assert_allclose(losses.centred_logit(logits, jnp.asarray([0]), jnp.asarray([MASK])), [1.0])
+    np.testing.assert_allclose(losses.centred_logit(logits, jnp.asarray([2]), jnp.asarray([MASK])), [-1.0])
+
+
+def _neurd_grad(logit, advantage_rewards, pi):
+    """d policy_loss / d centred logit, and the metrics, for one-step episodes (on-policy, V = 0)."""
+    log_pi = [[math.log(p) for p in pi]]
+    zeros = [[0.0] * len(pi)]
+    base = dict(log_pi_tm1=log_pi, log_mu_tm1=log_pi, entropy_tm1=zeros, v_tm1=zeros, v_t=zeros,
+                r_t=[advantage_rewards], discount_t=zeros)
+
+    def policy_loss(y):
+        return losses.vtrace_loss(_inputs(logit_tm1=y, **base), entropy_cost=0.0, neurd_bound=2.0)[1]["policy_loss"]
+
+    y = jnp.asarray([logit], jnp.float32)
+    return jax.grad(policy_loss)(y), losses.vtrace_loss(_inputs(logit_tm1=y, **base), neurd_bound=2.0)[1]
+
+
+def test_neurd_moves_each_logit_by_its_advantage_over_pi():
+    # Advantages [1, -2] (rewards of one-step episodes, V = 0) at pi(a) = [0.5, 0.25], B * T = 2:
+    # d loss / d y = -advantage / pi / 2 = [-1, 4]; the softmax policy gradient would scale by pi instead.
+    grad, metrics = _neurd_grad([0.0, 0.0], [1.0, -2.0], [0.5, 0.25])
+    np.testing.assert_allclose(grad, [[-1.0, 4.0]], rtol=1e-6)
+    assert float(metrics["neurd_blocked"]) == 0.0
+
+
+def test_neurd_does_not_push_a_logit_past_its_bound():
+    # Both logits past +-2 and both advantages pushing further out: no gradient at all.
+    grad, metrics = _neurd_grad([2.5, -2.5], [1.0, -2.0], [0.5, 0.25])
+    np.testing.assert_allclose(grad, [[0.0, 0.0]])
+    assert float(metrics["neurd_blocked"]) == 1.0
+    # Past the upper bound, a negative advantage still pulls the logit back in.
+    grad, metrics = _neurd_grad([2.5, 2.5], [1.0, -2.0], [0.5, 0.25])
+    np.testing.assert_allclose(grad, [[0.0, 4.0]], rtol=1e-6)
+    assert float(metrics["neurd_blocked"]) == 0.5
+
+
 @MAYBE_JIT
 def test_ppo_loss_hand_example(maybe_jit):
     # Two steps, each ending its episode, V = 0, rewards [1, -1]:
