@@ -265,8 +265,9 @@ def neurd_policy_loss(inputs: LossInputs, pg_advantage: jax.Array, bound: float)
     corrected at full speed, which is what lets the replicator dynamics of
     two-player zero-sum games circle an equilibrium instead of running off towards
     the faces of the simplex. Logits past +-`bound` are not pushed further out
-    (can_move = 0 there), which bounds the policy away from determinism and the
-    1 / pi weights from above.
+    (can_move = 0 there), which keeps the policy away from determinism and so the
+    1 / pi weights moderate (other states' updates, through the shared network,
+    can still move a logit past it).
     """
     advantage = jax.lax.stop_gradient(pg_advantage)
     y = inputs.logit_tm1
