@@ -275,6 +275,31 @@ def test_a_checkpoint_with_a_param_average_has_it_scored_beside_the_policy(tmp_p
     assert "param average" not in capsys.readouterr().out
 
 
+def test_the_end_of_run_mixes_the_average_policy_with_the_param_average_half_and_half(tmp_path, capsys):
+    """Snapshots that bet (1) and check (2), a param average that checks: the window is the newest
+    third's uniform mixture (`--average`), and the even mixture gives the param average half the games."""
+    run = _kuhn_run(tmp_path)
+    for step, bias in ((3, [0.5, -0.5]), (4, [-1.0, 2.0]), (5, [2.0, 1.0])):
+        save_checkpoint(run / "pool" / "main", env_of(KUHN), step=step, seed=step, bias=bias)
+    averaging = LearnerConfig(average_from=2)
+    state = save_checkpoint(run / "checkpoints", env_of(KUHN), step=9, uniform=True, learner=averaging)
+    save_checkpoint(run / "checkpoints", env_of(KUHN), step=10, uniform=True, learner=averaging,
+                    average=(head_params(state.params, 0.0, [-2.0, 2.0]), 7))
+    results = eval_cli.evaluate_run(str(run), quick=True)["results"]
+    assert "average + param average" in capsys.readouterr().out
+    window = [load_policy(str(run / "pool" / "main"), step) for step in (4, 5)]  # the newest third of five
+    params = load_policy(str(run), average=True)
+    assert results["average_snapshots"] == ["main:000004", "main:000005", 2]
+    combined = results["average_and_params_exploitability"]
+    assert combined == pytest.approx(openspiel_eval.mixture_exploitability(KUHN, window + [params], [0.25, 0.25, 0.5]),
+                                     abs=1e-12)
+    parts = (results["average_exploitability"], results["param_average_exploitability"])
+    assert all(abs(combined - part) > 1e-4 for part in parts)  # a real mixture, not one of its parts
+    assert combined <= sum(parts) / 2 + 1e-9  # exploitability is convex in a mixture
+    # without a param average in the checkpoint there is nothing to mix: no such row
+    assert "average_and_params_exploitability" not in eval_cli.evaluate_run(str(_kuhn_run(tmp_path / "b")))["results"]
+
+
 def test_the_snapshot_curve_scores_each_snapshot_its_window_and_its_param_average(tmp_path):
     from seedleague.eval.curve import as_eval_history, snapshot_curve
 

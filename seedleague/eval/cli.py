@@ -116,7 +116,7 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     if mixture:
         results.update(_mixture(run_dir, game, imperfect, mixture))
     if average is not None and imperfect:
-        results.update(_recent_average(run_dir, game, average))
+        results.update(_recent_average(run_dir, game, average, param_average))
     if nash and imperfect:
         results.update(_league_nash(run_dir, game))
     if vs:
@@ -167,10 +167,14 @@ def check_average_fraction(fraction: float) -> float:
     return fraction
 
 
-def _recent_average(run_dir: str, game, fraction: float) -> dict:
+def _recent_average(run_dir: str, game, fraction: float, param_average=None) -> dict:
     """Exploitability of the average policy of the newest `fraction` of the first player's snapshots
     (a uniform mixture, mixed as behaviour strategies). Self-play by policy gradient does not settle
-    on an equilibrium; its recent average is nearer one than any single iterate (fictitious play)."""
+    on an equilibrium; its recent average is nearer one than any single iterate (fictitious play).
+    With the learner's `param_average` (a Policy), also that of the even mixture of the two averages:
+    the param average played half the time, a snapshot of the window the other half. Exploitability is
+    convex in a mixture, so it is at most the mean of the two, and where the two miss the equilibrium
+    in different directions it is below both (Leduc numbers in benchmarks/README.md)."""
     from seedleague.eval import openspiel_eval
 
     check_average_fraction(fraction)
@@ -180,9 +184,13 @@ def _recent_average(run_dir: str, game, fraction: float) -> dict:
     keys = keys[-max(1, round(len(keys) * fraction)):]
     start = time.perf_counter()
     policies = [resolve_policy(run_dir, key) for key in keys]
-    value = openspiel_eval.mixture_exploitability(game, policies, [1.0] * len(policies))
-    return {"average_exploitability": value, "average_snapshots": [keys[0], keys[-1], len(keys)],
-            "average_fraction": fraction, "average_seconds": time.perf_counter() - start}
+    count = len(policies)
+    tables = openspiel_eval.PolicyTables(game, policies + ([param_average] if param_average is not None else []))
+    out = {"average_exploitability": tables.exploitability(np.ones(count), np.arange(count)),
+           "average_snapshots": [keys[0], keys[-1], count], "average_fraction": fraction}
+    if param_average is not None:
+        out["average_and_params_exploitability"] = tables.exploitability([0.5 / count] * count + [0.5])
+    return dict(out, average_seconds=time.perf_counter() - start)
 
 
 def _league_nash(run_dir: str, game, max_snapshots: int = 200) -> dict:
@@ -264,6 +272,9 @@ def format_entry(entry: dict) -> str:
         first, last, count = results["average_snapshots"]
         lines.append(f"  average policy          {results['average_exploitability']:.6f}   "
                      f"(uniform mixture of the newest {count} snapshots, {first} .. {last})")
+    if "average_and_params_exploitability" in results:
+        lines.append(f"  average + param average {results['average_and_params_exploitability']:.6f}   "
+                     "(the two averages above mixed half and half: the param average in half the games)")
     if "average_note" in results:
         lines.append(f"  average policy: {results['average_note']}")
     for field, mixture, label in (("nash_mixture_exploitability", "nash_mixture", "league Nash mixture"),
