@@ -5,25 +5,29 @@
 At each cutoff (a learner step; by default eight points spread over the run) it
 scores the player's snapshots up to that step: the last one alone; the uniform
 mixture of the newest fifth, third (what `seedleague train` reports at its end),
-half and all of them; linear weights over all of them (newer weigh more); and one
-network whose params are the mean of the newest third's params. That last one is
-not a mixture of policies but a single policy that can be served; where it scores
-like the mixture, policy averaging can be done in parameter space.
+half and all of them; linear weights over all of them (newer weigh more); one
+network whose params are the mean of the newest third's params (not a mixture of
+policies but a single policy that can be served; where it scores like the mixture,
+policy averaging can be done in parameter space); and, where the snapshot at the
+cutoff keeps the learner's param average (LearnerConfig.average_from), the even
+mixture of that network and the newest third, which the end of `seedleague train`
+reports as "average + param average".
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpy as np
 
 from envs.openspiel_games import load_game
 from seedleague.api import Policy
-from seedleague.eval.curve import player_snapshots
-from seedleague.eval.openspiel_eval import PolicyTables, exploitability
+from seedleague.eval.curve import load_param_average, player_snapshots
+from seedleague.eval.openspiel_eval import PolicyTables, exploitability, mixture_exploitability
 
-COLUMNS = ("last", "new1/5", "new1/3", "new1/2", "all", "linear", "params1/3")
+COLUMNS = ("last", "new1/5", "new1/3", "new1/2", "all", "linear", "params1/3", "1/3+avg")
 
 
 def mean_params_policy(policies: list[Policy]) -> Policy:
@@ -33,8 +37,9 @@ def mean_params_policy(policies: list[Policy]) -> Policy:
     return Policy(newest.network_config, params, newest.spec, newest.step, newest.meta, "mean of params")
 
 
-def scores(game, tables: PolicyTables, policies: list[Policy], count: int) -> list[float]:
-    """The COLUMNS for the first `count` snapshots."""
+def scores(game, tables: PolicyTables, policies: list[Policy], count: int, average: Policy | None) -> list[float]:
+    """The COLUMNS for the first `count` snapshots; `average` is the learner's param average at the
+    last of them (NaN in the last column without one)."""
     members = np.arange(count)
 
     def newest(fraction: float) -> float:
@@ -42,8 +47,11 @@ def scores(game, tables: PolicyTables, policies: list[Policy], count: int) -> li
         return tables.exploitability(np.ones(k), members[-k:])
 
     third = policies[count - max(1, round(count / 3)):count]
+    with_average = (float("nan") if average is None else
+                    mixture_exploitability(game, third + [average], [0.5 / len(third)] * len(third) + [0.5]))
     return [tables.exploitability([1.0], [count - 1]), newest(1 / 5), newest(1 / 3), newest(1 / 2), newest(1.0),
-            tables.exploitability(members + 1.0, members), exploitability(game, mean_params_policy(third))]
+            tables.exploitability(members + 1.0, members), exploitability(game, mean_params_policy(third)),
+            with_average]
 
 
 def main() -> None:
@@ -66,7 +74,8 @@ def main() -> None:
             print(f"{int(cutoff):>7}: no snapshot yet")
             continue
         wall = policies[count - 1].meta.get("wall_s") or 0.0
-        row = scores(game, tables, policies, count)
+        average = load_param_average(os.path.join(args.run_dir, "pool", args.player), int(steps[count - 1]))
+        row = scores(game, tables, policies, count, average)
         print(f"{steps[count - 1]:>7} {wall:>7.0f} " + " ".join(f"{v:>9.4f}" for v in row), flush=True)
 
 
