@@ -9,6 +9,7 @@ answers batched, jitted queries:
     policy = load_policy("runs/kuhn")                      # newest learner checkpoint
     policy = load_policy("runs/leduc", average=True)       # its running mean of the params
     policy = load_snapshot("runs/kuhn", "main:000512")     # a league snapshot
+    average = load_average_policy("runs/leduc")            # a PolicyMixture: draw() one member per game
     probs = policy.action_probabilities(observation, legal_mask)   # [B, A]; illegal exactly 0
     action = policy.act(observation, legal_mask, greedy=True)      # [B] int
 
@@ -416,3 +417,67 @@ def load_snapshot(run_dir: str, key: str, seed: int = 0) -> Policy:
         known = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
         raise FileNotFoundError(f"snapshot {key!r}: no player directory {player_dir!r} (the pool has players {known})")
     return load_policy(player_dir, step, seed=seed)
+
+
+class PolicyMixture:
+    """A strategy over whole games: play `members[k]` for an entire episode with probability
+    `weights[k]` (normalised to sum to 1). This is how an average policy of self-play, or a league's
+    Nash mixture, is played: `draw()` a member at every episode start and act with it until the
+    episode ends. Averaging the members' action probabilities state by state instead would be
+    another strategy (seedleague.eval.openspiel_eval.mixture_policy builds the equivalent one)."""
+
+    def __init__(self, members: list[Policy], weights: list[float], seed: int = 0):
+        w = np.asarray(weights, np.float64)
+        if not members or w.shape != (len(members),):
+            raise ValueError(f"a mixture needs one weight per member and at least one member; got "
+                             f"{len(members)} members, {len(weights)} weights")
+        if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"mixture weights must be finite, >= 0 and not all 0, got {list(weights)}")
+        if len({m.spec for m in members}) > 1:
+            raise ValueError(f"a mixture's members must share one env spec, got {sorted({str(m.spec) for m in members})}")
+        self.members = list(members)
+        self.weights = w / w.sum()
+        self.spec = members[0].spec
+        self._rng = np.random.default_rng(seed)
+
+    def __repr__(self) -> str:
+        return f"PolicyMixture({len(self.members)} members of {self.spec.env_name!r})"
+
+    def draw(self, rng: Rng = None) -> Policy:
+        """The member to play the next whole episode with (rng: a Generator or int seed; None: the
+        mixture's own generator)."""
+        generator = self._rng if rng is None else np.random.default_rng(rng)
+        return self.members[generator.choice(len(self.members), p=self.weights)]
+
+
+def load_average_policy(run_dir: str, fraction: float = 1 / 3, player: str = "main",
+                        param_average: bool = True, seed: int = 0) -> PolicyMixture:
+    """The run's average policy, as the end of `seedleague train` reports it.
+
+    The uniform mixture of the newest `fraction` of `player`'s league snapshots ("average
+    policy"); with `param_average`, when the newest learner checkpoint of `run_dir` keeps the
+    learner's param average, that network joins with half the weight ("average + param average":
+    Leduc's least exploitable output, see benchmarks/README.md). Raises ValueError for a fraction
+    outside (0, 1], FileNotFoundError when the player has no snapshots.
+    """
+    from seedleague.league.model_pool import ModelPool
+
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be a fraction of the snapshots in (0, 1], got {fraction}")
+    pool = ModelPool(os.path.join(run_dir, "pool"))
+    try:
+        keys = pool.keys(player)
+    finally:
+        pool.close()
+    if not keys:
+        raise FileNotFoundError(f"{run_dir!r} has no league snapshots of player {player!r}")
+    keys = keys[-max(1, round(len(keys) * fraction)):]
+    members = [load_snapshot(run_dir, key, seed) for key in keys]
+    weights = [1.0] * len(members)
+    if param_average:
+        try:
+            members.append(load_policy(run_dir, seed=seed, average=True))
+            weights = [0.5 / len(keys)] * len(keys) + [0.5]
+        except (NoParamAverageError, FileNotFoundError):
+            pass  # no learner checkpoint, or one without an average: the snapshots alone
+    return PolicyMixture(members, weights, seed)

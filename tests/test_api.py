@@ -11,7 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from seedleague.api import PolicySpec, RecurrentPolicyError, _network, _params_of, load_policy, load_snapshot
+from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, _network, _params_of, load_average_policy,
+                            load_policy, load_snapshot)
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.host.host import spec_to_json
 from seedleague.protocol.specs import EnvSpec
@@ -94,6 +95,43 @@ def test_the_param_average_loads_in_place_of_the_params_and_its_absence_is_named
     save_checkpoint(tmp_path / "b", step=1)
     with pytest.raises(ValueError, match="holds no param average: its learner ran without averaging"):
         load_policy(str(tmp_path / "b"), average=True)
+
+
+def test_the_average_policy_is_the_newest_snapshots_plus_the_param_average_drawn_per_game(tmp_path):
+    run = tmp_path / "run"
+    for step in range(1, 6):
+        save_checkpoint(run / "pool" / "main", step=step, seed=step)
+    averaging = LearnerConfig(average_from=2)
+    state = save_checkpoint(run / "checkpoints", step=7, learner=averaging)
+    # no averaged params yet: the newest third of the five snapshots alone, uniform
+    alone = load_average_policy(str(run))
+    assert [m.step for m in alone.members] == [4, 5] and list(alone.weights) == [0.5, 0.5]
+    save_checkpoint(run / "checkpoints", step=8, learner=averaging, average=(head_params(state.params, 0.0, [1.0, 0.0]), 3))
+    mixture = load_average_policy(str(run))
+    assert [m.step for m in mixture.members] == [4, 5, 8] and mixture.members[-1].meta["average"]["count"] == 3
+    np.testing.assert_allclose(mixture.weights, [0.25, 0.25, 0.5])
+    assert [m.step for m in load_average_policy(str(run), fraction=1.0, param_average=False).members] == [1, 2, 3, 4, 5]
+    drawn = [mixture.draw().source for _ in range(4000)]
+    assert abs(drawn.count(mixture.members[-1].source) / 4000 - 0.5) < 0.03  # the param average in half the games
+    assert {mixture.draw(rng=11).source for _ in range(5)} == {mixture.draw(rng=11).source}  # a seed fixes the draw
+    with pytest.raises(ValueError, match=r"fraction of the snapshots in \(0, 1\], got 0"):
+        load_average_policy(str(run), fraction=0)
+    with pytest.raises(FileNotFoundError, match="no league snapshots of player 'exploiter'"):
+        load_average_policy(str(run), player="exploiter")
+
+
+def test_a_policy_mixture_refuses_weights_and_members_it_cannot_play(tmp_path):
+    save_checkpoint(tmp_path / "kuhn", step=1)
+    save_checkpoint(tmp_path / "other", env=("openspiel:leduc_poker", (30,), 3), step=1)
+    kuhn, leduc = load_policy(str(tmp_path / "kuhn")), load_policy(str(tmp_path / "other"))
+    for weights in ([1.0, -1.0], [0.0, 0.0], [float("nan"), 1.0]):
+        with pytest.raises(ValueError, match="finite, >= 0 and not all 0"):
+            PolicyMixture([kuhn, kuhn], weights)
+    with pytest.raises(ValueError, match="one weight per member"):
+        PolicyMixture([kuhn], [0.5, 0.5])
+    with pytest.raises(ValueError, match="must share one env spec"):
+        PolicyMixture([kuhn, leduc], [1.0, 1.0])
+    assert PolicyMixture([kuhn], [3.0]).draw() is kuhn
 
 
 def test_any_optimiser_state_loads(tmp_path):

@@ -11,7 +11,7 @@ from open_spiel.python.algorithms import policy_aggregator
 
 from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
 from seedleague import cli
-from seedleague.api import PolicySpec, load_policy
+from seedleague.api import PolicySpec, load_average_policy, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
 from seedleague.rl.learner import LearnerConfig
@@ -296,6 +296,8 @@ def test_the_end_of_run_mixes_the_average_policy_with_the_param_average_half_and
     parts = (results["average_exploitability"], results["param_average_exploitability"])
     assert all(abs(combined - part) > 1e-4 for part in parts)  # a real mixture, not one of its parts
     assert combined <= sum(parts) / 2 + 1e-9  # exploitability is convex in a mixture
+    played = load_average_policy(str(run))  # the same strategy, from the API, to play one member per game
+    assert openspiel_eval.mixture_exploitability(KUHN, played.members, played.weights) == pytest.approx(combined, abs=1e-12)
     # without a param average in the checkpoint there is nothing to mix: no such row
     assert "average_and_params_exploitability" not in eval_cli.evaluate_run(str(_kuhn_run(tmp_path / "b")))["results"]
 

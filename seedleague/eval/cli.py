@@ -175,16 +175,17 @@ def _recent_average(run_dir: str, game, fraction: float, param_average=None) -> 
     the param average played half the time, a snapshot of the window the other half. Exploitability is
     convex in a mixture, so it is at most the mean of the two, and where the two miss the equilibrium
     in different directions it is below both (Leduc numbers in benchmarks/README.md)."""
+    from seedleague.api import load_average_policy
     from seedleague.eval import openspiel_eval
 
     check_average_fraction(fraction)
-    _, keys = _pool_keys(run_dir)
+    player, keys = _pool_keys(run_dir)
     if not keys:
         return {"average_note": "the run has no league snapshots yet"}
-    keys = keys[-max(1, round(len(keys) * fraction)):]
     start = time.perf_counter()
-    policies = [resolve_policy(run_dir, key) for key in keys]
+    policies = load_average_policy(run_dir, fraction, player, param_average=False).members
     count = len(policies)
+    keys = keys[-count:]
     tables = openspiel_eval.PolicyTables(game, policies + ([param_average] if param_average is not None else []))
     out = {"average_exploitability": tables.exploitability(np.ones(count), np.arange(count)),
            "average_snapshots": [keys[0], keys[-1], count], "average_fraction": fraction}
