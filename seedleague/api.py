@@ -419,6 +419,17 @@ def load_snapshot(run_dir: str, key: str, seed: int = 0) -> Policy:
     return load_policy(player_dir, step, seed=seed)
 
 
+def mixture_weights(count: int, weights: Any) -> np.ndarray:
+    """`weights` for a mixture of `count` policies, normalised to sum to 1; ValueError names a bad one."""
+    w = np.asarray(weights, np.float64)
+    if count == 0 or w.shape != (count,):
+        raise ValueError(f"a mixture needs one weight per policy and at least one policy; got {count} policies, "
+                         f"{len(w) if w.ndim == 1 else w.shape} weights")
+    if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"mixture weights must be finite, >= 0 and not all 0, got {list(weights)}")
+    return w / w.sum()
+
+
 class PolicyMixture:
     """A strategy over whole games: play `members[k]` for an entire episode with probability
     `weights[k]` (normalised to sum to 1). This is how an average policy of self-play, or a league's
@@ -427,16 +438,10 @@ class PolicyMixture:
     another strategy (seedleague.eval.openspiel_eval.mixture_policy builds the equivalent one)."""
 
     def __init__(self, members: list[Policy], weights: list[float], seed: int = 0):
-        w = np.asarray(weights, np.float64)
-        if not members or w.shape != (len(members),):
-            raise ValueError(f"a mixture needs one weight per member and at least one member; got "
-                             f"{len(members)} members, {len(weights)} weights")
-        if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-            raise ValueError(f"mixture weights must be finite, >= 0 and not all 0, got {list(weights)}")
+        self.weights = mixture_weights(len(members), weights)
         if len({m.spec for m in members}) > 1:
             raise ValueError(f"a mixture's members must share one env spec, got {sorted({str(m.spec) for m in members})}")
         self.members = list(members)
-        self.weights = w / w.sum()
         self.spec = members[0].spec
         self._rng = np.random.default_rng(seed)
 

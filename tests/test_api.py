@@ -127,7 +127,7 @@ def test_a_policy_mixture_refuses_weights_and_members_it_cannot_play(tmp_path):
     for weights in ([1.0, -1.0], [0.0, 0.0], [float("nan"), 1.0]):
         with pytest.raises(ValueError, match="finite, >= 0 and not all 0"):
             PolicyMixture([kuhn, kuhn], weights)
-    with pytest.raises(ValueError, match="one weight per member"):
+    with pytest.raises(ValueError, match="one weight per policy"):
         PolicyMixture([kuhn], [0.5, 0.5])
     with pytest.raises(ValueError, match="must share one env spec"):
         PolicyMixture([kuhn, leduc], [1.0, 1.0])

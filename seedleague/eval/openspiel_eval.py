@@ -24,7 +24,7 @@ from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
 from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
-from seedleague.api import Policy
+from seedleague.api import Policy, mixture_weights
 
 GameLike = Union[pyspiel.Game, str]
 
@@ -123,16 +123,6 @@ def own_reach(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, probs
     return reach
 
 
-def _weights(policies: Sequence[Policy], weights: Sequence[float]) -> np.ndarray:
-    w = np.asarray(weights, np.float64)
-    if len(policies) == 0 or w.shape != (len(policies),):
-        raise ValueError(f"need one weight per policy and at least one policy; got {len(policies)} policies, "
-                         f"{len(weights)} weights")
-    if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"mixture weights must be finite, >= 0 and not all 0, got {list(weights)}")
-    return w / w.sum()
-
-
 class PolicyTables:
     """Action probabilities [K, S, A] and own reach [K, S] of K policies over every information
     state, computed once, so that many mixtures of the same policies are cheap to score (the
@@ -151,7 +141,7 @@ class PolicyTables:
     def mixture(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
         """The behaviour strategy of the mixture of policies[members] (default: all) with `weights`."""
         index = np.arange(len(self.probs)) if members is None else np.asarray(members, np.int64)
-        w = _weights(list(index), weights)
+        w = mixture_weights(len(index), weights)
         tabular = copy.copy(self._tabular)
         tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index], w)
         return tabular
@@ -163,7 +153,7 @@ class PolicyTables:
 def mixture_policy(game: GameLike, policies: Sequence[Policy], weights: Sequence[float]) -> openspiel_policy.TabularPolicy:
     """The behaviour strategy of playing policies[k] with probability weights[k] (normalised)
     for a whole game, in both seats, as one TabularPolicy."""
-    _weights(policies, weights)  # names a bad weight before any forward pass
+    mixture_weights(len(policies), weights)  # names a bad weight before any forward pass
     return PolicyTables(game, policies).mixture(weights)
 
 
