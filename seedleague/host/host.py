@@ -53,6 +53,10 @@ class HostConfig:
     learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
     greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
     serve_param_average: bool = False  # serving: act with the checkpoint's param average (LearnerConfig.average_from)
+    # training: each learner action is a uniformly random legal one with this probability, recorded as the
+    # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
+    # in the data, so the responses to them are still trained (see docs/league.md)
+    explore: float = 0.0
     limits: SessionLimits = SessionLimits()
     batcher: BatcherConfig = BatcherConfig()
     replay: ReplayConfig = ReplayConfig()
@@ -75,6 +79,11 @@ class HostConfig:
         if self.serve_param_average and self.learn:
             raise ValueError("serve_param_average applies to serving (`seedleague serve`), not to a learning host: "
                              "the learner acts with its params and keeps the average as an output")
+        if not 0.0 <= self.explore < 1.0:
+            raise ValueError(f"explore must be a probability in [0, 1), got {self.explore}")
+        if self.explore and (self.greedy or not self.learn):
+            raise ValueError("explore applies to a learning host that samples its actions; serving and greedy "
+                             "play act with the policy as it is")
         if self.league.enabled and not self.learn:
             raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
         if self.league.enabled and not self.league.pool_dir:
@@ -242,7 +251,7 @@ class Host:
             state = sharding.place_state(state, layout)
         params = sharding.copy_to_device(state.params, layout.inference_device)
         policy = InferencePolicy(network, params, version, seed=config.seed + 1, greedy=config.greedy,
-                                 device=layout.inference_device)
+                                 device=layout.inference_device, explore=config.explore)
         replay = learner = None
         if config.learn:
             replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size,

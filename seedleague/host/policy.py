@@ -32,18 +32,35 @@ class Actions(NamedTuple):
     policy_version: int
 
 
-def _sample(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool):
+def explored_logits(logits: jax.Array, legal_mask: jax.Array, explore: float) -> jax.Array:
+    """Logits [N, A] of the behaviour policy (1 - explore) * pi + explore * uniform(legal actions).
+
+    Legal actions get the log of their mixture probability (finite, since explore > 0), so a
+    softmax over the legal actions gives the mixture back and the learner's importance ratios
+    pi / mu correct for the exploration; illegal actions keep their raw logits (always masked).
+    """
+    legal = legal_mask.astype(logits.dtype)
+    pi = jax.nn.softmax(jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min), axis=-1)
+    mixture = (1.0 - explore) * pi + explore * legal / jnp.maximum(jnp.sum(legal, -1, keepdims=True), 1.0)
+    return jnp.where(legal_mask, jnp.log(jnp.where(legal_mask, mixture, 1.0)), logits)
+
+
+def _sample(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool,
+            explore: float = 0.0):
     logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
     logits = logits[:, 0]
+    if explore:
+        logits = explored_logits(logits, legal_mask, explore)
     masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
     action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(rng, masked)
     return action.astype(jnp.int32), logits, core_state
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+@functools.partial(jax.jit, static_argnames=("network", "greedy", "explore"))
+def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False,
+         explore: float = 0.0):
     rng, sample_rng = jax.random.split(rng)
-    return *_sample(network, params, observation, first, core_state, legal_mask, sample_rng, greedy), rng
+    return *_sample(network, params, observation, first, core_state, legal_mask, sample_rng, greedy, explore), rng
 
 
 @functools.partial(jax.jit, static_argnames=("network", "greedy"))
@@ -64,10 +81,16 @@ class InferencePolicy:
     """Holds the latest published params and runs batched forward passes."""
 
     def __init__(self, network: Network, params: Any, version: int, seed: int, greedy: bool = False,
-                 device: Optional[jax.Device] = None):
-        """`device`: where forward passes run (None: wherever `params` are, the default device)."""
+                 device: Optional[jax.Device] = None, explore: float = 0.0):
+        """`device`: where forward passes run (None: wherever `params` are, the default device).
+        `explore`: `act` with the published params draws a uniformly random legal action with this
+        probability and returns the logits of that mixture (`explored_logits`) as the behaviour's;
+        an opponent's params, and `act_stacked`, never explore."""
+        if not 0.0 <= explore < 1.0:
+            raise ValueError(f"explore must be a probability in [0, 1), got {explore}")
         self.network = network
         self.greedy = greedy
+        self.explore = float(explore)
         self.device = device
         self._lock = threading.Lock()
         self._params = params if device is None else jax.device_put(params, device)
@@ -91,12 +114,14 @@ class InferencePolicy:
     def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray,
             params: Any = None) -> Actions:
         """Sample actions with the published params, or with `params` (an opponent's; same network, on `device`)."""
+        explore = self.explore
         if params is None:
             params, version = self.current()
         else:
-            version = self._version
+            version, explore = self._version, 0.0
         action, logits, core_state, self._rng = _act(
-            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
+            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy,
+            explore=explore,
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)
 
