@@ -1,5 +1,7 @@
 """seedleague.host.policy: the acting side, here its epsilon-exploration (HostConfig.explore)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -54,3 +56,21 @@ def test_exploration_is_refused_where_it_has_no_meaning():
         with pytest.raises(ValueError, match="explore applies to a learning host that samples its actions"):
             HostConfig(explore=0.1, **serving)
     assert HostConfig(explore=0.1).explore == 0.1
+
+
+def test_a_learning_host_acts_with_the_exploration_its_config_asks_for():
+    from conftest import SMALL_HOST, RawWorker, vector_spec
+    from seedleague.host.host import Host
+    from seedleague.metrics import Metrics
+    from seedleague.testing.server_thread import ServerThread
+
+    host = Host(dataclasses.replace(SMALL_HOST, explore=0.25), Metrics())
+    server = ServerThread(host).start()
+    try:
+        worker = RawWorker(server.address, vector_spec())
+        worker.step()
+        assert host.model.policy.explore == 0.25
+        worker.close()
+    finally:
+        server.stop()
+        host.stop()
