@@ -105,10 +105,10 @@ def _atari() -> Preset:
 # quarter of the anneal: one network, as good as the mixture (0.106-0.159 against
 # 0.121-0.155 in seven runs, each under 0.15 in six), printed as "param average".
 # How exploitable a run's averages came out varied from run to run (param average 0.106-0.167
-# in eleven runs). The likely cause: lines the annealed policies stop playing leave the responses
+# in nine runs). The likely cause: lines the annealed policies stop playing leave the responses
 # to them untrained, and a best response walks into them. Acting uniformly at random 5% of the
-# time (--explore 0.05; V-trace corrects for it) keeps those lines in the data: in three runs
-# the param average scored 0.110-0.119 and the average policy 0.116-0.133.
+# time (--explore 0.05; V-trace corrects for it) keeps those lines in the data: in five runs
+# the param average scored 0.110-0.120 and the average policy 0.116-0.133 (10%: 0.19).
 # A much slower machine ends the run at 30 minutes still annealing. See benchmarks/README.md.
 @dataclasses.dataclass(frozen=True)
 class _Schedule:
