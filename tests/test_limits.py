@@ -305,14 +305,20 @@ def test_hostile_league_requests_get_their_status_and_memory_stays_bounded(tmp_p
                         good.report_results([MatchResult(uuid.uuid4().hex, "main", "main", 1.0, 1)])
 
             barrage(len(LEAGUE_CASES) * 3)
-            before = rss_bytes()
-            barrage(400)
-            growth = rss_bytes() - before
-            print(f"league RSS {before / 2**20:.0f} MiB, growth over 400 hostile requests {growth / 2**20:+.2f} MiB")
+            # A leak grows the RSS in every round; a one-time step (a new server thread and its malloc
+            # arena, once 33.9 MiB in CI) shows in one round at most, so the smaller growth is the test.
+            growths = []
+            for _ in range(2):
+                before = rss_bytes()
+                barrage(400)
+                growths.append(rss_bytes() - before)
+            print(f"league RSS {before / 2**20:.0f} MiB, growth over two rounds of 400 hostile requests "
+                  f"{[round(g / 2**20, 2) for g in growths]} MiB")
         assert [p.name for p in good.players()] == ["main"]
         good.close()
     league.close()
-    assert growth < RSS_GROWTH_BOUND, f"RSS grew {growth / 2**20:.1f} MiB over 400 hostile league requests"
+    assert min(growths) < RSS_GROWTH_BOUND, (
+        f"RSS grew {[round(g / 2**20, 1) for g in growths]} MiB in each of two rounds of 400 hostile league requests")
 
 
 # --- the per-stream idle deadline, on the servicer alone -------------------------------------------
