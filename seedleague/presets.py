@@ -107,7 +107,7 @@ def _atari() -> Preset:
 # How exploitable a run's averages came out varied from run to run (param average 0.106-0.167
 # in nine runs). The likely cause: lines the annealed policies stop playing leave the responses
 # to them untrained, and a best response walks into them. Acting uniformly at random 5% of the
-# time (--explore 0.05; V-trace corrects for it) keeps those lines in the data: in five runs
+# time (--explore 0.05; V-trace corrects for it) keeps those lines in the data: in six runs
 # the param average scored 0.110-0.120 and the average policy 0.116-0.133 (10%: 0.19).
 # A much slower machine ends the run at 30 minutes still annealing. See benchmarks/README.md.
 @dataclasses.dataclass(frozen=True)
