@@ -51,10 +51,10 @@ NETWORKS = {
 
 
 @pytest.mark.parametrize("lstm_size", [0, 8], ids=["mlp", "lstm"])
-@pytest.mark.parametrize("loss", ["vtrace", "ppo"])
+@pytest.mark.parametrize("loss", ["vtrace", "ppo", "mmd"])
 def test_updates_reduce_the_loss_and_count_versions(loss, lstm_size):
     network = NETWORKS[lstm_size]
-    config = LearnerConfig(loss=loss)
+    config = LearnerConfig(loss=loss, kl_cost=0.1 if loss == "mmd" else 0.0)
     state = init_train_state(config, network, jax.random.key(0))
     update = make_update(config, network)
     batch = _synthetic_batch(network)
@@ -64,7 +64,8 @@ def test_updates_reduce_the_loss_and_count_versions(loss, lstm_size):
         history.append({k: float(v) for k, v in metrics.items()})
         assert all(np.shape(v) == () for v in metrics.values())
         assert history[-1]["policy_lag"] == i  # batch acted with version 0; state was at step i
-    expected = EXPECTED_METRICS | ({"clip_fraction"} if loss == "ppo" else set())
+    expected = EXPECTED_METRICS | ({"clip_fraction"} if loss in ("ppo", "mmd") else set()) | (
+        {"kl"} if loss == "mmd" else set())
     assert set(history[0]) == expected
     assert all(np.isfinite(v) for m in history for v in m.values())
     assert int(state.step) == 8 and state.step.dtype == jnp.int32
@@ -97,13 +98,15 @@ def _bandit_batch(action, logits, legal, version, rewarded_arm):
     )
 
 
-@pytest.mark.parametrize("loss", ["vtrace", "ppo", "neurd"])
+@pytest.mark.parametrize("loss", ["vtrace", "ppo", "neurd", "mmd"])
 def test_learns_the_rewarded_arm_of_a_bandit(loss):
     # Three arms, the third illegal. Each rewarded arm is learned from a fresh
     # init, so a policy that drifts to one arm regardless of reward fails one case.
     network = NETWORKS[0]
-    config = (LearnerConfig(loss="vtrace", neurd_bound=2.0, learning_rate=1e-2) if loss == "neurd"
-              else LearnerConfig(loss=loss, learning_rate=1e-2))
+    configs = {"neurd": lambda: LearnerConfig(loss="vtrace", neurd_bound=2.0, learning_rate=1e-2),
+               "mmd": lambda: LearnerConfig(loss="mmd", kl_cost=0.05, entropy_cost=0.01, learning_rate=1e-2,
+                                            epochs=2, minibatches=2)}
+    config = configs.get(loss, lambda: LearnerConfig(loss=loss, learning_rate=1e-2))()
     update = make_update(config, network)
     act = jax.jit(lambda *args: _act(network, *args))
     batch, iterations = 32, 40
@@ -136,6 +139,10 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(ppo_clip_epsilon=0.0), "ppo_clip_epsilon must be > 0"),
         (dict(neurd_bound=0.0), "neurd_bound must be > 0"),
         (dict(loss="ppo", neurd_bound=2.0), "neurd_bound replaces the policy term of the vtrace loss"),
+        (dict(loss="mmd"), "loss 'mmd' needs kl_cost > 0"),
+        (dict(loss="ppo", kl_cost=0.1), "kl_cost applies to loss 'mmd' only"),
+        (dict(epochs=0), "epochs must be >= 1"),
+        (dict(minibatches=0), "minibatches must be >= 1"),
     ],
 )
 def test_config_errors_say_what_to_change(kwargs, match):
@@ -220,3 +227,48 @@ def test_magnet_config_errors():
         LearnerConfig(magnet_rate=1.5)
     with pytest.raises(ValueError, match="magnet_cost must be >= 0"):
         LearnerConfig(magnet_cost=-0.1)
+
+
+def test_epochs_are_that_many_steps_on_the_batch_under_one_policy_version():
+    # With one minibatch, an update of 3 epochs is 3 single-step updates on the same batch (the
+    # shuffle only reorders a mean); the policy version counts one update, Adam three steps.
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    single = LearnerConfig(loss="ppo", learning_rate=1e-2)
+    state = init_train_state(single, network, jax.random.key(0))
+    update = make_update(single, network)
+    for _ in range(3):
+        state, _ = update(state, batch)
+    triple = LearnerConfig(loss="ppo", learning_rate=1e-2, epochs=3)
+    multi, metrics = make_update(triple, network)(init_train_state(triple, network, jax.random.key(0)), batch)
+    assert int(multi.step) == 1 and int(state.step) == 3
+    for a, b in zip(jax.tree.leaves(multi.params), jax.tree.leaves(state.params)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
+    assert set(metrics) >= EXPECTED_METRICS
+
+
+def test_minibatches_split_whole_unrolls_and_each_epoch_reshuffles():
+    from seedleague.rl.learner import _minibatch_rows
+
+    config = LearnerConfig(epochs=2, minibatches=2)
+    rows = np.asarray(_minibatch_rows(config, 4, jax.random.key(0)))
+    assert rows.shape == (4, 2)
+    for epoch in (rows[:2], rows[2:]):
+        assert sorted(epoch.ravel().tolist()) == [0, 1, 2, 3]  # every unroll once per epoch
+    with pytest.raises(ValueError, match="multiple of --learner.minibatches"):
+        _minibatch_rows(LearnerConfig(minibatches=3), 4, jax.random.key(0))
+
+
+def test_learning_rate_anneal_counts_updates_not_adam_steps():
+    from seedleague.rl.learner import _optimizer
+
+    config = LearnerConfig(learning_rate=1.0, learning_rate_final=0.5, anneal_steps=2, epochs=2, minibatches=2)
+    params = {"w": jnp.zeros(())}
+    optimizer = _optimizer(config)
+    opt_state = optimizer.init(params)
+    rates = []
+    for _ in range(8):  # Adam's first step moves a parameter by exactly the learning rate
+        updates, opt_state = optimizer.update({"w": jnp.ones(())}, opt_state, params)
+        rates.append(-float(updates["w"]))
+    # 4 Adam steps per update: updates 0 and 1 at rates 1.0 and 0.75 (constant gradients: |step| = lr)
+    np.testing.assert_allclose(rates, [1.0] * 4 + [0.75] * 4, rtol=1e-3)

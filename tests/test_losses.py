@@ -104,6 +104,7 @@ def test_loss_inputs_align_rows_and_ignore_the_bootstrap_row():
 def _inputs(**fields):
     fields.setdefault("entropy_t", np.zeros_like(np.asarray(fields["r_t"])))
     fields.setdefault("logit_tm1", np.zeros_like(np.asarray(fields["r_t"])))
+    fields.setdefault("kl_tm1", np.zeros_like(np.asarray(fields["r_t"])))
     return losses.LossInputs(**{k: jnp.asarray(v, jnp.float32) for k, v in fields.items()})
 
 
@@ -238,3 +239,72 @@ def test_masked_kl_counts_legal_actions_only(maybe_jit):
     expected = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
     np.testing.assert_allclose(kl, [expected, 0.0], atol=1e-6)
     assert float(losses.masked_kl(p[0], q[0], np.zeros(4, bool))) == 0.0
+
+
+@MAYBE_JIT
+def test_mmd_loss_hand_example(maybe_jit):
+    # One on-policy step that ends its episode: ratio 1, advantage r - V = 1 - 0.25 = 0.75 (not normalised).
+    # policy_loss = -0.75; value_loss = 0.5 * 0.75^2 = 0.28125; entropy 0.7; KL 0.2
+    # loss = -0.75 + 0.5 * 0.28125 - 0.05 * 0.7 + 2.0 * 0.2 = -0.244375
+    inputs = _inputs(log_pi_tm1=[[math.log(0.5)]], log_mu_tm1=[[math.log(0.5)]], entropy_tm1=[[0.7]],
+                     kl_tm1=[[0.2]], v_tm1=[[0.25]], v_t=[[5.0]], r_t=[[1.0]], discount_t=[[0.0]])
+    fn = functools.partial(losses.mmd_loss, kl_cost=2.0, entropy_cost=0.05, baseline_cost=0.5,
+                           normalize_advantages=False)
+    loss, metrics = maybe_jit(fn)(inputs)
+    np.testing.assert_allclose(metrics["policy_loss"], -0.75, rtol=1e-6)
+    np.testing.assert_allclose(metrics["value_loss"], 0.28125, rtol=1e-6)
+    np.testing.assert_allclose(metrics["kl"], 0.2, rtol=1e-6)
+    np.testing.assert_allclose(loss, -0.244375, rtol=1e-5)
+
+
+def _one_state_batch(actions, mu_logits, q):
+    """One-step episodes from one state, row i taking actions[i] (bootstrap row after each)."""
+    n, num_actions = len(actions), len(mu_logits)
+    action = np.repeat(np.asarray(actions, np.int32)[:, None], 2, axis=1)
+    reward = np.zeros((n, 2), np.float32)
+    reward[:, 0] = np.asarray(q, np.float32)[np.asarray(actions)]
+    return Unroll(
+        observation=np.zeros((n, 2, 1), np.float32), first=np.ones((n, 2), bool), action=action,
+        behaviour_logits=np.broadcast_to(np.asarray(mu_logits, np.float32), (n, 2, num_actions)),
+        legal_mask=np.ones((n, 2, num_actions), bool), reward=reward,
+        terminated=np.array([[True, False]] * n), truncated=np.zeros((n, 2), bool),
+        policy_version=np.zeros((n, 2), np.int32), core_state=())
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+def test_mmd_loss_is_minimised_by_the_papers_closed_form_step(jitted):
+    # Sokota et al. 2023, eq. for MMD with a uniform magnet: the minimiser of
+    #   -E_pi[q] - alpha * H(pi) + (1 / eta) * KL(pi || pi_t)
+    # is pi ~ (pi_t * exp(eta * q)) ** (1 / (1 + eta * alpha)). Rows take each action in proportion
+    # to pi_t = mu = (1/2, 1/4, 1/4), so the loss's sample means are exact expectations under mu.
+    alpha, eta = 0.5, 2.0
+    mu = np.array([0.5, 0.25, 0.25])
+    q = np.array([1.0, 0.0, 2.0])
+    batch = _one_state_batch([0, 0, 1, 2], np.log(mu), q)
+    fn = functools.partial(losses.mmd_loss, kl_cost=1.0 / eta, entropy_cost=alpha, baseline_cost=0.0,
+                           clip_epsilon=1e6, lambda_=1.0, normalize_advantages=False)
+
+    def loss_of(theta):
+        logits = jnp.broadcast_to(theta, (4, 2, 3))
+        return fn(losses.loss_inputs(logits, jnp.zeros((4, 2)), batch, discount=1.0))[0]
+
+    grad = jax.grad(loss_of)
+    step = jax.jit(lambda t: t - 0.5 * grad(t)) if jitted else (lambda t: t - 0.5 * grad(t))
+    theta = jnp.zeros(3)
+    for _ in range(600):
+        theta = step(theta)
+    expected = (mu * np.exp(eta * q)) ** (1.0 / (1.0 + eta * alpha))
+    np.testing.assert_allclose(jax.nn.softmax(theta), expected / expected.sum(), atol=1e-4)
+
+
+def test_mmd_kl_is_the_exact_kl_from_the_behaviour_policy():
+    logits = jnp.log(jnp.array([[[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]]) + 1e-30)
+    mu = np.array([[[0.25, 0.75, 1.0], [1 / 3, 1 / 3, 1 / 3]]], np.float32)
+    batch = Unroll(observation=np.zeros((1, 2, 1)), first=np.ones((1, 2), bool), action=np.zeros((1, 2), np.int32),
+                   behaviour_logits=np.log(mu), legal_mask=np.array([[[True, True, False], [True, True, True]]]),
+                   reward=np.zeros((1, 2)), terminated=np.array([[True, False]]), truncated=np.zeros((1, 2), bool),
+                   policy_version=np.zeros((1, 2), np.int32), core_state=())
+    inputs = losses.loss_inputs(logits, jnp.zeros((1, 2)), batch, discount=1.0)
+    # Row 0: pi = (1/2, 1/2), mu restricted to the legal actions = (1/4, 3/4).
+    expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    np.testing.assert_allclose(inputs.kl_tm1, [[expected]], rtol=1e-5)

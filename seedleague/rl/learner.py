@@ -33,15 +33,25 @@ from seedleague.rl import losses, sharding
 from seedleague.rl.networks import Network
 from seedleague.rl.types import Unroll
 
-_LOSSES = ("vtrace", "ppo")
+_LOSSES = ("vtrace", "ppo", "mmd")
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """Loss and optimiser settings for one learner.
 
-    loss: "vtrace" (IMPALA actor-critic) or "ppo" (clipped surrogate with
-        V-trace advantages); see seedleague.rl.losses.
+    loss: "vtrace" (IMPALA actor-critic), "ppo" (clipped surrogate with
+        V-trace advantages) or "mmd" (magnetic mirror descent: PPO's surrogate
+        plus an entropy bonus and kl_cost * KL(pi || the policy that acted));
+        see seedleague.rl.losses.
+    epochs, minibatches: each update passes `epochs` times over the batch, in
+        `minibatches` shuffled parts of whole unrolls, one Adam step per part
+        (PPO's sample reuse; 1 and 1: one step on the whole batch). The batch size
+        must be a multiple of `minibatches`. Advantages are recomputed for every
+        part with the current value function. The policy version still counts
+        updates (one per batch); the learning-rate anneal counts updates too.
+    normalize_advantages: PPO and MMD normalise advantages over each (mini)batch.
+    kl_cost: MMD's proximal weight 1 / eta on KL(pi || mu) (loss "mmd" only).
     learning_rate, adam_eps: Adam (Kingma & Ba 2015). The learner takes one
         step per batch (no PPO epochs), so 2e-3 is higher than PPO's usual
         3e-4: with the default network, 8 x 16-step unrolls per batch and
@@ -114,9 +124,25 @@ class LearnerConfig:
     average_from: Optional[int] = None
     entropy_in_returns: bool = False
     neurd_bound: Optional[float] = None
+    epochs: int = 1
+    minibatches: int = 1
+    normalize_advantages: bool = True
+    kl_cost: float = 0.0
+
+    @property
+    def steps_per_update(self) -> int:
+        """Adam steps per update: epochs x minibatches."""
+        return self.epochs * self.minibatches
 
     def __post_init__(self):
         problems = []
+        for name in ("epochs", "minibatches"):
+            if not getattr(self, name) >= 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.loss == "mmd" and not self.kl_cost > 0:
+            problems.append(f"loss 'mmd' needs kl_cost > 0 (its proximal weight 1 / eta), got {self.kl_cost}")
+        if self.kl_cost and self.loss != "mmd":
+            problems.append(f"kl_cost applies to loss 'mmd' only; loss is {self.loss!r} (set --learner.loss mmd)")
         if self.anneal_steps < 0:
             problems.append(f"anneal_steps must be >= 0, got {self.anneal_steps}")
         if self.learning_rate_final is not None and not self.learning_rate_final > 0:
@@ -140,7 +166,7 @@ class LearnerConfig:
             problems.append(f"average_from must be a learner step >= 0 (or None), got {self.average_from}")
         if not 0 <= self.magnet_rate <= 1:
             problems.append(f"magnet_rate must be in [0, 1], got {self.magnet_rate}")
-        for name in ("entropy_cost", "baseline_cost", "magnet_cost"):
+        for name in ("entropy_cost", "baseline_cost", "magnet_cost", "kl_cost"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if problems:
@@ -172,9 +198,15 @@ def _annealed(config: LearnerConfig, initial: float, final: Optional[float]) -> 
 
 
 def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+    per_update = _annealed(config, config.learning_rate, config.learning_rate_final)
+    steps = config.steps_per_update  # Adam counts its own steps; the anneal counts updates
+
+    def learning_rate(count):
+        return per_update(count // steps)
+
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(_annealed(config, config.learning_rate, config.learning_rate_final), eps=config.adam_eps),
+        optax.adam(learning_rate if steps > 1 else per_update, eps=config.adam_eps),
     )
 
 
@@ -216,7 +248,11 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
         entropy_in_returns=config.entropy_in_returns,
     )
     if config.loss == "ppo":
-        loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon, **common)
+        loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon,
+                                        normalize_advantages=config.normalize_advantages, **common)
+    elif config.loss == "mmd":
+        loss, metrics = losses.mmd_loss(inputs, kl_cost=config.kl_cost, clip_epsilon=config.ppo_clip_epsilon,
+                                        normalize_advantages=config.normalize_advantages, **common)
     else:
         loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold,
                                            neurd_bound=config.neurd_bound, **common)
@@ -228,24 +264,56 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
     return loss, metrics
 
 
+def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, params: Any, opt_state: Any,
+                   batch: Unroll) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """One Adam step on `batch` from (params, opt_state): the new pair and the step's metrics."""
+    grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
+    (loss, metrics), grads = grad_fn(params, batch, state.step, state.magnet)
+    updates, opt_state = _optimizer(config).update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, dict(metrics, total_loss=loss, grad_norm=optax.tree.norm(grads))
+
+
+def _minibatch_rows(config: LearnerConfig, batch_size: int, rng: jax.Array) -> jax.Array:
+    """[epochs * minibatches, batch_size // minibatches] unroll indices: each epoch a fresh shuffle."""
+    if batch_size % config.minibatches:
+        raise ValueError(f"a batch of {batch_size} unrolls does not split into {config.minibatches} minibatches; "
+                         "make the batch size a multiple of --learner.minibatches")
+    keys = jax.random.split(rng, config.epochs)
+    order = jax.vmap(lambda key: jax.random.permutation(key, batch_size))(keys)
+    return order.reshape(config.steps_per_update, batch_size // config.minibatches)
+
+
+def _epochs(config: LearnerConfig, network: Network, state: TrainState,
+            batch: Unroll) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
+    """`epochs` passes over `batch` in minibatches: (params, opt_state, rng, mean metrics over the steps)."""
+    rng, shuffle = jax.random.split(state.rng)
+    rows = _minibatch_rows(config, batch.action.shape[0], shuffle)
+
+    def step(carry, ids):
+        params, opt_state = carry
+        minibatch = jax.tree.map(lambda x: x[ids], batch)
+        params, opt_state, metrics = _gradient_step(config, network, state, params, opt_state, minibatch)
+        return (params, opt_state), metrics
+
+    (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), rows)
+    return params, opt_state, rng, jax.tree.map(jnp.mean, metrics)
+
+
 def _update(config: LearnerConfig, network: Network, state: TrainState,
             batch: Unroll) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One gradient step; see `make_update`."""
-    grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(state.params, batch, state.step, state.magnet)
-    updates, opt_state = _optimizer(config).update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
+    if config.steps_per_update == 1:
+        params, opt_state, metrics = _gradient_step(config, network, state, state.params, state.opt_state, batch)
+        rng = state.rng
+    else:
+        params, opt_state, rng, metrics = _epochs(config, network, state, batch)
     magnet = state.magnet
     if config.magnet_cost > 0 and config.magnet_rate > 0:
         magnet = optax.incremental_update(params, magnet, config.magnet_rate)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
-    metrics = dict(
-        metrics,
-        total_loss=loss,
-        grad_norm=optax.tree.norm(grads),
-        policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
-    )
-    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng, magnet=magnet,
+    metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version))
+    new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
                            average=_averaged(config, state.average, state.step, params))
     return new_state, metrics
 
@@ -256,15 +324,16 @@ def make_update(
     """The jitted `update(state, batch) -> (state, metrics)`.
 
     Recomputes logits and values over the whole unroll from `batch.core_state`,
-    takes one Adam step on the configured loss (global-norm clipped) and
-    increments `step`. The input state is donated: its buffers, `state.params`
+    takes one Adam step on the configured loss (global-norm clipped), or
+    `epochs` x `minibatches` of them, and increments `step` once. The input state is donated: its buffers, `state.params`
     included, are deleted and reused for the new state. Keep only the returned
     state, and serve inference from the returned params (or a copy), never from
     a state already passed to `update`. Metrics are float32 scalars:
     total_loss, policy_loss, value_loss, entropy, grad_norm (before clipping),
     importance_ratio (mean pi/mu over rows 0..T-1), policy_lag (mean over rows
-    0..T-1 of step - batch.policy_version, before the increment) and, for PPO,
-    clip_fraction.
+    0..T-1 of step - batch.policy_version, before the increment), for PPO and
+    MMD clip_fraction, for MMD kl; with several steps per update, each is the
+    mean over the steps.
     """
     return jax.jit(functools.partial(_update, config, network), donate_argnums=0)
 

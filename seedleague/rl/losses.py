@@ -38,6 +38,7 @@ class LossInputs(NamedTuple):
     log_mu_tm1: jax.Array  # log mu(a_i | s_i) under the behaviour params that acted
     entropy_tm1: jax.Array  # entropy of pi(. | s_i) over legal actions (differentiable)
     entropy_t: jax.Array  # entropy of pi(. | s_{i+1}), no gradient (soft returns, see soft_rewards)
+    kl_tm1: jax.Array  # KL(pi(. | s_i) || mu(. | s_i)) over legal actions (differentiable; MMD's proximal term)
     v_tm1: jax.Array  # V(s_i) (differentiable)
     v_t: jax.Array  # V(s_{i+1}), no gradient
     r_t: jax.Array  # reward after a_i, plus the truncation bootstrap (see rewards_and_discounts)
@@ -161,6 +162,7 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
         log_mu_tm1=masked_log_prob(mu_logits_tm1, a_tm1, legal_tm1),
         entropy_tm1=masked_entropy(logits[:, :-1], legal_tm1),
         entropy_t=jax.lax.stop_gradient(masked_entropy(logits[:, 1:], batch.legal_mask[:, 1:])),
+        kl_tm1=masked_kl(logits[:, :-1], mu_logits_tm1, legal_tm1),
         v_tm1=v_tm1,
         v_t=v_t,
         r_t=r_t,
@@ -286,6 +288,7 @@ def ppo_loss(
     entropy_cost: float = 0.01,
     baseline_cost: float = 0.5,
     entropy_in_returns: bool = False,
+    normalize_advantages: bool = True,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with V-trace advantages.
 
@@ -300,7 +303,8 @@ def ppo_loss(
     return; the surrogate's own ratio corrects the first action, so the
     advantage is q_i - V(s_i) without V-trace's extra pg ratio. When the data is
     on-policy (ratio 1) this is exactly GAE(lambda). No value clipping.
-    `entropy_in_returns` as in `vtrace_loss`.
+    `entropy_in_returns` as in `vtrace_loss`; `normalize_advantages` False keeps
+    the advantages in reward units (the maths of `mmd_loss` is stated in them).
     """
     _check_inputs(inputs)
     if entropy_in_returns:
@@ -309,7 +313,8 @@ def ppo_loss(
     ratio = jnp.exp(log_ratio)
     out = _batched_vtrace(inputs, jax.lax.stop_gradient(ratio), lambda_, clip_rho_threshold, 1.0)
     advantage = out.q_estimate - jax.lax.stop_gradient(inputs.v_tm1)
-    advantage = (advantage - jnp.mean(advantage)) / (jnp.std(advantage) + 1e-8)
+    if normalize_advantages:
+        advantage = (advantage - jnp.mean(advantage)) / (jnp.std(advantage) + 1e-8)
     clipped_ratio = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
     policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
     value_loss = jnp.mean(0.5 * jnp.square(out.errors))
@@ -323,3 +328,39 @@ def ppo_loss(
         "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > clip_epsilon).astype(jnp.float32)),
     }
     return loss, metrics
+
+
+def mmd_loss(
+    inputs: LossInputs,
+    *,
+    kl_cost: float,
+    entropy_cost: float = 0.05,
+    **ppo_kwargs,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Magnetic mirror descent as a deep RL loss (Sokota et al., ICLR 2023, section 5 and App. J).
+
+    MMD's step at every information state s, with a uniform magnet, is
+
+        pi_{t+1}(s) = argmax_pi  E_pi[q_t(s, .)] + alpha * H(pi) - (1 / eta) * KL(pi || pi_t(s))
+                    = normalise((pi_t(s) * exp(eta * q_t(s, .))) ** (1 / (1 + eta * alpha)))
+
+    (a uniform magnet rho makes alpha * KL(pi || rho) an entropy bonus up to a
+    constant). Its deep form is PPO's surrogate for E_pi[q_t] plus the two
+    regularisers, minimised for a few epochs from the params that acted (mu =
+    pi_t):
+
+        loss = ppo_loss(entropy_cost=alpha) + kl_cost * mean(KL(pi(. | s_i) || mu(. | s_i)))
+
+    with kl_cost = 1 / eta. The KL is computed exactly over the legal actions
+    from the behaviour logits (the paper's reference code estimates it from the
+    sampled action's ratio). Its gradient is zero at the params that acted, so it
+    only acts within an update's several epochs (LearnerConfig.epochs): a single
+    gradient step per batch is plain entropy-regularised PPO. With both
+    regularisers the iterates themselves converge to the quantal-response
+    equilibrium of the alpha-regularised game (last-iterate convergence), instead
+    of circling a Nash equilibrium as unregularised self-play does; as alpha
+    shrinks that equilibrium approaches a Nash equilibrium.
+    """
+    loss, metrics = ppo_loss(inputs, entropy_cost=entropy_cost, **ppo_kwargs)
+    kl = jnp.mean(inputs.kl_tm1)
+    return loss + kl_cost * kl, dict(metrics, kl=kl)
