@@ -11,7 +11,7 @@ from seedleague.rl.networks import NetworkConfig, make_network
 from seedleague.rl.types import Unroll
 
 NUM_ACTIONS = 3
-EXPECTED_METRICS = {"total_loss", "policy_loss", "value_loss", "entropy", "grad_norm",
+EXPECTED_METRICS = {"total_loss", "policy_loss", "value_loss", "entropy", "grad_norm", "anneal_progress",
                     "importance_ratio", "policy_lag"}
 
 
@@ -151,16 +151,37 @@ def test_config_errors_say_what_to_change(kwargs, match):
 
 
 def test_learning_rate_and_entropy_cost_anneal_linearly_then_hold():
-    from seedleague.rl.learner import _annealed
+    from seedleague.rl.learner import anneal_progress, annealed
 
     config = LearnerConfig(learning_rate=1e-3, learning_rate_final=1e-4, entropy_cost=0.1, entropy_cost_final=0.0,
                            anneal_steps=100)
-    entropy = _annealed(config, config.entropy_cost, config.entropy_cost_final)
-    assert [round(float(entropy(s)), 6) for s in (0, 50, 100, 1000)] == [0.1, 0.05, 0.0, 0.0]
-    constant = _annealed(LearnerConfig(entropy_cost=0.1), 0.1, None)
-    assert float(constant(10**6)) == pytest.approx(0.1)
+    entropy = [float(annealed(0.1, 0.0, anneal_progress(config, s))) for s in (0, 50, 100, 1000)]
+    assert [round(e, 6) for e in entropy] == [0.1, 0.05, 0.0, 0.0]
+    assert float(annealed(0.1, None, anneal_progress(config, 10**6))) == pytest.approx(0.1)
+    assert float(anneal_progress(LearnerConfig(), 10**6)) == 0.0  # no anneal
+    by_time = LearnerConfig(anneal_steps=100, anneal_seconds=60.0)  # time wins over steps
+    assert [float(anneal_progress(by_time, 10**6, t)) for t in (0.0, 15.0, 60.0, 90.0)] == [0.0, 0.25, 1.0, 1.0]
     with pytest.raises(ValueError, match="entropy_cost_final"):
         LearnerConfig(entropy_cost_final=-1.0)
+    with pytest.raises(ValueError, match="anneal_seconds must be >= 0"):
+        LearnerConfig(anneal_seconds=-1.0)
+
+
+def test_an_update_follows_the_trained_seconds_it_is_given():
+    # Over time, the learning rate at 30 of 60 s is halfway; the param average of the last quarter starts at 45 s.
+    network = NETWORKS[0]
+    config = LearnerConfig(loss="ppo", learning_rate=1e-2, learning_rate_final=1e-3, anneal_seconds=60.0,
+                           average_tail=0.25)
+    state = init_train_state(config, network, jax.random.key(0))
+    update = make_update(config, network)
+    batch = _synthetic_batch(network)
+    state, metrics = update(state, batch, np.float32(30.0))
+    assert float(metrics["anneal_progress"]) == pytest.approx(0.5)
+    assert int(state.average.count) == 0
+    state, metrics = update(state, batch, np.float32(45.0))
+    assert int(state.average.count) == 1
+    for a, p in zip(jax.tree.leaves(state.average.params), jax.tree.leaves(state.params)):
+        np.testing.assert_allclose(a, p, rtol=1e-5, atol=1e-7)  # the first averaged update: those params
 
 
 def test_magnet_follows_the_params_as_a_moving_average_and_pulls_the_policy():
@@ -259,16 +280,16 @@ def test_minibatches_split_whole_unrolls_and_each_epoch_reshuffles():
         _minibatch_rows(LearnerConfig(minibatches=3), 4, jax.random.key(0))
 
 
-def test_learning_rate_anneal_counts_updates_not_adam_steps():
-    from seedleague.rl.learner import _optimizer
-
-    config = LearnerConfig(learning_rate=1.0, learning_rate_final=0.5, anneal_steps=2, epochs=2, minibatches=2)
-    params = {"w": jnp.zeros(())}
-    optimizer = _optimizer(config)
-    opt_state = optimizer.init(params)
-    rates = []
-    for _ in range(8):  # Adam's first step moves a parameter by exactly the learning rate
-        updates, opt_state = optimizer.update({"w": jnp.ones(())}, opt_state, params)
-        rates.append(-float(updates["w"]))
-    # 4 Adam steps per update: updates 0 and 1 at rates 1.0 and 0.75 (constant gradients: |step| = lr)
-    np.testing.assert_allclose(rates, [1.0] * 4 + [0.75] * 4, rtol=1e-3)
+def test_the_anneal_counts_updates_not_adam_steps():
+    # 4 Adam steps per update; the anneal over 2 updates is at 0, then 0.5, then done.
+    config = LearnerConfig(loss="ppo", learning_rate=1e-2, learning_rate_final=1e-3, anneal_steps=2, epochs=2,
+                           minibatches=2)
+    network = NETWORKS[0]
+    state = init_train_state(config, network, jax.random.key(0))
+    update = make_update(config, network)
+    batch = _synthetic_batch(network)
+    progress = []
+    for _ in range(3):
+        state, metrics = update(state, batch)
+        progress.append(float(metrics["anneal_progress"]))
+    assert progress == [0.0, 0.5, 1.0]

@@ -258,7 +258,7 @@ class Host:
                             config.seed, batch_sharding=layout.batch_sharding)
             learner = LearnerLoop(
                 make_sharded_update(config.learner, network, layout.mesh), state, replay, policy, self.metrics,
-                self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta, layout,
+                self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta, layout, self._trained_seconds,
             )
         initial = init_train_state(config.learner, network, jax.random.key(config.seed))
         self.model = Model(spec, network, policy, replay, learner, initial)
@@ -305,6 +305,10 @@ class Host:
         fresh = lambda: jax.tree.map(jax.numpy.copy, tuple(getattr(initial, f) for f in fields))
         self.model.learner.call(lambda state: state._replace(**dict(zip(fields, fresh()))))
 
+    def _trained_seconds(self) -> float:
+        """Wall-clock seconds of this run so far, earlier sessions (--resume) included."""
+        return self._restored_meta.get("wall_s", 0.0) + time.perf_counter() - self.metrics.start_time
+
     def _checkpoint_meta(self) -> dict:
         m = self.metrics
         return dict(
@@ -314,7 +318,7 @@ class Host:
             env_steps=m.env_steps,
             agent_steps=m.agent_steps,
             episodes=m.episodes,
-            wall_s=self._restored_meta.get("wall_s", 0.0) + time.perf_counter() - m.start_time,
+            wall_s=self._trained_seconds(),
             returns=list(m.returns),
         )
 

@@ -47,8 +47,10 @@ class LearnerLoop:
         checkpoint_interval_s: float = 60.0,
         checkpoint_meta: Callable[[], dict] = dict,
         layout: Optional[sharding.DeviceLayout] = None,
+        clock: Optional[Callable[[], float]] = None,
     ):
-        """`layout`: where the state lives and inference acts (None: everything on the default device)."""
+        """`layout`: where the state lives and inference acts (None: everything on the default device);
+        `clock`: the run's trained seconds, across --resume, for an anneal over time (None: this loop's own)."""
         self._update = update
         self.state = state
         self._layout = layout
@@ -59,6 +61,8 @@ class LearnerLoop:
         self._checkpointer = checkpointer
         self._interval = checkpoint_interval_s
         self._meta = checkpoint_meta
+        started = time.perf_counter()
+        self._clock = clock or (lambda: time.perf_counter() - started)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
         self._state_lock = threading.Lock()
@@ -156,7 +160,7 @@ class LearnerLoop:
         """One update, then publish its params and record its metrics."""
         started = time.perf_counter()
         with self._state_lock:
-            self.state, metrics = self._update(self.state, batch)
+            self.state, metrics = self._update(self.state, batch, np.float32(self._clock()))
             params = self._params_copy(self.state)
             version = int(sharding.local_value(self.state.step))
         self._step = version

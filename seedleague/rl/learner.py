@@ -72,7 +72,12 @@ class LearnerConfig:
     anneal_steps, learning_rate_final, entropy_cost_final: when anneal_steps > 0,
         the learning rate and the entropy cost move linearly from their initial
         values to the *_final ones (None: stay constant) over that many updates,
-        then stay there. In self-play on zero-sum games a large entropy cost keeps
+        then stay there.
+    anneal_seconds: when > 0, the anneal follows the learner's trained seconds
+        (counted across --resume) instead of its updates, so a run annealed over
+        its time budget ends annealed on a fast machine and a slow one alike.
+    average_tail: when > 0, keep the param average (as average_from) over the
+        last this fraction of the anneal, whichever kind. In self-play on zero-sum games a large entropy cost keeps
         the policies from collapsing early (the entropy-regularised game has a
         quantal-response equilibrium that gradient play approaches instead of
         cycling, Sokota et al. 2023); annealing it lowers that equilibrium's
@@ -124,10 +129,17 @@ class LearnerConfig:
     average_from: Optional[int] = None
     entropy_in_returns: bool = False
     neurd_bound: Optional[float] = None
+    anneal_seconds: float = 0.0
+    average_tail: float = 0.0
     epochs: int = 1
     minibatches: int = 1
     normalize_advantages: bool = True
     kl_cost: float = 0.0
+
+    @property
+    def keeps_average(self) -> bool:
+        """Whether the train state carries a param average (average_from or average_tail set)."""
+        return self.average_from is not None or self.average_tail > 0
 
     @property
     def steps_per_update(self) -> int:
@@ -136,6 +148,10 @@ class LearnerConfig:
 
     def __post_init__(self):
         problems = []
+        if not self.anneal_seconds >= 0:
+            problems.append(f"anneal_seconds must be >= 0 (0: anneal over anneal_steps updates), got {self.anneal_seconds}")
+        if not 0 <= self.average_tail < 1:
+            problems.append(f"average_tail must be a fraction of the anneal in [0, 1), got {self.average_tail}")
         for name in ("epochs", "minibatches"):
             if not getattr(self, name) >= 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -191,23 +207,26 @@ class TrainState(NamedTuple):
     average: Any = ()  # a ParamAverage when LearnerConfig.average_from is set, else ()
 
 
-def _annealed(config: LearnerConfig, initial: float, final: Optional[float]) -> optax.Schedule:
-    if not config.anneal_steps or final is None:
-        return optax.constant_schedule(initial)
-    return optax.linear_schedule(initial, final, config.anneal_steps)
+def anneal_progress(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> jax.Array:
+    """How far the anneal has come, in [0, 1]: trained seconds over `anneal_seconds` when that is
+    set, else updates over `anneal_steps`; 0 without an anneal."""
+    if config.anneal_seconds > 0:
+        return jnp.clip(jnp.asarray(seconds, jnp.float32) / config.anneal_seconds, 0.0, 1.0)
+    if config.anneal_steps > 0:
+        return jnp.clip(jnp.asarray(step, jnp.float32) / config.anneal_steps, 0.0, 1.0)
+    return jnp.zeros((), jnp.float32)
+
+
+def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax.Array:
+    """`initial` moved linearly to `final` by `progress` in [0, 1] (None: constant)."""
+    if final is None:
+        return jnp.asarray(initial, jnp.float32)
+    return initial + (final - initial) * progress
 
 
 def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
-    per_update = _annealed(config, config.learning_rate, config.learning_rate_final)
-    steps = config.steps_per_update  # Adam counts its own steps; the anneal counts updates
-
-    def learning_rate(count):
-        return per_update(count // steps)
-
-    return optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate if steps > 1 else per_update, eps=config.adam_eps),
-    )
+    """Adam at unit rate; `_gradient_step` scales its steps by the annealed learning rate."""
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(1.0, eps=config.adam_eps))
 
 
 def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) -> TrainState:
@@ -221,29 +240,33 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
         rng=rng,
         magnet=jax.tree.map(jnp.copy, params) if config.magnet_cost > 0 else (),
         average=(ParamAverage(jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32))
-                 if config.average_from is not None else ()),
+                 if config.keeps_average else ()),
     )
 
 
-def _averaged(config: LearnerConfig, average: Any, step: jax.Array, params: Any) -> Any:
+def _averaged(config: LearnerConfig, average: Any, step: jax.Array, progress: jax.Array, params: Any) -> Any:
     """`average` with the params of update `step` (the result of it) taken into the running mean."""
-    if config.average_from is None:
+    if not config.keeps_average:
         return average
-    take = step >= config.average_from
+    take = jnp.zeros((), bool)
+    if config.average_from is not None:
+        take = take | (step >= config.average_from)
+    if config.average_tail > 0:
+        take = take | (progress >= 1.0 - config.average_tail)
     count = average.count + take.astype(jnp.int32)
     weight = jnp.where(take, 1.0 / jnp.maximum(count, 1), 0.0)
     mean = jax.tree.map(lambda a, p: a + (weight * (p - a)).astype(a.dtype), average.params, params)
     return ParamAverage(mean, count)
 
 
-def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, step: jax.Array, magnet: Any):
-    """Scalar loss and its metrics for one batch under `params`, at update `step`."""
+def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, progress: jax.Array, magnet: Any):
+    """Scalar loss and its metrics for one batch under `params`, at anneal `progress`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = losses.loss_inputs(logits, values, batch, config.discount)
     common = dict(
         lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
-        entropy_cost=_annealed(config, config.entropy_cost, config.entropy_cost_final)(step),
+        entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
         baseline_cost=config.baseline_cost,
         entropy_in_returns=config.entropy_in_returns,
     )
@@ -264,13 +287,14 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, s
     return loss, metrics
 
 
-def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, params: Any, opt_state: Any,
-                   batch: Unroll) -> tuple[Any, Any, dict[str, jax.Array]]:
+def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array, params: Any,
+                   opt_state: Any, batch: Unroll) -> tuple[Any, Any, dict[str, jax.Array]]:
     """One Adam step on `batch` from (params, opt_state): the new pair and the step's metrics."""
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(params, batch, state.step, state.magnet)
+    (loss, metrics), grads = grad_fn(params, batch, progress, state.magnet)
     updates, opt_state = _optimizer(config).update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress)
+    params = optax.apply_updates(params, jax.tree.map(lambda u: (learning_rate * u).astype(u.dtype), updates))
     return params, opt_state, dict(metrics, total_loss=loss, grad_norm=optax.tree.norm(grads))
 
 
@@ -284,7 +308,7 @@ def _minibatch_rows(config: LearnerConfig, batch_size: int, rng: jax.Array) -> j
     return order.reshape(config.steps_per_update, batch_size // config.minibatches)
 
 
-def _epochs(config: LearnerConfig, network: Network, state: TrainState,
+def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array,
             batch: Unroll) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
     """`epochs` passes over `batch` in minibatches: (params, opt_state, rng, mean metrics over the steps)."""
     rng, shuffle = jax.random.split(state.rng)
@@ -293,35 +317,41 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState,
     def step(carry, ids):
         params, opt_state = carry
         minibatch = jax.tree.map(lambda x: x[ids], batch)
-        params, opt_state, metrics = _gradient_step(config, network, state, params, opt_state, minibatch)
+        params, opt_state, metrics = _gradient_step(config, network, state, progress, params, opt_state, minibatch)
         return (params, opt_state), metrics
 
     (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), rows)
     return params, opt_state, rng, jax.tree.map(jnp.mean, metrics)
 
 
-def _update(config: LearnerConfig, network: Network, state: TrainState,
-            batch: Unroll) -> tuple[TrainState, dict[str, jax.Array]]:
+def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
+            seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
+    progress = anneal_progress(config, state.step, seconds)
     if config.steps_per_update == 1:
-        params, opt_state, metrics = _gradient_step(config, network, state, state.params, state.opt_state, batch)
+        params, opt_state, metrics = _gradient_step(config, network, state, progress, state.params,
+                                                    state.opt_state, batch)
         rng = state.rng
     else:
-        params, opt_state, rng, metrics = _epochs(config, network, state, batch)
+        params, opt_state, rng, metrics = _epochs(config, network, state, progress, batch)
     magnet = state.magnet
     if config.magnet_cost > 0 and config.magnet_rate > 0:
         magnet = optax.incremental_update(params, magnet, config.magnet_rate)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
-    metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version))
+    metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
+                   anneal_progress=progress)
     new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
-                           average=_averaged(config, state.average, state.step, params))
+                           average=_averaged(config, state.average, state.step, progress, params))
     return new_state, metrics
 
 
 def make_update(
     config: LearnerConfig, network: Network
 ) -> Callable[[TrainState, Unroll], tuple[TrainState, dict[str, jax.Array]]]:
-    """The jitted `update(state, batch) -> (state, metrics)`.
+    """The jitted `update(state, batch, seconds=0.0) -> (state, metrics)`.
+
+    `seconds`: the learner's trained seconds so far, which the anneal follows when
+    `LearnerConfig.anneal_seconds` is set (otherwise unused).
 
     Recomputes logits and values over the whole unroll from `batch.core_state`,
     takes one Adam step on the configured loss (global-norm clipped), or
@@ -356,7 +386,7 @@ def make_sharded_update(
     state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
     return jax.jit(
         functools.partial(_update, config, network),
-        in_shardings=(state_sharding, batch_sharding),
+        in_shardings=(state_sharding, batch_sharding, state_sharding),
         out_shardings=(state_sharding, state_sharding),
         donate_argnums=0,
     )
