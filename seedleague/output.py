@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 FILE = "output.json"
 SOURCES = {
     "final": "the newest checkpoint's params",
-    "param_average": "the learner's running mean of its params (final where the checkpoint keeps none)",
+    "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
     "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
 }
