@@ -188,7 +188,9 @@ def _standing(data: dict):
 
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="a run directory, or its checkpoints/ directory; the newest checkpoint is served")
+                        help="a run directory: its output (the run's --output, as seedleague.api.load_trained gives "
+                             "it; a mixture draws one member per env per episode) is served; or a checkpoints/ "
+                             "directory: its newest checkpoint")
     parser.add_argument("--snapshot", default=None,
                         help="serve this league snapshot (player:step) from the model pool of the --checkpoint run "
                              "directory instead, e.g. main:000512")
@@ -224,16 +226,42 @@ def _snapshot_dir(run_dir: str, key: str) -> tuple[str, int]:
     return pool.player_dir(player), step
 
 
+def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, str]:
+    """(checkpoint directory, step, param average?, run dir of a served mixture) for `seedleague serve`:
+    a --snapshot; a run directory's output (seedleague.api.load_trained: one network is restored as a
+    checkpoint, a mixture is served by the host per env and episode); or a checkpoints directory."""
+    if args.snapshot:
+        directory, step = _snapshot_dir(args.checkpoint, args.snapshot)
+        return directory, step, False, ""
+    path = args.checkpoint
+    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.exists(os.path.join(path, output.FILE))):
+        return _checkpoint_dir(path), None, False, ""
+    try:
+        resolved = output.resolve(path)
+    except FileNotFoundError as error:
+        raise SystemExit(f"seedleague serve: {error}") from None
+    print(f"serving the output of {path}: {resolved.describe()}", flush=True)
+    if resolved.kind == "mixture":
+        return "", None, False, os.path.abspath(path)
+    member = resolved.members[0]
+    return os.path.abspath(os.path.join(path, "checkpoints")), member.step, member.average, ""
+
+
 def _serve(args: argparse.Namespace) -> int:
-    """Inference only: same protocol and batching as training, params from a checkpoint, no learner."""
+    """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
     from launch import local
     from seedleague.checkpoint import CheckpointConfig, Checkpointer
 
-    directory, step = _snapshot_dir(args.checkpoint, args.snapshot) if args.snapshot else (_checkpoint_dir(args.checkpoint), None)
-    meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
+    directory, step, average, mixture = _serve_target(args)
+    if mixture:
+        first = output.resolve(mixture).members[0]
+        meta = Checkpointer(CheckpointConfig(directory=first.path)).restore_meta(first.step)
+    else:
+        meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
     preset = presets.preset_for(meta["spec"]["env_name"])
     host = config_flags.build(HostConfig, args, preset.host)
     host = dataclasses.replace(host, learn=False, league=dataclasses.replace(host.league, address=""),
+                               serve_param_average=host.serve_param_average or average, serve_output=mixture,
                                checkpoint=dataclasses.replace(host.checkpoint, directory=directory, restore_step=step))
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     budget = local.Budget(max_seconds=args.max_seconds)
