@@ -19,24 +19,40 @@ import pyspiel
 
 
 class UnsupportedGame(ValueError):
-    """The named game is not a two-player zero-sum sequential game with tensors."""
+    """The named game is not a two-player zero-sum sequential game with a tensor to observe."""
 
 
 def load_game(name: str) -> pyspiel.Game:
-    """Load a game by OpenSpiel name (parameters allowed, e.g. `leduc_poker(players=2)`) and check it fits."""
+    """Load a game by OpenSpiel name (parameters allowed, e.g. `leduc_poker(players=2)`) and check it fits.
+
+    Raises UnsupportedGame naming the game, what does not fit and what to change: an unknown
+    name, a player count other than two, utilities that are not zero-sum (constant-sum games
+    are refused too: league results and returns are read as zero-sum, a win being a positive
+    return), simultaneous moves, or neither an information-state nor an observation tensor.
+    """
     try:
         game = pyspiel.load_game(name)
     except pyspiel.SpielError as error:
-        raise UnsupportedGame(f"OpenSpiel has no game {name!r}: {error}") from None
+        first = (str(error).strip().splitlines() or ["unknown game"])[0].split(" Available games")[0]
+        raise UnsupportedGame(f"OpenSpiel has no game {name!r} ({first}): check the name and its parameters, "
+                              "e.g. kuhn_poker, leduc_poker(players=2), connect_four") from None
     kind = game.get_type()
     if game.num_players() != 2:
-        raise UnsupportedGame(f"{name} has {game.num_players()} players; seedleague's OpenSpiel worker plays two-player games")
-    if kind.utility not in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM):
-        raise UnsupportedGame(f"{name} is not zero-sum or constant-sum ({kind.utility})")
+        raise UnsupportedGame(f"{name} has {game.num_players()} players; seedleague's OpenSpiel worker plays two-player "
+                              f"games: set players=2 if the game takes it (e.g. {kind.short_name}(players=2)) or pick a "
+                              "two-player game")
+    if kind.utility != pyspiel.GameType.Utility.ZERO_SUM:
+        raise UnsupportedGame(f"{name} is {kind.utility.name.lower().replace('_', '-')}, not zero-sum; seedleague's "
+                              "self-play and league results assume one seat's gain is the other's loss: pick a "
+                              "two-player zero-sum game (kuhn_poker, leduc_poker, connect_four, ...)")
     if kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-        raise UnsupportedGame(f"{name} is not sequential (turn-based); simultaneous-move games are not supported")
+        raise UnsupportedGame(f"{name} is not sequential (turn-based); simultaneous-move games are not supported: "
+                              "pick a turn-based game, or its turn-based form if OpenSpiel has one")
     if not (kind.provides_information_state_tensor or kind.provides_observation_tensor):
-        raise UnsupportedGame(f"{name} provides neither an information-state nor an observation tensor")
+        raise UnsupportedGame(f"{name} provides neither an information-state tensor (what the worker shows for "
+                              "imperfect-information games) nor an observation tensor, so the OpenSpiel worker has "
+                              "nothing to observe: pick a variant that provides one (e.g. phantom_ttt rather than "
+                              "phantom_ttt_ir)")
     return game
 
 

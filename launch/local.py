@@ -21,11 +21,12 @@ import sys
 import time
 from typing import Optional
 
-from seedleague import grpc_server
+from seedleague import grpc_server, output
 from seedleague.checkpoint import CheckpointConfig
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line
+from seedleague.output import OutputConfig
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
@@ -79,6 +80,7 @@ class RunConfig:
     switch_interval_ms: float = 0.5  # Python GIL switch interval in the host process
     league: Optional[LeagueSpec] = None  # two-player games: the league this run's host plays in
     env_id: str = ""  # what the extra league players' hosts train on
+    output: Optional[OutputConfig] = None  # the run's output, recorded in <run_dir>/output.json at its start
 
 
 def gym_worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
@@ -178,6 +180,8 @@ def run(config: RunConfig) -> dict:
     sys.setswitchinterval(config.switch_interval_ms / 1000)
     run_dir = os.path.abspath(config.run_dir)
     os.makedirs(run_dir, exist_ok=True)
+    if config.output is not None:  # first: a run killed at any later moment still names its output
+        output.record(run_dir, config.output)
     host_config = config.host
     if not host_config.checkpoint.directory:  # by default a run keeps its checkpoints inside its directory
         host_config = dataclasses.replace(
@@ -204,9 +208,20 @@ def run(config: RunConfig) -> dict:
     summary.update(learner_step=_learner_step(host))  # ... and its last update, the one the final checkpoint holds
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
+    if config.output is not None:
+        summary.update(output=_describe_output(run_dir, config.output))
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def _describe_output(run_dir: str, config: OutputConfig) -> dict:
+    """summary.json's "output": what seedleague.api.load_trained gives for this run now, or why nothing yet."""
+    try:
+        return output.resolve(run_dir).describe()
+    except (FileNotFoundError, ValueError) as error:
+        return dict(source=config.source, kind="mixture" if config.source in output.MIXTURES else "policy",
+                    error=str(error))
 
 
 class _League:

@@ -10,6 +10,7 @@ answers batched, jitted queries:
     policy = load_policy("runs/leduc", average=True)       # its running mean of the params
     policy = load_snapshot("runs/kuhn", "main:000512")     # a league snapshot
     average = load_average_policy("runs/leduc")            # a PolicyMixture: draw() one member per game
+    trained = load_trained("runs/kuhn")                    # the run's --output: a Policy or a PolicyMixture
     probs = policy.action_probabilities(observation, legal_mask)   # [B, A]; illegal exactly 0
     action = policy.act(observation, legal_mask, greedy=True)      # [B] int
 
@@ -465,24 +466,47 @@ def load_average_policy(run_dir: str, fraction: float = 1 / 3, player: str = "ma
     Leduc's least exploitable output, see benchmarks/README.md). Raises ValueError for a fraction
     outside (0, 1], FileNotFoundError when the player has no snapshots.
     """
-    from seedleague.league.model_pool import ModelPool
+    from seedleague import output
 
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction must be a fraction of the snapshots in (0, 1], got {fraction}")
-    pool = ModelPool(os.path.join(run_dir, "pool"))
+    return output.average_policy(run_dir, fraction, player, param_average).load(seed)
+
+
+def load_trained(run_dir: str, seed: int = 0) -> Union[Policy, PolicyMixture]:
+    """The run's output: what its `--output` source (recorded in `<run_dir>/output.json` when the
+    run started; `final` for older runs) names, resolved from what is on disk now, so a run that
+    was stopped or killed mid-way gives its newest checkpoint and the snapshots it has written.
+
+        final           Policy: the newest checkpoint's params
+        param_average   Policy: that checkpoint's param average (the final params, with a logged
+                        note, where it keeps none)
+        average_policy  PolicyMixture: as load_average_policy(run_dir)
+        league_nash     PolicyMixture: the Nash mixture over the player's snapshots, solved from
+                        the league's payoff table
+
+    A mixture is played one member per whole episode (`draw()`). Raises FileNotFoundError when
+    the run has no output yet (no checkpoint, or no snapshots for a mixture), saying why.
+    """
+    from seedleague import output
+
+    return output.resolve(run_dir).load(seed)
+
+
+def checkpoint_steps(directory: str) -> list[int]:
+    """The complete checkpoints' steps in a Checkpointer directory, oldest first."""
+    manager = _open_manager(os.path.abspath(directory))
     try:
-        keys = pool.keys(player)
+        return sorted(manager.all_steps())
     finally:
-        pool.close()
-    if not keys:
-        raise FileNotFoundError(f"{run_dir!r} has no league snapshots of player {player!r}")
-    keys = keys[-max(1, round(len(keys) * fraction)):]
-    members = [load_snapshot(run_dir, key, seed) for key in keys]
-    weights = [1.0] * len(members)
-    if param_average:
-        try:
-            members.append(load_policy(run_dir, seed=seed, average=True))
-            weights = [0.5 / len(keys)] * len(keys) + [0.5]
-        except (NoParamAverageError, FileNotFoundError):
-            pass  # no learner checkpoint, or one without an average: the snapshots alone
-    return PolicyMixture(members, weights, seed)
+        manager.close()
+
+
+def param_average_count(path: str, step: int) -> int:
+    """Updates averaged into the param average of checkpoint `step` under `path` (a run or checkpoint
+    directory); 0 when its learner keeps none or has not begun averaging."""
+    manager = _open_manager(_checkpoint_dir(path))
+    try:
+        return _restore_average(manager, step, path)[1]
+    except NoParamAverageError:
+        return 0
+    finally:
+        manager.close()

@@ -14,10 +14,11 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import config_flags, presets
+from seedleague import config_flags, output, presets
 from seedleague.host.host import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
+from seedleague.league.types import Mode
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
@@ -48,6 +49,10 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
                         help="learning players NAME[:ROLE],... (default: preset); the first runs in this process, "
                              "each other one as its own host process with its own workers")
     league.add_argument("--no-eval", action="store_true", help="skip the evaluation printed at the end of a league run")
+    league.add_argument("--output", default=None, choices=tuple(output.SOURCES), metavar="SOURCE",
+                        help="the run's output, recorded in <run-dir>/output.json when the run starts and loaded by "
+                             "seedleague.api.load_trained and `seedleague serve --checkpoint RUN_DIR`: "
+                             f"{output.choices_text()} (default: the preset's, final)")
     config_flags.add_flags(league, LeagueConfig, prefix="league_config.")
     config_flags.add_flags(parser, HostConfig)
 
@@ -91,9 +96,40 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def _check_game(env_id: str) -> None:
+    """An OpenSpiel game the worker cannot play is refused by name, before any process starts
+    (ValueError: `main` prints it to stderr and exits 2)."""
+    family, _, game = env_id.partition(":")
+    if family != "openspiel":
+        return
+    from envs.openspiel_games import UnsupportedGame, load_game
+
+    try:
+        load_game(game)
+    except UnsupportedGame as error:
+        raise ValueError(f"--env {env_id} is refused: {error}") from None
+
+
+def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league) -> output.OutputConfig:
+    """The run's output source (--output, else the preset's) and the player whose snapshots it mixes."""
+    source = args.output or preset.output
+    if source in output.MIXTURES and league is None:
+        raise ValueError(f"--output {source} mixes a league's snapshots, and {args.env} is single-agent (no league): "
+                         "use --output final or param_average")
+    if source == "league_nash" and not host.league.address:
+        mode = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.").mode
+        if mode == Mode.SELF_PLAY:
+            raise ValueError("--output league_nash solves the league's payoff table, which self-play leaves empty (its "
+                             "learner never plays a snapshot): add --league_config.mode pfsp (or last_n, psro, "
+                             "alphastar), or choose another --output")
+    player = host.league.player if host.league.address else league.players[0].name if league else "main"
+    return output.OutputConfig(source, player)
+
+
 def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
     from launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
+    _check_game(args.env)
     preset = presets.preset_for(args.env)
     host = config_flags.build(HostConfig, args, preset.host)
     workers = WorkerSpec()
@@ -116,7 +152,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         raise SystemExit("--resume needs --run-dir: the run directory to continue")
     league = _league_spec(args, preset, argv or [])
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
-                     security=server_security_from_args(args), league=league, env_id=args.env)
+                     security=server_security_from_args(args), league=league, env_id=args.env,
+                     output=_output_config(args, preset, host, league))
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
@@ -151,7 +188,9 @@ def _standing(data: dict):
 
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="a run directory, or its checkpoints/ directory; the newest checkpoint is served")
+                        help="a run directory: its output (the run's --output, as seedleague.api.load_trained gives "
+                             "it; a mixture draws one member per env per episode) is served; or a checkpoints/ "
+                             "directory: its newest checkpoint")
     parser.add_argument("--snapshot", default=None,
                         help="serve this league snapshot (player:step) from the model pool of the --checkpoint run "
                              "directory instead, e.g. main:000512")
@@ -187,16 +226,42 @@ def _snapshot_dir(run_dir: str, key: str) -> tuple[str, int]:
     return pool.player_dir(player), step
 
 
+def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, str]:
+    """(checkpoint directory, step, param average?, run dir of a served mixture) for `seedleague serve`:
+    a --snapshot; a run directory's output (seedleague.api.load_trained: one network is restored as a
+    checkpoint, a mixture is served by the host per env and episode); or a checkpoints directory."""
+    if args.snapshot:
+        directory, step = _snapshot_dir(args.checkpoint, args.snapshot)
+        return directory, step, False, ""
+    path = args.checkpoint
+    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.exists(os.path.join(path, output.FILE))):
+        return _checkpoint_dir(path), None, False, ""
+    try:
+        resolved = output.resolve(path)
+    except FileNotFoundError as error:
+        raise SystemExit(f"seedleague serve: {error}") from None
+    print(f"serving the output of {path}: {resolved.describe()}", flush=True)
+    if resolved.kind == "mixture":
+        return "", None, False, os.path.abspath(path)
+    member = resolved.members[0]
+    return os.path.abspath(os.path.join(path, "checkpoints")), member.step, member.average, ""
+
+
 def _serve(args: argparse.Namespace) -> int:
-    """Inference only: same protocol and batching as training, params from a checkpoint, no learner."""
+    """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
     from launch import local
     from seedleague.checkpoint import CheckpointConfig, Checkpointer
 
-    directory, step = _snapshot_dir(args.checkpoint, args.snapshot) if args.snapshot else (_checkpoint_dir(args.checkpoint), None)
-    meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
+    directory, step, average, mixture = _serve_target(args)
+    if mixture:
+        first = output.resolve(mixture).members[0]
+        meta = Checkpointer(CheckpointConfig(directory=first.path)).restore_meta(first.step)
+    else:
+        meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
     preset = presets.preset_for(meta["spec"]["env_name"])
     host = config_flags.build(HostConfig, args, preset.host)
     host = dataclasses.replace(host, learn=False, league=dataclasses.replace(host.league, address=""),
+                               serve_param_average=host.serve_param_average or average, serve_output=mixture,
                                checkpoint=dataclasses.replace(host.checkpoint, directory=directory, restore_step=step))
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     budget = local.Budget(max_seconds=args.max_seconds)

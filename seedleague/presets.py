@@ -30,6 +30,7 @@ class Preset:
     max_learner_steps: int = 0  # 0: no limit
     players: str = "main"  # two-player games: the learning players, NAME[:ROLE],...
     league: LeagueConfig = LeagueConfig()
+    output: str = "final"  # what the run's output is (seedleague.output.SOURCES): --output
 
 
 def is_multiplayer(env_id: str) -> bool:

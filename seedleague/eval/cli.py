@@ -223,6 +223,31 @@ def _league_nash(run_dir: str, game, max_snapshots: int = 200) -> dict:
     return out
 
 
+def _output(run_dir: str, policy, config: EvalConfig) -> dict:
+    """The run's output (seedleague.api.load_trained), scored: exploitability in imperfect-information
+    games (a mixture as played, one member per game), win/draw/loss against random otherwise."""
+    from envs.openspiel_games import load_game
+    from seedleague import output as run_output
+    from seedleague.eval import board, openspiel_eval
+    import pyspiel
+
+    try:
+        resolved = run_output.resolve(run_dir)
+        trained = resolved.load(config.seed)
+    except (ValueError, FileNotFoundError, NotImplementedError) as error:
+        return {"output_note": f"no output to score: {error}"}
+    out = {"output": resolved.describe()}
+    game = load_game(openspiel_game_name(policy.spec.env_name))
+    if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION:
+        members, weights = (trained.members, trained.weights) if resolved.kind == "mixture" else ([trained], [1.0])
+        out["output_exploitability"] = openspiel_eval.mixture_exploitability(game, members, weights)
+    elif resolved.kind == "policy":
+        out["output_vs_random"] = board.vs_random(game, trained, config.games, config.greedy, config.seed).to_dict()
+    else:
+        out["output_note"] = "a mixture is scored in imperfect-information games only (exact exploitability)"
+    return out
+
+
 def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig] = None) -> Optional[dict]:
     """Evaluate the run's newest learner checkpoint, print the table and append it to the run's
     history; returns the entry. When nothing applies (no checkpoint, not an OpenSpiel game, a
@@ -238,6 +263,7 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         print(f"  no evaluation: {error}")
         return None
+    entry["results"].update(_output(run_dir, policy, config))
     print(format_entry(entry))
     print(f"appended to {append_history(run_dir, entry)}")
     return entry
@@ -285,9 +311,19 @@ def format_entry(entry: dict) -> str:
             top = ", ".join(f"{k}={w:.2f}" for k, w in sorted(support.items(), key=lambda kv: -kv[1])[:3])
             lines.append(f"  {label:<22}  {results[field]:.6f}   "
                          f"({len(support)} snapshots in its support: {top}{', ...' if len(support) > 3 else ''})")
+    if "output" in results:
+        described = results["output"]
+        shown = f"{described['source']}, step {described['step']}"
+        if described["kind"] == "mixture":
+            shown += f", {len(described['members'])} snapshots mixed"
+        if "output_exploitability" in results:
+            lines.append(f"  output                  {results['output_exploitability']:.6f}   ({shown}: what "
+                         "load_trained and serve give)")
+    if "output_note" in results:
+        lines.append(f"  output: {results['output_note']}")
     if "nash_note" in results:
         lines.append(f"  league Nash mixture: {results['nash_note']}")
-    matches = [("vs random", results.get("vs_random"))]
+    matches = [("vs random", results.get("vs_random")), ("output vs random", results.get("output_vs_random"))]
     matches += [(f"vs mcts {sims} sims", s) for sims, s in results.get("vs_mcts", {}).items()]
     matches += [(f"vs {results['head_to_head']['opponent']}", results["head_to_head"])] if "head_to_head" in results else []
     matches = [(label, s) for label, s in matches if s]

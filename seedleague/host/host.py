@@ -24,6 +24,7 @@ from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
+from seedleague.host.mixture import ServedMixture
 from seedleague.host.policy import Actions, InferencePolicy, stack_params
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.seating import Seating
@@ -53,6 +54,9 @@ class HostConfig:
     learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
     greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
     serve_param_average: bool = False  # serving: act with the checkpoint's param average (LearnerConfig.average_from)
+    # serving: act with this run directory's output (seedleague.output); a mixture draws one member per env per
+    # episode and plays the whole episode with it (`seedleague serve --checkpoint RUN_DIR` sets it for mixtures)
+    serve_output: str = ""
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -79,6 +83,9 @@ class HostConfig:
         if self.serve_param_average and self.learn:
             raise ValueError("serve_param_average applies to serving (`seedleague serve`), not to a learning host: "
                              "the learner acts with its params and keeps the average as an output")
+        if self.serve_output and (self.learn or self.serve_param_average or self.checkpoint.restore_step is not None):
+            raise ValueError("serve_output serves a run's recorded output: it needs --learn false and neither "
+                             "--serve_param_average nor --checkpoint.restore_step (the output names its networks)")
         if not 0.0 <= self.explore < 1.0:
             raise ValueError(f"explore must be a probability in [0, 1), got {self.explore}")
         if self.explore and (self.greedy or not self.learn):
@@ -145,6 +152,11 @@ class Model:
     learner: Optional[LearnerLoop]
     initial_state: Any = None  # the train state a reset returns to (league exploiters)
     league: Optional[LeagueLink] = None
+    mixture: Optional[ServedMixture] = None  # serving a mixture: its members take the seats, episode by episode
+
+    def opponents(self) -> Optional[Any]:
+        """Who seats each episode and holds the params of the networks in `Seating.opponents()`."""
+        return self.league if self.league is not None else self.mixture
 
     def fits(self, spec: EnvSpec) -> Optional[str]:
         """None if `spec` can be served by this model, else what differs."""
@@ -185,6 +197,8 @@ class Host:
                     "or choose a new run directory"
                 )
             self._restore()
+        if config.serve_output:
+            self._serve_output()
         self.batcher.start()
 
     # -- EnvBackend ---------------------------------------------------------------------------
@@ -204,8 +218,9 @@ class Host:
 
         def make(sid: str) -> Session:
             seating = None
-            if model.league is not None:
-                seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32))
+            if model.opponents() is not None:
+                seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32),
+                                  every_seat=model.mixture is not None)
             return Session(sid, spec, worker_name, unroll_length, model.network.initial_state, seating)
 
         session = self.sessions.open(spec, worker_name, make)
@@ -346,6 +361,26 @@ class Host:
         self._build_model(spec, state)
         log.info("resumed from %s at learner step %d, %d env steps", self.checkpointer.directory, int(state.step), meta["env_steps"])
 
+    def _serve_output(self) -> None:
+        """Build the model from the run's output (seedleague.output) and serve its members as a mixture."""
+        from seedleague import output
+
+        resolved = output.resolve(self.config.serve_output)
+        trained = resolved.load(self.config.seed)
+        members = trained.members if resolved.kind == "mixture" else [trained]
+        first = members[0]
+        self.config = dataclasses.replace(self.config, network=first.network_config)
+        spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,
+                       first.spec.num_actions, 1)
+        network = make_network(self.config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+        state = init_train_state(self.config.learner, network, jax.random.key(0))
+        self._build_model(spec, state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32)))
+        device = self.layout.inference_device
+        self.model.mixture = ServedMixture([m.key for m in resolved.members], [m.weight for m in resolved.members],
+                                           [jax.device_put(m.params, device) for m in members],
+                                           np.random.default_rng(self.config.seed))
+        log.info("serving the output of %s: %s", self.config.serve_output, resolved.describe())
+
     # -- inference (batcher thread) -----------------------------------------------------------
 
     def _run_batch(self, requests: list[Request]) -> None:
@@ -367,7 +402,7 @@ class Host:
         first = np.concatenate([a.first for a in agents])
         legal = np.concatenate([_legal(a, num_actions) for a in agents])
         core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
-        opponents = None if model.league is None else np.concatenate([a.opponents for a in agents])
+        opponents = None if model.opponents() is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
         out = self._forward(observation, first, core, legal, opponents)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
@@ -390,7 +425,7 @@ class Host:
         params_of: dict[str, Any] = {}
         for row, key in enumerate(opponents):
             if key is not None and key not in params_of:
-                params_of[key] = self.model.league.opponent_params(key)
+                params_of[key] = self.model.opponents().opponent_params(key)
             groups.setdefault(key if params_of.get(key) is not None else None, []).append(row)  # not cached: plays as the learner
         action = np.zeros(len(first), np.int32)
         logits = np.zeros((len(first), self.model.spec.num_actions), np.float32)
@@ -458,16 +493,17 @@ class Host:
         ended, returns, lengths = session.finished_episodes(step)
         seating = session.seating
         step.learning_before = np.ones(len(ended), bool) if seating is None else seating.learning()
-        counted = ended & step.learning_before
+        league = self.model.league
+        counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
         self.metrics.record_episodes(returns[counted], lengths[counted])
         if seating is None:
             step.learning = step.learning_before
             return
         seats = session.spec.num_seats
-        finished_envs = np.flatnonzero(ended[::seats])
-        self._report_results(seating, finished_envs, returns)
+        if league is not None:
+            self._report_results(seating, np.flatnonzero(ended[::seats]), returns)
         started_envs = np.flatnonzero(step.first[::seats])
-        seating.start(started_envs, self.model.league.draw(len(started_envs)))
+        seating.start(started_envs, self.model.opponents().draw(len(started_envs)))
         step.learning = seating.learning()
         step.opponents = seating.opponents()
 

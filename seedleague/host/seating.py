@@ -3,8 +3,9 @@
 Every episode of every env gets a `Match` from the league: either self-play
 (every seat runs the learner's live params and every seat's steps go to replay)
 or an opponent snapshot, which takes every seat but one learner seat drawn at
-random per episode (so neither seat is favoured). Agent rows are env-major,
-seat-minor, like the session's tensors.
+random per episode (so neither seat is favoured). With `every_seat` (a served
+mixture, host.mixture) the match's network takes every seat and none learns.
+Agent rows are env-major, seat-minor, like the session's tensors.
 
     seating = Seating(num_envs=64, num_seats=2, rng=np.random.default_rng(0))
     seating.start(envs, matches)      # at each episode start of `envs`
@@ -24,8 +25,9 @@ from seedleague.league.types import Match
 class Seating:
     """The current match of each env and the learner's seat in it."""
 
-    def __init__(self, num_envs: int, num_seats: int, rng: np.random.Generator):
+    def __init__(self, num_envs: int, num_seats: int, rng: np.random.Generator, every_seat: bool = False):
         self.num_envs, self.num_seats = num_envs, num_seats
+        self.every_seat = every_seat  # a non-self-play match takes every seat (no learner seat)
         self._rng = rng
         self.learner_seat = np.zeros(num_envs, np.int64)
         self.opponent: list[Optional[str]] = [None] * num_envs  # None: self-play
@@ -48,9 +50,10 @@ class Seating:
                 self.opponent[env] = match.opponent
                 self.learner_seat[env] = seat
                 self._learning[rows] = False
-                self._learning[env * self.num_seats + seat] = True
+                self._learning[env * self.num_seats + seat] = not self.every_seat
                 self._opponents[rows] = match.opponent
-                self._opponents[env * self.num_seats + seat] = None
+                if not self.every_seat:
+                    self._opponents[env * self.num_seats + seat] = None
 
     def learning(self) -> np.ndarray:
         """[E*S] bool: agent rows the learner plays. A copy: later episode starts do not change it."""

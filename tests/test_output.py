@@ -1,0 +1,164 @@
+"""A run's output (seedleague.output, seedleague.api.load_trained): recorded at the start of a run, resolved
+from what is on disk (a finished run, a stopped one, one with nothing yet), named in summary.json, scored at
+the end of the run, and served (a mixture: one member per env per episode); unusable games are refused."""
+
+import json
+import logging
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import RawWorker
+from seedleague import output
+from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
+from seedleague.host.host import Host, HostConfig
+from seedleague.league.nash import league_nash
+from seedleague.metrics import Metrics
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec, zero_step
+from seedleague.rl.learner import LearnerConfig
+from seedleague.testing.server_thread import ServerThread
+from test_api import SMALL, head_params, save_checkpoint
+from test_e2e import SEEDLEAGUE, run_cli, summary
+
+LEAGUE_RUN = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
+              "--checkpoint.interval_s", "2", "--envs-per-worker", "16", "--league.check_in_interval_s", "0.5",
+              "--league_config.mode", "pfsp", "--league_config.snapshot_interval_steps", "8",
+              "--learner.average_from", "1", "--max-learner-steps", "40", "--max-seconds", "90"]
+
+
+def with_source(run_dir, source, player="main"):
+    output.record(str(run_dir), output.OutputConfig(source, player))
+
+
+@pytest.fixture(scope="module")
+def league_run(tmp_path_factory):
+    """A short real Kuhn league run (PFSP, so snapshots play each other) whose output is league_nash."""
+    run_dir = str(tmp_path_factory.mktemp("output") / "run")
+    out = run_cli(["train", "--env", "openspiel:kuhn_poker", "--run-dir", run_dir, "--output", "league_nash"]
+                  + LEAGUE_RUN, timeout=240)
+    return run_dir, out.stdout
+
+
+def test_a_league_run_records_names_scores_and_loads_its_output(league_run):
+    run_dir, stdout = league_run
+    with open(os.path.join(run_dir, output.FILE)) as f:
+        assert json.load(f) == {"source": "league_nash", "player": "main"}
+    named = summary(run_dir)["output"]
+    assert named["source"] == "league_nash" and named["kind"] == "mixture"
+    assert abs(sum(m["weight"] for m in named["members"]) - 1.0) < 1e-9
+    pool_keys = set(os.listdir(os.path.join(run_dir, "pool", "main")))  # step dirs
+    assert {str(int(m["key"].split(":")[1])) for m in named["members"]} <= pool_keys
+    assert named["step"] == max(int(m["key"].split(":")[1]) for m in named["members"])
+    assert "  output  " in stdout and "league_nash" in stdout  # the end-of-run evaluation scored it
+    trained = load_trained(run_dir)
+    assert isinstance(trained, PolicyMixture)
+    assert [m.step for m in trained.members] == [int(m["key"].split(":")[1]) for m in named["members"]]
+    if "note" not in named:  # snapshots played each other: PSRO's meta-strategy of the stored table
+        from seedleague.eval.cli import _league_for
+
+        league = _league_for(run_dir)
+        payoff = league.payoff()
+        league.close()
+        expected = league_nash(payoff.keys, np.asarray(payoff.win_rate), "main")
+        np.testing.assert_allclose(trained.weights, [expected[m["key"]] for m in named["members"]], atol=1e-9)
+
+
+def test_each_source_of_the_same_run(league_run):
+    run_dir, _ = league_run
+    newest = load_policy(run_dir)
+    try:
+        with_source(run_dir, "final")
+        final = load_trained(run_dir)
+        assert isinstance(final, Policy) and final.step == newest.step and final.source == newest.source
+        with_source(run_dir, "param_average")
+        average = load_trained(run_dir)
+        assert isinstance(average, Policy) and average.meta["average"]["count"] > 0
+        assert average.source.endswith("(param average)")
+        with_source(run_dir, "average_policy")
+        mixture = load_trained(run_dir)
+        expected = output.average_policy(run_dir, 1 / 3, "main")
+        assert isinstance(mixture, PolicyMixture) and mixture.members[-1].meta["average"]["count"] > 0
+        assert [m.step for m in mixture.members] == [m.step for m in expected.members]
+        np.testing.assert_allclose(mixture.weights[-1], 0.5)
+    finally:
+        with_source(run_dir, "league_nash")
+
+
+def test_a_stopped_run_gives_its_newest_checkpoint_and_param_average_falls_back_with_a_note(tmp_path, caplog):
+    run = tmp_path / "stopped"
+    with_source(run, "final")
+    with pytest.raises(FileNotFoundError, match=r"has no output yet: .*holds none"):
+        load_trained(str(run))
+    save_checkpoint(run / "checkpoints", step=3, seed=1)
+    save_checkpoint(run / "checkpoints", step=7, seed=2)  # no summary.json: the run was stopped here
+    assert load_trained(str(run)).step == 7
+    with_source(run, "param_average")
+    with caplog.at_level(logging.WARNING, logger="seedleague.output"):
+        fallback = load_trained(str(run))
+    assert fallback.step == 7 and "average" not in fallback.meta
+    assert "keeps no param average" in caplog.text and "final params instead" in caplog.text
+    assert output.resolve(str(run)).describe()["note"].startswith("checkpoint 7")
+    with_source(run, "average_policy")
+    with pytest.raises(FileNotFoundError, match="no league snapshots of player 'main' yet"):
+        load_trained(str(run))
+    with pytest.raises(FileNotFoundError, match="no such run directory"):
+        load_trained(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="must be one of final, param_average, average_policy, league_nash"):
+        output.OutputConfig("best")
+
+
+def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path):
+    """Two members that are told apart by their greedy action (5 -> 0, 6 -> 1), on every seat of an env."""
+    run = tmp_path / "run"
+    for step in range(1, 7):
+        bias = {5: [8.0, -8.0], 6: [-8.0, 8.0]}.get(step)
+        save_checkpoint(run / "pool" / "main", step=step, seed=step, bias=bias, network=SMALL)
+    with_source(run, "average_policy")  # the newest third of six snapshots: 5 and 6, half each
+    host = Host(HostConfig(learn=False, greedy=True, serve_output=str(run)), Metrics())
+    server = ServerThread(host).start()
+    num_envs = 8
+    spec = EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, num_envs, num_seats=2, has_legal_mask=True)
+    worker = RawWorker(server.address, spec)
+    try:
+        members = [[] for _ in range(num_envs)]  # per env: the member of each episode
+        for t in range(40):
+            step = zero_step(spec, worker.session_id, t, acting=True)
+            ends = (np.arange(num_envs) + t) % 3 == 0 if t else np.zeros(num_envs, bool)
+            step.terminated = ends
+            reply = codec.decode_actions(worker.send(codec.encode_step(step)))
+            assert reply.policy_version == 6
+            actions = np.asarray(reply.action).reshape(num_envs, 2)
+            assert (actions[:, 0] == actions[:, 1]).all()  # the member takes every seat of its env
+            for env in range(num_envs):
+                if t == 0 or ends[env]:
+                    members[env].append([])
+                members[env][-1].append(int(actions[env, 0]))
+        for env in range(num_envs):
+            assert all(len(set(episode)) == 1 for episode in members[env])  # never switched mid-episode
+        drawn = [episode[0] for env in members for episode in env]
+        assert set(drawn) == {0, 1} and 0.3 < np.mean(drawn) < 0.7  # both members, about half each
+        assert any(len({e[0] for e in env}) == 2 for env in members)  # an env draws again at its next episode
+    finally:
+        worker.close()
+        server.stop()
+        host.stop()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "openspiel:leduc_poker(players=3)"], "leduc_poker(players=3) has 3 players"),
+    (["--env", "openspiel:sheriff"], "sheriff is general-sum, not zero-sum"),
+    (["--env", "openspiel:phantom_ttt_ir"], "phantom_ttt_ir provides neither an information-state tensor"),
+    (["--env", "openspiel:no_such_game"], "OpenSpiel has no game 'no_such_game'"),
+    (["--env", "openspiel:kuhn_poker", "--output", "best"], "invalid choice: 'best' (choose from 'final'"),
+    (["--env", "openspiel:kuhn_poker", "--output", "league_nash"], "self-play leaves empty"),
+    (["--env", "CartPole-v1", "--output", "average_policy"], "CartPole-v1 is single-agent"),
+])
+def test_refusals_come_before_anything_starts(tmp_path, args, message):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(SEEDLEAGUE + ["train", "--run-dir", str(run_dir)] + args, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert not run_dir.exists()  # no run directory, so no league, host or worker was started
