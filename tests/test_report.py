@@ -150,3 +150,13 @@ def test_report_cli_opens_the_league_database(tmp_path, capsys):
     league.close()
     assert cli.main(["report", "--run-dir", str(tmp_path)]) == 0, capsys.readouterr()
     assert "`main`" in open(tmp_path / "report" / "leaderboard.md").read()
+
+
+def test_a_none_exploitability_is_left_out_of_the_summary(tmp_path):
+    # A run without a param average records the field as None; the report must not crash on it.
+    results = {"exploitability": 0.3, "param_average_exploitability": None, "vs_random": None}
+    assert report_module._summary(results) == "policy exploitability 0.3"
+    assert report_module._summary({"exploitability": None}) == "(no results)"
+    history = [dict(time=1.0, step=1, env_steps=10, wall_s=1.0, results=results)]
+    paths = write_report(str(tmp_path), [], PayoffMatrix([], [], []), {}, history)
+    assert "policy exploitability 0.3" in open(paths[-1]).read()

@@ -156,13 +156,16 @@ def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figure
 
 
 def _summary(results: dict) -> str:
-    """One line of an eval entry's results: exploitabilities and match scores ((wins + draws/2) / games)."""
-    parts = [f"{name} exploitability {results[field]:.4g}" for name, field in EXPLOITABILITIES if field in results]
+    """One line of an eval entry's results: exploitabilities and match scores ((wins + draws/2) / games).
+
+    A field that is absent or None (e.g. no param average in this run) is left out."""
+    parts = [f"{name} exploitability {results[field]:.4g}" for name, field in EXPLOITABILITIES
+             if results.get(field) is not None]
     matches = [("vs random", results.get("vs_random"))] + [
-        (f"vs MCTS {sims}", stats) for sims, stats in results.get("vs_mcts", {}).items()]
-    matches.append((f"vs {results.get('head_to_head', {}).get('opponent')}", results.get("head_to_head")))
-    parts += [f"{label} score {stats['score']:.3f} over {stats['games']} games"
-              for label, stats in matches if stats and "score" in stats]
+        (f"vs MCTS {sims}", stats) for sims, stats in (results.get("vs_mcts") or {}).items()]
+    matches.append((f"vs {(results.get('head_to_head') or {}).get('opponent')}", results.get("head_to_head")))
+    parts += [f"{label} score {stats['score']:.3f} over {stats.get('games', '?')} games"
+              for label, stats in matches if stats and stats.get("score") is not None]
     return "; ".join(parts) or "(no results)"
 
 
