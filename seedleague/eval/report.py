@@ -20,21 +20,25 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from seedleague.league.tables import rated_first
 from seedleague.league.types import PayoffMatrix, Role, Standing
 
 ANNOTATE_UP_TO = 12  # payoff cells carry their value when the matrix has at most this many keys
 LEGEND_UP_TO = 12  # rating curves named in the legend (best final Elo first)
 
 
-def leaderboard_markdown(standings: Sequence[Standing]) -> str:
-    """A Markdown table of the standings, in the order given (best Elo first)."""
+def leaderboard_markdown(standings: Sequence[Standing], top: Optional[int] = None) -> str:
+    """A Markdown table of the standings: rated rows (games > 0) first, best Elo first; with `top`,
+    a long league shows at most `top` rated rows and says how many unrated ones it left out."""
     lines = ["| # | key | role | Elo | TrueSkill | games | win rate |", "|---:|---|---|---:|---:|---:|---:|"]
-    for rank, row in enumerate(standings, start=1):
+    board = rated_first(standings, top)
+    for rank, row in enumerate(board.rows, start=1):
         lines.append(f"| {rank} | `{row.key}` | {Role(row.role).value} | {row.elo:.1f} | "
                      f"{row.trueskill_mu:.1f} ± {row.trueskill_sigma:.1f} | {row.games:.1f} | {row.win_rate:.3f} |")
     if not standings:
         lines.append("| | (no players yet) | | | | | |")
-    return "\n".join(lines) + "\n"
+    notes = board.notes()
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + " (all rows: leaderboard.md)\n" if notes else "")
 
 
 def _save(fig: Figure, path: str) -> str:
@@ -140,7 +144,7 @@ def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figure
                      eval_history: Sequence[dict]) -> str:
     lines = ["# League report", "", f"{len(standings)} players and snapshots; {len(payoff.keys)} keys in the payoff "
              f"matrix; {len(eval_history)} evaluations.", "", "## Leaderboard", "",
-             "[leaderboard.md](leaderboard.md)", "", leaderboard_markdown(standings[:20])]
+             "[leaderboard.md](leaderboard.md)", "", leaderboard_markdown(standings, top=20)]
     captions = {"payoff_heatmap": "Payoff", "ratings": "Ratings", "exploitability": "Exploitability"}
     missing = {"payoff_heatmap": "no players yet", "ratings": "no rating history yet",
                "exploitability": "no exploitability evaluations yet (`seedleague eval` on a poker game)"}
