@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -30,6 +30,9 @@ class Metrics:
         self.episodes = 0
         self.learner_steps = 0
         self.returns: collections.deque = collections.deque(maxlen=return_window)
+        self.games = 0  # finished games of a seated (multi-player) run; an episode counts each learning seat
+        self.league_games = 0  # of those, games against a league snapshot
+        self.league_outcomes: collections.deque = collections.deque(maxlen=return_window)  # 1 / 0.5 / 0
         self.lengths: collections.deque = collections.deque(maxlen=return_window)
         self._sums: dict[str, float] = collections.defaultdict(float)
         self._counts: dict[str, int] = collections.defaultdict(int)
@@ -50,6 +53,14 @@ class Metrics:
             self.episodes += len(returns)
             self.returns.extend(returns.tolist())
             self.lengths.extend(lengths.tolist())
+
+    def record_games(self, games: int, league_outcomes: Sequence[float] = ()) -> None:
+        """`games` finished games, and the learner's outcomes (1 win, 0.5 draw, 0 loss) in those
+        played against league snapshots (self-play games have none)."""
+        with self._lock:
+            self.games += games
+            self.league_games += len(league_outcomes)
+            self.league_outcomes.extend(league_outcomes)
 
     def record(self, **values: float) -> None:
         """Add samples to running means (reset at each report)."""
@@ -82,6 +93,10 @@ class Metrics:
                 "mean_episode_length": float(np.mean(self.lengths)) if self.lengths else float("nan"),
                 "wall_s": now - self.start_time,
             }
+            if self.games:
+                out.update(games=self.games, league_games=self.league_games)
+            if self.league_outcomes:  # (wins + draws/2) / games over the recent window
+                out["league_win_rate"] = float(np.mean(self.league_outcomes))
             out.update({name: self._sums[name] / self._counts[name] for name in self._sums})
             self._sums.clear()
             self._counts.clear()
@@ -105,15 +120,21 @@ def _si(x: float) -> str:
 
 
 def progress_line(report: dict[str, float]) -> str:
-    """One console line: throughput, returns, batching, replay, staleness, loss."""
+    """One console line: throughput, games, returns (or, in a league, the learner's win rate against
+    its opponents: wins + draws/2 over the last games), batching, replay, staleness, loss."""
     get = report.get
     parts = [
         f"{get('wall_s', 0):6.1f}s",
         f"steps {_si(get('env_steps', 0))} ({_si(get('env_steps_per_s', 0))}/s)",
         f"episodes {int(get('episodes', 0))}",
-        f"return(100) {get('mean_return', float('nan')):.1f}",
-        f"learner {int(get('learner_steps', 0))} ({get('learner_steps_per_s', 0):.0f}/s)",
     ]
+    if "games" in report:  # a seated game: an episode counts each learning seat, a game once
+        parts.append(f"games {int(get('games'))} ({int(get('league_games', 0))} vs league)")
+    if "league_win_rate" in report:  # a zero-sum game's return averages to 0 over both seats: say who wins
+        parts.append(f"win rate vs league(100) {get('league_win_rate'):.3f}")
+    else:
+        parts.append(f"return(100) {get('mean_return', float('nan')):.1f}")
+    parts.append(f"learner {int(get('learner_steps', 0))} ({get('learner_steps_per_s', 0):.0f}/s)")
     if "inference_batch" in report:
         parts.append(f"batch {get('inference_batch'):.0f} in {get('inference_ms', 0):.2f}ms")
     if "replay_size" in report:

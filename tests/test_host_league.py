@@ -100,6 +100,9 @@ def test_results_follow_the_learner_seat_and_are_reported_once(league_host):
     assert outcomes == {0.0, 1.0}, "the learner must sit in both seats (seat 0 always wins this game)"
     assert all(r.player == "p" and r.opponent == "p:000000" for r in results)
     assert set(np.unique(list(host.metrics.returns))) <= {-1.0, 1.0}
+    report = host.metrics.report()  # the progress line's games and win rate count the same results
+    assert report["games"] >= report["league_games"] >= len(results)
+    assert 0.0 < report["league_win_rate"] < 1.0
     worker.close()
 
 

@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from seedleague import cli
@@ -150,3 +151,71 @@ def test_report_cli_opens_the_league_database(tmp_path, capsys):
     league.close()
     assert cli.main(["report", "--run-dir", str(tmp_path)]) == 0, capsys.readouterr()
     assert "`main`" in open(tmp_path / "report" / "leaderboard.md").read()
+
+
+def test_a_none_exploitability_is_left_out_of_the_summary(tmp_path):
+    # A run without a param average records the field as None; the report must not crash on it.
+    results = {"exploitability": 0.3, "param_average_exploitability": None, "vs_random": None}
+    assert report_module._summary(results) == "policy exploitability 0.3"
+    assert report_module._summary({"exploitability": None}) == "(no results)"
+    history = [dict(time=1.0, step=1, env_steps=10, wall_s=1.0, results=results)]
+    paths = write_report(str(tmp_path), [], PayoffMatrix([], [], []), {}, history)
+    assert "policy exploitability 0.3" in open(paths[-1]).read()
+
+
+def big_league(n=300):
+    """`n` snapshots (given out of step order) and the live player: few games, most cells empty.
+
+    Snapshots 50 and 51 are a rock-paper-scissors core with 53 (the Nash support: each beats one
+    of the others 0.9 to 0.1 and everyone else 0.8); 7 and 9 played the most games."""
+    steps = list(range(n))[::-1]
+    keys = [f"main:{s:06d}" for s in steps] + ["main"]
+    k = len(keys)
+    win = np.full((k, k), 0.5)
+    games = np.zeros((k, k))
+    at = {s: i for i, s in enumerate(steps)}
+    for a, b in ((50, 51), (51, 53), (53, 50)):
+        win[at[a], at[b]], win[at[b], at[a]] = 0.9, 0.1
+        games[at[a], at[b]] = games[at[b], at[a]] = 4
+    for core in (50, 51, 53):
+        for other in range(n):
+            if other not in (50, 51, 53):
+                win[at[core], at[other]], win[at[other], at[core]] = 0.8, 0.2
+    for heavy, count in ((7, 500), (9, 300)):
+        games[at[heavy], at[heavy + 1]] = games[at[heavy + 1], at[heavy]] = count
+    for s in range(0, n, 3):  # a game here and there
+        games[at[s], -1] = games[-1, at[s]] = 1
+    return PayoffMatrix(keys, win.tolist(), games.tolist())
+
+
+def test_a_big_payoff_matrix_shows_the_nash_support_most_played_and_most_recent_keys():
+    from seedleague.eval.heatmap_keys import NASH, PLAYED, RECENT, pick_keys
+
+    matrix = big_league()
+    subset = pick_keys(matrix)
+    shown = [matrix.keys[i] for i in subset.indices]
+    assert len(shown) == 24 and not subset.complete
+    nash = {matrix.keys[i] for i, why in subset.reasons.items() if NASH in why}
+    assert nash == {"main:000050", "main:000051", "main:000053"}
+    played = {matrix.keys[i] for i, why in subset.reasons.items() if PLAYED in why}
+    assert {"main:000007", "main:000008", "main:000009", "main:000010"} <= played
+    recent = [matrix.keys[i] for i, why in subset.reasons.items() if RECENT in why]
+    assert "main" in recent and "main:000299" in recent and "main:000200" not in shown
+    assert shown[-1] == "main" and shown[:-1] == sorted(shown[:-1])  # step order, the live player last
+    text = subset.describe()
+    assert "24 of 301 keys" in text and "Nash support" in text and "3 keys" in text and "hatched" in text
+
+
+def test_a_big_payoff_heatmap_draws_the_subset_and_the_report_says_which(tmp_path):
+    paths = write_report(str(tmp_path), [], big_league(), {}, [])
+    assert_png(os.path.join(str(tmp_path), "payoff_heatmap.png"))
+    report = open(paths[-1]).read()
+    assert "24 of 301 keys are shown" in report and "most played" in report
+
+
+def test_a_small_payoff_matrix_shows_every_key_in_step_order():
+    from seedleague.eval.heatmap_keys import pick_keys
+
+    subset = pick_keys(payoff())
+    assert [KEYS[i] for i in subset.indices] == ["main:000000", "main:000100", "main"]
+    assert subset.complete and subset.describe() == "All 3 keys are shown."

@@ -6,7 +6,9 @@ that of the uniform mixture of the last `window` snapshots (an average
 policy, mixed as behaviour strategies) and, where the learner kept one
 (LearnerConfig.average_from), that of its param average at the snapshot's step.
 `seedleague report` plots it;
-`python -m benchmarks.exploitability_curve RUN_DIR` prints it.
+`python -m benchmarks.exploitability_curve RUN_DIR` prints it. `snapshot_times` and
+`nearest_snapshot` find the snapshot a run held at a given training time
+(benchmarks/league_suite.py scores runs at fractions of their budget with them).
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
     finally:
         pool.close()
     return keys, [load_snapshot(run_dir, key) for key in keys]
+
+
+def snapshot_times(run_dir: str, player: str = "main") -> list[tuple[str, float]]:
+    """(key, training wall-clock seconds) of `player`'s snapshots, oldest first, read from their
+    meta only (no params); snapshots without a recorded wall_s are left out."""
+    pool = ModelPool(os.path.join(run_dir, "pool"))
+    try:
+        times = [(key, pool.meta(key).get("wall_s")) for key in pool.keys(player)]
+    finally:
+        pool.close()
+    return [(key, float(wall_s)) for key, wall_s in times if wall_s is not None]
+
+
+def nearest_snapshot(times: list[tuple[str, float]], wall_s: float) -> Optional[tuple[str, float]]:
+    """The (key, wall_s) of `times` closest to `wall_s` seconds of training (the earlier on a tie); None if empty."""
+    if not times:
+        return None
+    return min(times, key=lambda kt: (abs(kt[1] - wall_s), kt[1]))
 
 
 def load_param_average(path: str, step: Optional[int] = None, seed: int = 0):

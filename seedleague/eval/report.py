@@ -7,6 +7,10 @@ directory of Markdown and PNG files; it reads nothing itself:
                          league.elo_history(), eval_history)
     # -> leaderboard.md, payoff_heatmap.png, ratings.png, exploitability.png, report.md
 
+A large league's heatmap shows a readable subset of its keys (`heatmap_keys.pick_keys`)
+and its leaderboard the rated rows first (`league.tables.rated_first`); report.md says
+what each left out.
+
 A plot with no data is left out (report.md says so). Plots are drawn on
 matplotlib Figures with the Agg canvas, never through pyplot's global state.
 """
@@ -20,21 +24,26 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from seedleague.eval.heatmap_keys import NASH, KeySubset, pick_keys
+from seedleague.league.tables import rated_first
 from seedleague.league.types import PayoffMatrix, Role, Standing
 
 ANNOTATE_UP_TO = 12  # payoff cells carry their value when the matrix has at most this many keys
 LEGEND_UP_TO = 12  # rating curves named in the legend (best final Elo first)
 
 
-def leaderboard_markdown(standings: Sequence[Standing]) -> str:
-    """A Markdown table of the standings, in the order given (best Elo first)."""
+def leaderboard_markdown(standings: Sequence[Standing], top: Optional[int] = None) -> str:
+    """A Markdown table of the standings: rated rows (games > 0) first, best Elo first; with `top`,
+    a long league shows at most `top` rated rows and says how many unrated ones it left out."""
     lines = ["| # | key | role | Elo | TrueSkill | games | win rate |", "|---:|---|---|---:|---:|---:|---:|"]
-    for rank, row in enumerate(standings, start=1):
+    board = rated_first(standings, top)
+    for rank, row in enumerate(board.rows, start=1):
         lines.append(f"| {rank} | `{row.key}` | {Role(row.role).value} | {row.elo:.1f} | "
                      f"{row.trueskill_mu:.1f} ± {row.trueskill_sigma:.1f} | {row.games:.1f} | {row.win_rate:.3f} |")
     if not standings:
         lines.append("| | (no players yet) | | | | | |")
-    return "\n".join(lines) + "\n"
+    notes = board.notes()
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + " (all rows: leaderboard.md)\n" if notes else "")
 
 
 def _save(fig: Figure, path: str) -> str:
@@ -43,28 +52,36 @@ def _save(fig: Figure, path: str) -> str:
     return path
 
 
-def payoff_heatmap(payoff: PayoffMatrix, path: str) -> Optional[str]:
-    """P[row beats column] as a heatmap with every key on both axes; None when there are no keys."""
-    n = len(payoff.keys)
-    if n == 0:
+def payoff_heatmap(payoff: PayoffMatrix, path: str, subset: Optional[KeySubset] = None) -> Optional[str]:
+    """P[row beats column] over `subset`'s keys (default `pick_keys`: every key in a small league, at
+    most 24 in a large one); cells with no games are hatched, not 0.5. None when there are no keys."""
+    if not payoff.keys:
         return None
-    win_rate = np.asarray(payoff.win_rate, np.float64).reshape(n, n)
-    side = min(4 + 0.45 * n, 24)
+    subset = subset or pick_keys(payoff)
+    n, shown = len(payoff.keys), np.asarray(subset.indices)
+    pick = np.ix_(shown, shown)
+    win_rate = np.asarray(payoff.win_rate, np.float64).reshape(n, n)[pick]
+    played = np.asarray(payoff.games, np.float64).reshape(n, n)[pick] > 0
+    labels = [payoff.keys[i] + (" *" if NASH in subset.reasons.get(i, ()) else "") for i in shown]
+    k = len(shown)
+    side = min(4 + 0.45 * k, 24)
     fig = Figure(figsize=(side + 1.5, side))
     ax = fig.add_subplot()
-    image = ax.imshow(win_rate, cmap="RdBu", vmin=0.0, vmax=1.0)
+    ax.patch.set_facecolor("white")
+    ax.patch.set_hatch("///")
+    ax.patch.set_edgecolor("lightgrey")  # shows through the cells left blank: no games
+    image = ax.imshow(np.ma.masked_array(win_rate, ~played), cmap="RdBu", vmin=0.0, vmax=1.0)
     fig.colorbar(image, ax=ax, label="P[row beats column]")
-    font = max(4, 10 - n // 8)
-    ax.set_xticks(range(n), payoff.keys, rotation=90, fontsize=font)
-    ax.set_yticks(range(n), payoff.keys, fontsize=font)
+    font = max(4, 10 - k // 8)
+    ax.set_xticks(range(k), labels, rotation=90, fontsize=font)
+    ax.set_yticks(range(k), labels, fontsize=font)
     ax.set_xlabel("column: opponent")
     ax.set_ylabel("row: player")
-    if n <= ANNOTATE_UP_TO:
-        for i in range(n):
-            for j in range(n):
-                shade = "white" if abs(win_rate[i, j] - 0.5) > 0.3 else "black"
-                ax.text(j, i, f"{win_rate[i, j]:.2f}", ha="center", va="center", fontsize=8, color=shade)
-    ax.set_title("payoff: decayed win rates")
+    if k <= ANNOTATE_UP_TO:
+        for i, j in zip(*np.nonzero(played)):
+            shade = "white" if abs(win_rate[i, j] - 0.5) > 0.3 else "black"
+            ax.text(j, i, f"{win_rate[i, j]:.2f}", ha="center", va="center", fontsize=8, color=shade)
+    ax.set_title("payoff: decayed win rates" + ("" if subset.complete else f" ({k} of {n} keys)"))
     return _save(fig, path)
 
 
@@ -137,10 +154,10 @@ def exploitability_plot(eval_history: Sequence[dict], path: str) -> Optional[str
 
 
 def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figures: dict[str, Optional[str]],
-                     eval_history: Sequence[dict]) -> str:
+                     eval_history: Sequence[dict], subset: KeySubset) -> str:
     lines = ["# League report", "", f"{len(standings)} players and snapshots; {len(payoff.keys)} keys in the payoff "
              f"matrix; {len(eval_history)} evaluations.", "", "## Leaderboard", "",
-             "[leaderboard.md](leaderboard.md)", "", leaderboard_markdown(standings[:20])]
+             "[leaderboard.md](leaderboard.md)", "", leaderboard_markdown(standings, top=20)]
     captions = {"payoff_heatmap": "Payoff", "ratings": "Ratings", "exploitability": "Exploitability"}
     missing = {"payoff_heatmap": "no players yet", "ratings": "no rating history yet",
                "exploitability": "no exploitability evaluations yet (`seedleague eval` on a poker game)"}
@@ -148,6 +165,8 @@ def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figure
         lines += [f"## {caption}", ""]
         path = figures.get(name)
         lines += [f"![{caption}]({os.path.basename(path)})" if path else f"({missing[name]})", ""]
+        if name == "payoff_heatmap" and path:
+            lines += [subset.describe(), ""]
     latest = next((e for e in reversed(eval_history) if e.get("results")), None)
     if latest is not None:
         lines += ["## Latest evaluation", "", f"step {latest.get('step')} of `{latest.get('policy', '?')}`: "
@@ -156,13 +175,16 @@ def _report_markdown(standings: Sequence[Standing], payoff: PayoffMatrix, figure
 
 
 def _summary(results: dict) -> str:
-    """One line of an eval entry's results: exploitabilities and match scores ((wins + draws/2) / games)."""
-    parts = [f"{name} exploitability {results[field]:.4g}" for name, field in EXPLOITABILITIES if field in results]
+    """One line of an eval entry's results: exploitabilities and match scores ((wins + draws/2) / games).
+
+    A field that is absent or None (e.g. no param average in this run) is left out."""
+    parts = [f"{name} exploitability {results[field]:.4g}" for name, field in EXPLOITABILITIES
+             if results.get(field) is not None]
     matches = [("vs random", results.get("vs_random"))] + [
-        (f"vs MCTS {sims}", stats) for sims, stats in results.get("vs_mcts", {}).items()]
-    matches.append((f"vs {results.get('head_to_head', {}).get('opponent')}", results.get("head_to_head")))
-    parts += [f"{label} score {stats['score']:.3f} over {stats['games']} games"
-              for label, stats in matches if stats and "score" in stats]
+        (f"vs MCTS {sims}", stats) for sims, stats in (results.get("vs_mcts") or {}).items()]
+    matches.append((f"vs {(results.get('head_to_head') or {}).get('opponent')}", results.get("head_to_head")))
+    parts += [f"{label} score {stats['score']:.3f} over {stats.get('games', '?')} games"
+              for label, stats in matches if stats and stats.get("score") is not None]
     return "; ".join(parts) or "(no results)"
 
 
@@ -173,12 +195,13 @@ def write_report(out_dir: str, standings: list[Standing], payoff: PayoffMatrix,
     leaderboard = os.path.join(out_dir, "leaderboard.md")
     with open(leaderboard, "w") as f:
         f.write("# Leaderboard\n\n" + leaderboard_markdown(standings))
+    subset = pick_keys(payoff)
     figures = {
-        "payoff_heatmap": payoff_heatmap(payoff, os.path.join(out_dir, "payoff_heatmap.png")),
+        "payoff_heatmap": payoff_heatmap(payoff, os.path.join(out_dir, "payoff_heatmap.png"), subset),
         "ratings": ratings_plot(elo_history, os.path.join(out_dir, "ratings.png")),
         "exploitability": exploitability_plot(eval_history, os.path.join(out_dir, "exploitability.png")),
     }
     report = os.path.join(out_dir, "report.md")
     with open(report, "w") as f:
-        f.write(_report_markdown(standings, payoff, figures, eval_history))
+        f.write(_report_markdown(standings, payoff, figures, eval_history, subset))
     return [leaderboard] + [p for p in figures.values() if p] + [report]

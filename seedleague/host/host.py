@@ -511,12 +511,15 @@ class Host:
         """One league result per finished episode against a snapshot, from the learner seat's return."""
         link = self.model.league
         step = self.model.policy.version
+        outcomes = []
         for env, row in zip(envs, seating.learner_rows(envs)):
             opponent = seating.opponent[env]
             if opponent is None:
                 continue
             outcome = 1.0 if returns[row] > 0 else 0.0 if returns[row] < 0 else 0.5
+            outcomes.append(outcome)
             link.report(MatchResult(uuid.uuid4().hex, self.config.league.player, opponent, outcome, step))
+        self.metrics.record_games(len(envs), outcomes)
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session

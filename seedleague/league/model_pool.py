@@ -54,6 +54,15 @@ class ModelPool:
             raise FileNotFoundError(f"the model pool {self.root} has no player {player!r}")
         return self._checkpointer(player).restore(step, template)
 
+    def meta(self, key: str) -> dict:
+        """Snapshot `key`'s meta (env_steps, wall_s, env spec, ...) without reading its params."""
+        player, step = parse_key(key)
+        if step is None:
+            raise ValueError(f"{key!r} names a live player, not a snapshot: expected 'player:step'")
+        if not os.path.isdir(self.player_dir(player)):
+            raise FileNotFoundError(f"the model pool {self.root} has no player {player!r}")
+        return self._checkpointer(player).restore_meta(step)
+
     def keys(self, player: str) -> list[str]:
         if not os.path.isdir(self.player_dir(player)):
             return []

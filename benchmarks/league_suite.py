@@ -1,0 +1,222 @@
+"""The default league recipe against a plain self-play baseline, per game, on one wall-clock budget.
+
+    python -m benchmarks.league_suite --games openspiel:kuhn_poker openspiel:leduc_poker \\
+        openspiel:connect_four --seconds 600 --runs 3 --out R [--at 0.25 0.5]
+
+For each game and run it trains, one run after the other (never two at once: the
+machine has 2 cores), with the same budget:
+
+- **league**: `seedleague train --env GAME --run-dir DIR --max-seconds S --no-eval`,
+  the default recipe with no per-game flags;
+- **self-play**: the same command plus `SELF_PLAY_BASELINE_FLAGS`.
+
+Each run is then scored at fractions of its budget (`--at`; the league snapshot in
+DIR/pool whose training wall-clock is nearest that time) and at its end: the run's
+output as `seedleague.api.load_trained(run_dir)` returns it, or, until that function
+exists, `seedleague.api.load_policy(run_dir)` (each row's `output` says which was
+used). Scores (seedleague/eval/output_score.py): exact exploitability in poker games
+(a PolicyMixture scored as the mixture it is), wins/draws/losses against uniform
+random and MCTS with 100 simulations in perfect-information board games. Env steps and
+learner updates come from DIR/summary.json.
+
+Every finished row is appended to R/league_suite.jsonl at once, so a suite killed
+midway keeps its finished rows, and rerunning with the same --out skips them (a run
+killed before its summary.json is trained again). The Markdown table is printed and
+written to R/league_suite.md. Runs go to R/runs/<game>-<method>-<run>, their console
+output beside them as <run dir>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+from seedleague import api
+from seedleague.eval import curve, output_score
+
+# The baseline's flags, added to the league command line; a colleague will fill in the final ones.
+SELF_PLAY_BASELINE_FLAGS = ("--league_config.mode", "self_play", "--learner.loss", "vtrace",
+                            "--learner.anneal_steps", "0", "--learner.entropy_cost", "0.05")
+METHODS = {"league": (), "self-play": SELF_PLAY_BASELINE_FLAGS}
+ROWS_FILE, TABLE_FILE = "league_suite.jsonl", "league_suite.md"
+
+
+def seedleague_command() -> str:
+    """The `seedleague` entry point of the Python environment running this script."""
+    return os.path.join(os.path.dirname(sys.executable), "seedleague")
+
+
+def train_command(game: str, run_dir: str, seconds: float, method: str) -> list[str]:
+    return [seedleague_command(), "train", "--env", game, "--run-dir", run_dir, "--max-seconds", f"{seconds:g}",
+            "--no-eval", *METHODS[method]]
+
+
+def train(command: list[str], run_dir: str, seconds: float) -> int:
+    """Run one training to its end (killed at twice its budget plus two minutes); returns its exit code."""
+    with open(run_dir + ".log", "w") as log:
+        try:
+            return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=2 * seconds + 120).returncode
+        except subprocess.TimeoutExpired:
+            return -9
+
+
+def load_output(run_dir: str, seed: int = 0) -> tuple[api.Policy | api.PolicyMixture, str]:
+    """The run's output and the name of the function that loaded it: `load_trained` (what a run is
+    meant to hand over) where seedleague.api has it, else `load_policy` (the learner's newest params)."""
+    load_trained = getattr(api, "load_trained", None)
+    if load_trained is not None:
+        return load_trained(run_dir, seed=seed), "load_trained"
+    return api.load_policy(run_dir, seed=seed), "load_policy"
+
+
+def _scored(scoring: Callable[[], dict]) -> dict:
+    """`scoring()`'s result as {"score": ...}, or {"score": None, "error": ...} (a row is written either way)."""
+    try:
+        return dict(score=scoring())
+    except Exception as error:  # noqa: BLE001 - one unscorable point must not lose the other columns
+        return dict(score=None, error=f"{type(error).__name__}: {error}")
+
+
+def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[float],
+              budget: output_score.BoardBudget) -> dict:
+    """Scores of the run at each fraction of `seconds` (nearest snapshot) and of its final output,
+    with env steps and learner updates from its summary.json."""
+    from envs.openspiel_games import load_game
+
+    game = load_game(game_name.partition(":")[2])
+    times = curve.snapshot_times(run_dir) if os.path.isdir(os.path.join(run_dir, "pool")) else []
+    points = []
+    for fraction in fractions:
+        nearest = curve.nearest_snapshot(times, fraction * seconds)
+        point = dict(fraction=fraction, target_s=fraction * seconds, snapshot=None, snapshot_wall_s=None)
+        if nearest is None:
+            point.update(score=None, error="no snapshot with a wall-clock time in the pool")
+        else:
+            point.update(snapshot=nearest[0], snapshot_wall_s=nearest[1])
+            point.update(_scored(lambda: output_score.score(game, api.load_snapshot(run_dir, nearest[0]), budget)))
+        points.append(point)
+    loaded: dict = {}
+
+    def final_score() -> dict:
+        output, loaded["output"] = load_output(run_dir)
+        return output_score.score(game, output, budget)
+
+    final = _scored(final_score)
+    final["output"] = loaded.get("output")
+    summary = read_summary(run_dir)
+    return dict(points=points, final=final, env_steps=summary.get("env_steps"),
+                learner_steps=summary.get("learner_steps"), wall_s=summary.get("wall_s"), reason=summary.get("reason"))
+
+
+def read_summary(run_dir: str) -> dict:
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def read_rows(out_dir: str) -> list[dict]:
+    """The rows finished so far (a line a kill cut short is skipped)."""
+    rows = []
+    path = os.path.join(out_dir, ROWS_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    return rows
+
+
+def append_row(out_dir: str, row: dict) -> None:
+    with open(os.path.join(out_dir, ROWS_FILE), "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _point_cell(point: dict) -> str:
+    """A cutoff's score and the training time of the snapshot it came from, e.g. "0.2134 (at 148 s)"."""
+    cell = output_score.format_score(point.get("score"))
+    return cell if point.get("snapshot_wall_s") is None else f"{cell} (at {point['snapshot_wall_s']:.0f} s)"
+
+
+def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
+    """One line per run: game, method, run, the score at each fraction of the budget (with the training
+    time of the snapshot nearest it) and of the final output (exploitability, or wins/draws/losses
+    against random and MCTS; with the loader used), env steps, learner updates."""
+    at = [f"{round(100 * f)}% (snapshot)" for f in fractions]
+    lines = ["| game | method | run | " + " | ".join(at) + " | final output | env steps | learner updates |",
+             "|---|---|---:|" + "---:|" * len(at) + "---:|---:|---:|"]
+    for row in rows:
+        by_fraction = {p["fraction"]: p for p in row["points"]}
+        cells = [_point_cell(by_fraction.get(f, {})) for f in fractions]
+        final = output_score.format_score(row["final"].get("score"))
+        if row["final"].get("output"):
+            final += f" ({row['final']['output']})"
+        number = lambda x: "n/a" if x is None else f"{x:,}"
+        lines.append(f"| {row['game']} | {row['method']} | {row['run']} | " + " | ".join(cells) +
+                     f" | {final} | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fractions: Sequence[float],
+              budget: output_score.BoardBudget, train_fn: Callable[[list[str], str, float], int] = train) -> list[dict]:
+    """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time;
+    returns every row (old and new) and writes the table."""
+    os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
+    rows = read_rows(out_dir)
+    done = {(r["game"], r["method"], r["run"]) for r in rows}
+    for game in games:
+        for run in range(runs):
+            for method in METHODS:
+                if (game, method, run) in done:
+                    continue
+                run_dir = os.path.join(out_dir, "runs", f"{game.replace(':', '_').replace('/', '_')}-{method}-{run}")
+                command = train_command(game, run_dir, seconds, method)
+                returncode = 0
+                if not os.path.exists(os.path.join(run_dir, "summary.json")):
+                    shutil.rmtree(run_dir, ignore_errors=True)  # a run killed midway starts again
+                    print(f"[{time.strftime('%H:%M:%S')}] {' '.join(command)}", flush=True)
+                    returncode = train_fn(command, run_dir, seconds)
+                row = dict(game=game, method=method, run=run, run_dir=run_dir, seconds=seconds,
+                           command=command, returncode=returncode)
+                row.update(score_run(run_dir, game, seconds, fractions, budget))
+                append_row(out_dir, row)
+                rows.append(row)
+                print(markdown_table([row], fractions).splitlines()[-1], flush=True)
+    table = markdown_table(rows, fractions)
+    with open(os.path.join(out_dir, TABLE_FILE), "w") as f:
+        f.write(table)
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--games", nargs="+", required=True, help="e.g. openspiel:kuhn_poker openspiel:connect_four")
+    parser.add_argument("--seconds", type=float, default=600.0, help="wall-clock budget of every run")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each method per game")
+    parser.add_argument("--out", required=True, help="directory for the runs, the JSON lines and the table")
+    parser.add_argument("--at", type=float, nargs="*", default=[0.25, 0.5],
+                        help="fractions of the budget scored from the snapshot nearest in time (the end is the final output)")
+    parser.add_argument("--games-vs-random", type=int, default=50, help="board games: games against uniform random")
+    parser.add_argument("--games-vs-mcts", type=int, default=10, help="board games: games against MCTS")
+    parser.add_argument("--mcts-simulations", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.runs < 1 or not all(0 < f <= 1 for f in args.at):
+        parser.error("--seconds must be > 0, --runs >= 1 and every --at fraction in (0, 1]")
+    budget = output_score.BoardBudget(args.games_vs_random, args.games_vs_mcts, args.mcts_simulations)
+    rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget)
+    print("\n" + markdown_table(rows, sorted(args.at)))
+    print(f"rows: {os.path.join(args.out, ROWS_FILE)}; table: {os.path.join(args.out, TABLE_FILE)}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""benchmarks/league_suite.py on a synthetic run directory: commands, budget cutoffs, scores, rows and table.
+
+Training is faked (the suite's `train_fn` writes checkpoints, snapshots and a summary.json
+as a run would); a real 20-second run of each method is a smoke run by hand (benchmarks/README.md).
+"""
+
+import json
+import os
+
+import pytest
+
+from benchmarks import league_suite
+from seedleague import api
+from seedleague.eval import curve, openspiel_eval, output_score
+from test_api import save_checkpoint
+from test_eval import KUHN, env_of
+
+SECONDS = 8.0  # snapshots at steps 1, 2, 4 have wall_s 1.5, 3.0 and 6.0 (save_checkpoint: 1.5 s per step)
+
+
+def fake_train(calls):
+    def train(command, run_dir, seconds):
+        calls.append(command)
+        assert not os.path.exists(run_dir)
+        save_checkpoint(os.path.join(run_dir, "checkpoints"), env_of(KUHN), step=8, uniform=True)
+        for step, bias in ((1, [3.0, -3.0]), (2, [-3.0, 3.0]), (4, [0.5, 0.0])):
+            save_checkpoint(os.path.join(run_dir, "pool", "main"), env_of(KUHN), step=step, seed=step, bias=bias)
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(dict(reason="reached 8 s", env_steps=12345, learner_steps=67, wall_s=8.1), f)
+        return 0
+
+    return train
+
+
+def test_the_snapshot_nearest_each_cutoff_is_chosen():
+    times = [("main:000001", 1.5), ("main:000002", 3.0), ("main:000004", 6.0)]
+    assert curve.nearest_snapshot(times, 2.0) == ("main:000001", 1.5)
+    assert curve.nearest_snapshot(times, 4.0) == ("main:000002", 3.0)
+    assert curve.nearest_snapshot(times, 4.5) == ("main:000002", 3.0)  # a tie goes to the earlier one
+    assert curve.nearest_snapshot(times, 100.0) == ("main:000004", 6.0)
+    assert curve.nearest_snapshot([], 1.0) is None
+
+
+def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_output(tmp_path, capsys):
+    calls = []
+    out = str(tmp_path / "R")
+    rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.25, 0.5],
+                                  output_score.BoardBudget(), fake_train(calls))
+    assert [r["method"] for r in rows] == ["league", "self-play"]
+    league_cmd, baseline_cmd = calls
+    assert league_cmd[1:] == ["train", "--env", "openspiel:kuhn_poker", "--run-dir", rows[0]["run_dir"],
+                              "--max-seconds", "8", "--no-eval"]
+    assert baseline_cmd[len(league_cmd):] == list(league_suite.SELF_PLAY_BASELINE_FLAGS)
+    row = rows[0]
+    assert [(p["fraction"], p["snapshot"]) for p in row["points"]] == [(0.25, "main:000001"), (0.5, "main:000002")]
+    snapshot = api.load_snapshot(row["run_dir"], "main:000002")
+    assert row["points"][1]["score"]["exploitability"] == pytest.approx(openspiel_eval.exploitability(KUHN, snapshot))
+    assert row["final"]["output"] == ("load_trained" if hasattr(api, "load_trained") else "load_policy")
+    assert (row["env_steps"], row["learner_steps"]) == (12345, 67)
+    table = open(os.path.join(out, league_suite.TABLE_FILE)).read()
+    assert "| 25% (snapshot) | 50% (snapshot) | final output | env steps | learner updates |" in table
+    assert "| openspiel:kuhn_poker | league | 0 |" in table and "| openspiel:kuhn_poker | self-play | 0 |" in table
+    assert "| 12,345 | 67 |" in table and "(at 2 s) | " in table  # 25% of 8 s: the snapshot at 1.5 s
+    # every row was written as it finished; a rerun skips them and trains nothing
+    assert len(league_suite.read_rows(out)) == 2
+    again = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.25, 0.5],
+                                   output_score.BoardBudget(), fake_train(calls))
+    assert len(again) == 2 and len(calls) == 2
+
+
+def test_a_mixture_output_is_scored_as_the_mixture(tmp_path, monkeypatch):
+    calls = []
+    fake_train(calls)(["x"], str(tmp_path / "run"), SECONDS)
+    run_dir = str(tmp_path / "run")
+    members = [api.load_snapshot(run_dir, "main:000001"), api.load_snapshot(run_dir, "main:000002")]
+    monkeypatch.setattr(api, "load_trained", lambda path, seed=0: api.PolicyMixture(members, [0.5, 0.5]), raising=False)
+    row = league_suite.score_run(run_dir, "openspiel:kuhn_poker", SECONDS, [], output_score.BoardBudget())
+    assert row["final"]["output"] == "load_trained"
+    expected = openspiel_eval.mixture_exploitability(KUHN, members, [0.5, 0.5])
+    assert row["final"]["score"]["exploitability"] == pytest.approx(expected)
+
+
+def test_a_run_that_left_nothing_gets_a_row_of_n_a(tmp_path):
+    out = str(tmp_path / "R")
+    rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.5], output_score.BoardBudget(),
+                                  lambda command, run_dir, seconds: 1)
+    assert [r["returncode"] for r in rows] == [1, 1]
+    assert rows[0]["points"][0]["score"] is None and rows[0]["final"]["score"] is None
+    line = league_suite.markdown_table(rows, [0.5]).splitlines()[2]
+    assert line == "| openspiel:kuhn_poker | league | 0 | n/a | n/a | n/a | n/a |"
+
+
+def test_board_scores_split_a_mixtures_games_by_weight():
+    assert output_score._shares([0.5, 0.3, 0.2], 10) == [5, 3, 2]
+    assert sum(output_score._shares([1 / 3] * 3, 10)) == 10
+    assert output_score.format_score(None) == "n/a"
+    board = dict(vs_random=dict(games=4, wins=3, draws=0, losses=1), vs_mcts=dict(games=2, wins=0, draws=1, losses=1),
+                 mcts_simulations=100)
+    assert output_score.format_score(board) == "random 3/0/1, mcts100 0/1/1"
+
+
+def test_a_board_game_is_scored_against_random_and_mcts(tmp_path):
+    from envs.openspiel_games import load_game
+
+    ttt = load_game("tic_tac_toe")
+    assert output_score.game_kind(ttt) == output_score.BOARD and output_score.game_kind(KUHN) == output_score.EXPLOITABILITY
+    save_checkpoint(tmp_path, env_of(ttt), step=1, uniform=True)
+    policy = api.load_policy(str(tmp_path))
+    mixture = api.PolicyMixture([policy, policy], [0.75, 0.25])
+    result = output_score.score(ttt, mixture, output_score.BoardBudget(games=4, mcts_games=2, mcts_simulations=2))
+    assert result["vs_random"]["games"] == 4 and result["vs_mcts"]["games"] == 2
+    assert sum(result["vs_random"][k] for k in ("wins", "draws", "losses")) == 4
+    assert output_score.format_score(result).startswith("random ")
