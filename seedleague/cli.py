@@ -145,6 +145,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         max_seconds=preset.max_seconds if args.max_seconds is None else args.max_seconds,
         target_return=preset.target_return if args.target_return is None else args.target_return,
     )
+    if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal_steps N: over N updates
+        host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     run_dir = args.run_dir or os.path.join(
         "runs", f"{args.env.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     )

@@ -31,6 +31,7 @@ class Preset:
     players: str = "main"  # two-player games: the learning players, NAME[:ROLE],...
     league: LeagueConfig = LeagueConfig()
     output: str = "final"  # what the run's output is (seedleague.output.SOURCES): --output
+    anneal_over_budget: bool = False  # the learner's anneal follows the run's time budget (see anneal_over_budget)
 
 
 def is_multiplayer(env_id: str) -> bool:
@@ -84,61 +85,31 @@ def _atari() -> Preset:
     )
 
 
-# Poker: self-play with one policy on both seats and an entropy cost that starts
-# high and anneals. A small constant entropy cost (0.02-0.1) let self-play
-# collapse into near-deterministic, exploitable policies within a minute (Kuhn
-# exploitability 0.3-0.63, oscillating); annealing 1.0 -> 0.02 over 20K updates
-# tracked the regularised equilibrium down smoothly (Kuhn 0.036 after 300 s).
-# Leduc has 936 information states to Kuhn's 12: with 32 x 8-step unrolls per
-# update its gradients were too noisy to follow the annealed equilibrium (0.6
-# after 30 minutes); 128 unrolls per update at a higher learning rate reached
-# 0.33-0.47 within 200-300 s, and 256 unrolls (two workers keep the learner fed,
-# about 10 updates/s, so the 17.5K-update anneal ends with the 30 minutes) brought
-# the average of the last third of the snapshots from 0.17-0.22 to 0.126. The
-# anneal is counted in updates, and Leduc's run ends with it: a machine that made 15
-# updates/s finished the anneal after 20 minutes (average policy 0.124 there) and,
-# trained on at the final settings, drifted to 0.30 by minute 30; the run that
-# stopped at the anneal's end printed 0.165, and 0.148 when run again (so 0.124-0.165
-# at that point, not reliably under the 0.15 target). A longer anneal, a KL magnet and
-# an entropy floor did no better. V-trace's lambda at 1 (advantages from the sampled
-# returns, not a critic chasing a moving opponent) kept the mixture at 0.124-0.155
-# (within the spread). The learner also keeps the mean of its params over the last
-# quarter of the anneal: one network, as good as the mixture (0.106-0.159 against
-# 0.121-0.155 in seven runs, each under 0.15 in six), printed as "param average".
-# How exploitable a run's averages came out varied from run to run (param average 0.106-0.167
-# in nine runs). The likely cause: lines the annealed policies stop playing leave the responses
-# to them untrained, and a best response walks into them. Acting uniformly at random 5% of the
-# time (--explore 0.05; V-trace corrects for it) keeps those lines in the data: in six runs
-# the param average scored 0.110-0.120 and the average policy 0.116-0.133 (10%: 0.19).
-# A much slower machine ends the run at 30 minutes still annealing. See benchmarks/README.md.
-@dataclasses.dataclass(frozen=True)
-class _Schedule:
-    entropy: float  # entropy cost at the start ...
-    entropy_final: float  # ... and after `anneal` updates
-    anneal: int
-    seconds: float  # the run's default length
-    batch_size: int = 32
-    learning_rate: float = 3e-4
-    learning_rate_final: float = 3e-5
-    snapshot_interval: int = 500  # learner updates between league snapshots
-    workers: int = 1  # OpenSpiel workers of 128 envs each
-    stop_after_anneal: bool = False  # the run's learner-step budget is `anneal` (it also stops at `seconds`)
-    trace_lambda: float = 0.95  # V-trace's lambda (1: returns without the critic's bias)
-    average_tail: float = 0.0  # keep the mean of the params over this last fraction of the anneal (0: none)
-    explore: float = 0.0  # epsilon-exploration of the acting learner (HostConfig.explore)
+# Two-player zero-sum OpenSpiel games: one recipe for every game, whatever its name.
+# Magnetic mirror descent (Sokota et al. 2023) in self-play: PPO's surrogate, an entropy
+# bonus (a uniform magnet) and a KL pull to the policy that acted, several epochs per
+# batch, so the network itself, not only an average of it, approaches an equilibrium.
+# The entropy cost and the learning rate anneal over the run's time budget (anneal_seconds
+# is set from --max-seconds, see `anneal_over_budget`), so a run ends annealed on a fast
+# machine and a slow one alike; the output is the mean of the params over the last quarter
+# of that anneal. Measurements and the per-game schedules this replaced: benchmarks/README.md.
+GAME_RECIPE = LearnerConfig(
+    loss="mmd",
+    kl_cost=0.2,  # 1 / eta, MMD's proximal weight on KL(pi || the policy that acted)
+    epochs=4,
+    minibatches=4,
+    learning_rate=3e-4,
+    learning_rate_final=3e-5,
+    entropy_cost=0.2,  # alpha, on normalised advantages, so its scale does not depend on the game's rewards
+    entropy_cost_final=0.01,
+    discount=1.0,  # games end; their return is the outcome
+    average_tail=0.25,
+)
+ANNEALED_SHARE = 0.9  # the anneal ends at this share of the time budget; the rest trains at the final settings
+_DEFAULT_GAME_SECONDS = 600.0
 
-
-_POKER = {
-    "kuhn_poker": _Schedule(1.0, 0.05, 25_000, 600.0),
-    "leduc_poker": _Schedule(1.0, 0.03, 17_500, 1800.0, batch_size=256, learning_rate=1e-3, learning_rate_final=5e-5,
-                             snapshot_interval=125, workers=2, stop_after_anneal=True, trace_lambda=1.0,
-                             average_tail=0.25, explore=0.05),
-}
-_OTHER_GAMES = _Schedule(0.05, 0.01, 20_000, 600.0)
-
-
-# Board games (connect_four: 98% against uniform random after 10 minutes with the
-# board torso, 90-94% with MLPs of 128 or 256 units even after 40 minutes).
+# Board observations ([C, H, W] planes) get the board torso: connect_four reached 98% against
+# uniform random after 10 minutes with it, 90-94% with MLPs even after 40 minutes.
 _BOARD_NETWORK = NetworkConfig(torso="board", hidden_sizes=(256,))
 _FLAT_NETWORK = NetworkConfig(torso="mlp", hidden_sizes=(128, 128))
 
@@ -154,29 +125,30 @@ def _shows_a_board(game: str) -> bool:
 
 
 def _openspiel(game: str) -> Preset:
-    schedule = _POKER.get(game, _OTHER_GAMES)
-    network = _BOARD_NETWORK if game not in _POKER and _shows_a_board(game) else _FLAT_NETWORK
     return Preset(
         host=HostConfig(
             unroll_length=8,
-            batch_size=schedule.batch_size,
-            explore=schedule.explore,
+            batch_size=64,
             batcher=BatcherConfig(timeout_ms=2.0),
-            replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),
-            network=network,
-            learner=LearnerConfig(loss="vtrace", learning_rate=schedule.learning_rate, entropy_cost=schedule.entropy,
-                                  discount=1.0, lambda_=schedule.trace_lambda,
-                                  learning_rate_final=schedule.learning_rate_final,
-                                  entropy_cost_final=schedule.entropy_final, anneal_steps=schedule.anneal,
-                                  average_from=(round(schedule.anneal * (1 - schedule.average_tail))
-                                                if schedule.average_tail else None)),
+            replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
+            network=_BOARD_NETWORK if _shows_a_board(game) else _FLAT_NETWORK,
+            learner=GAME_RECIPE,
         ),
-        workers=schedule.workers,
+        workers=1,
         envs_per_worker=128,
-        max_seconds=schedule.seconds,
-        max_learner_steps=schedule.anneal if schedule.stop_after_anneal else 0,
-        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=schedule.snapshot_interval),
+        max_seconds=_DEFAULT_GAME_SECONDS,
+        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=100),
+        output="param_average",
+        anneal_over_budget=True,
     )
+
+
+def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerConfig:
+    """`learner` annealed over `ANNEALED_SHARE` of a run's time budget, unless it already anneals
+    over time or over updates, or the run has no time budget."""
+    if learner.anneal_seconds or learner.anneal_steps or not max_seconds:
+        return learner
+    return dataclasses.replace(learner, anneal_seconds=ANNEALED_SHARE * max_seconds)
 
 
 def _pettingzoo() -> Preset:

@@ -46,7 +46,7 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     out = str(tmp_path / "R")
     rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.25, 0.5],
                                   output_score.BoardBudget(), fake_train(calls))
-    assert [r["method"] for r in rows] == ["league", "self-play"]
+    assert [r["method"] for r in rows] == ["recipe", "self-play"]
     league_cmd, baseline_cmd = calls
     assert league_cmd[1:] == ["train", "--env", "openspiel:kuhn_poker", "--run-dir", rows[0]["run_dir"],
                               "--max-seconds", "8", "--no-eval"]

@@ -293,3 +293,21 @@ def test_the_anneal_counts_updates_not_adam_steps():
         state, metrics = update(state, batch)
         progress.append(float(metrics["anneal_progress"]))
     assert progress == [0.0, 0.5, 1.0]
+
+
+def test_a_magnet_with_an_interval_is_replaced_by_the_params_after_every_interval():
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    config = LearnerConfig(magnet_cost=0.5, magnet_interval=2, learning_rate=1e-2)
+    state = init_train_state(config, network, jax.random.key(0))
+    initial = jax.tree.map(np.asarray, state.params)
+    update = make_update(config, network)
+    state, _ = update(state, batch)  # update 1: the magnet stays the initial params
+    jax.tree.map(np.testing.assert_array_equal, state.magnet, initial)
+    state, _ = update(state, batch)  # update 2: replaced by the params after it
+    after_two = jax.tree.map(np.asarray, state.params)
+    jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
+    state, _ = update(state, batch)  # update 3: held until update 4
+    jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
+    with pytest.raises(ValueError, match="exclude each other"):
+        LearnerConfig(magnet_cost=0.5, magnet_interval=2, magnet_rate=0.1)

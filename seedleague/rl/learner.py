@@ -87,7 +87,12 @@ class LearnerConfig:
         "magnet" policy: a copy of the params that follows the learner's as an
         exponential moving average, magnet <- magnet + magnet_rate * (params -
         magnet) after every update (magnet_rate 0: the initial params, a near-
-        uniform policy, like an entropy bonus). This is the moving-magnet form of
+        uniform policy, like an entropy bonus). magnet_interval N > 0 instead
+        replaces the magnet with the params after every N updates: R-NaD's outer
+        loop (Perolat et al. 2022), a proximal-point iteration whose stages each
+        converge to the equilibrium of the game regularised towards the last
+        stage's policy, and whose sequence of stages approaches a Nash
+        equilibrium with the regulariser held fixed. magnet_rate is the moving-magnet form of
         magnetic mirror descent (Sokota et al. 2023) and R-NaD's regularisation
         towards a trailing policy (Perolat et al. 2022): the regularised game has
         an equilibrium that gradient play converges to, and moving the magnet
@@ -126,6 +131,7 @@ class LearnerConfig:
     entropy_cost_final: Optional[float] = None
     magnet_cost: float = 0.0
     magnet_rate: float = 0.0
+    magnet_interval: int = 0
     average_from: Optional[int] = None
     entropy_in_returns: bool = False
     neurd_bound: Optional[float] = None
@@ -180,6 +186,11 @@ class LearnerConfig:
             problems.append(f"neurd_bound replaces the policy term of the vtrace loss; loss is {self.loss!r}")
         if self.average_from is not None and not self.average_from >= 0:
             problems.append(f"average_from must be a learner step >= 0 (or None), got {self.average_from}")
+        if self.magnet_interval < 0:
+            problems.append(f"magnet_interval must be >= 0 (0: the magnet is never replaced), got {self.magnet_interval}")
+        if self.magnet_interval and self.magnet_rate:
+            problems.append("magnet_interval (replace the magnet) and magnet_rate (move it every update) exclude "
+                            "each other: set one to 0")
         if not 0 <= self.magnet_rate <= 1:
             problems.append(f"magnet_rate must be in [0, 1], got {self.magnet_rate}")
         for name in ("entropy_cost", "baseline_cost", "magnet_cost", "kl_cost"):
@@ -337,6 +348,9 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
     magnet = state.magnet
     if config.magnet_cost > 0 and config.magnet_rate > 0:
         magnet = optax.incremental_update(params, magnet, config.magnet_rate)
+    if config.magnet_cost > 0 and config.magnet_interval > 0:
+        replace = (state.step + 1) % config.magnet_interval == 0
+        magnet = jax.tree.map(lambda p, m: jnp.where(replace, p, m), params, magnet)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
                    anneal_progress=progress)
