@@ -346,6 +346,14 @@ def _check_params(policy_source: str, network: Network, params: Any) -> None:
         )
 
 
+def _average_start(learner: dict) -> str:
+    """Where a learner's param average starts, in words: "at learner step N" or "at 75% of its anneal"."""
+    if learner.get("average_from") is not None:
+        return f"at learner step {learner['average_from']}"
+    tail = learner.get("average_tail") or 0.0
+    return f"at {1 - tail:.0%} of its anneal" if tail else "never (the learner keeps no average)"
+
+
 def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: bool = False) -> Policy:
     """Load a policy from `path`: a run directory (its `checkpoints/`), a Checkpointer
     directory, or a model-pool player directory (`<run>/pool/<player>`).
@@ -355,7 +363,8 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
     average: load the learner's running mean of its params instead of its current
         params (kept when it trained with `LearnerConfig.average_from`; in
         zero-sum self-play the less exploitable of the two). The policy's
-        `meta["average"]` then says over which updates: {"from": step, "count": n}.
+        `meta["average"]` then says over which updates: {"from": step, "count": n}
+        ("from" is None for an average over the end of a time anneal, average_tail).
     Raises FileNotFoundError for a missing directory, a directory without
     checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks;
     NoParamAverageError (a ValueError) for `average` where the checkpoint has no
@@ -382,10 +391,12 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
             raise _recurrent_error(source, config.lstm_size)
         if average:
             params, count = _restore_average(manager, step, source)
-            start = (meta.get("learner") or {}).get("average_from")
+            learner = meta.get("learner") or {}
             if count == 0:
-                raise NoParamAverageError(f"{source} has no averaged params yet: averaging starts at learner step {start}")
-            meta["average"], source = {"from": start, "count": count}, f"{source} (param average)"
+                raise NoParamAverageError(f"{source} has no averaged params yet: averaging starts "
+                                          f"{_average_start(learner)}")
+            meta["average"] = {"from": learner.get("average_from"), "count": count}
+            source = f"{source} (param average)"
         else:
             params = _restore_params(manager, step)
     finally:

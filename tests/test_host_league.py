@@ -290,5 +290,7 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
         alone = host.model.policy.act(observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
                                       legal[rows], params=snapshots.get(key))
         np.testing.assert_allclose(out.logits[rows], alone.logits, rtol=1e-5, atol=1e-5)
-    assert len(host._stacked_cache) == 1
+    assert host._opponent_table.writes == 5  # each snapshot crossed to the device once ...
+    host._forward(observation, first, core, legal, opponents)
+    assert host._opponent_table.writes == 5  # ... and stays there for the next batch
     worker.close()

@@ -207,6 +207,19 @@ def test_psro_mode_draws_from_the_nash_mixture_mixed_with_uniform():
     assert mm.choose_opponents(none, "a", 1, config, np.random.default_rng(0)) == [Match("a", True)]
 
 
+@pytest.mark.parametrize("mode", [Mode.LAST_N, Mode.PFSP, Mode.PSRO])
+def test_a_self_play_share_plays_itself_below_it_and_draws_a_snapshot_above(mode):
+    snaps = [key("a", 0), key("a", 100)]
+    view = make_view({"a": Role.MAIN}, snaps, {(snaps[1], snaps[0]): 0.8})
+    config = LeagueConfig(mode=mode, self_play_share=0.75)
+    rng = ScriptedRng(uniforms=[0.1, 0.7499, 0.75, 0.99], picks=[1, 1])
+    matches = mm.choose_opponents(view, "a", 4, config, rng)
+    assert matches[:2] == [Match("a", True)] * 2
+    assert all(not m.self_play and m.opponent in snaps for m in matches[2:])
+    with pytest.raises(ValueError, match="self_play_share is a probability"):
+        LeagueConfig(self_play_share=1.5)
+
+
 def test_psro_mixture_of_rock_paper_scissors_snapshots_is_uniform():
     r, p, s = key("a", 0), key("a", 1), key("a", 2)
     view = make_view({"a": Role.MAIN}, [r, p, s], {(p, r): 1.0, (s, p): 1.0, (r, s): 1.0})

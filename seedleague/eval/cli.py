@@ -290,7 +290,7 @@ def format_entry(entry: dict) -> str:
         span = results["param_average"]
         lines.append(f"  param average           {results['param_average_exploitability']:.6f}   "
                      f"(one network: the mean of the learner's params over {span['count']} updates "
-                     f"from step {span['from']})")
+                     + (f"from step {span['from']})" if span.get("from") is not None else "at the end of its anneal)"))
     if "mixture_exploitability" in results:
         lines.append(f"  mixture exploitability  {results['mixture_exploitability']:.6f}   {results['mixture']}")
     if "mixture_note" in results:

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import numpy as np
@@ -25,7 +25,8 @@ from seedleague.host.batcher import Batcher, BatcherConfig, Request
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
 from seedleague.host.mixture import ServedMixture
-from seedleague.host.policy import Actions, InferencePolicy, stack_params
+from seedleague.host.opponents import OpponentTable
+from seedleague.host.policy import Actions, InferencePolicy
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
@@ -188,7 +189,7 @@ class Host:
         self.model: Optional[Model] = None
         self._model_lock = threading.Lock()
         self._restored_meta: dict = {}
-        self._stacked_cache: dict[tuple[str, ...], Any] = {}  # opponents' params stacked for one forward pass
+        self._opponent_table = OpponentTable()  # opponents' params on the inference device, one pass for all
         self._stopping = False
         if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
             if not resume:
@@ -444,39 +445,9 @@ class Host:
             put(rows, out)
             version = out.policy_version
         if groups:
-            self._act_opponents(policy, groups, params_of, observation, first, core, legal, put)
+            self._opponent_table.act(policy, groups, params_of, observation, first, core, legal, put,
+                                     self.config.batcher.bucket)
         return Actions(action, logits, new_core, version)
-
-    def _act_opponents(self, policy: InferencePolicy, groups: dict[str, list[int]], params_of: dict[str, Any],
-                       observation, first, core, legal, put: Callable[[np.ndarray, Actions], None]) -> None:
-        """Every opponent's rows in one pass: [K, G] inputs (K snapshots and G rows each, both padded to
-        buckets so that few shapes compile) against their params stacked on a leading axis."""
-        keys = sorted(groups)
-        slots = 1 << (len(keys) - 1).bit_length()
-        width = self.config.batcher.bucket(max(len(rows) for rows in groups.values()))
-        padded_keys = tuple(keys + [keys[-1]] * (slots - len(keys)))  # padding slots repeat a real snapshot
-        index = np.zeros((slots, width), np.int64)  # padding rows repeat a real row of the batch
-        for slot, key in enumerate(keys):
-            rows = groups[key]
-            index[slot, :len(rows)] = rows
-            index[slot, len(rows):] = rows[0]
-        out = policy.act_stacked(self._stacked_opponents(padded_keys, params_of), observation[index], first[index],
-                                 jax.tree.map(lambda x: x[index], core), legal[index])
-        for slot, key in enumerate(keys):
-            count = len(groups[key])
-            put(np.asarray(groups[key]), Actions(out.action[slot, :count], out.logits[slot, :count],
-                                                  jax.tree.map(lambda x: x[slot, :count], out.core_state), 0))
-
-    def _stacked_opponents(self, keys: tuple[str, ...], params_of: dict[str, Any]) -> Any:
-        """The opponents' params stacked in `keys` order; the last two stackings are kept, as
-        consecutive batches mostly seat the same snapshots."""
-        stacked = self._stacked_cache.pop(keys, None)
-        if stacked is None:
-            stacked = stack_params([params_of[key] for key in keys])
-            if len(self._stacked_cache) >= 2:  # a stack of big nets is big: keep two
-                self._stacked_cache.pop(next(iter(self._stacked_cache)))
-        self._stacked_cache[keys] = stacked
-        return stacked
 
     def _act_padded(self, policy: InferencePolicy, params: Any, observation, first, core, legal) -> Actions:
         """Act on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""

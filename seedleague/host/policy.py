@@ -72,6 +72,13 @@ def _act_stacked(network: Network, params, observation, first, core_state, legal
     return *jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys), rng
 
 
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act_table(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool = False):
+    """_act_stacked for the K policies at `slots` of a stacked params `table`, gathered on the device."""
+    params = jax.tree.map(lambda stacked: stacked[slots], table)
+    return _act_stacked(network, params, observation, first, core_state, legal_mask, rng, greedy=greedy)
+
+
 def stack_params(params: list[Any]) -> Any:
     """K param trees of one network as one tree with a leading [K] axis (for `act_stacked`)."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
@@ -124,6 +131,15 @@ class InferencePolicy:
             explore=explore,
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)
+
+    def act_table(self, table: Any, slots: np.ndarray, observation: np.ndarray, first: np.ndarray, core_state: Any,
+                  legal_mask: np.ndarray) -> Actions:
+        """`act_stacked` for the policies at `slots` [K] of `table` (stacked params on `device`, see
+        seedleague.host.opponents): the gather happens on the device, in the same call."""
+        action, logits, core_state, self._rng = _act_table(
+            self.network, table, slots, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
+        )
+        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), self._version)
 
     def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
                     legal_mask: np.ndarray) -> Actions:

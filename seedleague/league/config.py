@@ -28,6 +28,9 @@ class LeagueConfig:
     pfsp_p: float = 2.0  # exponent of "hard" (1-x)^p; AlphaStar's "squared" is 2 (also used by the main agent)
     # Mode.PSRO: probability mass spread uniformly over all snapshots, the rest follows the Nash mixture.
     psro_epsilon: float = 0.1
+    # Modes LAST_N, PFSP and PSRO: the share of episodes the learner plays against itself; the rest meet
+    # snapshots as the mode draws them (0: every episode against a snapshot once there is one).
+    self_play_share: float = 0.0
 
     # Payoff table and ratings.
     payoff_decay: float = 0.99  # each pair's counts are multiplied by this at every new result (paper: 0.99)
@@ -83,6 +86,7 @@ class LeagueConfig:
 
 _PROBABILITIES = (
     "psro_epsilon",
+    "self_play_share",
     "main_self_play",
     "main_pfsp",
     "main_forgotten",

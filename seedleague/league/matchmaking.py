@@ -216,14 +216,23 @@ def _draw(view: LeagueView, player: str, config: LeagueConfig) -> Callable[[np.r
     if config.mode == Mode.SELF_PLAY:
         return lambda rng: self_play(player)
     if config.mode == Mode.LAST_N:
-        return lambda rng: last_n_match(view, player, config.last_n, rng)
+        return _with_self_play(player, config, lambda rng: last_n_match(view, player, config.last_n, rng))
     if config.mode == Mode.PFSP:
-        return lambda rng: pfsp_match(view, player, view.snapshots, config.pfsp_weighting, config.pfsp_p, rng)
+        return _with_self_play(player, config, lambda rng: pfsp_match(
+            view, player, view.snapshots, config.pfsp_weighting, config.pfsp_p, rng))
     if config.mode == Mode.PSRO:
         mixture = psro_mixture(view, config.psro_epsilon)
-        return lambda rng: psro_match(view, player, mixture, rng)
+        return _with_self_play(player, config, lambda rng: psro_match(view, player, mixture, rng))
     role_match = _ROLE_MATCH[Role(view.players[player].role)]
     return lambda rng: role_match(view, player, config, rng)
+
+
+def _with_self_play(player: str, config: LeagueConfig,
+                    draw: Callable[[np.random.Generator], Match]) -> Callable[[np.random.Generator], Match]:
+    """`draw`, except that a `config.self_play_share` of the matches are self-play."""
+    if not config.self_play_share:
+        return draw
+    return lambda rng: self_play(player) if rng.random() < config.self_play_share else draw(rng)
 
 
 def choose_opponents(

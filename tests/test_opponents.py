@@ -1,0 +1,55 @@
+"""seedleague.host.opponents: the opponent table's slots, its writes, and its one batched pass."""
+
+import jax
+import numpy as np
+
+from seedleague.host.opponents import OpponentTable
+from seedleague.host.policy import InferencePolicy
+from seedleague.rl.networks import NetworkConfig, make_network
+
+NUM_ACTIONS = 3
+NETWORK = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,)), (3,), np.dtype(np.float32), NUM_ACTIONS)
+
+
+def _params(seed: int):
+    return NETWORK.init(jax.random.key(seed))
+
+
+def test_slots_are_reused_least_recently_used_first_and_written_once_per_stay():
+    params_of = {f"s{i}": _params(i) for i in range(4)}
+    table = OpponentTable(capacity=2)
+    assert table.slots(["s0", "s1"], params_of).tolist() == [0, 1] and table.writes == 2
+    assert table.slots(["s1", "s0"], params_of).tolist() == [1, 0] and table.writes == 2  # cached: no copy
+    assert table.slots(["s2"], params_of).tolist() == [1]  # s1 was used less recently than s0
+    assert table.writes == 3
+    assert table.slots(["s0", "s2"], params_of).tolist() == [0, 1] and table.writes == 3
+    # More opponents in one batch than slots: the table grows (to a power of two) and holds all of them.
+    assert sorted(table.slots(["s0", "s1", "s3"], params_of).tolist()) == [0, 1, 2]
+    assert table.capacity == 4
+
+
+def test_one_pass_over_the_table_acts_as_each_opponent_alone():
+    # Greedy acting: each opponent's rows must get that opponent's own greedy actions and logits.
+    params_of = {f"s{i}": _params(10 + i) for i in range(3)}
+    policy = InferencePolicy(NETWORK, _params(0), version=0, seed=0, greedy=True)
+    rng = np.random.default_rng(0)
+    rows = 11
+    observation = rng.normal(size=(rows, 3)).astype(np.float32)
+    first = np.ones(rows, bool)
+    legal = np.ones((rows, NUM_ACTIONS), bool)
+    legal[::3, 0] = False
+    groups = {"s0": [0, 4, 5], "s1": [1, 2, 3, 6, 7, 8, 9], "s2": [10]}
+    got_logits = np.zeros((rows, NUM_ACTIONS), np.float32)
+    got_action = np.full(rows, -1)
+
+    def put(at, out):
+        got_action[at], got_logits[at] = out.action, out.logits
+
+    table = OpponentTable()
+    for _ in range(2):  # the second batch reads the cached slots
+        table.act(policy, groups, params_of, observation, first, (), legal, put, bucket=lambda n: 8)
+        for key, at in groups.items():
+            alone = policy.act(observation[at], first[at], (), legal[at], params=params_of[key])
+            np.testing.assert_allclose(got_logits[at], alone.logits, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(got_action[at], alone.action)
+    assert table.writes == 3
