@@ -57,9 +57,31 @@ def seedleague_command() -> str:
     return os.path.join(os.path.dirname(sys.executable), "seedleague")
 
 
-def train_command(game: str, run_dir: str, seconds: float, method: str) -> list[str]:
+def train_command(game: str, run_dir: str, seconds: float, method: str,
+                  methods: Optional[dict[str, tuple[str, ...]]] = None) -> list[str]:
     return [seedleague_command(), "train", "--env", game, "--run-dir", run_dir, "--max-seconds", f"{seconds:g}",
-            "--no-eval", *METHODS[method]]
+            "--no-eval", "--seed", str(_seed(run_dir)), *(methods or METHODS)[method]]
+
+
+def _seed(run_dir: str) -> int:
+    """The run's index (the directory ends in -RUN), so repeated runs are seeded differently."""
+    tail = run_dir.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def parse_methods(names: Sequence[str], extra: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The methods to run: built-in `names` (of METHODS) and `extra` "NAME=FLAGS" candidates."""
+    unknown = [name for name in names if name not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}: the built-in ones are {list(METHODS)}; add others with "
+                         "--method NAME='FLAGS'")
+    methods = {name: METHODS[name] for name in names}
+    for text in extra:
+        name, sep, flags = text.partition("=")
+        if not sep or not name or name in methods:
+            raise ValueError(f"--method takes NAME='--flag value ...' with a new name, got {text!r}")
+        methods[name] = tuple(flags.split())
+    return methods
 
 
 def train(command: list[str], run_dir: str, seconds: float) -> int:
@@ -174,7 +196,8 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
 
 
 def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fractions: Sequence[float],
-              budget: output_score.BoardBudget, train_fn: Callable[[list[str], str, float], int] = train) -> list[dict]:
+              budget: output_score.BoardBudget, train_fn: Callable[[list[str], str, float], int] = train,
+              methods: Optional[dict[str, tuple[str, ...]]] = None) -> list[dict]:
     """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time;
     returns every row (old and new) and writes the table."""
     os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
@@ -182,11 +205,11 @@ def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fra
     done = {(r["game"], r["method"], r["run"]) for r in rows}
     for game in games:
         for run in range(runs):
-            for method in METHODS:
+            for method in methods or METHODS:
                 if (game, method, run) in done:
                     continue
                 run_dir = os.path.join(out_dir, "runs", f"{game.replace(':', '_').replace('/', '_')}-{method}-{run}")
-                command = train_command(game, run_dir, seconds, method)
+                command = train_command(game, run_dir, seconds, method, methods)
                 returncode = 0
                 if not os.path.exists(os.path.join(run_dir, "summary.json")):
                     shutil.rmtree(run_dir, ignore_errors=True)  # a run killed midway starts again
@@ -215,11 +238,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--games-vs-random", type=int, default=50, help="board games: games against uniform random")
     parser.add_argument("--games-vs-mcts", type=int, default=10, help="board games: games against MCTS")
     parser.add_argument("--mcts-simulations", type=int, default=100)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), help=f"built-in methods to run, of {list(METHODS)}")
+    parser.add_argument("--method", action="append", default=[], metavar="NAME=FLAGS",
+                        help="also run a candidate: the default command plus FLAGS, e.g. "
+                             "--method lowlr='--learner.learning_rate 1e-4' (repeatable)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.runs < 1 or not all(0 < f <= 1 for f in args.at):
         parser.error("--seconds must be > 0, --runs >= 1 and every --at fraction in (0, 1]")
+    try:
+        methods = parse_methods(args.methods, args.method)
+    except ValueError as error:
+        parser.error(str(error))
     budget = output_score.BoardBudget(args.games_vs_random, args.games_vs_mcts, args.mcts_simulations)
-    rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget)
+    rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget, methods=methods)
     print("\n" + markdown_table(rows, sorted(args.at)))
     print(f"rows: {os.path.join(args.out, ROWS_FILE)}; table: {os.path.join(args.out, TABLE_FILE)}")
 

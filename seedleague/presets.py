@@ -101,7 +101,7 @@ GAME_RECIPE = LearnerConfig(
     learning_rate=3e-4,
     learning_rate_final=3e-5,
     entropy_cost=0.2,  # alpha, on normalised advantages, so its scale does not depend on the game's rewards
-    entropy_cost_final=0.01,
+    entropy_cost_final=0.05,  # below about 0.07 Kuhn's iterates destabilised (benchmarks/README.md, kuhn_d1)
     discount=1.0,  # games end; their return is the outcome
     average_tail=0.25,
 )

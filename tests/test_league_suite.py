@@ -49,17 +49,17 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     assert [r["method"] for r in rows] == ["recipe", "self-play"]
     league_cmd, baseline_cmd = calls
     assert league_cmd[1:] == ["train", "--env", "openspiel:kuhn_poker", "--run-dir", rows[0]["run_dir"],
-                              "--max-seconds", "8", "--no-eval"]
+                              "--max-seconds", "8", "--no-eval", "--seed", "0"]
     assert baseline_cmd[len(league_cmd):] == list(league_suite.SELF_PLAY_BASELINE_FLAGS)
     row = rows[0]
     assert [(p["fraction"], p["snapshot"]) for p in row["points"]] == [(0.25, "main:000001"), (0.5, "main:000002")]
     snapshot = api.load_snapshot(row["run_dir"], "main:000002")
     assert row["points"][1]["score"]["exploitability"] == pytest.approx(openspiel_eval.exploitability(KUHN, snapshot))
-    assert row["final"]["output"] == ("load_trained" if hasattr(api, "load_trained") else "load_policy")
+    assert row["final"]["output"] == "load_trained"
     assert (row["env_steps"], row["learner_steps"]) == (12345, 67)
     table = open(os.path.join(out, league_suite.TABLE_FILE)).read()
     assert "| 25% (snapshot) | 50% (snapshot) | final output | env steps | learner updates |" in table
-    assert "| openspiel:kuhn_poker | league | 0 |" in table and "| openspiel:kuhn_poker | self-play | 0 |" in table
+    assert "| openspiel:kuhn_poker | recipe | 0 |" in table and "| openspiel:kuhn_poker | self-play | 0 |" in table
     assert "| 12,345 | 67 |" in table and "(at 2 s) | " in table  # 25% of 8 s: the snapshot at 1.5 s
     # every row was written as it finished; a rerun skips them and trains nothing
     assert len(league_suite.read_rows(out)) == 2
@@ -87,7 +87,7 @@ def test_a_run_that_left_nothing_gets_a_row_of_n_a(tmp_path):
     assert [r["returncode"] for r in rows] == [1, 1]
     assert rows[0]["points"][0]["score"] is None and rows[0]["final"]["score"] is None
     line = league_suite.markdown_table(rows, [0.5]).splitlines()[2]
-    assert line == "| openspiel:kuhn_poker | league | 0 | n/a | n/a | n/a | n/a |"
+    assert line == "| openspiel:kuhn_poker | recipe | 0 | n/a | n/a | n/a | n/a |"
 
 
 def test_board_scores_split_a_mixtures_games_by_weight():
@@ -111,3 +111,14 @@ def test_a_board_game_is_scored_against_random_and_mcts(tmp_path):
     assert result["vs_random"]["games"] == 4 and result["vs_mcts"]["games"] == 2
     assert sum(result["vs_random"][k] for k in ("wins", "draws", "losses")) == 4
     assert output_score.format_score(result).startswith("random ")
+
+
+def test_candidate_methods_are_parsed_and_bad_ones_refused():
+    methods = league_suite.parse_methods(["recipe"], ["lowlr=--learner.learning_rate 1e-4"])
+    assert methods == {"recipe": (), "lowlr": ("--learner.learning_rate", "1e-4")}
+    assert league_suite.train_command("g", "/r/g-lowlr-2", 5, "lowlr", methods)[-4:] == [
+        "--seed", "2", "--learner.learning_rate", "1e-4"]
+    with pytest.raises(ValueError, match="unknown method"):
+        league_suite.parse_methods(["nope"], [])
+    with pytest.raises(ValueError, match="NAME="):
+        league_suite.parse_methods(["recipe"], ["recipe=--x 1"])
