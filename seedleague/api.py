@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague.buckets import power_of_two
 from seedleague.rl.networks import Network, NetworkConfig, make_network
 
 Rng = Union[np.random.Generator, int, None]
@@ -104,11 +105,6 @@ def _network(config: NetworkConfig, observation_shape: tuple[int, ...], observat
     return make_network(config, observation_shape, observation_dtype, num_actions)
 
 
-def _bucket(n: int) -> int:
-    """Batch sizes are padded to powers of two so that a new size rarely recompiles."""
-    return 1 << max(0, (n - 1).bit_length())
-
-
 class Policy:
     """A feed-forward policy with its params: batched, jitted queries on numpy inputs.
 
@@ -173,7 +169,7 @@ class Policy:
         observation, single = self._check_observation(observation)
         batch = observation.shape[0]
         mask = self._check_mask(legal_mask, batch, single)
-        size = _bucket(batch)
+        size = power_of_two(batch)
         if size != batch:  # padded rows: zeros, every action legal (no NaN), dropped below
             pad = size - batch
             observation = np.concatenate([observation, np.zeros((pad,) + observation.shape[1:], observation.dtype)])

@@ -227,7 +227,7 @@ def test_ppo_loss_hand_example(maybe_jit):
 def test_losses_reject_misaligned_inputs():
     inputs = _inputs(log_pi_tm1=[[0.0, 0.0]], log_mu_tm1=[[0.0]], entropy_tm1=[[0.0, 0.0]],
                      v_tm1=[[0.0, 0.0]], v_t=[[0.0, 0.0]], r_t=[[0.0, 0.0]], discount_t=[[0.0, 0.0]])
-    with pytest.raises(AssertionError, match=r"\[B, T\]"):
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
         losses.vtrace_loss(inputs)
 
 

@@ -107,7 +107,7 @@ def test_vtrace_gradient_flows_only_through_v_tm1():
 
 
 def test_vtrace_rejects_batched_or_ragged_inputs():
-    with pytest.raises(AssertionError, match="rank-1"):
+    with pytest.raises(ValueError, match="rank-1"):
         vtrace(V_TM1[None], V_T[None], R_T[None], DISCOUNT_T[None], RHO_TM1[None])
-    with pytest.raises(AssertionError, match="same length"):
+    with pytest.raises(ValueError, match="same length"):
         vtrace(V_TM1, V_T, R_T[:2], DISCOUNT_T, RHO_TM1)

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from seedleague.buckets import power_of_two
+
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +40,7 @@ class BatcherConfig:
 
     def bucket(self, size: int) -> int:
         """The padded size for a batch of `size` agents."""
-        return max(self.min_bucket, 1 << max(0, (size - 1).bit_length()))
+        return max(self.min_bucket, power_of_two(size))
 
 
 @dataclasses.dataclass

@@ -23,13 +23,10 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from seedleague.buckets import power_of_two
 from seedleague.host.policy import Actions, InferencePolicy, stack_params
 
 MIN_CAPACITY = 8  # slots; the table doubles when one batch seats more opponents
-
-
-def _power_of_two(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -42,7 +39,7 @@ class OpponentTable:
     """Snapshots' params resident on the device, a slot each, and the batched pass over them."""
 
     def __init__(self, capacity: int = MIN_CAPACITY):
-        self.capacity = _power_of_two(capacity)
+        self.capacity = power_of_two(capacity)
         self._table: Any = None  # stacked params, [capacity, ...] per leaf
         self._slot_of: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # oldest use first
         self.writes = 0  # params trees copied into the table (a snapshot's first use, or after eviction)
@@ -72,7 +69,7 @@ class OpponentTable:
 
     def _rebuild(self, keys: list[str], params_of: dict[str, Any]) -> None:
         """A new table big enough for `keys` (the first call, or a batch with more opponents than slots)."""
-        self.capacity = max(self.capacity, _power_of_two(len(keys)))
+        self.capacity = max(self.capacity, power_of_two(len(keys)))
         first = params_of[keys[0]]
         self._table = stack_params([first] * self.capacity)
         self._slot_of.clear()
@@ -83,7 +80,7 @@ class OpponentTable:
         a seated opponent) and W = bucket(most rows of one opponent) (padding repeats a real row)."""
         keys = sorted(groups)
         slots = self.slots(keys, params_of)
-        count = _power_of_two(len(keys))
+        count = power_of_two(len(keys))
         width = bucket(max(len(rows) for rows in groups.values()))
         slot_ids = np.concatenate([slots, np.full(count - len(keys), slots[0], np.int32)])
         index = np.zeros((count, width), np.int64)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague.buckets import power_of_two
 from seedleague.rl import sharding as sharding_lib
 from seedleague.rl.types import Unroll
 
@@ -75,10 +76,6 @@ class RateLimiter:
 
     def can_sample(self, count: int, size: int) -> bool:
         return size >= max(self.min_size, 1) and self.diff - count >= self.min_diff - 1e-9
-
-
-def _bucket(count: int) -> int:
-    return 1 << max(0, (count - 1).bit_length())
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -167,7 +164,7 @@ class Replay:
     def _write(self, rows: Unroll, count: int) -> None:
         """Put `count` rows into the ring; the caller holds the lock and checked the limiter."""
         slots = (self._next_slot + np.arange(count)) % self.config.capacity
-        padded = _bucket(count)
+        padded = power_of_two(count)
         slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
         pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
         self._buffer = _insert(self._buffer, jax.tree.map(pad, rows), slots)

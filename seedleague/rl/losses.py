@@ -55,18 +55,20 @@ def masked_log_softmax(logits: jax.Array, legal_mask: jax.Array) -> jax.Array:
     probability is exactly 0 while every log-probability stays finite (no -inf,
     hence no NaN gradients). A row with no legal action falls back to uniform.
     """
-    assert logits.shape == legal_mask.shape, (
-        f"logits {logits.shape} and legal_mask {legal_mask.shape} must have the same shape"
-    )
+    if logits.shape != legal_mask.shape:
+        raise ValueError(
+            f"logits {logits.shape} and legal_mask {legal_mask.shape} must have the same shape"
+        )
     masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
     return jax.nn.log_softmax(masked, axis=-1)
 
 
 def masked_log_prob(logits: jax.Array, action: jax.Array, legal_mask: jax.Array) -> jax.Array:
     """log pi(action) [...] for logits [..., A] and integer actions [...]."""
-    assert action.shape == logits.shape[:-1], (
-        f"action {action.shape} must be logits {logits.shape} without the action axis"
-    )
+    if action.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"action {action.shape} must be logits {logits.shape} without the action axis"
+        )
     log_probs = masked_log_softmax(logits, legal_mask)
     return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
@@ -125,10 +127,11 @@ def rewards_and_discounts(
     when both flags are set. Rows after a boundary belong to the next episode;
     the zero discount already stops returns from crossing it.
     """
-    assert r_t.shape == terminated_t.shape == truncated_t.shape == v_tm1.shape, (
-        "r_t, terminated_t, truncated_t and v_tm1 must have one shape, got "
-        f"{r_t.shape}, {terminated_t.shape}, {truncated_t.shape}, {v_tm1.shape}"
-    )
+    if not (r_t.shape == terminated_t.shape == truncated_t.shape == v_tm1.shape):
+        raise ValueError(
+            "r_t, terminated_t, truncated_t and v_tm1 must have one shape, got "
+            f"{r_t.shape}, {terminated_t.shape}, {truncated_t.shape}, {v_tm1.shape}"
+        )
     terminated = terminated_t.astype(jnp.float32)
     truncated = truncated_t.astype(jnp.float32) * (1.0 - terminated)
     discount_t = gamma * (1.0 - terminated) * (1.0 - truncated)
@@ -142,13 +145,16 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
     logits [B, T+1, A] and values [B, T+1] come from `network.apply` over
     `batch.observation`; row T only supplies V(s_T).
     """
-    assert logits.ndim == 3 and values.shape == logits.shape[:2], (
-        f"logits must be [B, T+1, A] and values [B, T+1], got {logits.shape} and {values.shape}"
-    )
-    assert batch.action.shape == values.shape, (
-        f"batch rows {batch.action.shape} must match the network outputs {values.shape}"
-    )
-    assert values.shape[1] >= 2, f"an unroll needs T+1 >= 2 rows, got {values.shape[1]}"
+    if not (logits.ndim == 3 and values.shape == logits.shape[:2]):
+        raise ValueError(
+            f"logits must be [B, T+1, A] and values [B, T+1], got {logits.shape} and {values.shape}"
+        )
+    if batch.action.shape != values.shape:
+        raise ValueError(
+            f"batch rows {batch.action.shape} must match the network outputs {values.shape}"
+        )
+    if values.shape[1] < 2:
+        raise ValueError(f"an unroll needs T+1 >= 2 rows, got {values.shape[1]}")
     legal_tm1 = batch.legal_mask[:, :-1]
     mu_logits_tm1 = batch.behaviour_logits[:, :-1].astype(jnp.float32)
     a_tm1 = batch.action[:, :-1]
@@ -175,9 +181,10 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
 
 def _check_inputs(inputs: LossInputs) -> None:
     shapes = {name: jnp.shape(x) for name, x in inputs._asdict().items()}
-    assert len(set(shapes.values())) == 1 and inputs.v_tm1.ndim == 2, (
-        f"every LossInputs field must be [B, T], got {shapes}"
-    )
+    if not (len(set(shapes.values())) == 1 and inputs.v_tm1.ndim == 2):
+        raise ValueError(
+            f"every LossInputs field must be [B, T], got {shapes}"
+        )
 
 
 def _batched_vtrace(inputs: LossInputs, rho_tm1: jax.Array, lambda_: float,

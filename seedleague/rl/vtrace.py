@@ -38,15 +38,17 @@ def _check_trajectory(**arrays: jax.Array) -> None:
     """All arguments must be rank-1 arrays of one length T."""
     lengths = set()
     for name, array in arrays.items():
-        assert jnp.ndim(array) == 1, (
-            f"{name} must be a rank-1 time-major array [T], got shape {jnp.shape(array)}; "
-            "vmap over the batch axis for batched data"
-        )
+        if jnp.ndim(array) != 1:
+            raise ValueError(
+                f"{name} must be a rank-1 time-major array [T], got shape {jnp.shape(array)}; "
+                "vmap over the batch axis for batched data"
+            )
         lengths.add(jnp.shape(array)[0])
-    assert len(lengths) == 1, (
-        f"all inputs must have the same length T, got shapes "
-        f"{ {name: jnp.shape(a) for name, a in arrays.items()} }"
-    )
+    if len(lengths) != 1:
+        raise ValueError(
+            f"all inputs must have the same length T, got shapes "
+            f"{ {name: jnp.shape(a) for name, a in arrays.items()} }"
+        )
 
 
 def _discounted_backward_sum(x_t: jax.Array, decay_t: jax.Array) -> jax.Array:
