@@ -14,4 +14,4 @@ from __future__ import annotations
 
 def power_of_two(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, (n - 1).bit_length())
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
