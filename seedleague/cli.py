@@ -74,7 +74,9 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args)
 
 
-_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval",
+# Per-player flags, and the token: it reaches the extra players' hosts through the environment
+# (launch.league), never a command line, which every user of the machine can read.
+_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval", "--token",
                   "--league.address", "--league.player", "--league.role", "--league.pool_dir"}
 
 

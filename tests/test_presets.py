@@ -53,3 +53,4 @@ def test_single_agent_envs_keep_their_presets_and_do_not_anneal_over_the_budget(
         preset = preset_for(env)
         assert not preset.anneal_over_budget and preset.host.learner.loss == "vtrace"
     assert _run_config("CartPole-v1").host.learner.anneal_seconds == 0.0
+
