@@ -1,8 +1,8 @@
 """Orbax checkpoints of the full training state, with a JSON sidecar of run counters.
 
 `Checkpointer.save(step, state, meta)` writes `<dir>/<step>/{state,meta}`;
-`restore_latest(template)` reads the newest complete one back into the structure
-of `template`. Typed PRNG keys are stored as their raw key data.
+`restore(latest_step(), template)` reads the newest complete one back into the
+structure of `template`. Typed PRNG keys are stored as their raw key data.
 
 Several processes may share a directory (the league's model pool: each host writes
 its own player's snapshots and reads the others'), so a step this process has not
@@ -18,7 +18,6 @@ import threading
 from typing import Any, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
@@ -84,11 +83,6 @@ class Checkpointer:
         with self._lock:
             self._manager.reload()
             return sorted(self._manager.all_steps())
-
-    def restore_latest(self, template: Any) -> Optional[tuple[Any, dict]]:
-        """(state, meta) of the newest checkpoint shaped like `template`, or None if there is none."""
-        step = self.latest_step()
-        return None if step is None else self.restore(step, template)
 
     def restore(self, step: int, template: Any) -> tuple[Any, dict]:
         """(state, meta) of checkpoint `step`, shaped like `template`."""

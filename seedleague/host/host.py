@@ -421,7 +421,7 @@ class Host:
         live params, and every opponent snapshot's rows in one pass over their stacked params."""
         policy = self.model.policy
         if opponents is None or not any(key is not None for key in opponents):
-            return self._act_padded(policy, None, observation, first, core, legal)
+            return self._act_padded(policy, observation, first, core, legal)
         groups: dict[Optional[str], list[int]] = {}
         params_of: dict[str, Any] = {}
         for row, key in enumerate(opponents):
@@ -440,7 +440,7 @@ class Host:
         learner_rows = groups.pop(None, None)
         if learner_rows:
             rows = np.asarray(learner_rows)
-            out = self._act_padded(policy, None, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
+            out = self._act_padded(policy, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
                                    legal[rows])
             put(rows, out)
             version = out.policy_version
@@ -449,12 +449,12 @@ class Host:
                                      self.config.batcher.bucket)
         return Actions(action, logits, new_core, version)
 
-    def _act_padded(self, policy: InferencePolicy, params: Any, observation, first, core, legal) -> Actions:
-        """Act on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""
+    def _act_padded(self, policy: InferencePolicy, observation, first, core, legal) -> Actions:
+        """The learner's params on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""
         count = len(first)
         bucket = self.config.batcher.bucket(count)
         out = policy.act(_pad(observation, bucket), _pad(first, bucket, True),
-                         jax.tree.map(lambda x: _pad(x, bucket), core), _pad(legal, bucket, True), params=params)
+                         jax.tree.map(lambda x: _pad(x, bucket), core), _pad(legal, bucket, True))
         return Actions(out.action[:count], out.logits[:count], jax.tree.map(lambda x: x[:count], out.core_state),
                        out.policy_version)
 

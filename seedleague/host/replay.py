@@ -119,7 +119,6 @@ class Replay:
         self._rng = np.random.default_rng(seed)
         self._next_slot = 0  # where the next insert goes
         self._size = 0
-        self._read_slot = 0  # fifo: oldest unsampled
         self._unread = 0
         self._closed = False
         self.insert_wait_s = 0.0

@@ -1,8 +1,9 @@
 """The EnvService gRPC servicer: decode, call a plain backend, encode.
 
-The backend is any object with the `EnvBackend` methods: the training host, the
-fake host (random actions) and later the serving host all plug in here, so every
-one of them speaks the protocol through this one code path.
+The backend is any object with the `EnvBackend` methods: the training host
+(learning, or serving a checkpoint with `learn=False`) and the fake host (random
+actions) all plug in here, so every one of them speaks the protocol through this
+one code path.
 
 Hostile input stops here too: bytes that are no valid message get
 INVALID_ARGUMENT, a spec over the backend's `SessionLimits` is refused before

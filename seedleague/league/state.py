@@ -99,9 +99,6 @@ class LeagueState:
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def has_key(self, key: str) -> bool:
-        return key in self._index
-
     def view(self) -> LeagueView:
         """A read-only view for matchmaking; valid until the next event."""
         k = len(self._keys)

@@ -36,7 +36,7 @@ import numpy as np
 
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol import codec
-from seedleague.protocol.errors import ProtocolError
+from seedleague.protocol.errors import FAILED_PRECONDITION, INTERNAL, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, zero_step
 from seedleague.security import ClientSecurity
 from seedleague.v1 import env_pb2, env_pb2_grpc
@@ -320,7 +320,7 @@ class WorkerClient:
             raise classify_rpc_error(error, "handshake") from None
         if reply.protocol_version != PROTOCOL_VERSION:
             raise HostRefused(
-                "FAILED_PRECONDITION",
+                FAILED_PRECONDITION,
                 f"host speaks protocol version {reply.protocol_version}, this worker {PROTOCOL_VERSION}",
                 "handshake",
             )
@@ -331,7 +331,7 @@ class WorkerClient:
         limit = min(reply.max_message_bytes or self.config.max_message_bytes, self.config.max_message_bytes)
         if largest > limit:
             raise HostRefused(
-                "RESOURCE_EXHAUSTED",
+                RESOURCE_EXHAUSTED,
                 f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is {largest} bytes, but the "
                 f"host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
                 "use fewer envs per worker or raise the limits",
@@ -375,16 +375,16 @@ class WorkerClient:
         """The reply's actions, or ConnectionLost (after dropping the stream) if the host answered nonsense."""
         try:
             if reply.sequence != self._sequence:
-                raise ProtocolError("INTERNAL", f"host answered sequence {reply.sequence} to step {self._sequence}")
+                raise ProtocolError(INTERNAL, f"host answered sequence {reply.sequence} to step {self._sequence}")
             actions = codec.decode_tensor(reply.action, "action")
             expected = (self.spec.num_envs, self.spec.num_seats)
             if actions.shape != expected or actions.dtype != np.int32:
                 raise ProtocolError(
-                    "INTERNAL", f"host sent actions {actions.dtype}{actions.shape}, expected int32{expected}"
+                    INTERNAL, f"host sent actions {actions.dtype}{actions.shape}, expected int32{expected}"
                 )
             chosen = actions if acting is None else actions[np.asarray(acting, bool).reshape(expected)]
             if chosen.size and (chosen.min() < 0 or chosen.max() >= self.spec.num_actions):
-                raise ProtocolError("INTERNAL", f"host sent an action outside [0, {self.spec.num_actions})")
+                raise ProtocolError(INTERNAL, f"host sent an action outside [0, {self.spec.num_actions})")
         except ProtocolError as error:
             self._teardown()
             raise ConnectionLost(f"bad answer from host: {error.message}") from None
