@@ -53,3 +53,4 @@ def test_one_pass_over_the_table_acts_as_each_opponent_alone():
             np.testing.assert_allclose(got_logits[at], alone.logits, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(got_action[at], alone.action)
     assert table.writes == 3
+

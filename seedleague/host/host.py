@@ -259,8 +259,9 @@ class Host:
     def _build_model(self, spec: EnvSpec, state: Any = None) -> Model:
         config = self.config
         network = make_network(config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+        initial = init_train_state(config.learner, network, jax.random.key(config.seed))  # what a reset returns to
         if state is None:
-            state = init_train_state(config.learner, network, jax.random.key(config.seed))
+            state = jax.tree.map(jax.numpy.copy, initial)  # its own buffers: updates donate the state
         version = int(state.step)
         layout = self.layout
         if config.learn:  # replicated over the learner devices (of every process: process 0's values)
@@ -276,7 +277,6 @@ class Host:
                 make_sharded_update(config.learner, network, layout.mesh), state, replay, policy, self.metrics,
                 self.checkpointer, config.checkpoint.interval_s, self._checkpoint_meta, layout, self._trained_seconds,
             )
-        initial = init_train_state(config.learner, network, jax.random.key(config.seed))
         self.model = Model(spec, network, policy, replay, learner, initial)
         if learner is not None:
             learner.start()
