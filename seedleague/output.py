@@ -148,7 +148,7 @@ def resolve(run_dir: str) -> Output:
 
     if param_average_count(run_dir, step) == 0:
         note = (f"checkpoint {step} of {run_dir} keeps no param average (its learner ran without "
-                "--learner.average_from, or has not reached it): the output is the final params instead")
+                "--learner.average_from or --learner.average_tail, or has not reached it): the output is the final params instead")
         log.warning("%s", note)
         return dataclasses.replace(final, note=note)
     return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),))
