@@ -288,13 +288,14 @@ def test_mmd_loss_is_minimised_by_the_papers_closed_form_step(jitted):
         logits = jnp.broadcast_to(theta, (4, 2, 3))
         return fn(losses.loss_inputs(logits, jnp.zeros((4, 2)), batch, discount=1.0))[0]
 
-    grad = jax.grad(loss_of)
-    step = jax.jit(lambda t: t - 0.5 * grad(t)) if jitted else (lambda t: t - 0.5 * grad(t))
-    theta = jnp.zeros(3)
-    for _ in range(600):
-        theta = step(theta)
+    from scipy.optimize import minimize
+
+    value_and_grad = jax.value_and_grad(loss_of)
+    value_and_grad = jax.jit(value_and_grad) if jitted else value_and_grad
+    result = minimize(lambda t: tuple(np.asarray(x, np.float64) for x in value_and_grad(jnp.asarray(t, jnp.float32))),
+                      np.zeros(3), jac=True, method="BFGS", options=dict(gtol=1e-7))
     expected = (mu * np.exp(eta * q)) ** (1.0 / (1.0 + eta * alpha))
-    np.testing.assert_allclose(jax.nn.softmax(theta), expected / expected.sum(), atol=1e-4)
+    np.testing.assert_allclose(jax.nn.softmax(result.x), expected / expected.sum(), atol=1e-4)
 
 
 def test_mmd_kl_is_the_exact_kl_from_the_behaviour_policy():
