@@ -21,3 +21,15 @@ def test_building_a_model_initialises_the_train_state_once(monkeypatch):
         assert live is not jax.tree.leaves(model.initial_state.params)[0]  # separate buffers: updates donate
     finally:
         host.stop()
+
+
+def test_a_multi_process_learner_refuses_an_anneal_over_time():
+    import pytest
+
+    from seedleague.host.host import HostConfig
+    from seedleague.rl.learner import LearnerConfig
+    from seedleague.rl.sharding import DistributedConfig
+
+    with pytest.raises(ValueError, match="different clock in each process"):
+        HostConfig(learner=LearnerConfig(anneal_seconds=60.0),
+                   distributed=DistributedConfig(coordinator="127.0.0.1:1234", num_processes=2, process_id=0))

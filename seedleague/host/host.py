@@ -103,6 +103,9 @@ class HostConfig:
         if self.distributed.enabled and not self.learn:
             raise ValueError("distributed.num_processes > 1 joins processes into one learner, but --learn is false: "
                              "drop the --distributed.* flags")
+        if self.distributed.enabled and self.learner.anneal_seconds:
+            raise ValueError("an anneal over time (--learner.anneal_seconds) would read a different clock in each "
+                             "process of a multi-process learner: anneal over updates (--learner.anneal_steps) instead")
         if self.distributed.enabled and self.league.enabled:
             raise ValueError("league play with a multi-process learner is not supported: drop --distributed.* "
                              "or --league.address")

@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from seedleague.rl import losses, sharding
@@ -379,7 +380,17 @@ def make_update(
     MMD clip_fraction, for MMD kl; with several steps per update, each is the
     mean over the steps.
     """
-    return jax.jit(functools.partial(_update, config, network), donate_argnums=0)
+    return _with_seconds(jax.jit(functools.partial(_update, config, network), donate_argnums=0))
+
+
+def _with_seconds(jitted: Callable) -> Callable:
+    """`jitted(state, batch, seconds)` callable as update(state, batch) too: seconds is always passed
+    as a float32 scalar, so both forms share one compile (and a sharded jit sees all three inputs)."""
+
+    def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
+        return jitted(state, batch, np.float32(seconds))
+
+    return update
 
 
 def make_sharded_update(
@@ -398,9 +409,9 @@ def make_sharded_update(
     if mesh.size == 1:
         return make_update(config, network)
     state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
-    return jax.jit(
+    return _with_seconds(jax.jit(
         functools.partial(_update, config, network),
         in_shardings=(state_sharding, batch_sharding, state_sharding),
         out_shardings=(state_sharding, state_sharding),
         donate_argnums=0,
-    )
+    ))
