@@ -93,12 +93,11 @@ class LearnerConfig:
         loop (Perolat et al. 2022), a proximal-point iteration whose stages each
         converge to the equilibrium of the game regularised towards the last
         stage's policy, and whose sequence of stages approaches a Nash
-        equilibrium with the regulariser held fixed. magnet_rate is the moving-magnet form of
-        magnetic mirror descent (Sokota et al. 2023) and R-NaD's regularisation
-        towards a trailing policy (Perolat et al. 2022): the regularised game has
-        an equilibrium that gradient play converges to, and moving the magnet
-        moves that equilibrium towards a Nash equilibrium of the game itself,
-        without annealing the regulariser to zero.
+        equilibrium with the regulariser held fixed. magnet_rate > 0 moves the
+        magnet a little after every update instead; that trailing magnet gives the
+        regularised game no fixed point to converge to, and did worse than an
+        annealed entropy cost on Leduc (benchmarks/README.md). For MMD itself use
+        loss "mmd" (its proximal term) with the entropy cost as the uniform magnet.
     entropy_in_returns: also put the (annealed) entropy cost into every step's
         reward, r + entropy_cost * gamma * H(pi(.|s')), so returns and values are
         those of the entropy-regularised game (soft returns; see
