@@ -34,6 +34,8 @@ SOURCES = {
     "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
     "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
+    "selected": "the least exploitable of final, param_average and the newest snapshots' Nash mixture, measured "
+                "exactly (OpenSpiel imperfect-information games); param_average where that cannot be measured",
 }
 MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
 AVERAGE_FRACTION = 1 / 3  # average_policy mixes this newest fraction of the snapshots (as evaluate_run reports)
@@ -103,7 +105,7 @@ class Output:
 
     @property
     def kind(self) -> str:
-        return "mixture" if self.source in MIXTURES else "policy"
+        return "mixture" if self.source in MIXTURES or len(self.members) > 1 else "policy"
 
     @property
     def step(self) -> int:
@@ -144,6 +146,10 @@ def resolve(run_dir: str) -> Output:
     final = Output(config.source, (Member(f"checkpoint:{step:06d}", 1.0, run_dir, step),))
     if config.source == "final":
         return final
+    if config.source == "selected":
+        chosen = _selected(run_dir, step, config.player)
+        if chosen is not None:
+            return chosen
     from seedleague.api import param_average_count
 
     if param_average_count(run_dir, step) == 0:
@@ -151,7 +157,20 @@ def resolve(run_dir: str) -> Output:
                 "--learner.average_from or --learner.average_tail, or has not reached it): the output is the final params instead")
         log.warning("%s", note)
         return dataclasses.replace(final, note=note)
-    return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),))
+    note = ("this game's exploitability cannot be measured (not an OpenSpiel imperfect-information game), so "
+            "nothing is selected: the output is the param average") if config.source == "selected" else ""
+    return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),), note)
+
+
+def _selected(run_dir: str, step: int, player: str) -> "Output | None":
+    """The least exploitable candidate (seedleague.eval.output_selection); None where it cannot be measured."""
+    from seedleague.eval.output_selection import select
+
+    keys = _snapshot_keys(run_dir, player, "selected", required=False)
+    choice = select(run_dir, step, keys, player)
+    if choice is None:
+        return None
+    return Output("selected", tuple(Member(**dataclasses.asdict(m)) for m in choice.members), choice.describe())
 
 
 def _newest_checkpoint(run_dir: str, source: str) -> int:
@@ -168,7 +187,7 @@ def _newest_checkpoint(run_dir: str, source: str) -> int:
     return steps[-1]
 
 
-def _snapshot_keys(run_dir: str, player: str, source: str) -> list[str]:
+def _snapshot_keys(run_dir: str, player: str, source: str, required: bool = True) -> list[str]:
     from seedleague.league.model_pool import ModelPool
 
     pool = ModelPool(os.path.join(run_dir, "pool"))
@@ -176,7 +195,7 @@ def _snapshot_keys(run_dir: str, player: str, source: str) -> list[str]:
         keys = pool.keys(player)
     finally:
         pool.close()
-    if not keys:
+    if not keys and required:
         raise FileNotFoundError(
             f"{run_dir!r} has no league snapshots of player {player!r} yet, so its output ({source}, a mixture of "
             f"them) does not exist yet: the league freezes one every snapshot_interval_steps learner updates"

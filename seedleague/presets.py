@@ -137,8 +137,10 @@ def _openspiel(game: str) -> Preset:
         workers=1,
         envs_per_worker=128,
         max_seconds=_DEFAULT_GAME_SECONDS,
-        league=LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=100),
-        output="param_average",
+        # PSRO's opponent draw (the Nash mixture of the snapshots) for a tenth of the episodes: the league's
+        # games rate the snapshots; more costs learner updates (opponent rows need a second pass).
+        league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100),
+        output="selected",  # the least exploitable of final, param average and the snapshots' Nash mixture
         anneal_over_budget=True,
     )
 

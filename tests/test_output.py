@@ -153,7 +153,8 @@ def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path)
     (["--env", "openspiel:phantom_ttt_ir"], "phantom_ttt_ir provides neither an information-state tensor"),
     (["--env", "openspiel:no_such_game"], "OpenSpiel has no game 'no_such_game'"),
     (["--env", "openspiel:kuhn_poker", "--output", "best"], "invalid choice: 'best' (choose from 'final'"),
-    (["--env", "openspiel:kuhn_poker", "--output", "league_nash"], "self-play leaves empty"),
+    (["--env", "openspiel:kuhn_poker", "--output", "league_nash", "--league_config.mode", "self_play"],
+     "self-play leaves empty"),
     (["--env", "CartPole-v1", "--output", "average_policy"], "CartPole-v1 is single-agent"),
 ])
 def test_refusals_come_before_anything_starts(tmp_path, args, message):

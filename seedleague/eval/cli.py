@@ -194,12 +194,15 @@ def _recent_average(run_dir: str, game, fraction: float, param_average=None) -> 
     return dict(out, average_seconds=time.perf_counter() - start)
 
 
-def _league_nash(run_dir: str, game, max_snapshots: int = 200) -> dict:
+def _league_nash(run_dir: str, game, max_snapshots: Optional[int] = None) -> dict:
     """Exploitability of two Nash mixtures over the league's snapshots (PSRO meta-strategies): from the
     exact meta-game (every snapshot against every other, computed from the game tree) and, when
     snapshots played each other, from the league's own payoff table of win rates."""
     from seedleague.eval import metagame, openspiel_eval
+    from seedleague.eval.output_selection import POPULATION
     from seedleague.league.nash import league_nash
+
+    max_snapshots = max_snapshots or POPULATION
 
     league = _league_for(run_dir)
     if league is None:

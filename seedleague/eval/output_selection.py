@@ -1,0 +1,146 @@
+"""Choosing a run's output by exact exploitability, where the game lets us measure it.
+
+A run produces several candidate strategies: its final params, the param average over the
+end of its anneal, and its population of snapshots, whose meta-game (every snapshot against
+every other) has a Nash mixture (PSRO's meta-strategy, Lanctot et al. 2017). Which of them is
+least exploitable differs from game to game: in Kuhn poker the iterates circle the equilibrium
+and their Nash mixture is far better than any one network; in Leduc the newest snapshot beats
+its population yet is exploitable, and the param average is best. In an imperfect-information
+OpenSpiel game every candidate's exploitability can be computed exactly, so the `selected`
+output (seedleague.output) measures all of them and hands over the least exploitable:
+
+    choice = select(run_dir)      # Choice: candidate name, members [(key, weight, path, step, average)], scores
+    choice.scores                 # {"param_average": 0.017, "final": 0.167, "population_nash": 0.003}
+
+The meta-game is solved over the newest `POPULATION` snapshots with exact payoffs
+(seedleague.eval.metagame). `select` caches its choice in `<run_dir>/output_selection.json`,
+valid while the newest checkpoint and snapshot are the same, so loading the output again is
+cheap. Where exploitability cannot be measured (not an OpenSpiel imperfect-information game)
+`measurable` says no and the output is the param average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+FILE = "output_selection.json"
+POPULATION = 32  # newest snapshots in the meta-game; the end of the run, where the anneal has settled
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One network of a candidate output, as seedleague.output.Member describes it."""
+
+    key: str
+    weight: float
+    path: str
+    step: int
+    average: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The least exploitable candidate, with every candidate's score, for the run's state `stamp`."""
+
+    name: str  # "param_average", "final" or "population_nash"
+    members: tuple[Candidate, ...]
+    scores: dict  # candidate name -> exact exploitability
+    stamp: dict  # {"checkpoint": step, "snapshot": newest key}: what the choice was made from
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        others = ", ".join(f"{name} {value:.4f}" for name, value in sorted(self.scores.items(), key=lambda kv: kv[1]))
+        return f"{self.name}, the least exploitable of the run's candidates (exact exploitability: {others})"
+
+
+def game_of(env_name: str):
+    """The loaded OpenSpiel game when `env_name` is an imperfect-information OpenSpiel game, else None."""
+    from seedleague.eval.cli import openspiel_game_name
+
+    name = openspiel_game_name(env_name)
+    if name is None:
+        return None
+    import pyspiel
+
+    from envs.openspiel_games import load_game
+
+    game = load_game(name)
+    return game if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION else None
+
+
+def _stamp(checkpoint: int, snapshot_keys: list[str]) -> dict:
+    return {"checkpoint": checkpoint, "snapshot": snapshot_keys[-1] if snapshot_keys else None}
+
+
+def cached(run_dir: str, stamp: dict) -> Optional[Choice]:
+    """The cached choice when it was made from the same checkpoint and newest snapshot, else None."""
+    path = os.path.join(run_dir, FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("stamp") != stamp:
+            return None
+        return Choice(data["name"], tuple(Candidate(**m) for m in data["members"]), data["scores"], data["stamp"],
+                      data.get("seconds", 0.0))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("ignoring unreadable %s (%s): choosing the output again", path, error)
+        return None
+
+
+def _write(run_dir: str, choice: Choice) -> None:
+    path = os.path.join(run_dir, FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(dataclasses.asdict(choice), members=[dataclasses.asdict(m) for m in choice.members]), f)
+    os.replace(path + ".tmp", path)
+
+
+def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str, seed: int = 0) -> Optional[Choice]:
+    """Measure every candidate of the run (newest checkpoint `checkpoint`, `player`'s snapshots
+    `snapshot_keys`, oldest first) and return the least exploitable; None when the run's game
+    is not measurable. Cached (see the module docstring)."""
+    from seedleague.api import NoParamAverageError, load_policy
+    from seedleague.eval import metagame, openspiel_eval
+    from seedleague.league.types import parse_key
+
+    stamp = _stamp(checkpoint, snapshot_keys)
+    hit = cached(run_dir, stamp)
+    if hit is not None:
+        return hit
+    final = load_policy(run_dir, checkpoint, seed=seed)
+    game = game_of(final.spec.env_name)
+    if game is None:
+        return None
+    start = time.perf_counter()
+    candidates: dict[str, tuple[tuple[Candidate, ...], float]] = {
+        "final": ((Candidate(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
+                  openspiel_eval.exploitability(game, final))}
+    try:
+        average = load_policy(run_dir, checkpoint, seed=seed, average=True)
+        candidates["param_average"] = ((Candidate(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True),),
+                                       openspiel_eval.exploitability(game, average))
+    except NoParamAverageError:
+        pass
+    population = snapshot_keys[-POPULATION:]
+    if population:
+        player_dir = os.path.join(run_dir, "pool", player)
+        policies = [load_policy(player_dir, parse_key(key)[1], seed=seed) for key in population]
+        value, weights = metagame.nash_mixture_exploitability(game, policies)
+        members = tuple(Candidate(key, float(w), player_dir, parse_key(key)[1])
+                        for key, w in zip(population, weights) if w > 1e-6)
+        total = sum(m.weight for m in members)
+        candidates["population_nash"] = (tuple(dataclasses.replace(m, weight=m.weight / total) for m in members), value)
+    name = min(candidates, key=lambda n: candidates[n][1])
+    choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
+                    time.perf_counter() - start)
+    _write(run_dir, choice)
+    log.info("output of %s: %s (%.1f s)", run_dir, choice.describe(), choice.seconds)
+    return choice
