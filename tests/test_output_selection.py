@@ -1,0 +1,113 @@
+"""The `selected` output (seedleague.eval.output_selection): the least exploitable of a run's final
+params, param average and snapshots' meta-game Nash mixture, each scored exactly, cached while the run
+is unchanged, and the param average where exploitability cannot be measured.
+
+Policies here ignore their observation (the policy head's kernel is zero), so each is one Kuhn behaviour
+strategy: "pass" (always check/fold, exploitability 1.0), "uniform" (0.458), "bet" (bet/call with
+probability 0.88, 0.333) and "pass-ish" (bet with probability 0.12, 0.848)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from seedleague import output
+from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
+from seedleague.eval import metagame, openspiel_eval, output_selection
+from seedleague.rl.learner import LearnerConfig
+from test_api import save_checkpoint
+
+BIAS = {"pass": [9.0, -9.0], "uniform": [0.0, 0.0], "bet": [0.0, 2.0], "pass-ish": [2.0, 0.0]}
+KEEPS_AVERAGE = LearnerConfig(average_from=1)
+
+
+def make_run(tmp_path, final, average=None, snapshots=()):
+    """A run directory as a recipe run leaves it: checkpoint 50 (final params, maybe a param average),
+    snapshots main:000010, main:000020, ... in the pool, and `selected` recorded as its output."""
+    run = tmp_path / "run"
+    output.record(str(run), output.OutputConfig("selected"))
+    for i, name in enumerate(snapshots):
+        save_checkpoint(run / "pool" / "main", step=10 * (i + 1), bias=BIAS[name], uniform=True)
+    kept = None
+    if average is not None:
+        averaged = save_checkpoint(run / "scratch", step=0, bias=BIAS[average], uniform=True, learner=KEEPS_AVERAGE)
+        kept = (averaged.params, 7)
+    save_checkpoint(run / "checkpoints", step=50, bias=BIAS[final], uniform=True, learner=KEEPS_AVERAGE, average=kept)
+    return str(run)
+
+
+def exploitability(policy_or_mixture):
+    if isinstance(policy_or_mixture, PolicyMixture):
+        return openspiel_eval.mixture_exploitability("kuhn_poker", policy_or_mixture.members, policy_or_mixture.weights)
+    return openspiel_eval.exploitability("kuhn_poker", policy_or_mixture)
+
+
+def test_the_snapshots_nash_mixture_is_chosen_when_it_is_least_exploitable(tmp_path):
+    run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "bet", "pass-ish"))
+    resolved = output.resolve(run)
+    with open(os.path.join(run, output_selection.FILE)) as f:
+        scores = json.load(f)["scores"]
+    pool = os.path.join(run, "pool", "main")
+    snapshots = [load_policy(pool, step) for step in (10, 20, 30)]
+    expected_nash, weights = metagame.nash_mixture_exploitability("kuhn_poker", snapshots)
+    assert scores["final"] == pytest.approx(1.0, abs=1e-6)
+    assert scores["param_average"] == pytest.approx(exploitability(load_policy(run, average=True)))
+    assert scores["param_average"] == pytest.approx(0.4583333, abs=1e-6)
+    assert scores["population_nash"] == pytest.approx(expected_nash)
+    assert min(scores, key=scores.get) == "population_nash"
+    assert resolved.source == "selected" and "population_nash" in resolved.note
+    trained = load_trained(run)
+    kept = [i for i, w in enumerate(weights) if w > 1e-6]
+    assert [m.key for m in resolved.members] == [f"main:{10 * (i + 1):06d}" for i in kept]
+    assert exploitability(trained) == pytest.approx(expected_nash)  # what load_trained gives is what was scored
+
+
+def test_the_param_average_is_chosen_when_the_snapshots_and_final_params_are_worse(tmp_path):
+    run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "pass-ish"))
+    resolved = output.resolve(run)
+    assert resolved.kind == "policy" and resolved.members[0].average and resolved.members[0].step == 50
+    assert resolved.note.startswith("param_average, the least exploitable")
+    trained = load_trained(run)
+    assert isinstance(trained, Policy) and exploitability(trained) == pytest.approx(0.4583333, abs=1e-6)
+
+
+def test_without_snapshots_or_average_the_final_params_compete_alone(tmp_path):
+    run = tmp_path / "run"
+    output.record(str(run), output.OutputConfig("selected"))
+    save_checkpoint(run / "checkpoints", step=5, bias=BIAS["bet"], uniform=True)
+    resolved = output.resolve(str(run))
+    assert resolved.members[0].key == "checkpoint:000005" and not resolved.members[0].average
+    with open(run / output_selection.FILE) as f:
+        assert set(json.load(f)["scores"]) == {"final"}
+
+
+def test_the_choice_is_cached_until_a_new_checkpoint_or_snapshot_appears(tmp_path):
+    run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "pass-ish"))
+    output.resolve(run)
+    path = os.path.join(run, output_selection.FILE)
+    with open(path) as f:
+        data = json.load(f)
+    data["scores"]["marker"] = 9.0  # a cached choice is read back, not measured again
+    with open(path, "w") as f:
+        json.dump(data, f)
+    assert "marker 9.0000" in output.resolve(run).note
+    save_checkpoint(os.path.join(run, "pool", "main"), step=40, bias=BIAS["bet"], uniform=True)
+    again = output.resolve(run)
+    assert "marker" not in again.note and "population_nash" in again.note  # the new snapshot changed the choice
+    with open(path, "w") as f:
+        f.write("{not json")
+    assert "population_nash" in output.resolve(run).note  # an unreadable cache is measured again, not an error
+
+
+def test_a_game_whose_exploitability_cannot_be_measured_gets_the_param_average(tmp_path):
+    run = tmp_path / "run"
+    output.record(str(run), output.OutputConfig("selected"))
+    state = save_checkpoint(run / "scratch", env=("CartPole-v1", (4,), 2), step=0, learner=KEEPS_AVERAGE)
+    save_checkpoint(run / "checkpoints", env=("CartPole-v1", (4,), 2), step=3, learner=KEEPS_AVERAGE,
+                    average=(state.params, 2))
+    resolved = output.resolve(str(run))
+    assert resolved.members[0].average and "cannot be measured" in resolved.note
+    assert not (run / output_selection.FILE).exists()
+    np.testing.assert_allclose(load_trained(str(run)).action_probabilities(np.zeros((1, 4), np.float32)).sum(), 1.0,
+                               rtol=1e-6)
