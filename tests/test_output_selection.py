@@ -1,5 +1,5 @@
 """The `selected` output (seedleague.eval.output_selection): the least exploitable of a run's final
-params, param average and snapshots' meta-game Nash mixture, each scored exactly, cached while the run
+params, param average, snapshots' meta-game Nash mixture and their time average, each scored exactly, cached while the run
 is unchanged, and the param average where exploitability cannot be measured.
 
 Policies here ignore their observation (the policy head's kernel is zero), so each is one Kuhn behaviour
@@ -55,6 +55,9 @@ def test_the_snapshots_nash_mixture_is_chosen_when_it_is_least_exploitable(tmp_p
     assert scores["param_average"] == pytest.approx(exploitability(load_policy(run, average=True)))
     assert scores["param_average"] == pytest.approx(0.4583333, abs=1e-6)
     assert scores["population_nash"] == pytest.approx(expected_nash)
+    average = openspiel_eval.mixture_exploitability("kuhn_poker", snapshots + [load_policy(run, average=True)],
+                                                    [1 / 6, 1 / 6, 1 / 6, 1 / 2])  # snapshots uniform, average half
+    assert scores["population_average"] == pytest.approx(average)
     assert min(scores, key=scores.get) == "population_nash"
     assert resolved.source == "selected" and "population_nash" in resolved.note
     trained = load_trained(run)

@@ -2,21 +2,22 @@
 
 A run produces several candidate strategies: its final params, the param average over the
 end of its anneal, and its population of snapshots, whose meta-game (every snapshot against
-every other) has a Nash mixture (PSRO's meta-strategy, Lanctot et al. 2017). Which of them is
+every other) has a Nash mixture (PSRO's meta-strategy, Lanctot et al. 2017) and a time average
+(the uniform mixture, fictitious play's output; here with the param average at half weight). Which is
 least exploitable differs from game to game: in Kuhn poker the iterates circle the equilibrium
 and their Nash mixture is far better than any one network; in Leduc the newest snapshot beats
-its population yet is exploitable, and the param average is best. In an imperfect-information
+its population yet is exploitable, and the averages are best. In an imperfect-information
 OpenSpiel game every candidate's exploitability can be computed exactly, so the `selected`
 output (seedleague.output) measures all of them and hands over the least exploitable:
 
-    choice = select(run_dir)      # Choice: candidate name, members [(key, weight, path, step, average)], scores
-    choice.scores                 # {"param_average": 0.017, "final": 0.167, "population_nash": 0.003}
+    choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
+    choice.scores   # {"final": 0.167, "param_average": 0.017, "population_nash": 0.003, "population_average": 0.01}
 
 The meta-game is solved over the newest `POPULATION` snapshots with exact payoffs
 (seedleague.eval.metagame). `select` caches its choice in `<run_dir>/output_selection.json`,
 valid while the newest checkpoint and snapshot are the same, so loading the output again is
-cheap. Where exploitability cannot be measured (not an OpenSpiel imperfect-information game)
-`measurable` says no and the output is the param average.
+cheap. Where exploitability cannot be measured (not an OpenSpiel imperfect-information game:
+`game_of` gives None) `select` returns None and the output is the param average.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Candidate:
 class Choice:
     """The least exploitable candidate, with every candidate's score, for the run's state `stamp`."""
 
-    name: str  # "param_average", "final" or "population_nash"
+    name: str  # "final", "param_average", "population_nash" or "population_average"
     members: tuple[Candidate, ...]
     scores: dict  # candidate name -> exact exploitability
     stamp: dict  # {"checkpoint": step, "snapshot": newest key}: what the choice was made from
@@ -103,6 +104,11 @@ def _write(run_dir: str, choice: Choice) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _normalised(members: list[Candidate]) -> tuple[Candidate, ...]:
+    total = sum(m.weight for m in members)
+    return tuple(dataclasses.replace(m, weight=m.weight / total) for m in members)
+
+
 def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str, seed: int = 0) -> Optional[Choice]:
     """Measure every candidate of the run (newest checkpoint `checkpoint`, `player`'s snapshots
     `snapshot_keys`, oldest first) and return the least exploitable; None when the run's game
@@ -123,21 +129,28 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
     candidates: dict[str, tuple[tuple[Candidate, ...], float]] = {
         "final": ((Candidate(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
                   openspiel_eval.exploitability(game, final))}
+    average, average_member = None, Candidate(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True)
     try:
         average = load_policy(run_dir, checkpoint, seed=seed, average=True)
-        candidates["param_average"] = ((Candidate(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True),),
-                                       openspiel_eval.exploitability(game, average))
+        candidates["param_average"] = ((average_member,), openspiel_eval.exploitability(game, average))
     except NoParamAverageError:
         pass
     population = snapshot_keys[-POPULATION:]
     if population:
         player_dir = os.path.join(run_dir, "pool", player)
         policies = [load_policy(player_dir, parse_key(key)[1], seed=seed) for key in population]
+        snapshots = [Candidate(key, 1.0, player_dir, parse_key(key)[1]) for key in population]
         value, weights = metagame.nash_mixture_exploitability(game, policies)
-        members = tuple(Candidate(key, float(w), player_dir, parse_key(key)[1])
-                        for key, w in zip(population, weights) if w > 1e-6)
-        total = sum(m.weight for m in members)
-        candidates["population_nash"] = (tuple(dataclasses.replace(m, weight=m.weight / total) for m in members), value)
+        members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots, weights) if w > 1e-6]
+        candidates["population_nash"] = (_normalised(members), value)
+        # The time average of the iterates (fictitious play's and CFR's output), the param average at half weight.
+        members = [dataclasses.replace(m, weight=1.0 / len(snapshots)) for m in snapshots]
+        mixed = policies + ([average] if average is not None else [])
+        if average is not None:
+            members = [dataclasses.replace(m, weight=0.5 * m.weight) for m in members] + [
+                dataclasses.replace(average_member, weight=0.5)]
+        candidates["population_average"] = (_normalised(members), openspiel_eval.mixture_exploitability(
+            game, mixed, [m.weight for m in members]))
     name = min(candidates, key=lambda n: candidates[n][1])
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
                     time.perf_counter() - start)
