@@ -13,26 +13,31 @@ def make_batcher(expected: int, timeout_ms: float = 50.0, max_batch_size: int = 
 
 
 def test_full_batch_runs_without_waiting_for_the_timeout():
-    batcher = make_batcher(expected=3, timeout_ms=5000)
+    batcher = make_batcher(expected=3, timeout_ms=3.6e6)  # were it to wait for the timeout, the test would hang
     for size in (4, 8, 2):
         batcher.submit(Request(size, None))
-    start = time.perf_counter()
     batch = batcher.next_batch()
     assert [r.size for r in batch] == [4, 8, 2]
-    assert time.perf_counter() - start < 1.0
     assert batcher.timeouts == 0
 
 
-def test_partial_batch_runs_at_the_timeout():
+def test_partial_batch_runs_once_the_first_requests_deadline_has_passed():
     batcher = make_batcher(expected=3, timeout_ms=50)
-    batcher.submit(Request(4, "a"))
-    batcher.submit(Request(4, "b"))
-    start = time.perf_counter()
-    batch = batcher.next_batch()
-    waited = time.perf_counter() - start
-    assert [r.payload for r in batch] == ["a", "b"]
-    assert 0.03 <= waited < 1.0
+    past = time.perf_counter() - 1.0  # the first request arrived a second ago: its 50 ms deadline has passed
+    batcher.submit(Request(4, "a", arrived=past))
+    batcher.submit(Request(4, "b", arrived=past))
+    assert [r.payload for r in batcher.next_batch()] == ["a", "b"]  # the third worker is not waited for
     assert batcher.timeouts == 1
+
+
+def test_a_request_arriving_before_the_deadline_joins_the_batch():
+    batcher = make_batcher(expected=2, timeout_ms=3.6e6)
+    batcher.submit(Request(4, "a"))
+    late = threading.Thread(target=lambda: batcher.submit(Request(4, "b")))
+    late.start()
+    assert [r.payload for r in batcher.next_batch()] == ["a", "b"]  # next_batch blocks until b, not the timeout
+    late.join()
+    assert batcher.timeouts == 0
 
 
 def test_size_limit_splits_batches_and_keeps_order():
