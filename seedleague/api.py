@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.buckets import power_of_two
+from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.rl.networks import Network, NetworkConfig, make_network
 
 Rng = Union[np.random.Generator, int, None]
@@ -324,13 +325,6 @@ def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
     return restored["average"]["params"], int(restored["average"]["count"])
 
 
-def _network_config(meta: dict) -> NetworkConfig:
-    data = meta.get("network")
-    if data is None:
-        return NetworkConfig()  # checked against the params' shapes in _check_params
-    return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
 def _check_params(policy_source: str, network: Network, params: Any) -> None:
     """The restored params must have exactly the shapes the meta's network config builds."""
     expected = jax.eval_shape(network.init, jax.random.key(0))
@@ -378,11 +372,10 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
             raise FileNotFoundError(f"{directory!r} has no checkpoint at step {step}; it has steps {steps}")
         with _quiet_orbax():
             meta = dict(manager.restore(step, args=_meta_args())["meta"])
-        if "spec" not in meta:
-            raise ValueError(f"checkpoint {directory}/{step} has no env spec in its meta; it predates seedleague's format")
-        spec = PolicySpec.from_json(meta["spec"])
-        config = _network_config(meta)
         source = f"{directory}/{step}"
+        parsed = CheckpointMeta.from_json(meta, source, learner=False)
+        spec = PolicySpec.from_json(meta["spec"])
+        config = parsed.network or NetworkConfig()  # a meta without one is checked against the params' shapes
         if config.lstm_size:  # refused before reading any params
             raise _recurrent_error(source, config.lstm_size)
         if average:

@@ -247,22 +247,23 @@ def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, s
     print(f"serving the output of {path}: {resolved.describe()}", flush=True)
     if resolved.kind == "mixture":
         return "", None, False, os.path.abspath(path)
-    member = resolved.members[0]
-    return os.path.abspath(os.path.join(path, "checkpoints")), member.step, member.average, ""
+    member = resolved.members[0]  # a learner checkpoint, or one snapshot (a Nash mixture with one member)
+    directory = os.path.join(path, "checkpoints") if os.path.abspath(member.path) == os.path.abspath(path) else member.path
+    return os.path.abspath(directory), member.step, member.average, ""
 
 
 def _serve(args: argparse.Namespace) -> int:
     """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
     from launch import local
-    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+    from seedleague import checkpoint_meta
 
     directory, step, average, mixture = _serve_target(args)
     if mixture:
         first = output.resolve(mixture).members[0]
-        meta = Checkpointer(CheckpointConfig(directory=first.path)).restore_meta(first.step)
+        meta = checkpoint_meta.read(first.path, first.step)
     else:
-        meta = Checkpointer(CheckpointConfig(directory=directory)).restore_meta(step)
-    preset = presets.preset_for(meta["spec"]["env_name"])
+        meta = checkpoint_meta.read(directory, step)
+    preset = presets.preset_for(meta.spec.env_name)
     host = config_flags.build(HostConfig, args, preset.host)
     host = dataclasses.replace(host, learn=False, league=dataclasses.replace(host.league, address=""),
                                serve_param_average=host.serve_param_average or average, serve_output=mixture,

@@ -14,7 +14,7 @@ import pytest
 from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, _network, _params_of, load_average_policy,
                             load_policy, load_snapshot)
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
-from seedleague.host.host import spec_to_json
+from seedleague.checkpoint_meta import spec_to_json
 from seedleague.protocol.specs import EnvSpec
 from seedleague.rl.learner import LearnerConfig, ParamAverage, TrainState, init_train_state
 from seedleague.rl.networks import NetworkConfig

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
@@ -111,16 +112,6 @@ class HostConfig:
                              "or --league.address")
 
 
-def network_from_json(data: dict) -> NetworkConfig:
-    """The NetworkConfig a checkpoint was trained with (JSON turns tuples into lists)."""
-    return NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
-def learner_from_json(data: dict) -> LearnerConfig:
-    """The LearnerConfig a checkpoint was trained with (its optimiser state has that structure)."""
-    return LearnerConfig(**data)
-
-
 def _with_averaged_params(state: Any, source: str) -> Any:
     """`state` acting with its param average (LearnerConfig.average_from), for serving; ValueError if it has none."""
     if not state.average:
@@ -130,19 +121,6 @@ def _with_averaged_params(state: Any, source: str) -> Any:
         raise ValueError(f"{source} has no averaged params yet: its run stopped before averaging began")
     log.info("serving the param average of %s (%d updates)", source, count)
     return state._replace(params=state.average.params)
-
-
-def _spec_from_json(s: dict) -> EnvSpec:
-    return EnvSpec(s["env_name"], tuple(s["observation_shape"]), np.dtype(s["observation_dtype"]), s["num_actions"], 1)
-
-
-def spec_to_json(spec: EnvSpec) -> dict:
-    return dict(
-        env_name=spec.env_name,
-        observation_shape=list(spec.observation_shape),
-        observation_dtype=spec.observation_dtype.str,
-        num_actions=spec.num_actions,
-    )
 
 
 @dataclasses.dataclass
@@ -301,7 +279,7 @@ class Host:
 
     def _load_opponent(self, key: str) -> Any:
         state, meta = self.pool.restore(key, self.model.initial_state)
-        problem = self.model.fits(_spec_from_json(meta["spec"]))
+        problem = self.model.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").spec)
         if problem:
             raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
         return jax.device_put(state.params, self.layout.inference_device)
@@ -330,26 +308,19 @@ class Host:
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics
-        return dict(
-            spec=spec_to_json(self.model.spec),
-            network=dataclasses.asdict(self.config.network),
-            learner=dataclasses.asdict(self.config.learner),
-            env_steps=m.env_steps,
-            agent_steps=m.agent_steps,
-            episodes=m.episodes,
-            wall_s=self._trained_seconds(),
-            returns=list(m.returns),
-        )
+        return CheckpointMeta(self.model.spec, self.config.network, self.config.learner, env_steps=m.env_steps,
+                              agent_steps=m.agent_steps, episodes=m.episodes, wall_s=self._trained_seconds(),
+                              returns=tuple(m.returns)).to_json()
 
     def _restore(self) -> None:
         step = self.config.checkpoint.restore_step
-        meta = self.checkpointer.restore_meta(step)
-        spec = _spec_from_json(meta["spec"])
-        for name, parse in (("network", network_from_json), ("learner", learner_from_json)):
-            saved = parse(meta[name]) if name in meta else None
-            if saved is not None and saved != getattr(self.config, name):  # the saved state has that structure
-                log.warning("using the checkpoint's %s config %s, not %s", name, meta[name], getattr(self.config, name))
-                self.config = dataclasses.replace(self.config, **{name: saved})
+        saved = CheckpointMeta.from_json(self.checkpointer.restore_meta(step), source=self.checkpointer.directory)
+        spec = saved.spec
+        for name in ("network", "learner"):
+            config = getattr(saved, name)
+            if config is not None and config != getattr(self.config, name):  # the saved state has that structure
+                log.warning("using the checkpoint's %s config %s, not %s", name, config, getattr(self.config, name))
+                self.config = dataclasses.replace(self.config, **{name: config})
         network = make_network(self.config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
         template = init_train_state(self.config.learner, network, jax.random.key(0))
         step = self.checkpointer.latest_step() if step is None else step

@@ -1,0 +1,107 @@
+"""What a checkpoint says about itself: the JSON meta that every learner checkpoint and league
+snapshot carries beside its params, written and read in this one place.
+
+    meta = CheckpointMeta(spec, network, learner, env_steps=..., wall_s=...)
+    checkpointer.save(step, state, meta.to_json())
+    meta = CheckpointMeta.from_json(checkpointer.restore_meta(step), source="runs/kuhn/checkpoints/512")
+    meta.spec.env_name, meta.network, meta.learner   # EnvSpec, NetworkConfig, LearnerConfig (None: not recorded)
+
+The meta names the env spec the network was built for, the network and learner configs whose
+structure the saved params and optimiser state have, and the run's counters at that step.
+Keys this file does not know are kept in `extra` and written back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from seedleague.protocol.specs import EnvSpec
+from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.networks import NetworkConfig
+
+_COUNTERS = ("env_steps", "agent_steps", "episodes", "wall_s", "returns")
+
+
+def spec_to_json(spec: EnvSpec) -> dict:
+    return dict(env_name=spec.env_name, observation_shape=list(spec.observation_shape),
+                observation_dtype=spec.observation_dtype.str, num_actions=spec.num_actions)
+
+
+def spec_from_json(data: dict) -> EnvSpec:
+    return EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
+                   data["num_actions"], 1)
+
+
+def _config(cls, data: dict, source: str):
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"checkpoint {source} records a {cls.__name__} with fields this version of seedleague does "
+                         f"not have: {unknown}; load it with the version that wrote it")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def network_from_json(data: dict, source: str = "?") -> NetworkConfig:
+    """The NetworkConfig a checkpoint was trained with (JSON turns tuples into lists)."""
+    return _config(NetworkConfig, data, source)
+
+
+def learner_from_json(data: dict, source: str = "?") -> LearnerConfig:
+    """The LearnerConfig a checkpoint was trained with (its optimiser state has that structure)."""
+    return _config(LearnerConfig, data, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointMeta:
+    """A checkpoint's meta: the spec, the configs its state was built with, and the run's counters."""
+
+    spec: EnvSpec
+    network: Optional[NetworkConfig] = None  # None: the checkpoint predates recording it
+    learner: Optional[LearnerConfig] = None
+    env_steps: int = 0
+    agent_steps: int = 0
+    episodes: int = 0
+    wall_s: float = 0.0  # trained seconds, earlier sessions of a resumed run included
+    returns: tuple[float, ...] = ()  # the newest episode returns, for a resumed run's moving average
+    extra: dict = dataclasses.field(default_factory=dict)  # keys this file does not know, kept as they were
+
+    def to_json(self) -> dict:
+        out = dict(self.extra, spec=spec_to_json(self.spec), env_steps=self.env_steps, agent_steps=self.agent_steps,
+                   episodes=self.episodes, wall_s=self.wall_s, returns=list(self.returns))
+        if self.network is not None:
+            out["network"] = dataclasses.asdict(self.network)
+        if self.learner is not None:
+            out["learner"] = dataclasses.asdict(self.learner)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict, source: str, learner: bool = True) -> "CheckpointMeta":
+        """Parse a checkpoint's meta; ValueError naming `source` when it has no env spec (not seedleague's format)
+        or a config this version cannot build. `learner=False` leaves the learner config unread (loading a
+        policy for inference needs only the network)."""
+        if "spec" not in data:
+            raise ValueError(f"checkpoint {source} has no env spec in its meta; it predates seedleague's format")
+        known = {"spec", "network", "learner", *_COUNTERS}
+        network, learner_data = data.get("network"), data.get("learner") if learner else None
+        return cls(
+            spec=spec_from_json(data["spec"]),
+            network=network_from_json(network, source) if network is not None else None,
+            learner=learner_from_json(learner_data, source) if learner_data is not None else None,
+            env_steps=data.get("env_steps", 0), agent_steps=data.get("agent_steps", 0), episodes=data.get("episodes", 0),
+            wall_s=data.get("wall_s", 0.0), returns=tuple(data.get("returns", ())),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def read(directory: str, step: Optional[int] = None) -> CheckpointMeta:
+    """The meta of checkpoint `step` (None: the newest) in Checkpointer directory `directory`."""
+    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+
+    checkpointer = Checkpointer(CheckpointConfig(directory=directory))
+    try:
+        step = checkpointer.latest_step() if step is None else step
+        return CheckpointMeta.from_json(checkpointer.restore_meta(step), source=f"{directory}/{step}")
+    finally:
+        checkpointer.close()
