@@ -5,6 +5,7 @@ member; recurrent policies, bad formats, missing run directories and unknown sna
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -14,7 +15,7 @@ from seedleague import output
 from seedleague.api import load_policy, load_snapshot, load_trained
 from seedleague.cli import main
 from seedleague.rl.networks import NetworkConfig
-from test_api import KUHN, SMALL, save_checkpoint
+from test_api import KUHN, ROOT, SMALL, save_checkpoint
 
 # (env, network, observation dtype): one per torso; uint8 frames check the /255 scaling inside the graph.
 TORSOS = {
@@ -154,3 +155,17 @@ def test_unknown_snapshots_are_refused_naming_those_that_exist(tmp_path, capsys)
     err = refused(capsys, "--run-dir", run, "--snapshot", "main:latest", "--out", tmp_path / "p.onnx")
     assert "bad snapshot key" in err
     assert not (tmp_path / "p.onnx").exists() and not (run / "pool" / "exploiter").exists()
+
+
+def test_the_docs_python_example_runs(tmp_path, capsys, monkeypatch):
+    text = open(os.path.join(ROOT, "docs", "export.md")).read()
+    example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    save_checkpoint(tmp_path / "runs" / "kuhn" / "checkpoints", step=12, seed=5)
+    monkeypatch.chdir(tmp_path)  # the docs' "runs/kuhn" and "policy.onnx" are relative
+    assert export("--run-dir", "runs/kuhn", "--format", "onnx", "--out", "policy.onnx") == 0
+    namespace = {}
+    exec(compile(example, "docs/export.md", "exec"), namespace)
+    policy = load_trained("runs/kuhn")
+    np.testing.assert_allclose(namespace["probabilities"], policy.action_probabilities(namespace["observation"],
+                                                                                       namespace["mask"]), atol=1e-5)
+    assert "P(pass, bet) =" in capsys.readouterr().out
