@@ -81,6 +81,18 @@ def test_each_torso_exports_and_matches_the_api_in_onnxruntime(tmp_path, torso, 
         assert "divided by 255 inside the graph" in sidecar["observation"]["scaling"]
 
 
+def test_a_float64_env_gets_a_float32_input_and_the_sidecar_says_to_cast(tmp_path):
+    save_checkpoint(tmp_path / "run" / "checkpoints", env=("CartPole-v1", (4,), 2), step=1, seed=1, dtype=np.float64)
+    assert export("--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx") == 0
+    observation = json.loads((tmp_path / "p.onnx.json").read_text())["observation"]
+    assert observation["dtype"] == "float32" and observation["env_dtype"] == "float64"
+    assert "cast it to the graph's float32" in observation["scaling"]
+    obs = np.random.default_rng(0).normal(size=(3, 4))
+    session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    probs = session.run(["probabilities"], {"observation": obs.astype(np.float32), "legal_mask": np.ones((3, 2), bool)})
+    np.testing.assert_allclose(probs[0], load_trained(str(tmp_path / "run")).action_probabilities(obs), atol=1e-5)
+
+
 def test_a_mixture_output_writes_each_member_and_lists_their_weights(tmp_path):
     run = tmp_path / "run"
     for step in range(1, 7):
@@ -93,7 +105,8 @@ def test_a_mixture_output_writes_each_member_and_lists_their_weights(tmp_path):
     assert index["kind"] == "mixture" and index["output"]["source"] == "average_policy"
     assert index["members"] == [dict(file="policy.member0.onnx", key="main:000005", weight=0.5, step=5),
                                 dict(file="policy.member1.onnx", key="main:000006", weight=0.5, step=6)]
-    assert [i["name"] for i in index["inputs"]] == ["observation", "legal_mask"] and "draw one member" in index["how_to_play"]
+    assert [i["name"] for i in index["inputs"]] == ["observation", "legal_mask"]
+    assert "draw one member" in index["how_to_play"]
     trained = load_trained(str(run))
     for i, member in enumerate(trained.members):
         path = tmp_path / "exported" / f"policy.member{i}.onnx"
@@ -131,6 +144,9 @@ def test_bad_formats_and_outputs_are_refused_by_name(tmp_path, capsys):
     assert "--format 'tflite' is not supported" in err and "--format onnx" in err
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "policy.pt")
     assert "must name a .onnx file" in err and "policy.onnx" in err
+    (tmp_path / "dir.onnx").mkdir()
+    err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "dir.onnx")
+    assert "is a directory: name the file to write" in err
     assert not list(tmp_path.glob("p*"))
 
 

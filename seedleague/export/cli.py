@@ -84,7 +84,8 @@ def _check_out(out: str, format: str) -> None:
         raise ExportError(f"--out {out!r} must name a {FORMATS[format]} file for --format {format}, "
                           f"e.g. policy{FORMATS[format]}")
     if os.path.isdir(out):
-        raise ExportError(f"--out {out!r} is a directory: name the file to write, e.g. {os.path.join(out, 'policy.onnx')}")
+        raise ExportError(f"--out {out!r} is a directory: name the file to write, "
+                          f"e.g. {os.path.join(out, 'policy.onnx')}")
 
 
 def _snapshot(run_dir: str, key: str) -> output.Output:

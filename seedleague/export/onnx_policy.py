@@ -3,7 +3,7 @@
 The graph is the policy network of `seedleague.api.Policy` traced by jax2onnx with its params
 baked in as constants, for any batch size B:
 
-    inputs   observation    [B, *observation_shape]  the spec's dtype (uint8 frames are scaled inside)
+    inputs   observation    [B, *observation_shape]  the spec's dtype, float64 as float32 (uint8 scaled inside)
              legal_mask     [B, A] bool              True where an action is legal; all True for none
     outputs  logits         [B, A] float32           the policy head, no mask applied
              masked_logits  [B, A] float32           logits, illegal actions -inf
@@ -79,7 +79,8 @@ def policy_model(policy: Policy) -> Any:
 
     spec = policy.spec
     batch = jax.export.symbolic_shape(BATCH)[0]
-    inputs = [jax.ShapeDtypeStruct((batch, *spec.observation_shape), spec.observation_dtype),
+    dtype = jax.dtypes.canonicalize_dtype(spec.observation_dtype)  # float64 -> float32 unless jax_enable_x64
+    inputs = [jax.ShapeDtypeStruct((batch, *spec.observation_shape), dtype),
               jax.ShapeDtypeStruct((batch, spec.num_actions), np.bool_)]
     with _quiet_exporter():
         model = to_onnx(lambda obs, mask: _forward(policy, obs, mask), inputs, model_name="seedleague_policy",
@@ -103,18 +104,21 @@ def _tensors(values) -> list[dict]:
     return out
 
 
-def _observation(policy: Policy) -> dict:
-    """How to build the observation input: what the env worker sends the host for one agent."""
+def _observation(policy: Policy, graph_dtype: str) -> dict:
+    """How to build the observation input: what the env worker sends the host for one agent.
+    `graph_dtype` is the graph's input dtype: JAX computes in 32 bits, so a float64 env's input is float32."""
     spec, torso = policy.spec, _resolve_torso(policy.network_config.torso, policy.spec.observation_shape)
     dtype = np.dtype(spec.observation_dtype)
     scaling = ("uint8 values are divided by 255 inside the graph: feed the raw bytes" if dtype == np.uint8 else
                "cast to float32 inside the graph, with no normalisation: feed the values as the env worker sends them")
+    if graph_dtype != dtype.name:
+        scaling += f" (the env sends {dtype.name}; cast it to the graph's {graph_dtype} first)"
     encoding = ("envs.openspiel_games.encode(state, player): the acting player's information-state tensor (or the "
                 "observation tensor plus one constant plane per player marking whose view it is); actions are "
                 "OpenSpiel's distinct action ids" if spec.env_name.startswith("openspiel:") else
                 "the observation the env worker sends the host for this agent (seedleague.protocol.specs.EnvSpec), "
                 "one row per agent (env and seat) to act; actions are the worker's action indices")
-    return dict(env_name=spec.env_name, shape=list(spec.observation_shape), dtype=dtype.name,
+    return dict(env_name=spec.env_name, shape=list(spec.observation_shape), dtype=graph_dtype, env_dtype=dtype.name,
                 layout=_LAYOUTS[torso], scaling=scaling, encoding=encoding)
 
 
@@ -122,14 +126,14 @@ def describe(policy: Policy, model: Any) -> dict:
     """The sidecar of `policy`'s exported `model`: inputs, outputs, observation encoding, legal mask, origin."""
     torso = _resolve_torso(policy.network_config.torso, policy.spec.observation_shape)
     network = dict(policy.meta.get("network") or {}, torso_resolved=torso)
+    inputs = _tensors(model.graph.input)
     return dict(
-        format="onnx", opset=OPSET, producer="seedleague",
-        inputs=_tensors(model.graph.input), outputs=_tensors(model.graph.output),
+        format="onnx", opset=OPSET, producer="seedleague", inputs=inputs, outputs=_tensors(model.graph.output),
         output_meaning=dict(logits="policy head, unmasked", masked_logits="logits with illegal actions -inf",
                             probabilities="softmax over the legal actions (seedleague.api action_probabilities)",
                             value="value head: expected return of the acting agent"),
-        observation=_observation(policy), num_actions=policy.spec.num_actions, legal_mask=LEGAL_MASK,
-        recurrent=False, network=network, policy=dict(source=policy.source, step=policy.step),
+        observation=_observation(policy, inputs[0]["dtype"]), num_actions=policy.spec.num_actions,
+        legal_mask=LEGAL_MASK, recurrent=False, network=network, policy=dict(source=policy.source, step=policy.step),
     )
 
 
