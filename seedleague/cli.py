@@ -22,6 +22,7 @@ from seedleague.league.types import Mode
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
+from seedleague.export import cli as export_cli
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
@@ -315,6 +316,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     check_worker.add_parser(sub)
     league_cli.add_parser(sub)
     eval_cli.add_parser(sub)
+    export_cli.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by launch.ray_cluster
@@ -336,6 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return league_cli.run(args)
         if args.command in ("eval", "report"):
             return eval_cli.run(args)
+        if args.command == "export":
+            return export_cli.run(args)
         if args.command == "check-worker":
             return check_worker.run(args)
         if args.command == "host":

@@ -1,0 +1,165 @@
+"""`seedleague export`: write a run's trained policy as a file another program runs (in-game inference).
+
+    seedleague export --run-dir runs/kuhn --format onnx --out policy.onnx
+    seedleague export --run-dir runs/kuhn --snapshot main:000512 --out main512.onnx
+
+Without --snapshot it exports the run's output as seedleague.output.resolve and
+seedleague.api.load_trained define it. One network (sources final, param_average) becomes OUT and
+OUT.json. A mixture (average_policy, league_nash: one member played per whole episode) becomes one
+file per member, OUT with ".onnx" replaced by ".member0.onnx", ".member1.onnx", ... (each with its
+own .json), and OUT.json lists the members, their files, keys and weights; OUT itself is not
+written. Recurrent (LSTM) policies are refused.
+
+This file owns choosing what to export and where its files go; seedleague.export.onnx_policy owns
+the graph and what its sidecar says. See docs/export.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from seedleague import output
+from seedleague.api import RecurrentPolicyError, checkpoint_steps
+from seedleague.export import onnx_policy
+
+FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
+
+
+class ExportError(ValueError):
+    """Bad input to `seedleague export`; the message says what is wrong and what to change."""
+
+
+def add_parser(sub) -> None:
+    """Register `export` on an argparse subparsers object."""
+    parser = sub.add_parser("export", help="write a run's trained policy as an ONNX file for in-game inference "
+                                           "(see docs/export.md)",
+                            description="\n\n".join(__doc__.split("\n\n")[:3]),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory of `seedleague train`")
+    parser.add_argument("--snapshot", default=None, metavar="KEY",
+                        help="export league snapshot KEY (player:step, e.g. main:000512) from <run-dir>/pool instead "
+                             "of the run's output")
+    parser.add_argument("--format", default="onnx", metavar="FORMAT",
+                        help=f"file format: {', '.join(FORMATS)} (default: %(default)s)")
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="the file to write, e.g. policy.onnx; its sidecar FILE.json says how to feed it. A "
+                             "mixture output writes FILE's members as <name>.member0.onnx, ... instead")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `export`; 0 on success, 2 with a message for bad input or nothing to export."""
+    try:
+        for path in export(args.run_dir, args.out, args.format, args.snapshot):
+            print(f"wrote {path}")
+        return 0
+    except (ValueError, FileNotFoundError, NotADirectoryError, NotImplementedError) as error:
+        print(f"seedleague export: {error}", file=sys.stderr)
+        return 2
+
+
+def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = None) -> list[str]:
+    """Export `run_dir`'s output (or its league `snapshot`) to `out`; returns the paths written.
+
+    Raises ExportError (a ValueError) for a bad format, --out or snapshot key, FileNotFoundError
+    for a missing run directory, snapshot or output, and RecurrentPolicyError for an LSTM policy."""
+    _check_out(out, format)
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"no such run directory: {run_dir!r}: pass --run-dir the directory a `seedleague "
+                                "train --run-dir` wrote (it holds checkpoints/ and output.json)")
+    resolved = _snapshot(run_dir, snapshot) if snapshot else output.resolve(run_dir)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if resolved.kind == "policy":
+        onnx_policy.write(_load(resolved.members[0], snapshot), out, dict(kind="policy", output=resolved.describe()))
+        return [out, out + ".json"]
+    return _export_mixture(resolved, out)
+
+
+def _check_out(out: str, format: str) -> None:
+    if format not in FORMATS:
+        raise ExportError(f"--format {format!r} is not supported: seedleague export writes "
+                          f"{', '.join(FORMATS)} (pass --format onnx)")
+    if not out.endswith(FORMATS[format]) or out == FORMATS[format]:
+        raise ExportError(f"--out {out!r} must name a {FORMATS[format]} file for --format {format}, "
+                          f"e.g. policy{FORMATS[format]}")
+    if os.path.isdir(out):
+        raise ExportError(f"--out {out!r} is a directory: name the file to write, "
+                          f"e.g. {os.path.join(out, 'policy.onnx')}")
+
+
+def _snapshot(run_dir: str, key: str) -> output.Output:
+    """League snapshot `key` of `run_dir` as a one-member Output; ExportError/FileNotFoundError name what exists."""
+    from seedleague.league.types import parse_key
+
+    try:
+        player, step = parse_key(key)
+    except ValueError as error:
+        raise ExportError(f"--snapshot: {error}, e.g. main:000512") from None
+    if step is None:
+        raise ExportError(f"--snapshot {key!r} names a player, not a snapshot: pass player:step, e.g. {key}:000512 "
+                          f"(or leave --snapshot out to export the run's output)")
+    pool = os.path.join(run_dir, "pool")
+    player_dir = os.path.join(pool, player)
+    players = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
+    if not os.path.isdir(player_dir):
+        raise FileNotFoundError(f"--snapshot {key!r}: {run_dir!r} has no league snapshots of player {player!r} "
+                                f"(its pool has players {players}): pick a snapshot of one of them, or leave "
+                                "--snapshot out to export the run's output")
+    steps = checkpoint_steps(player_dir)
+    if step not in steps:
+        known = ", ".join(f"{player}:{s:06d}" for s in steps[-5:]) or "none"
+        raise FileNotFoundError(f"--snapshot {key!r}: no such snapshot in {player_dir!r} ({len(steps)} snapshots of "
+                                f"{player}, the newest: {known}): pass one of those to --snapshot")
+    return output.Output("snapshot", (output.Member(f"{player}:{step:06d}", 1.0, player_dir, step),))
+
+
+def _load(member: output.Member, snapshot: str | None):
+    """The member's Policy; a recurrent one is refused, saying what export supports."""
+    try:
+        return member.load()
+    except RecurrentPolicyError:
+        which = f"snapshot {snapshot}" if snapshot else f"{member.key} ({member.path})"
+        lstm = _lstm_size(member)
+        raise RecurrentPolicyError(
+            f"{which} has an LSTM core (network.lstm_size={lstm}): seedleague export writes feed-forward policies "
+            "only (torso mlp, conv or board with --network.lstm_size 0), whose graph needs no state carried between "
+            "calls; serve a recurrent policy with `seedleague serve` instead, or train with --network.lstm_size 0"
+        ) from None
+
+
+def _lstm_size(member: output.Member) -> int:
+    """The LSTM size in the member's checkpoint meta (read through seedleague.api's directory rule)."""
+    from seedleague.api import _checkpoint_dir
+    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+
+    checkpointer = Checkpointer(CheckpointConfig(directory=_checkpoint_dir(member.path)))
+    try:
+        return int((checkpointer.restore_meta(member.step).get("network") or {}).get("lstm_size", 0))
+    finally:
+        checkpointer.close()
+
+
+def _export_mixture(resolved: output.Output, out: str) -> list[str]:
+    """Each member to OUT's .member<i>.onnx (and .json), then OUT.json listing them with their weights.
+    An OUT left by an earlier export of one network is removed: it is not this output."""
+    stem = out[: -len(FORMATS["onnx"])]
+    written, members, first = [], [], None
+    for i, member in enumerate(resolved.members):
+        path = f"{stem}.member{i}.onnx"
+        entry = dict(file=os.path.basename(path), key=member.key, weight=member.weight, step=member.step)
+        sidecar = onnx_policy.write(_load(member, None), path, dict(kind="member", member=entry,
+                                                                        mixture=os.path.basename(out) + ".json"))
+        first = first or sidecar
+        written += [path, path + ".json"]
+        members.append(entry)
+    index = {k: first[k] for k in ("format", "opset", "inputs", "outputs", "output_meaning", "observation",
+                                   "num_actions", "legal_mask", "recurrent")}
+    index.update(kind="mixture", output=resolved.describe(), members=members, how_to_play=(
+        "a strategy over whole episodes: at each episode start draw one member with probability its weight and "
+        "act with that member's file until the episode ends (every member has the inputs and outputs above); "
+        "averaging the members' probabilities per step would be a different strategy"))
+    onnx_policy.write_json(out + ".json", index)
+    if os.path.exists(out):
+        os.remove(out)
+    return written + [out + ".json"]
