@@ -302,7 +302,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,ray-launch}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,export,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
     _add_run_flags(train, with_workers=True)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
