@@ -85,7 +85,7 @@ function classify(code, during) {
 }
 
 function codeName(code) {
-  return Object.keys(grpc.status).find((name) => grpc.status[name] === code) || `code ${code}`;
+  return grpc.status[code] || `code ${code}`; // grpc.status maps numbers back to names
 }
 
 module.exports = { loadEnvService, newClient, callMetadata, classify, codeName, defaultWorkerName, grpc };
