@@ -64,7 +64,8 @@ async function stream(client, reply, ctx) {
   const batch = stepBatch(reply.session_id, envs);
   const bytes = ctx.EnvService.service.Stream.requestSerialize(batch).length;
   if (reply.max_message_bytes > 0 && bytes > reply.max_message_bytes) {
-    return refused(`one step is ${bytes} bytes but the host accepts at most ${reply.max_message_bytes}; use fewer --envs`);
+    const limit = reply.max_message_bytes;
+    return refused(`one step is ${bytes} bytes but the host accepts at most ${limit}; use fewer --envs`);
   }
   const call = client.Stream(callMetadata(flags.token));
   const replies = new Replies(call);
