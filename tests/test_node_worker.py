@@ -174,27 +174,56 @@ class ScriptedHost(env_pb2_grpc.EnvServiceServicer):
 WITH_TOKEN = dict(os.environ, SEEDLEAGUE_TOKEN=TOKEN)
 
 
-def serve(servicer):
+def serve(servicer, tls=None):
+    """A gRPC server for `servicer` on a free loopback port; `tls` = (cert, key) PEM paths serves TLS."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     env_pb2_grpc.add_EnvServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        cert, key = (open(path, "rb").read() for path in tls)
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
     server.start()
     return server, port
+
+
+def run_until_second_stream(host, worker_cmd, port, *flags):
+    """Runs the worker until `host` sees its second stream step; returns its output and exit code."""
+    worker = subprocess.Popen(worker_cmd + ["--address", f"localhost:{port}", "--envs", "2", *flags], cwd=ROOT,
+                              env=WITH_TOKEN, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        reached = host.second_stream_stepped.wait(timeout=30)
+    finally:
+        worker.terminate()
+        out = worker.communicate(timeout=15)[0]
+    assert reached, f"the worker did not open a second stream:\n{out[-3000:]}"
+    return out, worker.returncode
 
 
 def test_internal_on_the_stream_means_reconnect(worker_cmd):
     host = ScriptedHost(grpc.StatusCode.INTERNAL)  # what grpc-js reports for a host restart (RST_STREAM)
     server, port = serve(host)
-    worker = subprocess.Popen(worker_cmd + ["--address", f"127.0.0.1:{port}", "--envs", "2"], cwd=ROOT,
-                              env=WITH_TOKEN, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert host.second_stream_stepped.wait(timeout=30), "the worker did not open a second stream"
+        out, rc = run_until_second_stream(host, worker_cmd, port)
     finally:
-        worker.terminate()
-        out = worker.communicate(timeout=15)[0]
         server.stop(grace=0)
-    assert worker.returncode == 0, out
+    assert rc == 0, out
     assert "lost the host (INTERNAL: scripted failure)" in out, out
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make a test certificate")
+def test_tls_with_the_hosts_ca(worker_cmd, tmp_path):
+    cert, key = str(tmp_path / "host.pem"), str(tmp_path / "host.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key,
+                    "-out", cert, "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    host = ScriptedHost(grpc.StatusCode.UNAVAILABLE)
+    server, port = serve(host, tls=(cert, key))
+    try:
+        out, rc = run_until_second_stream(host, worker_cmd, port, "--tls-ca", cert)
+    finally:
+        server.stop(grace=0)
+    assert rc == 0, out
 
 
 def test_invalid_argument_on_the_stream_is_a_refusal(worker_cmd):

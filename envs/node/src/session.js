@@ -5,7 +5,7 @@
 //
 //   const outcome = await runSession(ctx);   // {kind: 'stopped'|'done'|'reconnect'|'refused', message}
 
-const { newClient, callMetadata, classify, codeName } = require('./protocol');
+const { newClient, callMetadata, classify, codeName, grpc } = require('./protocol');
 const { tensor, readActions } = require('./tensors');
 const { SEATS } = require('./vector_game');
 
@@ -123,7 +123,16 @@ function failed(error, during, ctx) {
   if (ctx.stop.stopped) return { kind: 'stopped' };
   const kind = classify(error.code, during);
   const what = kind === 'refused' ? 'host refused' : 'lost the host';
-  return { kind, message: `${during}: ${what} (${codeName(error.code)}: ${error.details || error.message})` };
+  const message = `${during}: ${what} (${codeName(error.code)}: ${error.details || error.message})`;
+  return { kind, message: message + tlsHint(error.code, during, ctx.flags) };
+}
+
+// From the worker's side a TLS mismatch looks like an unreachable host: say what to check.
+function tlsHint(code, during, flags) {
+  if (during !== 'handshake' || code !== grpc.status.UNAVAILABLE) return '';
+  return flags.tlsCa
+    ? ' (check that the host serves TLS with a certificate signed by --tls-ca for this address)'
+    : ' (if the host serves TLS, pass its CA with --tls-ca)';
 }
 
 // The stream's answers, one at a time: {message}, {error} or {ended}.
