@@ -9,6 +9,9 @@ const USAGE = `usage: node envs/node/src/worker.js --address HOST:PORT [options]
   --seed S                seed of the first seats and the backoff jitter (default 0)
   --heaps 1,3,5,7         initial Nim heap sizes, each 1..7 (default 1,3,5,7)
   --max-steps N           exit 0 after N env steps, all envs together (default 0 = no limit)
+  --vs-random             evaluation: seat (env % 2) plays uniformly random moves made here, and the
+                          exit summary gives the host's wins/losses/draws against it (for seedleague
+                          serve; never train with it)
   --tls-ca PEM            trust this CA and connect with TLS (default: plaintext)
   --tls-server-name NAME  name to check the host certificate against (default: the address's host)
   --token T               bearer token (default: $SEEDLEAGUE_TOKEN; prefer the variable, ps shows flags)
@@ -34,6 +37,7 @@ const DEFAULTS = {
   backoffMax: 5.0,
   connectTimeout: 10.0,
   protoDir: '',
+  vsRandom: false,
 };
 
 // flag name -> [key in the result, parser]
@@ -53,6 +57,9 @@ const FLAGS = {
   '--connect-timeout': ['connectTimeout', number],
   '--proto-dir': ['protoDir', String],
 };
+
+// flags without a value -> key set to true
+const SWITCHES = { '--vs-random': 'vsRandom' };
 
 class FlagError extends Error {}
 
@@ -83,6 +90,10 @@ function parseFlags(argv) {
     if (arg.startsWith('--') && eq > 0) {
       value = arg.slice(eq + 1);
       arg = arg.slice(0, eq);
+    }
+    if (SWITCHES[arg] && value === undefined) {
+      flags[SWITCHES[arg]] = true;
+      continue;
     }
     const known = FLAGS[arg];
     if (!known) throw new FlagError(`unknown flag ${arg} (see --help)`);

@@ -13,13 +13,18 @@
 // next message carries its final reward, terminated = 1 and the first
 // observation of the next game. The first seat to move is random per env for
 // the first game, then alternates game by game.
+//
+// With `vsRandom`, seat `e % 2` of env e plays uniformly random legal moves
+// chosen here, whatever the host sends for it, and `results` counts the host's
+// wins, losses and draws against it: an evaluation against `seedleague serve`,
+// never for training (the host would learn from moves it did not choose).
 
 const { makeRng } = require('./rng');
 
 const SEATS = 2;
 
 class VectorGame {
-  constructor(makeGame, numEnvs, seed) {
+  constructor(makeGame, numEnvs, seed, vsRandom = false) {
     if (!Number.isInteger(numEnvs) || numEnvs < 1) throw new Error(`numEnvs must be >= 1, got ${numEnvs}`);
     this.games = Array.from({ length: numEnvs }, makeGame);
     const g = this.games[0];
@@ -37,6 +42,10 @@ class VectorGame {
     this.acting = new Uint8Array(agents);
     this.episodes = 0;
     this.illegal = 0;
+    this.vsRandom = vsRandom;
+    this.randomMove = makeRng(Number(seed) + 1);
+    this.scratchMask = new Uint8Array(this.numActions);
+    this.results = { wins: 0, losses: 0, draws: 0 }; // the host's, with vsRandom
   }
 
   resetAll() {
@@ -56,7 +65,8 @@ class VectorGame {
     for (let e = 0; e < this.numEnvs; e++) {
       const game = this.games[e];
       const seat = game.toMove;
-      let a = actions[e * SEATS + seat];
+      const randomSeat = this.vsRandom && seat === e % SEATS;
+      let a = randomSeat ? this.randomLegal(game) : actions[e * SEATS + seat];
       if (!game.isLegal(a)) {
         illegal++;
         a = game.firstLegal();
@@ -69,11 +79,30 @@ class VectorGame {
       }
       this.terminated[e] = 1;
       this.episodes++;
+      if (this.vsRandom) this.count(winner, e % SEATS);
       this.resetOne(e); // same-step autoreset
     }
     this.illegal += illegal;
     this.render();
     return illegal;
+  }
+
+  // A uniformly random legal action of the seat to move.
+  randomLegal(game) {
+    game.legalMask(this.scratchMask);
+    let legal = 0;
+    for (const m of this.scratchMask) legal += m;
+    let pick = Math.floor(this.randomMove() * legal);
+    for (let a = 0; a < this.numActions; a++) {
+      if (this.scratchMask[a] && pick-- === 0) return a;
+    }
+    return game.firstLegal();
+  }
+
+  count(winner, randomSeat) {
+    if (winner < 0) this.results.draws++;
+    else if (winner === randomSeat) this.results.losses++;
+    else this.results.wins++;
   }
 
   resetOne(e) {

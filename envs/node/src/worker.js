@@ -41,7 +41,7 @@ function envSpec(envs, heaps) {
 // Everything a session needs; throws on a bad setup (exit 2).
 function setUp(flags) {
   checkLittleEndian();
-  const envs = new VectorGame(() => new Nim(flags.heaps), flags.envs, flags.seed);
+  const envs = new VectorGame(() => new Nim(flags.heaps), flags.envs, flags.seed, flags.vsRandom);
   const rng = makeRng(flags.seed ^ 0x5eed);
   return {
     EnvService: loadEnvService(flags.protoDir),
@@ -77,8 +77,14 @@ async function run(ctx) {
 
 function summary(ctx) {
   const s = ctx.stats;
-  return `stopped: ${s.steps} steps, ${s.envSteps} env steps, ${ctx.envs.episodes} episodes, ` +
+  const line = `stopped: ${s.steps} steps, ${s.envSteps} env steps, ${ctx.envs.episodes} episodes, ` +
     `${s.sessions} sessions, ${s.reconnects} reconnects, policy version ${s.policyVersion}`;
+  if (!ctx.envs.vsRandom) return line;
+  const { wins, losses, draws } = ctx.envs.results;
+  const games = wins + losses + draws;
+  const rate = games ? ((100 * wins) / games).toFixed(1) : 'n/a';
+  return `${line}\nnim_worker: vs random: the host won ${wins}, lost ${losses}, drew ${draws} of ${games} games ` +
+    `(${rate}% won, seats alternating)`;
 }
 
 async function main(argv) {

@@ -69,3 +69,21 @@ test('vector game: an illegal action is counted and replaced by the first legal 
   assert.equal(envs.step(new Int32Array([99, 99, -1, -1])), 2);
   assert.equal(envs.illegal, 2);
 });
+
+test('vs random: seat e % 2 moves at random, and every finished game is counted for the host', () => {
+  const envs = new VectorGame(() => new Nim([1, 3, 5, 7]), 4, 0, true);
+  envs.resetAll();
+  const firstLegal = new Int32Array(8);
+  for (let t = 0; t < 500; t++) {
+    for (let e = 0; e < 4; e++) {
+      const game = envs.games[e];
+      firstLegal[e * 2 + game.toMove] = game.firstLegal();
+    }
+    envs.step(firstLegal);
+  }
+  const { wins, losses, draws } = envs.results;
+  assert.equal(wins + losses + draws, envs.episodes);
+  assert.equal(draws, 0); // Nim has no draws
+  assert.ok(wins > 0 && losses > 0, JSON.stringify(envs.results));
+  assert.equal(envs.illegal, 0); // random moves are legal
+});
