@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install proto run test test-slow bench chaos clean cpp-deps cpp-worker
+.PHONY: install proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -27,8 +27,11 @@ seedleague/%_pb2.py: proto/seedleague/%.proto $(STAMP)
 run: install
 	$(VENV)/bin/seedleague train
 
-## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker it tests.
+## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker and
+##       installs the Node worker's packages it tests (without npm, the Node tests skip and say why).
 test: install cpp-worker
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-worker; \
+	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
 	$(PY) -m pytest
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
@@ -46,7 +49,7 @@ chaos: install
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi
+	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi envs/node/node_modules
 
 ## cpp-deps: Debian packages for the C++ worker (gRPC, protobuf, protoc plugin); needs root.
 cpp-deps:
@@ -73,3 +76,14 @@ $(CPP_SRCS) &: $(CPP_PROTO) | cpp-deps
 $(CPP_BUILD)/connect_four_worker: envs/cpp/connect_four_worker.cc envs/cpp/connect_four.h $(CPP_SRCS)
 	g++ -std=c++17 -O2 -Wall -I$(CPP_GEN) -Ienvs/cpp -o $@ envs/cpp/connect_four_worker.cc $(CPP_SRCS) \
 		$$(pkg-config --cflags --libs grpc++ protobuf) -lpthread
+
+NODE_DIR   := envs/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+## node-worker: the Node.js Nim worker's packages (npm ci in envs/node, versions from package-lock.json);
+##              run it with `node envs/node/src/worker.js --address HOST:PORT`.
+node-worker: $(NODE_STAMP)
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	touch $@

@@ -279,11 +279,14 @@ const char* CodeName(grpc::StatusCode code) {
 }
 
 // The protocol's table (docs/protocol.md section 6): lost connection => retry.
+// INTERNAL/UNKNOWN/ABORTED/DATA_LOSS are what gRPC libraries report for a reset
+// transport (a host restart); the host never refuses with them.
 bool Retriable(const grpc::Status& status, bool on_stream) {
   switch (status.error_code()) {
     case grpc::UNAVAILABLE:
     case grpc::CANCELLED:
     case grpc::DEADLINE_EXCEEDED:
+    case grpc::INTERNAL: case grpc::UNKNOWN: case grpc::ABORTED: case grpc::DATA_LOSS:
       return true;
     case grpc::FAILED_PRECONDITION:
       return on_stream;  // unknown/closed session: handshake again
