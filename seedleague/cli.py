@@ -25,10 +25,30 @@ from seedleague.eval import cli as eval_cli
 from seedleague.export import cli as export_cli
 
 
-def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
+def _env_given(argv: list[str]) -> Optional[str]:
+    """The value of --env in `argv`, if any (read before parsing, so --help can show that env's defaults)."""
+    for i, arg in enumerate(argv):
+        if arg == "--env" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--env="):
+            return arg.partition("=")[2]
+    return None
+
+
+def _help_preset(env: str) -> Optional[presets.Preset]:
+    try:
+        return presets.preset_for(env)
+    except Exception:  # a bad --env is refused, with its reason, once the arguments are parsed
+        return None
+
+
+def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Optional[str] = None) -> None:
     # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
-    parser.add_argument("--env", default=presets.DEFAULT_ENV if with_workers else "CartPole-v1",
-                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: %(default)s)")
+    default_env = presets.DEFAULT_ENV if with_workers else "CartPole-v1"
+    preset = _help_preset(env or default_env)
+    parser.add_argument("--env", default=default_env,
+                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: %(default)s); the "
+                             "defaults --help shows are the ones this env's preset applies")
     parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
@@ -53,9 +73,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     league.add_argument("--output", default=None, choices=tuple(output.SOURCES), metavar="SOURCE",
                         help="the run's output, recorded in <run-dir>/output.json when the run starts and loaded by "
                              "seedleague.api.load_trained and `seedleague serve --checkpoint RUN_DIR`: "
-                             f"{output.choices_text()} (default: the preset's, final)")
-    config_flags.add_flags(league, LeagueConfig, prefix="league_config.")
-    config_flags.add_flags(parser, HostConfig)
+                             f"{output.choices_text()} (default: {preset.output if preset else 'final'})")
+    config_flags.add_flags(league, LeagueConfig, prefix="league_config.", base=preset.league if preset else None)
+    config_flags.add_flags(parser, HostConfig, base=preset.host if preset else None)
 
 
 def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str]):
@@ -304,9 +324,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,export,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
-    _add_run_flags(train, with_workers=True)
+    _add_run_flags(train, with_workers=True, env=_env_given(argv))
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
-    _add_run_flags(host, with_workers=False)
+    _add_run_flags(host, with_workers=False, env=_env_given(argv))
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)

@@ -4,19 +4,49 @@
 prefixed by their field name (`--replay.capacity`, `--learner.learning_rate`);
 `build(HostConfig, args, base)` returns `base` with every flag the user gave
 applied, so presets stay defaults and the command line overrides them.
+
+    add_flags(parser, HostConfig, base=preset.host)   # --help shows the preset's values, not the dataclass's
+    host = build(HostConfig, parser.parse_args(), preset.host)
+
+Each flag's help is the field's own comment in its dataclass (`lr: float = 3e-4  # the learning rate`)
+and the default that applies. An enum field lists its choices in its help and in the error for a
+bad value. A flag that is not given keeps the base's value; `none` given to an optional field sets
+it to None (so a preset's value can be cleared).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
+import functools
+import inspect
+import io
+import tokenize
 import types
 import typing
 from typing import Any, Optional
 
 
+class _NotGiven:
+    """The default of every generated flag: the user did not give it (None is a value a flag may set)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+    def __bool__(self) -> bool:  # `getattr(args, "league.address", None)` reads as "not given"
+        return False
+
+
+NOT_GIVEN = _NotGiven()
+
+
 def _is_config(tp: Any) -> bool:
     return dataclasses.is_dataclass(tp) and isinstance(tp, type)
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
 def _parser_for(tp: Any):
@@ -29,6 +59,8 @@ def _parser_for(tp: Any):
         return lambda text: tuple(item(part) for part in text.split(",") if part.strip())
     if tp is bool:
         return _parse_bool
+    if _is_enum(tp):
+        return functools.partial(_parse_enum, tp)
     return tp
 
 
@@ -41,19 +73,65 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def add_flags(parser: argparse.ArgumentParser, config_type: type, prefix: str = "") -> None:
-    """Add `--<prefix><field>` flags for every leaf field of `config_type` (default: keep preset)."""
+def _choices(tp: type) -> str:
+    return ", ".join(str(member.value) for member in tp)
+
+
+def _parse_enum(tp: type, text: str) -> enum.Enum:
+    for member in tp:
+        if text in (str(member.value), member.name, member.name.lower()):
+            return member
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of {_choices(tp)}")
+
+
+@functools.lru_cache(maxsize=None)
+def field_comments(config_type: type) -> dict[str, str]:
+    """{field: its trailing `# comment` in the class body}, for the fields whose line has one."""
+    try:
+        source = inspect.getsource(config_type)
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(config_type)}
+    comments: dict[str, str] = {}
+    line_field: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        row, col = token.start
+        if token.type == tokenize.NAME and col == 4 and token.string in names:  # a field at class-body indentation
+            line_field[row] = token.string
+        elif token.type == tokenize.COMMENT and row in line_field:
+            comments.setdefault(line_field[row], token.string.lstrip("#").strip())
+    return comments
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
+
+
+def add_flags(parser: argparse.ArgumentParser, config_type: type, prefix: str = "", base: Optional[Any] = None) -> None:
+    """Add `--<prefix><field>` flags for every leaf field of `config_type`; the help shows `base`'s
+    value (the preset that applies) as the default, else the dataclass's."""
     hints = typing.get_type_hints(config_type)
+    comments = field_comments(config_type)
     for field in dataclasses.fields(config_type):
         tp = hints[field.name]
+        current = getattr(base, field.name) if base is not None else (
+            field.default if field.default is not dataclasses.MISSING else
+            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
         if _is_config(tp):
-            add_flags(parser, tp, f"{prefix}{field.name}.")
+            add_flags(parser, tp, f"{prefix}{field.name}.", current)
             continue
-        default = field.default if field.default is not dataclasses.MISSING else None
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        inner = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+        help_text = comments.get(field.name, "")
+        if _is_enum(inner):
+            help_text = f"{help_text}; one of {_choices(inner)}" if help_text else f"one of {_choices(inner)}"
+        help_text = f"{help_text} (default: {_shown(current)})" if help_text else f"(default: {_shown(current)})"
         parser.add_argument(
-            f"--{prefix}{field.name}", dest=f"{prefix}{field.name}", type=_parser_for(tp), default=None,
-            metavar=getattr(tp, "__name__", "VALUE").upper(), help=f"(default: {shown})",
+            f"--{prefix}{field.name}", dest=f"{prefix}{field.name}", type=_parser_for(tp), default=NOT_GIVEN,
+            metavar=getattr(inner, "__name__", "VALUE").upper(), help=help_text.replace("%", "%%"),
         )
 
 
@@ -67,7 +145,7 @@ def build(config_type: type, args: argparse.Namespace, base: Optional[Any] = Non
         if _is_config(tp):
             changes[field.name] = build(tp, args, getattr(base, field.name), f"{prefix}{field.name}.")
             continue
-        value = getattr(args, f"{prefix}{field.name}", None)
-        if value is not None:
+        value = getattr(args, f"{prefix}{field.name}", NOT_GIVEN)
+        if value is not NOT_GIVEN:
             changes[field.name] = value
     return dataclasses.replace(base, **changes)

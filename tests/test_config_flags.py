@@ -1,0 +1,91 @@
+"""config_flags: one flag per config field, help from the field's comment and the default that applies,
+enum choices in help and errors, `none` clears an optional field, and a flag not given keeps the base."""
+
+import argparse
+import dataclasses
+import enum
+from typing import Optional
+
+import pytest
+
+from seedleague import config_flags
+from seedleague.host.host import HostConfig
+from seedleague.league.config import LeagueConfig
+from seedleague.league.types import Mode
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    size: int = 3  # how many, at most
+    sizes: tuple[int, ...] = (4, 5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    rate: float = 0.5  # the step size; 100% is 1.0
+    start: Optional[int] = None  # where averaging starts (none: never)
+    colour: Colour = Colour.RED
+    fast: bool = False
+    inner: Inner = Inner()
+
+
+def parser_for(base=None):
+    parser = argparse.ArgumentParser(prog="t")
+    config_flags.add_flags(parser, Outer, base=base)
+    return parser
+
+
+def help_of(parser, flag):
+    return next(a.help for a in parser._actions if flag in a.option_strings)
+
+
+def test_flags_not_given_keep_the_base_and_given_ones_replace_it():
+    base = Outer(rate=0.1, start=7, inner=Inner(size=9))
+    args = parser_for().parse_args(["--inner.sizes", "1,2", "--fast", "yes", "--colour", "blue"])
+    built = config_flags.build(Outer, args, base)
+    assert built == Outer(rate=0.1, start=7, colour=Colour.BLUE, fast=True, inner=Inner(size=9, sizes=(1, 2)))
+
+
+def test_none_clears_an_optional_field_that_the_base_sets():
+    args = parser_for().parse_args(["--start", "none"])
+    assert config_flags.build(Outer, args, Outer(start=7)).start is None
+
+
+def test_help_shows_the_fields_comment_and_the_default_that_applies():
+    plain, preset = parser_for(), parser_for(Outer(rate=0.25, inner=Inner(size=8)))
+    assert help_of(plain, "--rate") == "the step size; 100%% is 1.0 (default: 0.5)"  # argparse prints one %
+    assert help_of(preset, "--rate").endswith("(default: 0.25)")
+    assert help_of(preset, "--inner.size") == "how many, at most (default: 8)"
+    assert help_of(plain, "--inner.sizes") == "(default: 4,5)"
+    assert "100% is 1.0" in plain.format_help()
+
+
+def test_an_enum_lists_its_choices_in_help_and_in_the_error(capsys):
+    parser = parser_for()
+    assert help_of(parser, "--colour") == "one of red, blue (default: red)"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--colour", "bogus"])
+    assert "'bogus' is not one of red, blue" in capsys.readouterr().err
+
+
+def test_the_league_mode_flag_names_its_modes(capsys):
+    parser = argparse.ArgumentParser(prog="t")
+    config_flags.add_flags(parser, LeagueConfig, prefix="league_config.", base=LeagueConfig(mode=Mode.PSRO))
+    text = help_of(parser, "--league_config.mode")
+    assert all(mode.value in text for mode in Mode) and text.endswith(f"(default: {Mode.PSRO.value})")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--league_config.mode", "bogus"])
+    assert "is not one of" in capsys.readouterr().err
+
+
+def test_every_host_flag_builds_back_to_the_base_when_none_is_given():
+    parser = argparse.ArgumentParser(prog="t")
+    config_flags.add_flags(parser, HostConfig)
+    base = HostConfig(batch_size=8)
+    assert config_flags.build(HostConfig, parser.parse_args([]), base) == base
+    assert not getattr(parser.parse_args([]), "league.address")  # a flag not given reads as false
