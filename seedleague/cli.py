@@ -19,6 +19,7 @@ from seedleague.host.host import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
+from seedleague.protocol.specs import EnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
@@ -26,8 +27,10 @@ from seedleague.eval import cli as eval_cli
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
-    parser.add_argument("--env", default=presets.DEFAULT_ENV if with_workers else "CartPole-v1",
-                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: %(default)s)")
+    parser.add_argument("--env", default=None,
+                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: "
+                             f"{presets.DEFAULT_ENV if with_workers else 'CartPole-v1'}"
+                             f"{'; with --worker-cmd: none, the game is the worker spec' if with_workers else ''})")
     parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
@@ -39,6 +42,14 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
                         help="stop when the mean return of the last 100 episodes reaches this")
     add_security_flags(parser, "server")
     if with_workers:
+        parser.add_argument("--worker-cmd", action="append", default=None, metavar="CMD",
+                            help="start this command line as an env worker, in place of a built-in one: any binary "
+                                 "that speaks docs/protocol.md, e.g. 'build/cpp/connect_four_worker --address "
+                                 "{address} --seed {seed}' ({address}: the host's host:port, also in "
+                                 "$SEEDLEAGUE_ADDRESS; {seed}: distinct per worker and restart). Repeat it for "
+                                 "different workers, or give one with --workers N for N copies. The run's settings "
+                                 "come from the first worker's spec: two or more seats train in a league with the "
+                                 "game recipe. Its exit status 2 (it refuses its game) stops the run")
         parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
     league = parser.add_argument_group(
@@ -57,13 +68,13 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     config_flags.add_flags(parser, HostConfig)
 
 
-def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str]):
+def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str], multiplayer: bool, name: str):
     """The league of a two-player run (None for single-agent envs), from the flags and the preset."""
     from launch.league import LeagueSpec, PlayerSpec
 
-    if not presets.is_multiplayer(args.env):
+    if not multiplayer:
         if args.players or getattr(args, "league.address", None):
-            raise SystemExit(f"--players and --league.* need a two-player game; {args.env} is single-agent")
+            raise SystemExit(f"--players and --league.* need a two-player game; {name} is single-agent")
         return None
     players = tuple(PlayerSpec.parse(p) for p in (args.players or preset.players).split(",") if p.strip())
     if len({p.name for p in players}) != len(players):
@@ -112,11 +123,12 @@ def _check_game(env_id: str) -> None:
         raise ValueError(f"--env {env_id} is refused: {error}") from None
 
 
-def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league) -> output.OutputConfig:
+def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league,
+                   name: str) -> output.OutputConfig:
     """The run's output source (--output, else the preset's) and the player whose snapshots it mixes."""
     source = args.output or preset.output
     if source in output.MIXTURES and league is None:
-        raise ValueError(f"--output {source} mixes a league's snapshots, and {args.env} is single-agent (no league): "
+        raise ValueError(f"--output {source} mixes a league's snapshots, and {name} is single-agent (no league): "
                          "use --output final or param_average")
     if source == "league_nash" and not host.league.address:
         mode = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.").mode
@@ -128,14 +140,66 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
     return output.OutputConfig(source, player)
 
 
+def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
+    """--worker-cmd command lines as argv templates, one per worker (--workers N copies one command)."""
+    import shlex
+
+    commands = tuple(tuple(shlex.split(command)) for command in args.worker_cmd)
+    if not all(commands):
+        raise ValueError("--worker-cmd is empty: give the worker's command line, e.g. "
+                         "--worker-cmd 'build/cpp/connect_four_worker --address {address}'")
+    if args.env is not None:
+        raise ValueError(f"--env {args.env} and --worker-cmd: choose one. --worker-cmd takes the run's settings from "
+                         "the worker's own spec; --env starts a built-in worker")
+    if args.envs_per_worker is not None:
+        raise ValueError("--envs-per-worker sets built-in workers' envs: give a --worker-cmd's envs in its own command")
+    count = len(commands) if args.workers is None else args.workers
+    if len(commands) > 1 and count != len(commands):
+        raise ValueError(f"{len(commands)} --worker-cmd give {len(commands)} workers, but --workers says {count}: "
+                         "repeat --worker-cmd once per worker, or give one --worker-cmd with --workers N")
+    if count < 1:
+        raise ValueError(f"--worker-cmd needs --workers >= 1, got {count}")
+    return commands * count if len(commands) == 1 else commands
+
+
+def _spec_preset(args: argparse.Namespace, workers, run_dir: str) -> tuple[presets.Preset, EnvSpec]:
+    """The preset for the game the first --worker-cmd worker declares (launch.probe), or ValueError."""
+    from launch.probe import probe_spec
+
+    bind_host = (args.address or HostConfig().address).rpartition(":")[0]
+    print(f"starting worker 0 to read its spec: {' '.join(workers.templates[0])}", flush=True)
+    spec = probe_spec(workers, bind_host, os.path.join(run_dir, "logs"), server_security_from_args(args))
+    print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
+          f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
+          flush=True)
+    return presets.preset_for_spec(spec), spec
+
+
 def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
     from launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
-    _check_game(args.env)
-    preset = presets.preset_for(args.env)
-    host = config_flags.build(HostConfig, args, preset.host)
+    custom = with_workers and bool(args.worker_cmd)
     workers = WorkerSpec()
-    if with_workers:
+    if custom:
+        templates = _worker_templates(args)
+        workers = WorkerSpec(len(templates), templates=templates)
+    elif args.env is None:
+        args.env = presets.DEFAULT_ENV if with_workers else "CartPole-v1"
+    run_dir = args.run_dir
+    if args.resume and not run_dir:
+        raise SystemExit("--resume needs --run-dir: the run directory to continue")
+    if custom:
+        run_dir = run_dir or _default_run_dir("worker")
+        preset, spec = _spec_preset(args, workers, run_dir)
+        multiplayer, name = spec.num_seats >= 2, f"the worker's game {spec.env_name!r}"
+    else:
+        _check_game(args.env)
+        preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
+        run_dir = run_dir or _default_run_dir(args.env)
+    host = config_flags.build(HostConfig, args, preset.host)
+    if custom:
+        presets.check_trainable(spec, host.batcher.max_batch_size)
+    elif with_workers:
         count = preset.workers if args.workers is None else args.workers
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
         if count < 0 or envs < 1:
@@ -149,15 +213,14 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     )
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal_steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
-    run_dir = args.run_dir or os.path.join(
-        "runs", f"{args.env.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    )
-    if args.resume and not args.run_dir:
-        raise SystemExit("--resume needs --run-dir: the run directory to continue")
-    league = _league_spec(args, preset, argv or [])
+    league = _league_spec(args, preset, argv or [], multiplayer, name)
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
-                     security=server_security_from_args(args), league=league, env_id=args.env,
-                     output=_output_config(args, preset, host, league))
+                     security=server_security_from_args(args), league=league, env_id=args.env or "",
+                     output=_output_config(args, preset, host, league, name))
+
+
+def _default_run_dir(name: str) -> str:
+    return os.path.join("runs", f"{name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
