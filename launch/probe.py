@@ -1,19 +1,23 @@
-"""A worker binary's env spec, read before the host exists.
+"""A worker's env spec, read before the host exists.
 
-`seedleague train --worker-cmd CMD` with no --env knows nothing of the game until a
-worker says what it is. `probe_spec` starts the first worker against a probe server
-that reads its handshake (the `EnvSpec`), answers UNAVAILABLE ("the host is
-starting"), and stops the worker; the run's settings then come from that spec
-(`presets.preset_for_spec`) and the real workers start against the real host.
+`seedleague train --worker-cmd CMD`, and `seedleague host` with no --env, know nothing
+of the game until a worker says what it is. A probe server reads the first handshake
+(the `EnvSpec`) and answers UNAVAILABLE ("the host is starting"); the run's settings
+then come from that spec (`presets.preset_for_spec`).
 
-    spec = probe_spec(workers, "127.0.0.1", log_dir, security)
+    spec = probe_spec(workers, "127.0.0.1", log_dir, security)   # train: start worker 0, read, stop it
+    spec, address = await_spec("0.0.0.0:50051", security)        # host: wait for a worker from anywhere
 
-A worker that exits before its handshake, or does not handshake in time, ends the
-run with `WorkerRefused`, whose message carries the end of the worker's log.
+`probe_spec` stops the worker it started; the real workers start against the real
+host. After `await_spec` the real host binds the same address, and the worker, told
+UNAVAILABLE, reconnects to it with backoff (docs/protocol.md sections 6 and 7). A
+started worker that exits before its handshake, or does not handshake in time, ends
+the run with `WorkerRefused`, whose message carries the end of the worker's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -65,18 +69,54 @@ class SpecProbe:
         pass
 
 
+def _serving(address: str, security: ServerSecurity) -> tuple[ThreadedServer, SpecProbe]:
+    backend = SpecProbe()
+    server = ThreadedServer(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME],
+                            backend.max_message_bytes, security, thread_name="seedleague-spec-probe")
+    return server.start(), backend
+
+
+@contextlib.contextmanager
+def _quiet_servicer():
+    """The servicer's log without its warning for each of the probe's expected answers."""
+    quiet, servicer_log = _QuietProbe(), logging.getLogger(servicer.__name__)
+    servicer_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        servicer_log.removeFilter(quiet)
+
+
+def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tuple[EnvSpec, str]:
+    """Serve the probe on `address` until a worker handshakes; (its spec, `address` with the bound port).
+
+    Waits as long as it takes (Ctrl-C raises KeyboardInterrupt); the host then serves on the same port."""
+    with _quiet_servicer():
+        server, backend = _serving(address, security)
+        try:
+            while not backend.received.wait(0.2):
+                pass
+        finally:
+            server.stop(grace=0)
+    return backend.spec, f"{address.rpartition(':')[0]}:{server.port}"
+
+
 def probe_spec(workers: WorkerSpec, bind_host: str, log_dir: str, security: ServerSecurity = ServerSecurity(),
                timeout_s: float = 60.0) -> EnvSpec:
     """Start worker 0 of `workers` against a probe on `bind_host` (a free port); its handshake's spec.
 
     Raises WorkerRefused if the worker exits first (status 2: it refuses its game) or sends no
     handshake within `timeout_s`; either way the message ends with the tail of its log."""
-    backend = SpecProbe()
-    server = ThreadedServer(f"{bind_host}:0", lambda: [EnvServicer(backend).register], [SERVICE_NAME],
-                            backend.max_message_bytes, security, thread_name="seedleague-spec-probe")
-    quiet, servicer_log = _QuietProbe(), logging.getLogger(servicer.__name__)
-    servicer_log.addFilter(quiet)
-    server.start()
+    with _quiet_servicer():
+        server, backend = _serving(f"{bind_host}:0", security)
+        try:
+            return _first_handshake(workers, server, backend, log_dir, security, timeout_s)
+        finally:
+            server.stop(grace=0)
+
+
+def _first_handshake(workers: WorkerSpec, server: ThreadedServer, backend: SpecProbe, log_dir: str,
+                     security: ServerSecurity, timeout_s: float) -> EnvSpec:
     first = WorkerProcesses(dataclasses.replace(workers, count=1, max_restarts=0), server.address, log_dir, security)
     try:
         first.start()
@@ -95,6 +135,4 @@ def probe_spec(workers: WorkerSpec, bind_host: str, log_dir: str, security: Serv
                     f"{first.log_path(0)}:\n{log_tail(first.log_path(0))}")
     finally:
         first.stop()
-        server.stop(grace=0)
-        servicer_log.removeFilter(quiet)
     return backend.spec

@@ -28,9 +28,12 @@ from seedleague.eval import cli as eval_cli
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
     # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
     parser.add_argument("--env", default=None,
-                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: "
-                             f"{presets.DEFAULT_ENV if with_workers else 'CartPole-v1'}"
-                             f"{'; with --worker-cmd: none, the game is the worker spec' if with_workers else ''})")
+                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game>, whose preset the run uses "
+                             + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
+                                "the settings come from the worker's spec)" if with_workers else
+                                "(default: none: the host waits for the first worker from any machine and takes "
+                                "its settings from that worker's spec; two or more seats train in a league with "
+                                "the game recipe, see docs/protocol.md section 12)"))
     parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
@@ -162,13 +165,20 @@ def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
     return commands * count if len(commands) == 1 else commands
 
 
-def _spec_preset(args: argparse.Namespace, workers, run_dir: str) -> tuple[presets.Preset, EnvSpec]:
-    """The preset for the game the first --worker-cmd worker declares (launch.probe), or ValueError."""
-    from launch.probe import probe_spec
+def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, EnvSpec]:
+    """The preset for the game the first worker declares (launch.probe), or ValueError: `train
+    --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
+    from launch import probe
 
-    bind_host = (args.address or HostConfig().address).rpartition(":")[0]
-    print(f"starting worker 0 to read its spec: {' '.join(workers.templates[0])}", flush=True)
-    spec = probe_spec(workers, bind_host, os.path.join(run_dir, "logs"), server_security_from_args(args))
+    security = server_security_from_args(args)
+    if workers.count:
+        bind_host = (args.address or HostConfig().address).rpartition(":")[0]
+        print(f"starting worker 0 to read its spec: {' '.join(workers.templates[0])}", flush=True)
+        spec = probe.probe_spec(workers, bind_host, os.path.join(args.run_dir, "logs"), security)
+    else:
+        print(f"seedleague host on {args.address} is waiting for a worker: the first handshake's spec chooses the "
+              "run's settings (--env chooses them by name instead)", flush=True)
+        spec, args.address = probe.await_spec(args.address, security)
     print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
           f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
           flush=True)
@@ -179,25 +189,28 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     from launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
     custom = with_workers and bool(args.worker_cmd)
+    from_spec = custom or (not with_workers and args.env is None)  # the first worker's spec picks the preset
     workers = WorkerSpec()
     if custom:
         templates = _worker_templates(args)
         workers = WorkerSpec(len(templates), templates=templates)
-    elif args.env is None:
-        args.env = presets.DEFAULT_ENV if with_workers else "CartPole-v1"
-    run_dir = args.run_dir
-    if args.resume and not run_dir:
+    elif args.env is None and with_workers:
+        args.env = presets.DEFAULT_ENV
+    if args.resume and not args.run_dir:
         raise SystemExit("--resume needs --run-dir: the run directory to continue")
-    if custom:
-        run_dir = run_dir or _default_run_dir("worker")
-        preset, spec = _spec_preset(args, workers, run_dir)
+    if from_spec:
+        if not custom and len((args.players or "").split(",")) > 1:
+            raise ValueError("--players: a host that learns its game from its first worker plays one player; start "
+                             "each other player as its own `seedleague host --league.address ...`, or give --env")
+        run_dir = args.run_dir = args.run_dir or _default_run_dir("worker")
+        preset, spec = _spec_preset(args, workers)
         multiplayer, name = spec.num_seats >= 2, f"the worker's game {spec.env_name!r}"
     else:
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
-        run_dir = run_dir or _default_run_dir(args.env)
+        run_dir = args.run_dir or _default_run_dir(args.env)
     host = config_flags.build(HostConfig, args, preset.host)
-    if custom:
+    if from_spec:
         presets.check_trainable(spec, host.batcher.max_batch_size)
     elif with_workers:
         count = preset.workers if args.workers is None else args.workers

@@ -117,3 +117,27 @@ def test_worker_command_flags_that_conflict_are_refused_before_anything_starts(f
 
     assert cli.main(["train", "--worker-cmd", "./worker --address {address}"] + flags) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect():
+    import threading
+
+    import grpc
+
+    from launch.probe import await_spec
+    from seedleague.protocol import codec
+    from seedleague.protocol.channel import channel_options
+    from seedleague.v1 import env_pb2_grpc
+    from test_e2e import free_port
+
+    address, got = f"127.0.0.1:{free_port()}", {}
+    waiting = threading.Thread(target=lambda: got.update(result=await_spec(address)), daemon=True)
+    waiting.start()
+    spec = EnvSpec("nim", (5,), np.float32, 3, 4, num_seats=2, has_legal_mask=True)
+    with grpc.insecure_channel(address, options=channel_options(1 << 20)) as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        with pytest.raises(grpc.RpcError) as answer:
+            env_pb2_grpc.EnvServiceStub(channel).Handshake(codec.encode_handshake(spec, "remote"), timeout=30)
+    assert answer.value.code() == grpc.StatusCode.UNAVAILABLE  # "reconnect": the real host takes the same port next
+    waiting.join(timeout=30)
+    assert got["result"] == (spec, address)
