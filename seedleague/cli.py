@@ -377,9 +377,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,ray-launch}")
-    train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
+    train = sub.add_parser("train", help="train: host plus env worker processes on this machine (built-in "
+                           "workers for --env, or any worker binary with --worker-cmd)")
     _add_run_flags(train, with_workers=True)
-    host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
+    host = sub.add_parser("host", help="run only the host; connect your own env workers to it, from any machine",
+                          description="Run only the host; env workers connect to --address from any machine. "
+                                      "Without --env the host waits for the first worker and takes the run's "
+                                      "settings from its spec: two or more seats train in a league with the game "
+                                      "recipe (docs/protocol.md section 12).")
     _add_run_flags(host, with_workers=False)
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)
