@@ -211,7 +211,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         run_dir = args.run_dir or _default_run_dir(args.env)
     host = config_flags.build(HostConfig, args, preset.host)
     if from_spec:
-        presets.check_trainable(spec, host.batcher.max_batch_size)
+        presets.check_trainable(spec, host.batcher.max_batch_size, host.max_message_bytes)
     elif with_workers:
         count = preset.workers if args.workers is None else args.workers
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker

@@ -174,15 +174,24 @@ class UntrainableSpec(ValueError):
     """A worker's spec no preset can train; the message names the problem and what to change."""
 
 
-def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_batch_size) -> None:
+def step_bytes(spec: EnvSpec) -> int:
+    """The tensor bytes of one StepBatch for `spec` (observation, reward, flags, legal mask, acting): a lower
+    bound on its message size."""
+    agents = spec.num_agents
+    observation = agents * int(np.prod(spec.observation_shape)) * np.dtype(spec.observation_dtype).itemsize
+    return observation + 4 * agents + 2 * spec.num_envs + agents * spec.num_actions * spec.has_legal_mask + agents
+
+
+def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_batch_size,
+                    max_message_bytes: int = HostConfig().max_message_bytes) -> None:
     """Raise UntrainableSpec, naming the worker's game and what to change, unless a run can train `spec`."""
     problems = []
-    dtype = np.dtype(spec.observation_dtype)
-    if not (np.issubdtype(dtype, np.number) or dtype == bool):
-        problems.append(f"its observation dtype is {dtype}: send numbers (FLOAT32, or UINT8 frames)")
     if spec.num_agents > max_batch_size:
         problems.append(f"it steps {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents, more than "
                         f"one forward pass holds ({max_batch_size}, --batcher.max_batch_size): start it with fewer envs")
+    if step_bytes(spec) > max_message_bytes:
+        problems.append(f"one step of its {spec.num_envs} envs is at least {step_bytes(spec)} bytes, more than the host "
+                        f"accepts ({max_message_bytes}, --max_message_bytes): start it with fewer envs")
     if problems:
         raise UntrainableSpec(f"the worker's game {spec.env_name!r} cannot be trained: " + "; ".join(problems))
 
