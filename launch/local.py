@@ -3,7 +3,10 @@
 Data path: worker processes --gRPC--> EnvServicer --> Host (batcher -> policy ->
 unroll store -> replay -> learner). `run` starts the server, the workers and a
 progress loop, and stops every process it started when the budget ends, on
-Ctrl-C or SIGTERM, then prints where logs and checkpoints went.
+Ctrl-C or SIGTERM, then prints where logs and checkpoints went. The workers are
+the built-in ones or any binary (`WorkerSpec.templates`, `train --worker-cmd`);
+one that dies is restarted, one that exits with status 2 (it refuses its game)
+stops the run with the end of its log (`WorkerRefused`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
+from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
@@ -59,9 +63,9 @@ class Budget:
 
 
 REFUSED_STATUS = 2  # a worker exits with this when it refuses its game or the host refused it: never restarted
-ADDRESS_PLACEHOLDER = "{address}"  # in a --worker-cmd: the host's host:port
 SEED_PLACEHOLDER = "{seed}"  # in a --worker-cmd: a seed distinct per worker and per restart
-ADDRESS_ENV = "SEEDLEAGUE_ADDRESS"  # every worker also finds the host's address here
+# ADDRESS_PLACEHOLDER ("{address}") in a --worker-cmd and ADDRESS_ENV in every worker's environment: the host's
+# host:port, as `seedleague check-worker` gives them.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 A preset is a RunConfig-shaped set of defaults; every value can still be changed
 on the command line. CartPole's preset is tuned to solve the task (mean return
->= 475 over 100 episodes) quickly on two CPU cores.
+>= 475 over 100 episodes) quickly on two CPU cores. A worker binary with no --env
+(`train --worker-cmd`, `host`) gets `preset_for_spec` of its handshake's spec,
+which looks at the spec alone, after `check_trainable` refused what cannot train.
 """
 
 from __future__ import annotations
