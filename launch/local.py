@@ -208,7 +208,8 @@ def log_tail(path: str, lines: int = 15, max_bytes: int = 8192) -> str:
     return "\n".join("    " + line for line in tail) if tail else "    (the log is empty)"
 
 
-def _interrupt(signum, frame):
+def interrupt(signum, frame):
+    """A signal handler: the signal raises KeyboardInterrupt, so `finally` blocks stop what was started."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -236,7 +237,7 @@ def run(config: RunConfig) -> dict:
     end the run cleanly with reason "interrupted"; once stopping, a further SIGTERM
     is noted and the final checkpoint and summary are still written.
     """
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     # The event loop, batcher and learner threads hand work to each other on every
     # step; Python's default 5 ms GIL switch interval would add up to that much to
     # each hand-off.

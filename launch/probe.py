@@ -20,16 +20,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import signal
 import threading
 import time
 
-from launch.local import ADDRESS_ENV, REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, log_tail
+from launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt, log_tail
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol.errors import FAILED_PRECONDITION, UNAVAILABLE, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch
 from seedleague.security import ServerSecurity
+from seedleague.tools.check_worker import ADDRESS_ENV
 
 PROBE_MAX_MESSAGE_BYTES = 64 << 20
 _STARTING = "the host is starting: it read this worker's spec to choose its settings"
@@ -107,12 +109,26 @@ def probe_spec(workers: WorkerSpec, bind_host: str, log_dir: str, security: Serv
 
     Raises WorkerRefused if the worker exits first (status 2: it refuses its game) or sends no
     handshake within `timeout_s`; either way the message ends with the tail of its log."""
-    with _quiet_servicer():
+    with _quiet_servicer(), _sigterm_interrupts():
         server, backend = _serving(f"{bind_host}:0", security)
         try:
             return _first_handshake(workers, server, backend, log_dir, security, timeout_s)
         finally:
             server.stop(grace=0)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises KeyboardInterrupt meanwhile (main thread only), so the started worker is still stopped:
+    it runs in a session of its own, which a signal to the launcher does not reach."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _first_handshake(workers: WorkerSpec, server: ThreadedServer, backend: SpecProbe, log_dir: str,
