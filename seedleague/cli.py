@@ -26,7 +26,7 @@ from seedleague.eval import cli as eval_cli
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
-    # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
+    # Without --env, `host` and `train --worker-cmd` take the preset from the first worker's spec (launch.probe).
     parser.add_argument("--env", default=None,
                         help="gymnasium env id, openspiel:<game> or pettingzoo:<game>, whose preset the run uses "
                              + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
@@ -34,7 +34,8 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool) -> None:
                                 "(default: none: the host waits for the first worker from any machine and takes "
                                 "its settings from that worker's spec; two or more seats train in a league with "
                                 "the game recipe, see docs/protocol.md section 12)"))
-    parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
+    parser.add_argument("--run-dir", default=None,
+                        help="outputs go here (default: runs/<env>-<time>, or runs/worker-<time> without --env)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
     parser.add_argument("--max-learner-steps", type=int, default=None,
