@@ -95,6 +95,8 @@ def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tup
     Waits as long as it takes (Ctrl-C raises KeyboardInterrupt); the host then serves on the same port."""
     with _quiet_servicer():
         server, backend = _serving(address, security)
+        print(f"seedleague host waiting on {server.address} for its first worker, from any machine: that worker's "
+              "spec chooses the run's settings (--env chooses them by name instead)", flush=True)
         try:
             while not backend.received.wait(0.2):
                 pass

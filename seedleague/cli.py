@@ -177,8 +177,6 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Env
         print(f"starting worker 0 to read its spec: {' '.join(workers.templates[0])}", flush=True)
         spec = probe.probe_spec(workers, bind_host, os.path.join(args.run_dir, "logs"), security)
     else:
-        print(f"seedleague host on {args.address} is waiting for a worker: the first handshake's spec chooses the "
-              "run's settings (--env chooses them by name instead)", flush=True)
         spec, args.address = probe.await_spec(args.address, security)
     print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
           f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
