@@ -200,7 +200,8 @@ class PlayerProcesses:
             run_dir = os.path.join(self.run_dir, "players", player.name)
             os.makedirs(run_dir, exist_ok=True)
             command = [
-                sys.executable, "-m", "seedleague.cli", "train", "--env", self.env_id, "--run-dir", run_dir,
+                sys.executable, "-m", "seedleague.cli", "train", *(("--env", self.env_id) if self.env_id else ()),
+                "--run-dir", run_dir,
                 "--league.address", self.address, "--league.player", player.name, "--league.role", player.role.value,
                 "--league.pool_dir", self.pool_dir, "--seed", str(index * 7919), "--no-eval",
                 *_tls_flags(self.security, server=True), *self.spec.player_args,

@@ -3,7 +3,10 @@
 Data path: worker processes --gRPC--> EnvServicer --> Host (batcher -> policy ->
 unroll store -> replay -> learner). `run` starts the server, the workers and a
 progress loop, and stops every process it started when the budget ends, on
-Ctrl-C or SIGTERM, then prints where logs and checkpoints went.
+Ctrl-C or SIGTERM, then prints where logs and checkpoints went. The workers are
+the built-in ones or any binary (`WorkerSpec.templates`, `train --worker-cmd`);
+one that dies is restarted, one that exits with status 2 (it refuses its game)
+stops the run with the end of its log (`WorkerRefused`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,6 +32,7 @@ from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
+from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
@@ -57,13 +62,44 @@ class Budget:
         return None
 
 
+REFUSED_STATUS = 2  # a worker exits with this when it refuses its game or the host refused it: never restarted
+SEED_PLACEHOLDER = "{seed}"  # in a --worker-cmd: a seed distinct per worker and per restart
+# ADDRESS_PLACEHOLDER ("{address}") in a --worker-cmd and ADDRESS_ENV in every worker's environment: the host's
+# host:port, as `seedleague check-worker` gives them.
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
-    """The env workers `run` starts and keeps alive: `count` processes of `command` (+ --address)."""
+    """The env workers `run` starts and keeps alive.
+
+    Built-in workers: `count` processes of `command`, with --address and --seed appended.
+    Any other worker binary (`seedleague train --worker-cmd`): worker i runs `templates[i % len]`,
+    an argv in which `{address}` and `{seed}` are replaced and nothing is appended.
+    """
 
     count: int = 0
     command: tuple[str, ...] = ()
+    templates: tuple[tuple[str, ...], ...] = ()
     max_restarts: int = 10
+
+    def __post_init__(self):
+        if self.count < 0:
+            raise ValueError(f"worker count must be >= 0, got {self.count}")
+        if self.count and not (self.command or self.templates):
+            raise ValueError("workers need a command: a built-in worker's or a --worker-cmd")
+
+    def argv(self, index: int, address: str, seed: int) -> list[str]:
+        """Worker `index`'s command line for a host on `address`."""
+        if not self.templates:
+            return list(self.command) + ["--address", address, "--seed", str(seed)]
+        template = self.templates[index % len(self.templates)]
+        return [arg.replace(ADDRESS_PLACEHOLDER, address).replace(SEED_PLACEHOLDER, str(seed)) for arg in template]
+
+
+class WorkerRefused(ValueError):
+    """A worker exited with status 2 (it refuses its game, or the host refused it) or could not start.
+    Restarting it would only repeat that, so the run stops and shows the worker's own reason (a
+    ValueError: `seedleague` prints it to the console and exits 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +139,9 @@ class WorkerProcesses:
 
     def __init__(self, spec: WorkerSpec, address: str, log_dir: str, security: ServerSecurity = ServerSecurity()):
         self.spec, self.address, self.log_dir = spec, address, log_dir
-        self._env = dict(os.environ)
-        self._tls = ["--tls-ca", security.tls_cert] if security.tls else []
+        self._env = dict(os.environ, **{ADDRESS_ENV: address})
+        # Built-in workers take the certificate as a flag; a --worker-cmd names its own flags.
+        self._tls = ["--tls-ca", security.tls_cert] if security.tls and not spec.templates else []
         if security.token:  # through the environment: a token on a command line is visible to every user
             self._env[TOKEN_ENV_VAR] = security.token
         self.restarts = 0
@@ -115,19 +152,33 @@ class WorkerProcesses:
         for i in range(self.spec.count):
             self._start(i)
 
+    def process(self, i: int) -> Optional[subprocess.Popen]:
+        return self._procs[i]
+
+    def log_path(self, i: int) -> str:
+        return os.path.join(self.log_dir, f"worker-{i}.log")
+
     def _start(self, i: int) -> None:
-        command = list(self.spec.command) + ["--address", self.address, "--seed", str(1000 * i + self.restarts)]
-        with open(os.path.join(self.log_dir, f"worker-{i}.log"), "ab") as out:
-            self._procs[i] = subprocess.Popen(command + self._tls, stdout=out, stderr=subprocess.STDOUT,
-                                              start_new_session=True, env=self._env)
+        command = self.spec.argv(i, self.address, 1000 * i + self.restarts) + self._tls
+        with open(self.log_path(i), "ab") as out:
+            try:
+                self._procs[i] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                                  start_new_session=True, env=self._env)
+            except OSError as error:  # e.g. a --worker-cmd naming no executable file
+                raise WorkerRefused(f"worker {i} could not start: {error}; its command: {shlex.join(command)}") from None
 
     def watch(self) -> None:
-        """Restart workers that died; give up after max_restarts in total."""
+        """Restart workers that died; give up after max_restarts in total. A worker that exits with
+        status 2 (it refuses its game, or the host refused it) is not restarted: WorkerRefused."""
         for i, proc in enumerate(self._procs):
             if proc is not None and proc.poll() is not None:
-                log.warning("worker %d exited with status %s (log: %s/worker-%d.log)", i, proc.returncode, self.log_dir, i)
+                log.warning("worker %d exited with status %s (log: %s)", i, proc.returncode, self.log_path(i))
+                if proc.returncode == REFUSED_STATUS:
+                    raise WorkerRefused(f"worker {i} refused to go on (exit status {REFUSED_STATUS}); the end of its "
+                                        f"log {self.log_path(i)}:\n{log_tail(self.log_path(i))}")
                 if self.restarts >= self.spec.max_restarts:
-                    raise RuntimeError(f"workers died {self.restarts} times; see {self.log_dir}")
+                    raise RuntimeError(f"workers died {self.restarts} times; see {self.log_dir}. The end of "
+                                       f"{self.log_path(i)}:\n{log_tail(self.log_path(i))}")
                 self.restarts += 1
                 self._start(i)
 
@@ -145,7 +196,20 @@ class WorkerProcesses:
                     proc.wait()
 
 
-def _interrupt(signum, frame):
+def log_tail(path: str, lines: int = 15, max_bytes: int = 8192) -> str:
+    """The last `lines` lines of the file at `path` (at most its last `max_bytes`), indented for the console."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - max_bytes))
+            text = f.read().decode(errors="replace")
+    except OSError as error:
+        return f"    (no log: {error})"
+    tail = text.splitlines()[-lines:]
+    return "\n".join("    " + line for line in tail) if tail else "    (the log is empty)"
+
+
+def interrupt(signum, frame):
+    """A signal handler: the signal raises KeyboardInterrupt, so `finally` blocks stop what was started."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -173,7 +237,7 @@ def run(config: RunConfig) -> dict:
     end the run cleanly with reason "interrupted"; once stopping, a further SIGTERM
     is noted and the final checkpoint and summary are still written.
     """
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     # The event loop, batcher and learner threads hand work to each other on every
     # step; Python's default 5 ms GIL switch interval would add up to that much to
     # each hand-off.

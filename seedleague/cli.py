@@ -19,6 +19,7 @@ from seedleague.host.host import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
+from seedleague.protocol.specs import EnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
@@ -43,13 +44,18 @@ def _help_preset(env: str) -> Optional[presets.Preset]:
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Optional[str] = None) -> None:
-    # `host` alone adapts to whichever worker connects; its default preset is the single-agent one.
-    default_env = presets.DEFAULT_ENV if with_workers else "CartPole-v1"
-    preset = _help_preset(env or default_env)
-    parser.add_argument("--env", default=default_env,
-                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game> (default: %(default)s); the "
-                             "defaults --help shows are the ones this env's preset applies")
-    parser.add_argument("--run-dir", default=None, help="outputs go here (default: runs/<env>-<time>)")
+    # Without --env, `host` and `train --worker-cmd` take the preset from the first worker's spec (launch.probe).
+    # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
+    preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
+    parser.add_argument("--env", default=None,
+                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game>, whose preset the run uses "
+                             + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
+                                "the settings come from the worker's spec)" if with_workers else
+                                "(default: none: the host waits for the first worker from any machine and takes "
+                                "its settings from that worker's spec; two or more seats train in a league with "
+                                "the game recipe, see docs/protocol.md section 12)"))
+    parser.add_argument("--run-dir", default=None,
+                        help="outputs go here (default: runs/<env>-<time>, or runs/worker-<time> without --env)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
     parser.add_argument("--max-learner-steps", type=int, default=None,
@@ -60,6 +66,14 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                         help="stop when the mean return of the last 100 episodes reaches this")
     add_security_flags(parser, "server")
     if with_workers:
+        parser.add_argument("--worker-cmd", action="append", default=None, metavar="CMD",
+                            help="start this command line as an env worker, in place of a built-in one: any binary "
+                                 "that speaks docs/protocol.md, e.g. 'build/cpp/connect_four_worker --address "
+                                 "{address} --seed {seed}' ({address}: the host's host:port, also in "
+                                 "$SEEDLEAGUE_ADDRESS; {seed}: distinct per worker and restart). Repeat it for "
+                                 "different workers, or give one with --workers N for N copies. The run's settings "
+                                 "come from the first worker's spec: two or more seats train in a league with the "
+                                 "game recipe. Its exit status 2 (it refuses its game) stops the run")
         parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
     league = parser.add_argument_group(
@@ -78,13 +92,13 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     config_flags.add_flags(parser, HostConfig, base=preset.host if preset else None)
 
 
-def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str]):
+def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str], multiplayer: bool, name: str):
     """The league of a two-player run (None for single-agent envs), from the flags and the preset."""
     from launch.league import LeagueSpec, PlayerSpec
 
-    if not presets.is_multiplayer(args.env):
+    if not multiplayer:
         if args.players or getattr(args, "league.address", None):
-            raise SystemExit(f"--players and --league.* need a two-player game; {args.env} is single-agent")
+            raise SystemExit(f"--players and --league.* need a two-player game; {name} is single-agent")
         return None
     players = tuple(PlayerSpec.parse(p) for p in (args.players or preset.players).split(",") if p.strip())
     if len({p.name for p in players}) != len(players):
@@ -133,11 +147,12 @@ def _check_game(env_id: str) -> None:
         raise ValueError(f"--env {env_id} is refused: {error}") from None
 
 
-def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league) -> output.OutputConfig:
+def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league,
+                   name: str) -> output.OutputConfig:
     """The run's output source (--output, else the preset's) and the player whose snapshots it mixes."""
     source = args.output or preset.output
     if source in output.MIXTURES and league is None:
-        raise ValueError(f"--output {source} mixes a league's snapshots, and {args.env} is single-agent (no league): "
+        raise ValueError(f"--output {source} mixes a league's snapshots, and {name} is single-agent (no league): "
                          "use --output final or param_average")
     if source == "league_nash" and not host.league.address:
         mode = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.").mode
@@ -149,14 +164,74 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
     return output.OutputConfig(source, player)
 
 
+def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
+    """--worker-cmd command lines as argv templates, one per worker (--workers N copies one command)."""
+    import shlex
+
+    commands = tuple(tuple(shlex.split(command)) for command in args.worker_cmd)
+    if not all(commands):
+        raise ValueError("--worker-cmd is empty: give the worker's command line, e.g. "
+                         "--worker-cmd 'build/cpp/connect_four_worker --address {address}'")
+    if args.env is not None:
+        raise ValueError(f"--env {args.env} and --worker-cmd: choose one. --worker-cmd takes the run's settings from "
+                         "the worker's own spec; --env starts a built-in worker")
+    if args.envs_per_worker is not None:
+        raise ValueError("--envs-per-worker sets built-in workers' envs: give a --worker-cmd's envs in its own command")
+    count = len(commands) if args.workers is None else args.workers
+    if len(commands) > 1 and count != len(commands):
+        raise ValueError(f"{len(commands)} --worker-cmd give {len(commands)} workers, but --workers says {count}: "
+                         "repeat --worker-cmd once per worker, or give one --worker-cmd with --workers N")
+    if count < 1:
+        raise ValueError(f"--worker-cmd needs --workers >= 1, got {count}")
+    return commands * count if len(commands) == 1 else commands
+
+
+def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, EnvSpec]:
+    """The preset for the game the first worker declares (launch.probe), or ValueError: `train
+    --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
+    from launch import probe
+
+    security = server_security_from_args(args)
+    if workers.count:
+        bind_host = (args.address or HostConfig().address).rpartition(":")[0]
+        print(f"starting worker 0 to read its spec: {' '.join(workers.templates[0])}", flush=True)
+        spec = probe.probe_spec(workers, bind_host, os.path.join(args.run_dir, "logs"), security)
+    else:
+        spec, args.address = probe.await_spec(args.address, security)
+    print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
+          f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
+          flush=True)
+    return presets.preset_for_spec(spec), spec
+
+
 def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
     from launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
-    _check_game(args.env)
-    preset = presets.preset_for(args.env)
-    host = config_flags.build(HostConfig, args, preset.host)
+    custom = with_workers and bool(args.worker_cmd)
+    from_spec = custom or (not with_workers and args.env is None)  # the first worker's spec picks the preset
     workers = WorkerSpec()
-    if with_workers:
+    if custom:
+        templates = _worker_templates(args)
+        workers = WorkerSpec(len(templates), templates=templates)
+    elif args.env is None and with_workers:
+        args.env = presets.DEFAULT_ENV
+    if args.resume and not args.run_dir:
+        raise SystemExit("--resume needs --run-dir: the run directory to continue")
+    if from_spec:
+        if not custom and len((args.players or "").split(",")) > 1:
+            raise ValueError("--players: a host that learns its game from its first worker plays one player; start "
+                             "each other player as its own `seedleague host --league.address ...`, or give --env")
+        run_dir = args.run_dir = args.run_dir or _default_run_dir("worker")
+        preset, spec = _spec_preset(args, workers)
+        multiplayer, name = spec.num_seats >= 2, f"the worker's game {spec.env_name!r}"
+    else:
+        _check_game(args.env)
+        preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
+        run_dir = args.run_dir or _default_run_dir(args.env)
+    host = config_flags.build(HostConfig, args, preset.host)
+    if from_spec:
+        presets.check_trainable(spec, host.batcher.max_batch_size, host.max_message_bytes)
+    elif with_workers:
         count = preset.workers if args.workers is None else args.workers
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
         if count < 0 or envs < 1:
@@ -170,15 +245,14 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     )
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal_steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
-    run_dir = args.run_dir or os.path.join(
-        "runs", f"{args.env.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    )
-    if args.resume and not args.run_dir:
-        raise SystemExit("--resume needs --run-dir: the run directory to continue")
-    league = _league_spec(args, preset, argv or [])
+    league = _league_spec(args, preset, argv or [], multiplayer, name)
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
-                     security=server_security_from_args(args), league=league, env_id=args.env,
-                     output=_output_config(args, preset, host, league))
+                     security=server_security_from_args(args), league=league, env_id=args.env or "",
+                     output=_output_config(args, preset, host, league, name))
+
+
+def _default_run_dir(name: str) -> str:
+    return os.path.join("runs", f"{name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
@@ -323,9 +397,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,export,ray-launch}")
-    train = sub.add_parser("train", help="train: host plus env worker processes on this machine")
+    train = sub.add_parser("train", help="train: host plus env worker processes on this machine (built-in "
+                           "workers for --env, or any worker binary with --worker-cmd)")
     _add_run_flags(train, with_workers=True, env=_env_given(argv))
-    host = sub.add_parser("host", help="run only the host; connect your own env workers to it")
+    host = sub.add_parser("host", help="run only the host; connect your own env workers to it, from any machine",
+                          description="Run only the host; env workers connect to --address from any machine. "
+                                      "Without --env the host waits for the first worker and takes the run's "
+                                      "settings from its spec: two or more seats train in a league with the game "
+                                      "recipe (docs/protocol.md section 12). The defaults below are then the "
+                                      "config classes' own, which that preset replaces; `seedleague host --env ENV "
+                                      "--help` shows ENV's.")
     _add_run_flags(host, with_workers=False, env=_env_given(argv))
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)

@@ -2,18 +2,23 @@
 
 A preset is a RunConfig-shaped set of defaults; every value can still be changed
 on the command line. CartPole's preset is tuned to solve the task (mean return
->= 475 over 100 episodes) quickly on two CPU cores.
+>= 475 over 100 episodes) quickly on two CPU cores. A worker binary with no --env
+(`train --worker-cmd`, `host`) gets `preset_for_spec` of its handshake's spec,
+which looks at the spec alone, after `check_trainable` refused what cannot train.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from seedleague.host.batcher import BatcherConfig
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
+from seedleague.protocol.specs import EnvSpec
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -125,13 +130,18 @@ def _shows_a_board(game: str) -> bool:
 
 
 def _openspiel(game: str) -> Preset:
+    return _game(board=_shows_a_board(game))
+
+
+def _game(board: bool) -> Preset:
+    """Two-player zero-sum games: GAME_RECIPE in self-play; the board torso for [C, H, W] planes."""
     return Preset(
         host=HostConfig(
             unroll_length=8,
             batch_size=64,
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
-            network=_BOARD_NETWORK if _shows_a_board(game) else _FLAT_NETWORK,
+            network=_BOARD_NETWORK if board else _FLAT_NETWORK,
             learner=GAME_RECIPE,
         ),
         workers=1,
@@ -157,6 +167,49 @@ def _pettingzoo() -> Preset:
     atari = _atari()
     return dataclasses.replace(atari, workers=2, envs_per_worker=2, max_seconds=3600.0,
                                league=LeagueConfig(mode=Mode.PFSP, snapshot_interval_steps=500))
+
+
+def _shows_pixels(spec: EnvSpec) -> bool:
+    """[H, W, C] uint8 frames (the conv torso fits) rather than [C, H, W] planes or features."""
+    return len(spec.observation_shape) == 3 and spec.observation_dtype == np.uint8
+
+
+class UntrainableSpec(ValueError):
+    """A worker's spec no preset can train; the message names the problem and what to change."""
+
+
+def step_bytes(spec: EnvSpec) -> int:
+    """The tensor bytes of one StepBatch for `spec` (observation, reward, flags, legal mask, acting): a lower
+    bound on its message size."""
+    agents = spec.num_agents
+    observation = agents * int(np.prod(spec.observation_shape)) * np.dtype(spec.observation_dtype).itemsize
+    return observation + 4 * agents + 2 * spec.num_envs + agents * spec.num_actions * spec.has_legal_mask + agents
+
+
+def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_batch_size,
+                    max_message_bytes: int = HostConfig().max_message_bytes) -> None:
+    """Raise UntrainableSpec, naming the worker's game and what to change, unless a run can train `spec`."""
+    problems = []
+    if spec.num_agents > max_batch_size:
+        problems.append(f"it steps {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents, more than "
+                        f"one forward pass holds ({max_batch_size}, --batcher.max_batch_size): start it with fewer envs")
+    if step_bytes(spec) > max_message_bytes:
+        problems.append(f"one step of its {spec.num_envs} envs is at least {step_bytes(spec)} bytes, more than the host "
+                        f"accepts ({max_message_bytes}, --max_message_bytes): start it with fewer envs")
+    if problems:
+        raise UntrainableSpec(f"the worker's game {spec.env_name!r} cannot be trained: " + "; ".join(problems))
+
+
+def preset_for_spec(spec: EnvSpec) -> Preset:
+    """The preset for a worker's spec, from what the spec says and never from its name.
+
+    Two or more seats: a game, trained in the league (the host checks that every episode's
+    rewards sum to zero over the seats): GAME_RECIPE, with the board torso for [C, H, W]
+    planes; [H, W, C] uint8 frames get the two-player Atari settings. One seat: the conv
+    settings for [H, W, C] frames, else the classic-control ones."""
+    if spec.num_seats >= 2:
+        return _pettingzoo() if _shows_pixels(spec) else _game(board=len(spec.observation_shape) == 3)
+    return _atari() if len(spec.observation_shape) == 3 else _classic_control()
 
 
 def preset_for(env_id: str) -> Preset:

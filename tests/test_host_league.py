@@ -85,6 +85,25 @@ def test_single_seat_game_is_refused_in_a_league(league_host):
         RawWorker(server.address, EnvSpec("solo", (2,), np.float32, 2, 1))
 
 
+def test_a_game_whose_episodes_are_not_zero_sum_is_refused_in_a_league(league_host):
+    import grpc
+
+    host, server = league_host(FakeLeague())
+    worker = RawWorker(server.address, SPEC)
+
+    def both_seats_win():  # the duel, but both seats get +1 at its end
+        for step in duel_steps(worker.session_id):
+            step.reward[:] = np.abs(step.reward)
+            yield step
+
+    steps = both_seats_win()
+    with pytest.raises(grpc.RpcError) as refused:
+        play(worker, steps, 6)  # the third step ends the first episodes; a later one is refused
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "zero-sum games only" in refused.value.details() and "[1.0, 1.0]" in refused.value.details()
+    worker.close()
+
+
 def test_results_follow_the_learner_seat_and_are_reported_once(league_host):
     league = FakeLeague(opponents=["p:000000"])
     host, server = league_host(league)

@@ -34,7 +34,7 @@ from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionR
 from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI, MatchResult
 from seedleague.metrics import Metrics
-from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
 from seedleague.rl import sharding
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_sharded_update
@@ -214,6 +214,8 @@ class Host:
 
     async def step(self, step: StepBatch) -> ActionBatch:
         session = self.sessions.get(step.session_id)
+        if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
+            raise ProtocolError(INVALID_ARGUMENT, session.refusal)
         check_step(session.spec, step)
         agents = session.flatten(step)
         loop = asyncio.get_running_loop()
@@ -446,7 +448,11 @@ class Host:
             return
         seats = session.spec.num_seats
         if league is not None:
-            self._report_results(seating, np.flatnonzero(ended[::seats]), returns)
+            envs = np.flatnonzero(ended[::seats])
+            if session.refusal is None and (problem := not_zero_sum(session.spec, envs, returns)):
+                session.refusal = problem
+                log.error("refusing worker %s: %s", session.worker_name, problem)
+            self._report_results(seating, envs, returns)
         started_envs = np.flatnonzero(step.first[::seats])
         seating.start(started_envs, self.model.opponents().draw(len(started_envs)))
         step.learning = seating.learning()
@@ -534,6 +540,29 @@ def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException])
         future.set_exception(error)
     else:
         future.set_result(value)
+
+
+ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
+
+
+def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray) -> Optional[str]:
+    """Why the episodes of `envs` (just ended; `returns` [E*S], env-major) break league play, or None.
+
+    The league scores a game as a win, loss or draw of one seat from the sign of its return, which
+    means something only when every seat's gain is another's loss: each episode's returns must sum
+    to zero over the seats. The spec does not say whether a game is zero-sum; its episodes do."""
+    if not len(envs):
+        return None
+    by_env = returns.reshape(spec.num_envs, spec.num_seats)[envs]
+    total = by_env.sum(axis=1)
+    bad = np.abs(total) > ZERO_SUM_TOLERANCE * np.maximum(1.0, np.abs(by_env).max(axis=1))
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    return (f"the league trains zero-sum games only, and an episode of {spec.env_name!r} (env {int(envs[i])}) "
+            f"ended with returns {np.round(by_env[i], 4).tolist()} over its seats, summing to {total[i]:.4g}: "
+            "give the seats rewards that sum to zero over each episode (one seat's gain is the others' loss), "
+            "or train the game as single-agent (num_seats 1)")
 
 
 def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:

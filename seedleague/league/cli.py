@@ -51,8 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `league` subcommand on an argparse subparsers object."""
-    parser = subparsers.add_parser("league", help="the league: serve it, print standings or payoff",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "league", help="the league: serve it, print standings or payoff", description=__doc__.split("\n\n")[0],
+        epilog="Hosts on any machine join a served league with `seedleague host --league.address ADDRESS "
+               "--league.player NAME --league.pool_dir SHARED_DIR`; without --env each host takes its game from its "
+               "first worker's spec (docs/protocol.md section 12).")
     add_arguments(parser)
     return parser
 
