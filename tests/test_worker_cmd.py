@@ -90,7 +90,7 @@ def test_untrainable_specs_name_the_problem():
 
 def test_the_preset_comes_from_the_spec_alone():
     game = presets.preset_for_spec(EnvSpec("any name", (84,), np.float32, 7, 16, num_seats=2))
-    assert game.host.learner == presets.GAME_RECIPE and game.league.mode == presets.Mode.SELF_PLAY
+    assert game.host.learner == presets.GAME_RECIPE and game.league.mode == presets.Mode.PSRO
     assert game.host.network.torso == "mlp"
     board = presets.preset_for_spec(EnvSpec("x", (2, 6, 7), np.float32, 7, 16, num_seats=2))
     assert board.host.network.torso == "board" and board.host.learner == presets.GAME_RECIPE
