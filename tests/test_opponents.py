@@ -54,3 +54,29 @@ def test_one_pass_over_the_table_acts_as_each_opponent_alone():
             np.testing.assert_array_equal(got_action[at], alone.action)
     assert table.writes == 3
 
+
+
+def test_the_learner_and_its_opponents_in_one_call_act_as_each_alone():
+    params_of = {f"s{i}": _params(20 + i) for i in range(2)}
+    policy = InferencePolicy(NETWORK, _params(0), version=7, seed=0, greedy=True)
+    rng = np.random.default_rng(1)
+    rows = 9
+    observation = rng.normal(size=(rows, 3)).astype(np.float32)
+    first = np.ones(rows, bool)
+    legal = np.ones((rows, NUM_ACTIONS), bool)
+    legal[1::2, 2] = False
+    groups = {"s0": [1, 8], "s1": [4]}
+    learner_rows = np.array([0, 2, 3, 5, 6, 7])
+    got_logits = np.zeros((rows, NUM_ACTIONS), np.float32)
+    got_action = np.full(rows, -1)
+
+    def put(at, out):
+        got_action[at], got_logits[at] = out.action, out.logits
+
+    version = OpponentTable().act_with_learner(policy, learner_rows, groups, params_of, observation, first, (), legal,
+                                               put, bucket=lambda n: 8)
+    assert version == 7  # the learner's rows acted with the published params
+    for at, params in [(learner_rows, None)] + [(np.array(rows_), params_of[key]) for key, rows_ in groups.items()]:
+        alone = policy.act(observation[at], first[at], (), legal[at], params=params)
+        np.testing.assert_allclose(got_logits[at], alone.logits, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got_action[at], alone.action)

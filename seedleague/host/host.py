@@ -393,8 +393,8 @@ class Host:
             _answer(loop, future, ActionBatch(sequence, action, out.policy_version), None)
 
     def _forward(self, observation, first, core, legal, opponents: Optional[np.ndarray]) -> Actions:
-        """Two forward passes at most, whatever the number of opponents: the learner's rows with the
-        live params, and every opponent snapshot's rows in one pass over their stacked params."""
+        """One jitted call, whatever the number of opponents: the learner's rows with the live params
+        and every opponent snapshot's rows with its params from the device-resident opponent table."""
         policy = self.model.policy
         if opponents is None or not any(key is not None for key in opponents):
             return self._act_padded(policy, observation, first, core, legal)
@@ -414,15 +414,18 @@ class Host:
             jax.tree.map(lambda target, source: target.__setitem__(rows, source), new_core, out.core_state)
 
         learner_rows = groups.pop(None, None)
-        if learner_rows:
+        bucket = self.config.batcher.bucket
+        if learner_rows and groups:  # the usual league batch: one jitted call for both
+            version = self._opponent_table.act_with_learner(policy, np.asarray(learner_rows), groups, params_of,
+                                                            observation, first, core, legal, put, bucket)
+        elif groups:
+            self._opponent_table.act(policy, groups, params_of, observation, first, core, legal, put, bucket)
+        else:
             rows = np.asarray(learner_rows)
             out = self._act_padded(policy, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
                                    legal[rows])
             put(rows, out)
             version = out.policy_version
-        if groups:
-            self._opponent_table.act(policy, groups, params_of, observation, first, core, legal, put,
-                                     self.config.batcher.bucket)
         return Actions(action, logits, new_core, version)
 
     def _act_padded(self, policy: InferencePolicy, observation, first, core, legal) -> Actions:

@@ -5,13 +5,16 @@ This file owns the opponent table: a stacked params tree of `capacity` slots on 
 key -> slot map (least recently used slots are reused), and the grouping of a batch's rows
 into [K, W] inputs for the K opponents seated in it. Only a snapshot new to the table crosses
 to the device (written into a free slot); the forward pass gathers the K slots it needs on
-the device, inside the same jitted call, so a batch with opponents costs one pass over K x W
-rows, however often the set of opponents changes:
+the device, inside the same jitted call that also acts for the learner's rows, so a batch with
+opponents costs one call over the learner's rows and K x W opponent rows, however often the set
+of opponents changes:
 
     table = OpponentTable()
-    table.act(policy, groups, params_of, observation, first, core, legal, put)
+    version = table.act_with_learner(policy, learner_rows, groups, params_of, observation, first, core, legal,
+                                     put, bucket)
     # groups: {snapshot key: [row, ...]}; params_of: {key: params}, read only for keys new to the table;
-    # put(rows, Actions) receives each opponent's actions, logits and core state
+    # put(rows, Actions) receives the learner's and each opponent's actions, logits and core state
+    table.act(policy, groups, params_of, observation, first, core, legal, put, bucket)   # opponents only
 """
 
 from __future__ import annotations
@@ -74,10 +77,10 @@ class OpponentTable:
         self._table = stack_params([first] * self.capacity)
         self._slot_of.clear()
 
-    def act(self, policy: InferencePolicy, groups: dict[str, list[int]], params_of: dict[str, Any], observation,
-            first, core, legal, put: Callable[[np.ndarray, Actions], None], bucket: Callable[[int], int]) -> None:
-        """Every opponent's rows in one pass: [K, W] inputs, K padded to a power of two (padding repeats
-        a seated opponent) and W = bucket(most rows of one opponent) (padding repeats a real row)."""
+    def layout(self, groups: dict[str, list[int]], params_of: dict[str, Any], bucket: Callable[[int], int]
+               ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(keys, slot ids [K], row index [K, W]) of a batch's opponents: K padded to a power of two (padding
+        repeats a seated opponent) and W = bucket(most rows of one opponent) (padding repeats a real row)."""
         keys = sorted(groups)
         slots = self.slots(keys, params_of)
         count = power_of_two(len(keys))
@@ -88,9 +91,36 @@ class OpponentTable:
             rows = groups[key]
             index[i, :len(rows)] = rows
             index[i, len(rows):] = rows[0]
-        out = policy.act_table(self._table, slot_ids, observation[index], first[index],
-                               jax.tree.map(lambda x: x[index], core), legal[index])
+        return keys, slot_ids, index
+
+    @staticmethod
+    def scatter(out: Actions, keys: list[str], groups: dict[str, list[int]],
+                put: Callable[[np.ndarray, Actions], None]) -> None:
+        """Hand each opponent's rows of a [K, W] pass to `put(rows, Actions)`."""
         for i, key in enumerate(keys):
             n = len(groups[key])
             put(np.asarray(groups[key]), Actions(out.action[i, :n], out.logits[i, :n],
-                                                 jax.tree.map(lambda x: x[i, :n], out.core_state), 0))
+                                                 jax.tree.map(lambda x: x[i, :n], out.core_state), out.policy_version))
+
+    def act(self, policy: InferencePolicy, groups: dict[str, list[int]], params_of: dict[str, Any], observation,
+            first, core, legal, put: Callable[[np.ndarray, Actions], None], bucket: Callable[[int], int]) -> None:
+        """Every opponent's rows in one pass (`layout`), each handed to `put`."""
+        keys, slot_ids, index = self.layout(groups, params_of, bucket)
+        out = policy.act_table(self._table, slot_ids, observation[index], first[index],
+                               jax.tree.map(lambda x: x[index], core), legal[index])
+        self.scatter(out, keys, groups, put)
+
+    def act_with_learner(self, policy: InferencePolicy, learner_rows: np.ndarray, groups: dict[str, list[int]],
+                         params_of: dict[str, Any], observation, first, core, legal,
+                         put: Callable[[np.ndarray, Actions], None], bucket: Callable[[int], int]) -> int:
+        """The learner's rows (padded to `bucket`) and every opponent's rows in one jitted call; returns
+        the learner params' version."""
+        keys, slot_ids, index = self.layout(groups, params_of, bucket)
+        count = len(learner_rows)
+        padded = np.concatenate([learner_rows, np.full(bucket(count) - count, learner_rows[0])])
+        take = lambda rows: (observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core), legal[rows])
+        learner, opponents = policy.act_with_table(take(padded), self._table, slot_ids, take(index))
+        put(learner_rows, Actions(learner.action[:count], learner.logits[:count],
+                                  jax.tree.map(lambda x: x[:count], learner.core_state), learner.policy_version))
+        self.scatter(opponents, keys, groups, put)
+        return learner.policy_version

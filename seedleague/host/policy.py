@@ -72,11 +72,32 @@ def _act_stacked(network: Network, params, observation, first, core_state, legal
     return *jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys), rng
 
 
+def _sample_slots(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool):
+    """_sample for the K policies at `slots` of a stacked params `table` over inputs [K, W, ...]. The loop over
+    K is unrolled when traced: K plain matmuls run faster on a CPU than one batched matmul (vmap)."""
+    keys = jax.random.split(rng, slots.shape[0])
+    outs = [_sample(network, jax.tree.map(lambda stacked: stacked[slots[k]], table), observation[k], first[k],
+                    jax.tree.map(lambda x: x[k], core_state), legal_mask[k], keys[k], greedy)
+            for k in range(slots.shape[0])]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
 @functools.partial(jax.jit, static_argnames=("network", "greedy"))
 def _act_table(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool = False):
     """_act_stacked for the K policies at `slots` of a stacked params `table`, gathered on the device."""
-    params = jax.tree.map(lambda stacked: stacked[slots], table)
-    return _act_stacked(network, params, observation, first, core_state, legal_mask, rng, greedy=greedy)
+    rng, sample_rng = jax.random.split(rng)
+    return *_sample_slots(network, table, slots, observation, first, core_state, legal_mask, sample_rng, greedy), rng
+
+
+@functools.partial(jax.jit, static_argnames=("network", "greedy", "explore"))
+def _act_with_table(network: Network, params, table, slots, learner_inputs, table_inputs, rng, greedy: bool = False,
+                    explore: float = 0.0):
+    """_act on the learner's rows and _act_table on the opponents' rows, in one call (one dispatch, one
+    transfer back): `learner_inputs` = (observation, first, core_state, legal_mask) over [N] rows,
+    `table_inputs` the same over [K, W]."""
+    rng, learner_rng, table_rng = jax.random.split(rng, 3)
+    learner = _sample(network, params, *learner_inputs, learner_rng, greedy, explore)
+    return learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy), rng
 
 
 def stack_params(params: list[Any]) -> Any:
@@ -140,6 +161,17 @@ class InferencePolicy:
             self.network, table, slots, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), self._version)
+
+    def act_with_table(self, learner_inputs: tuple, table: Any, slots: np.ndarray, table_inputs: tuple
+                       ) -> tuple[Actions, Actions]:
+        """`act` with the published params on `learner_inputs` and `act_table` on `table_inputs`, in one
+        jitted call: a batch that seats league opponents costs one dispatch, like a self-play batch."""
+        params, version = self.current()
+        learner, opponents, self._rng = _act_with_table(self.network, params, table, slots, learner_inputs,
+                                                        table_inputs, self._rng, greedy=self.greedy,
+                                                        explore=self.explore)
+        as_actions = lambda out, v: Actions(np.asarray(out[0]), np.asarray(out[1]), jax.tree.map(np.asarray, out[2]), v)
+        return as_actions(learner, version), as_actions(opponents, self._version)
 
     def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
                     legal_mask: np.ndarray) -> Actions:
