@@ -399,6 +399,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
                 break
     finally:
         workers.stop()
+        await servicer.drain(timeout_s=1.0)  # workers elsewhere are told to reconnect, not cut off mid-call
         await server.stop(grace=1.0)
         host.stop_serving()  # no inference may still be waiting to answer once this loop closes
     elapsed = time.perf_counter() - start

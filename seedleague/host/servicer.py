@@ -60,6 +60,8 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
 
     def __init__(self, backend: EnvBackend):
         self._backend = backend
+        self._draining = False  # set by drain: each stream ends with UNAVAILABLE at its next message
+        self._open_streams = 0
         limits = getattr(getattr(backend, "config", None), "limits", None)
         self._limits = limits if isinstance(limits, SessionLimits) else SessionLimits()
 
@@ -113,8 +115,12 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         idle deadline).
         """
         session_id, reason = None, "stream ended"
+        self._open_streams += 1
         try:
             while (message := await self._idle(context.read(), "sent no StepBatch")) is not grpc.aio.EOF:
+                if self._draining:
+                    reason = "the host is stopping"
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping; reconnect to its next run")
                 step = codec.decode_step(codec.check_parsed(message))
                 if session_id is None:
                     self._backend.attach(step.session_id)
@@ -133,8 +139,18 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         except asyncio.CancelledError:  # the worker went away; the RPC is over, nothing to answer
             reason = "cancelled"
         finally:
+            self._open_streams -= 1
             if session_id is not None:
                 self._backend.close_session(session_id, reason)
+
+    async def drain(self, timeout_s: float) -> None:
+        """End every open stream with UNAVAILABLE at its worker's next message (a worker reconnects on it),
+        waiting up to `timeout_s` for them: then stopping the server cancels no call in flight, which
+        grpc would print as a CancelledError traceback."""
+        self._draining = True
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._open_streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
 
     async def _idle(self, waiting: Awaitable[T], what: str) -> T:
         """`waiting`'s result, or DEADLINE_EXCEEDED once the worker has been quiet for the idle timeout."""
