@@ -412,7 +412,19 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
         learner_step=_learner_step(host),
         mean_return=None if math.isnan(metrics.mean_return()) else round(metrics.mean_return(), 2),
         worker_restarts=workers.restarts,
+        **_game_counts(metrics),
     )
+
+
+def _game_counts(metrics: Metrics) -> dict:
+    """A seated (two-player) run's games, league games and recent win rate against the league; {} otherwise.
+    (Its episodes count each learning seat, and a zero-sum game's mean return is about 0 over both seats.)"""
+    if not metrics.games:
+        return {}
+    out = dict(games=metrics.games, league_games=metrics.league_games)
+    if metrics.league_outcomes:
+        out["league_win_rate"] = round(float(sum(metrics.league_outcomes) / len(metrics.league_outcomes)), 3)
+    return out
 
 
 def _learner_step(host: Host) -> int:

@@ -260,10 +260,14 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
 
     config = _run_config(args, with_workers, argv)
     summary = local.run(config)
+    if "games" in summary:  # two or more seats: say who wins, not a zero-sum return that averages to 0
+        score = f"games {summary['games']} ({summary['league_games']} against league snapshots"
+        score += (f", recent win rate {summary['league_win_rate']:.3f})" if "league_win_rate" in summary else ")")
+    else:
+        score = f"episodes {summary['episodes']}, mean return (last 100) {summary['mean_return']}"
     print(
         f"\nrun ended: {summary['reason']}\n"
-        f"  env steps {summary['env_steps']}, episodes {summary['episodes']}, learner steps {summary['learner_steps']}, "
-        f"mean return (last 100) {summary['mean_return']}, {summary['wall_s']} s\n"
+        f"  env steps {summary['env_steps']}, {score}, learner steps {summary['learner_steps']}, {summary['wall_s']} s\n"
         f"  checkpoints: {summary['checkpoints']}\n  tensorboard: {summary['tensorboard']}\n"
         f"  worker logs: {summary['logs']}\n  summary:     {summary['run_dir']}/summary.json"
     )

@@ -53,6 +53,10 @@ def test_a_league_run_records_names_scores_and_loads_its_output(league_run):
     assert {str(int(m["key"].split(":")[1])) for m in named["members"]} <= pool_keys
     assert named["step"] == max(int(m["key"].split(":")[1]) for m in named["members"])
     assert "  output  " in stdout and "league_nash" in stdout  # the end-of-run evaluation scored it
+    # A two-player run reports games and its win rate against the league, not a zero-sum mean return of ~0.
+    counts = summary(run_dir)
+    assert 0 < counts["league_games"] <= counts["games"] and 0.0 <= counts["league_win_rate"] <= 1.0
+    assert f"games {counts['games']} ({counts['league_games']} against league snapshots, recent win rate" in stdout
     trained = load_trained(run_dir)
     assert isinstance(trained, PolicyMixture)
     assert [m.step for m in trained.members] == [int(m["key"].split(":")[1]) for m in named["members"]]
