@@ -19,7 +19,9 @@ import pytest
 
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec
-from seedleague.testing.fakes import FakeHostConfig
+from conftest import RawWorker
+from seedleague.host.sessions import SessionLimits
+from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.tools import check_worker as cw
 from seedleague.v1 import env_pb2, env_pb2_grpc
@@ -125,3 +127,20 @@ def test_refusals_made_by_the_servicer_are_attributed_to_their_check():
     version, missing = backend.found
     assert version.check == cw.HANDSHAKE and "protocol version 7" in version.message
     assert missing.check == cw.REWARDS and missing.message == "step batch has no reward tensor"
+
+
+def test_the_fake_host_refuses_what_the_host_refuses_and_records_it():
+    backend = FakeBackend(FakeHostConfig(limits=SessionLimits(max_workers=1)))
+    server = ServerThread(backend).start()
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            RawWorker(server.address, EnvSpec("big", (4,), np.dtype(np.float32), 2, 5000))  # over 4,096 envs
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "5000 envs; this host allows at most 4096" in refused.value.details()
+        first = RawWorker(server.address, EnvSpec("ok", (4,), np.dtype(np.float32), 2, 4))
+        with pytest.raises(grpc.RpcError, match="limit of 1 workers"):
+            RawWorker(server.address, EnvSpec("ok", (4,), np.dtype(np.float32), 2, 4))
+        first.close()
+        assert [v.split(":")[1].strip() for v in backend.violations] == ["RESOURCE_EXHAUSTED"] * 2
+    finally:
+        server.stop()

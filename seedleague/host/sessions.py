@@ -72,6 +72,19 @@ def check_spec(spec: EnvSpec, limits: SessionLimits) -> None:
         )
 
 
+def check_capacity(spec: EnvSpec, limits: SessionLimits, open_sessions: int) -> None:
+    """Refuse with RESOURCE_EXHAUSTED a worker with more envs than one worker may step, or one more
+    worker than the host serves (`open_sessions` are open now)."""
+    if spec.num_envs > limits.max_envs_per_worker:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"worker declares {spec.num_envs} envs; this host allows at most {limits.max_envs_per_worker} per worker "
+            "(SessionLimits.max_envs_per_worker): start more workers with fewer envs each",
+        )
+    if open_sessions >= limits.max_workers:
+        raise ProtocolError(RESOURCE_EXHAUSTED, f"host already serves its limit of {limits.max_workers} workers")
+
+
 @dataclasses.dataclass
 class AgentStep:
     """One worker step flattened to agents (env-major, seat-minor), ready for inference."""
@@ -160,15 +173,10 @@ class SessionRegistry:
         self._lock = threading.Lock()
 
     def open(self, spec: EnvSpec, worker_name: str, make: Callable[[str], Session]) -> Session:
-        if spec.num_envs > self.limits.max_envs_per_worker:
-            raise ProtocolError(
-                RESOURCE_EXHAUSTED,
-                f"worker declares {spec.num_envs} envs; this host allows at most {self.limits.max_envs_per_worker} per worker",
-            )
+        check_capacity(spec, self.limits, open_sessions=0)
         with self._lock:
             self._expire_unattached()
-            if len(self._sessions) >= self.limits.max_workers:
-                raise ProtocolError(RESOURCE_EXHAUSTED, f"host already serves its limit of {self.limits.max_workers} workers")
+            check_capacity(spec, self.limits, open_sessions=len(self._sessions))
             session = make(uuid.uuid4().hex)
             self._sessions[session.id] = session
             return session

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
 
@@ -39,6 +40,7 @@ class FakeHostConfig:
     num_actions: Optional[int] = None  # refuse other action counts, as a model would
     max_envs: int = 0  # total envs over open sessions; more is RESOURCE_EXHAUSTED
     history: int = 1000  # completed episodes remembered per session
+    limits: SessionLimits = SessionLimits()  # the real host's limits (envs per worker, workers, spec size)
 
     def __post_init__(self):
         if self.observation_shape is not None:
@@ -168,6 +170,12 @@ class FakeBackend:
 
     def _check_spec(self, spec: EnvSpec) -> None:
         config = self.config
+        with self._lock:
+            open_sessions = sum(1 for s in self._sessions.values() if s.closed is None)
+        try:
+            check_capacity(spec, config.limits, open_sessions)
+        except ProtocolError as error:
+            self._refuse("handshake", error.code, error.message)
         if config.observation_shape is not None and spec.observation_shape != config.observation_shape:
             self._refuse(
                 "handshake",
