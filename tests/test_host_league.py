@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from seedleague.host import inference
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.league.model_pool import ModelPool, ParamsCache
@@ -296,20 +297,22 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
         return {"params": dict(live["params"], policy_head=head)}
 
     snapshots = {f"p:{i:06d}": with_bias([float(i), -float(i)]) for i in range(5)}
-    host.model.league.opponent_params = snapshots.get  # "p:999999" is not cached
+    # "p:999999" is not cached: snapshots.get gives None for it
     rng = np.random.default_rng(0)
     keys = [None, "p:999999"] + list(snapshots)
     opponents = np.array([keys[i] for i in rng.integers(0, len(keys), 37)], object)
     observation = rng.normal(size=(37, 2)).astype(np.float32)
     first, legal = np.zeros(37, bool), np.ones((37, 2), bool)
     core = jax.tree.map(np.asarray, host.model.policy.network.initial_state(37))
-    out = host._forward(observation, first, core, legal, opponents)
+    forward = lambda: inference.forward(host.model.policy, host._opponent_table, host.config.batcher.bucket,
+                                        observation, first, core, legal, opponents, snapshots.get)
+    out = forward()
     for key in set(opponents):
         rows = np.flatnonzero(opponents == key)
         alone = host.model.policy.act(observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
                                       legal[rows], params=snapshots.get(key))
         np.testing.assert_allclose(out.logits[rows], alone.logits, rtol=1e-5, atol=1e-5)
     assert host._opponent_table.writes == 5  # each snapshot crossed to the device once ...
-    host._forward(observation, first, core, legal, opponents)
+    forward()
     assert host._opponent_table.writes == 5  # ... and stays there for the next batch
     worker.close()

@@ -22,12 +22,13 @@ import numpy as np
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
+from seedleague.host import inference
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.host.learner import LearnerLoop
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.opponents import OpponentTable
-from seedleague.host.policy import Actions, InferencePolicy
+from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionLimits, SessionRegistry
@@ -220,7 +221,7 @@ class Host:
         agents = session.flatten(step)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self.batcher.submit(Request(size=session.num_agents, payload=(agents, step.sequence, future, loop)))
+        self.batcher.submit(Request(size=session.num_agents, payload=PendingStep(agents, step.sequence, future, loop)))
         return await future
 
     def close_session(self, session_id: str, reason: str) -> None:
@@ -366,12 +367,11 @@ class Host:
         except BaseException as error:
             log.exception("inference failed for a batch of %d requests", len(requests))
             for request in requests:
-                _, _, future, loop = request.payload
-                _answer(loop, future, None, error)
+                request.payload.answer(None, error)
 
     def _infer_and_record(self, requests: list[Request]) -> None:
         model = self.model
-        agents: list[AgentStep] = [r.payload[0] for r in requests]
+        agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
             self._end_and_seat(step)
         num_actions = model.spec.num_actions
@@ -381,61 +381,16 @@ class Host:
         core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
         opponents = None if model.opponents() is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
-        out = self._forward(observation, first, core, legal, opponents)
+        out = inference.forward(model.policy, self._opponent_table, self.config.batcher.bucket, observation, first,
+                                core, legal, opponents, None if opponents is None else model.opponents().opponent_params)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
         offset = 0
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)
             offset += request.size
             self._record(step, out.action[rows], out.logits[rows], jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
-            _, sequence, future, loop = request.payload
             action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
-            _answer(loop, future, ActionBatch(sequence, action, out.policy_version), None)
-
-    def _forward(self, observation, first, core, legal, opponents: Optional[np.ndarray]) -> Actions:
-        """One jitted call, whatever the number of opponents: the learner's rows with the live params
-        and every opponent snapshot's rows with its params from the device-resident opponent table."""
-        policy = self.model.policy
-        if opponents is None or not any(key is not None for key in opponents):
-            return self._act_padded(policy, observation, first, core, legal)
-        groups: dict[Optional[str], list[int]] = {}
-        params_of: dict[str, Any] = {}
-        for row, key in enumerate(opponents):
-            if key is not None and key not in params_of:
-                params_of[key] = self.model.opponents().opponent_params(key)
-            groups.setdefault(key if params_of.get(key) is not None else None, []).append(row)  # not cached: plays as the learner
-        action = np.zeros(len(first), np.int32)
-        logits = np.zeros((len(first), self.model.spec.num_actions), np.float32)
-        new_core = jax.tree.map(np.copy, core)
-        version = policy.version
-
-        def put(rows: np.ndarray, out: Actions) -> None:
-            action[rows], logits[rows] = out.action, out.logits
-            jax.tree.map(lambda target, source: target.__setitem__(rows, source), new_core, out.core_state)
-
-        learner_rows = groups.pop(None, None)
-        bucket = self.config.batcher.bucket
-        if learner_rows and groups:  # the usual league batch: one jitted call for both
-            version = self._opponent_table.act_with_learner(policy, np.asarray(learner_rows), groups, params_of,
-                                                            observation, first, core, legal, put, bucket)
-        elif groups:
-            self._opponent_table.act(policy, groups, params_of, observation, first, core, legal, put, bucket)
-        else:
-            rows = np.asarray(learner_rows)
-            out = self._act_padded(policy, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
-                                   legal[rows])
-            put(rows, out)
-            version = out.policy_version
-        return Actions(action, logits, new_core, version)
-
-    def _act_padded(self, policy: InferencePolicy, observation, first, core, legal) -> Actions:
-        """The learner's params on `len(first)` rows padded to the batcher's bucket size (one compile per bucket)."""
-        count = len(first)
-        bucket = self.config.batcher.bucket(count)
-        out = policy.act(_pad(observation, bucket), _pad(first, bucket, True),
-                         jax.tree.map(lambda x: _pad(x, bucket), core), _pad(legal, bucket, True))
-        return Actions(out.action[:count], out.logits[:count], jax.tree.map(lambda x: x[:count], out.core_state),
-                       out.policy_version)
+            request.payload.answer(ActionBatch(request.payload.sequence, action, out.policy_version), None)
 
     def _end_and_seat(self, step: AgentStep) -> None:
         """Close the episodes this step ends (metrics, league results) and seat the ones it starts."""
@@ -528,12 +483,21 @@ class Host:
             self.pool.close()
 
 
-def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:
-    """Hand a result to the stream waiting on the event loop (from the batcher thread)."""
-    try:
-        loop.call_soon_threadsafe(_resolve, future, value, error)
-    except RuntimeError:  # the loop is closed: the server is gone, and so is the stream that asked
-        pass
+@dataclasses.dataclass
+class PendingStep:
+    """A worker step waiting in the batcher (a Request's payload): its agents, and the stream to answer."""
+
+    agents: AgentStep
+    sequence: int
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+    def answer(self, value: Any, error: Optional[BaseException]) -> None:
+        """Hand the result to the stream waiting on its event loop (called from the batcher thread)."""
+        try:
+            self.loop.call_soon_threadsafe(_resolve, self.future, value, error)
+        except RuntimeError:  # the loop is closed: the server is gone, and so is the stream that asked
+            pass
 
 
 def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException]) -> None:
@@ -575,13 +539,6 @@ def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
 
 def _legal(step: AgentStep, num_actions: int) -> np.ndarray:
     return step.legal_mask if step.legal_mask is not None else np.ones((len(step.first), num_actions), bool)
-
-
-def _pad(x: np.ndarray, size: int, value: Any = 0) -> np.ndarray:
-    if len(x) == size:
-        return x
-    padding = np.full((size - len(x),) + x.shape[1:], value, x.dtype)
-    return np.concatenate([x, padding])
 
 
 def _example_unroll(spec: EnvSpec, unroll_length: int, network: Any) -> Unroll:
