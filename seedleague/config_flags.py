@@ -86,21 +86,32 @@ def _parse_enum(tp: type, text: str) -> enum.Enum:
 
 @functools.lru_cache(maxsize=None)
 def field_comments(config_type: type) -> dict[str, str]:
-    """{field: its trailing `# comment` in the class body}, for the fields whose line has one."""
+    """{field: its comment in the class body}: the trailing `# comment` on the field's line, else the
+    comment lines right above the field."""
     try:
         source = inspect.getsource(config_type)
     except (OSError, TypeError):
         return {}
     names = {f.name for f in dataclasses.fields(config_type)}
-    comments: dict[str, str] = {}
+    trailing: dict[str, str] = {}
+    above: dict[str, str] = {}
     line_field: dict[int, str] = {}
+    pending: list[str] = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         row, col = token.start
-        if token.type == tokenize.NAME and col == 4 and token.string in names:  # a field at class-body indentation
-            line_field[row] = token.string
-        elif token.type == tokenize.COMMENT and row in line_field:
-            comments.setdefault(line_field[row], token.string.lstrip("#").strip())
-    return comments
+        if token.type == tokenize.COMMENT:
+            text = token.string.lstrip("#").strip()
+            if row in line_field:
+                trailing.setdefault(line_field[row], text)
+            elif col == 4:  # a comment line of its own at class-body indentation
+                pending.append(text)
+        elif token.type == tokenize.NAME and col == 4:  # a statement of the class body
+            if token.string in names:
+                line_field[row] = token.string
+                if pending:
+                    above[token.string] = " ".join(pending)
+            pending = []
+    return {name: trailing.get(name) or above[name] for name in names if name in trailing or name in above}
 
 
 def _shown(value: Any) -> str:

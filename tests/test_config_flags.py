@@ -89,3 +89,21 @@ def test_every_host_flag_builds_back_to_the_base_when_none_is_given():
     base = HostConfig(batch_size=8)
     assert config_flags.build(HostConfig, parser.parse_args([]), base) == base
     assert not getattr(parser.parse_args([]), "league.address")  # a flag not given reads as false
+
+
+@dataclasses.dataclass(frozen=True)
+class Commented:
+    # what the first field is for,
+    # over two lines
+    first: int = 1
+    second: int = 2  # its own line wins
+    # a note that belongs to no field
+
+    def method(self):
+        # not a field's comment
+        return self.first
+
+
+def test_comment_lines_above_a_field_are_its_help_too():
+    assert config_flags.field_comments(Commented) == {"first": "what the first field is for, over two lines",
+                                                      "second": "its own line wins"}

@@ -1,0 +1,88 @@
+"""HostConfig: everything the training host needs, one config per component, checked together.
+
+Each component owns its own config (BatcherConfig, ReplayConfig, NetworkConfig, LearnerConfig,
+CheckpointConfig, LeagueLinkConfig, SessionLimits, the device split); this class composes them
+and refuses combinations that cannot work, naming the flags to change. `seedleague train` and
+`seedleague host` expose every field as a flag (seedleague.config_flags).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seedleague.checkpoint import CheckpointConfig
+from seedleague.host.batcher import BatcherConfig
+from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.host.replay import ReplayConfig
+from seedleague.host.sessions import SessionLimits
+from seedleague.rl import sharding
+from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.networks import NetworkConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class HostConfig:
+    """Everything the training host needs; composed of one config per component."""
+
+    address: str = "127.0.0.1:0"
+    max_message_bytes: int = 64 * 2**20
+    unroll_length: int = 20
+    batch_size: int = 32  # unrolls per learner update
+    seed: int = 0
+    learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
+    greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
+    serve_param_average: bool = False  # serving: act with the checkpoint's param average (LearnerConfig.average_from)
+    # serving: act with this run directory's output (seedleague.output); a mixture draws one member per env per
+    # episode and plays the whole episode with it (`seedleague serve --checkpoint RUN_DIR` sets it for mixtures)
+    serve_output: str = ""
+    # training: each learner action is a uniformly random legal one with this probability, recorded as the
+    # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
+    # in the data, so the responses to them are still trained (see docs/league.md)
+    explore: float = 0.0
+    limits: SessionLimits = SessionLimits()
+    batcher: BatcherConfig = BatcherConfig()
+    replay: ReplayConfig = ReplayConfig()
+    network: NetworkConfig = NetworkConfig()
+    learner: LearnerConfig = LearnerConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    league: LeagueLinkConfig = LeagueLinkConfig()
+    devices: sharding.DeviceConfig = sharding.DeviceConfig()  # learner / inference devices (Sebulba split)
+    distributed: sharding.DistributedConfig = sharding.DistributedConfig()  # several processes, one learner
+
+    def __post_init__(self):
+        if self.unroll_length < 1:
+            raise ValueError(f"unroll_length must be >= 1, got {self.unroll_length}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.replay.capacity < self.batch_size:
+            raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.serve_param_average and self.learn:
+            raise ValueError("serve_param_average applies to serving (`seedleague serve`), not to a learning host: "
+                             "the learner acts with its params and keeps the average as an output")
+        if self.serve_output and (self.learn or self.serve_param_average or self.checkpoint.restore_step is not None):
+            raise ValueError("serve_output serves a run's recorded output: it needs --learn false and neither "
+                             "--serve_param_average nor --checkpoint.restore_step (the output names its networks)")
+        if not 0.0 <= self.explore < 1.0:
+            raise ValueError(f"explore must be a probability in [0, 1), got {self.explore}")
+        if self.explore and (self.greedy or not self.learn):
+            raise ValueError("explore applies to a learning host that samples its actions; serving and greedy "
+                             "play act with the policy as it is")
+        if self.league.enabled and not self.learn:
+            raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
+        if self.league.enabled and not self.league.pool_dir:
+            raise ValueError("league play needs --league.pool_dir: the model pool directory the league's hosts share")
+        learner_devices = self.devices.learner_devices
+        if learner_devices and self.batch_size % learner_devices:
+            raise ValueError(f"batch_size {self.batch_size} does not split evenly over devices.learner_devices="
+                             f"{learner_devices}: use a multiple of {learner_devices} (--batch_size)")
+        if self.distributed.enabled and not self.learn:
+            raise ValueError("distributed.num_processes > 1 joins processes into one learner, but --learn is false: "
+                             "drop the --distributed.* flags")
+        if self.distributed.enabled and self.learner.anneal_seconds:
+            raise ValueError("an anneal over time (--learner.anneal_seconds) would read a different clock in each "
+                             "process of a multi-process learner: anneal over updates (--learner.anneal_steps) instead")
+        if self.distributed.enabled and self.league.enabled:
+            raise ValueError("league play with a multi-process learner is not supported: drop --distributed.* "
+                             "or --league.address")
