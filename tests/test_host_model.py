@@ -13,7 +13,9 @@ def test_building_a_model_initialises_the_train_state_once(monkeypatch):
     calls = []
     real = host_module.init_train_state
     monkeypatch.setattr(host_module, "init_train_state", lambda *a, **k: calls.append(1) or real(*a, **k))
-    host = host_module.Host(host_module.HostConfig(batch_size=2, replay=host_module.ReplayConfig(capacity=4)), Metrics())
+    from seedleague.host.replay import ReplayConfig
+
+    host = host_module.Host(host_module.HostConfig(batch_size=2, replay=ReplayConfig(capacity=4)), Metrics())
     try:
         model = host._build_model(EnvSpec("t", (3,), np.float32, 2, 1))
         assert len(calls) == 1
