@@ -316,3 +316,13 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
     forward()
     assert host._opponent_table.writes == 5  # ... and stays there for the next batch
     worker.close()
+
+
+def test_a_game_result_is_scored_from_the_learner_seats_return_sign():
+    from seedleague.host import results
+
+    assert [results.outcome(r) for r in (2.0, 1e-9, 0.0, -0.5)] == [1.0, 1.0, 0.5, 0.0]
+    spec = EnvSpec("g", (2,), np.dtype(np.float32), 2, num_envs=3, num_seats=2)
+    returns = np.array([1.0, -1.0, 0.5, 0.5, 0.0, 0.0], np.float32)  # env 1 pays both seats: not zero-sum
+    assert results.not_zero_sum(spec, np.array([0, 2]), returns) is None
+    assert "(env 1) ended with returns [0.5, 0.5]" in results.not_zero_sum(spec, np.array([1]), returns)

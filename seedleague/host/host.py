@@ -22,7 +22,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host import inference
+from seedleague.host import inference, results
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.league_link import LeagueLink
@@ -34,7 +34,7 @@ from seedleague.host.replay import Replay
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionRegistry
 from seedleague.league.model_pool import ModelPool
-from seedleague.league.types import LeagueAPI, MatchResult
+from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
@@ -340,28 +340,16 @@ class Host:
         seats = session.spec.num_seats
         if league is not None:
             envs = np.flatnonzero(ended[::seats])
-            if session.refusal is None and (problem := not_zero_sum(session.spec, envs, returns)):
+            if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns)):
                 session.refusal = problem
                 log.error("refusing worker %s: %s", session.worker_name, problem)
-            self._report_results(seating, envs, returns)
+            outcomes = results.report(self.model.league, self.config.league.player, self.model.policy.version,
+                                      seating, envs, returns)
+            self.metrics.record_games(len(envs), outcomes)
         started_envs = np.flatnonzero(step.first[::seats])
         seating.start(started_envs, self.model.opponents().draw(len(started_envs)))
         step.learning = seating.learning()
         step.opponents = seating.opponents()
-
-    def _report_results(self, seating: Seating, envs: np.ndarray, returns: np.ndarray) -> None:
-        """One league result per finished episode against a snapshot, from the learner seat's return."""
-        link = self.model.league
-        step = self.model.policy.version
-        outcomes = []
-        for env, row in zip(envs, seating.learner_rows(envs)):
-            opponent = seating.opponent[env]
-            if opponent is None:
-                continue
-            outcome = 1.0 if returns[row] > 0 else 0.0 if returns[row] < 0 else 0.5
-            outcomes.append(outcome)
-            link.report(MatchResult(uuid.uuid4().hex, self.config.league.player, opponent, outcome, step))
-        self.metrics.record_games(len(envs), outcomes)
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
@@ -440,29 +428,6 @@ def _resolve(future: asyncio.Future, value: Any, error: Optional[BaseException])
         future.set_exception(error)
     else:
         future.set_result(value)
-
-
-ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
-
-
-def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray) -> Optional[str]:
-    """Why the episodes of `envs` (just ended; `returns` [E*S], env-major) break league play, or None.
-
-    The league scores a game as a win, loss or draw of one seat from the sign of its return, which
-    means something only when every seat's gain is another's loss: each episode's returns must sum
-    to zero over the seats. The spec does not say whether a game is zero-sum; its episodes do."""
-    if not len(envs):
-        return None
-    by_env = returns.reshape(spec.num_envs, spec.num_seats)[envs]
-    total = by_env.sum(axis=1)
-    bad = np.abs(total) > ZERO_SUM_TOLERANCE * np.maximum(1.0, np.abs(by_env).max(axis=1))
-    if not bad.any():
-        return None
-    i = int(np.argmax(bad))
-    return (f"the league trains zero-sum games only, and an episode of {spec.env_name!r} (env {int(envs[i])}) "
-            f"ended with returns {np.round(by_env[i], 4).tolist()} over its seats, summing to {total[i]:.4g}: "
-            "give the seats rewards that sum to zero over each episode (one seat's gain is the others' loss), "
-            "or train the game as single-agent (num_seats 1)")
 
 
 def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:

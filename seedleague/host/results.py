@@ -1,0 +1,58 @@
+"""A league run's game results: one MatchResult per finished game against a snapshot, scored from the
+learner seat's return, and the check that a game's seats really play a zero-sum game.
+
+    outcomes = report(link, player, version, seating, ended_envs, returns)   # 1 win, 0.5 draw, 0 loss each
+    problem = not_zero_sum(spec, ended_envs, returns)                        # None, or why to refuse the worker
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Optional
+
+import numpy as np
+
+from seedleague.host.seating import Seating
+from seedleague.league.types import MatchResult
+from seedleague.protocol.specs import EnvSpec
+
+
+def outcome(learner_return: float) -> float:
+    """1 (win), 0.5 (draw) or 0 (loss) from the sign of the learner seat's return."""
+    return 1.0 if learner_return > 0 else 0.0 if learner_return < 0 else 0.5
+
+
+def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, returns: np.ndarray) -> list[float]:
+    """Send `link` (a LeagueLink) one result per game of `envs` (just ended) played against a snapshot;
+    returns their outcomes (self-play games have none)."""
+    outcomes = []
+    for env, row in zip(envs, seating.learner_rows(envs)):
+        opponent = seating.opponent[env]
+        if opponent is None:
+            continue
+        outcomes.append(outcome(returns[row]))
+        link.report(MatchResult(uuid.uuid4().hex, player, opponent, outcomes[-1], version))
+    return outcomes
+
+
+ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
+
+
+def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray) -> Optional[str]:
+    """Why the episodes of `envs` (just ended; `returns` [E*S], env-major) break league play, or None.
+
+    The league scores a game as a win, loss or draw of one seat from the sign of its return, which
+    means something only when every seat's gain is another's loss: each episode's returns must sum
+    to zero over the seats. The spec does not say whether a game is zero-sum; its episodes do."""
+    if not len(envs):
+        return None
+    by_env = returns.reshape(spec.num_envs, spec.num_seats)[envs]
+    total = by_env.sum(axis=1)
+    bad = np.abs(total) > ZERO_SUM_TOLERANCE * np.maximum(1.0, np.abs(by_env).max(axis=1))
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    return (f"the league trains zero-sum games only, and an episode of {spec.env_name!r} (env {int(envs[i])}) "
+            f"ended with returns {np.round(by_env[i], 4).tolist()} over its seats, summing to {total[i]:.4g}: "
+            "give the seats rewards that sum to zero over each episode (one seat's gain is the others' loss), "
+            "or train the game as single-agent (num_seats 1)")
