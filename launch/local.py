@@ -26,7 +26,6 @@ import time
 from typing import Optional
 
 from seedleague import grpc_server, output
-from seedleague.checkpoint import CheckpointConfig
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.metrics import Metrics, progress_line

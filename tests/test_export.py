@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from seedleague import output
-from seedleague.api import load_policy, load_snapshot, load_trained
+from seedleague.api import load_snapshot, load_trained
 from seedleague.cli import main
 from seedleague.rl.networks import NetworkConfig
 from test_api import KUHN, ROOT, SMALL, save_checkpoint

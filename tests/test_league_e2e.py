@@ -2,7 +2,6 @@
 main exploiter), OpenSpiel workers; then serving one of its snapshots to an unchanged worker."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -12,7 +11,6 @@ import numpy as np
 from conftest import RawWorker
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
-from seedleague.league.types import snapshot_key
 from seedleague.protocol.specs import EnvSpec
 from test_e2e import SEEDLEAGUE, free_port, run_cli, summary, wait_for
 

@@ -18,9 +18,8 @@ from seedleague.league.nash import league_nash
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague.rl.learner import LearnerConfig
 from seedleague.testing.server_thread import ServerThread
-from test_api import SMALL, head_params, save_checkpoint
+from test_api import SMALL, save_checkpoint
 from test_e2e import SEEDLEAGUE, run_cli, summary
 
 LEAGUE_RUN = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",

@@ -376,7 +376,6 @@ def _league_for(run_dir: str):
     if not os.path.exists(path):
         return None
     try:
-        from seedleague.league.config import LeagueConfig
         from seedleague.league.service import League
     except ImportError:
         return None

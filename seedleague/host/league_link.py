@@ -28,9 +28,9 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from seedleague.league.model_pool import ModelPool, ParamsCache
+from seedleague.league.model_pool import ParamsCache
 from seedleague.league.types import LeagueAPI, Match, MatchResult, Role
 
 log = logging.getLogger(__name__)
