@@ -170,7 +170,7 @@ def _selected(run_dir: str, step: int, player: str) -> "Output | None":
     choice = select(run_dir, step, keys, player)
     if choice is None:
         return None
-    return Output("selected", tuple(Member(**dataclasses.asdict(m)) for m in choice.members), choice.describe())
+    return Output("selected", choice.members, choice.describe())
 
 
 def _newest_checkpoint(run_dir: str, source: str) -> int:

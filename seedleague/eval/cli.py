@@ -424,13 +424,9 @@ def _pool_keys(run_dir: str) -> tuple[Optional[str], list[str]]:
 
 def _is_poker(env_name: str) -> bool:
     """An OpenSpiel imperfect-information game (exact exploitability is cheap enough only there)."""
-    import pyspiel
+    from seedleague.eval.output_selection import game_of
 
-    name = openspiel_game_name(env_name)
-    if name is None:
-        return False
-    information = pyspiel.load_game(name).get_type().information
-    return information == pyspiel.GameType.Information.IMPERFECT_INFORMATION
+    return game_of(env_name) is not None
 
 
 # -- commands -----------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ import os
 import time
 from typing import Optional
 
+from seedleague.output import Member  # one network of an output: key, weight, path, step, average
+
 log = logging.getLogger(__name__)
 
 FILE = "output_selection.json"
@@ -36,22 +38,11 @@ POPULATION = 32  # newest snapshots in the meta-game; the end of the run, where 
 
 
 @dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One network of a candidate output, as seedleague.output.Member describes it."""
-
-    key: str
-    weight: float
-    path: str
-    step: int
-    average: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
 class Choice:
     """The least exploitable candidate, with every candidate's score, for the run's state `stamp`."""
 
     name: str  # "final", "param_average", "population_nash" or "population_average"
-    members: tuple[Candidate, ...]
+    members: tuple[Member, ...]
     scores: dict  # candidate name -> exact exploitability
     stamp: dict  # {"checkpoint": step, "snapshot": newest key}: what the choice was made from
     seconds: float = 0.0
@@ -62,7 +53,8 @@ class Choice:
 
 
 def game_of(env_name: str):
-    """The loaded OpenSpiel game when `env_name` is an imperfect-information OpenSpiel game, else None."""
+    """The loaded OpenSpiel game when `env_name` is an imperfect-information OpenSpiel game (exact
+    exploitability can be measured), else None."""
     from seedleague.eval.cli import openspiel_game_name
 
     name = openspiel_game_name(env_name)
@@ -90,7 +82,7 @@ def cached(run_dir: str, stamp: dict) -> Optional[Choice]:
             data = json.load(f)
         if data.get("stamp") != stamp:
             return None
-        return Choice(data["name"], tuple(Candidate(**m) for m in data["members"]), data["scores"], data["stamp"],
+        return Choice(data["name"], tuple(Member(**m) for m in data["members"]), data["scores"], data["stamp"],
                       data.get("seconds", 0.0))
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("ignoring unreadable %s (%s): choosing the output again", path, error)
@@ -104,7 +96,7 @@ def _write(run_dir: str, choice: Choice) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _normalised(members: list[Candidate]) -> tuple[Candidate, ...]:
+def _normalised(members: list[Member]) -> tuple[Member, ...]:
     total = sum(m.weight for m in members)
     return tuple(dataclasses.replace(m, weight=m.weight / total) for m in members)
 
@@ -126,20 +118,20 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
     if game is None:
         return None
     start = time.perf_counter()
-    candidates: dict[str, tuple[tuple[Candidate, ...], float]] = {
-        "final": ((Candidate(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
+    candidates: dict[str, tuple[tuple[Member, ...], float]] = {
+        "final": ((Member(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
                   openspiel_eval.exploitability(game, final))}
-    average, average_member = None, Candidate(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True)
+    average, average_member = None, Member(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True)
     try:
         average = load_policy(run_dir, checkpoint, seed=seed, average=True)
         candidates["param_average"] = ((average_member,), openspiel_eval.exploitability(game, average))
     except NoParamAverageError:
-        pass
+        pass  # the learner keeps no param average: that candidate does not exist
     population = snapshot_keys[-POPULATION:]
     if population:
         player_dir = os.path.join(run_dir, "pool", player)
         policies = [load_policy(player_dir, parse_key(key)[1], seed=seed) for key in population]
-        snapshots = [Candidate(key, 1.0, player_dir, parse_key(key)[1]) for key in population]
+        snapshots = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in population]
         value, weights = metagame.nash_mixture_exploitability(game, policies)
         members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots, weights) if w > 1e-6]
         candidates["population_nash"] = (_normalised(members), value)
