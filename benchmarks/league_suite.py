@@ -43,10 +43,10 @@ from seedleague.eval import curve, output_score
 # Plain self-play by policy gradient, as a game nobody tuned for got it before the recipe: V-trace, one
 # step per batch of 32 unrolls, entropy 0.05 -> 0.01 and lr 3e-4 -> 3e-5 over 20K updates, the final params.
 SELF_PLAY_BASELINE_FLAGS = (
-    "--league_config.mode", "self_play", "--learner.loss", "vtrace", "--learner.kl_cost", "0",
-    "--learner.epochs", "1", "--learner.minibatches", "1", "--batch_size", "32",
-    "--learner.entropy_cost", "0.05", "--learner.entropy_cost_final", "0.01", "--learner.anneal_steps", "20000",
-    "--learner.average_tail", "0", "--output", "final",
+    "--league-config.mode", "self_play", "--learner.loss", "vtrace", "--learner.kl-cost", "0",
+    "--learner.epochs", "1", "--learner.minibatches", "1", "--batch-size", "32",
+    "--learner.entropy-cost", "0.05", "--learner.entropy-cost-final", "0.01", "--learner.anneal-steps", "20000",
+    "--learner.average-tail", "0", "--output", "final",
 )
 METHODS = {"recipe": (), "self-play": SELF_PLAY_BASELINE_FLAGS}
 ROWS_FILE, TABLE_FILE = "league_suite.jsonl", "league_suite.md"
@@ -241,7 +241,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), help=f"built-in methods to run, of {list(METHODS)}")
     parser.add_argument("--method", action="append", default=[], metavar="NAME=FLAGS",
                         help="also run a candidate: the default command plus FLAGS, e.g. "
-                             "--method lowlr='--learner.learning_rate 1e-4' (repeatable)")
+                             "--method lowlr='--learner.learning-rate 1e-4' (repeatable)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.runs < 1 or not all(0 < f <= 1 for f in args.at):
         parser.error("--seconds must be > 0, --runs >= 1 and every --at fraction in (0, 1]")

@@ -342,7 +342,7 @@ class _League:
         stored them at the first try or recognised a retry); with nothing pending it
         equals this player's rows in <run_dir>/league/league.sqlite."""
         out = {} if self.process is None else dict(league_restarts=self.process.restarts)
-        link = host.model.league if host is not None and host.model is not None else None
+        link = host.pipeline.league if host is not None and host.pipeline is not None else None
         if link is not None:
             stats = link.stats
             out["league_results"] = dict(acknowledged=stats.acknowledged, new=stats.new_results,
@@ -390,8 +390,8 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
             _report(host, metrics)
             workers.watch()
             league.check()
-            if host.model is not None and host.model.learner is not None and host.model.learner.error is not None:
-                raise RuntimeError("the learner failed; see the log above") from host.model.learner.error
+            if host.pipeline is not None and host.pipeline.learner is not None and host.pipeline.learner.error is not None:
+                raise RuntimeError("the learner failed; see the log above") from host.pipeline.learner.error
             ended = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)
             if ended:
                 reason = ended
@@ -428,12 +428,12 @@ def _game_counts(metrics: Metrics) -> dict:
 
 def _learner_step(host: Host) -> int:
     """Updates of the train state so far, including those before a resume."""
-    model = host.model
-    return model.learner.step if model is not None and model.learner is not None else 0
+    pipeline = host.pipeline
+    return pipeline.learner.step if pipeline is not None and pipeline.learner is not None else 0
 
 
 def _report(host: Host, metrics: Metrics) -> None:
     report = metrics.report()
-    if host.model is not None and host.model.replay is not None:
-        report["replay_size"] = host.model.replay.size
+    if host.pipeline is not None and host.pipeline.replay is not None:
+        report["replay_size"] = host.pipeline.replay.size
     print(progress_line(report), flush=True)

@@ -320,7 +320,7 @@ def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
         average = None
     if not (isinstance(average, dict) and "params" in average and "count" in average):
         raise NoParamAverageError(f"{source} holds no param average: its learner ran without averaging "
-                                  "(train with --learner.average_from STEP to keep one)")
+                                  "(train with --learner.average-from STEP to keep one)")
     restored = _restore_state(manager, step, {"average": {"params": average["params"], "count": average["count"]}})
     return restored["average"]["params"], int(restored["average"]["count"])
 

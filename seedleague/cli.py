@@ -78,7 +78,7 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
     league = parser.add_argument_group(
         "league (two-player games: openspiel:<game>, pettingzoo:pong_v3)",
-        "Without --league.address the run starts its own league service; --league_config.* flags configure it.",
+        "Without --league.address the run starts its own league service; --league-config.* flags configure it.",
     )
     league.add_argument("--players", default=None,
                         help="learning players NAME[:ROLE],... (default: preset); the first runs in this process, "
@@ -112,7 +112,7 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
 # Per-player flags, and the token: it reaches the extra players' hosts through the environment
 # (launch.league), never a command line, which every user of the machine can read.
 _NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval", "--token",
-                  "--league.address", "--league.player", "--league.role", "--league.pool_dir"}
+                  "--league.address", "--league.player", "--league.role", "--league.pool-dir"}
 
 
 def _forwarded_flags(argv: list[str]) -> list[str]:
@@ -122,8 +122,8 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
         if skip:
             skip = False
             continue
-        name = arg.split("=", 1)[0]
-        if name in _NOT_FORWARDED or name.startswith("--league_config."):
+        name = config_flags.canonical(arg.split("=", 1)[0])
+        if name in _NOT_FORWARDED or name.startswith("--league-config."):
             skip = "=" not in arg and name not in ("--resume", "--no-eval") and i + 1 < len(argv)
             continue
         if arg.startswith("--"):
@@ -158,7 +158,7 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
         mode = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.").mode
         if mode == Mode.SELF_PLAY:
             raise ValueError("--output league_nash solves the league's payoff table, which self-play leaves empty (its "
-                             "learner never plays a snapshot): add --league_config.mode pfsp (or last_n, psro, "
+                             "learner never plays a snapshot): add --league-config.mode pfsp (or last_n, psro, "
                              "alphastar), or choose another --output")
     player = host.league.player if host.league.address else league.players[0].name if league else "main"
     return output.OutputConfig(source, player)
@@ -243,7 +243,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         max_seconds=preset.max_seconds if args.max_seconds is None else args.max_seconds,
         target_return=preset.target_return if args.target_return is None else args.target_return,
     )
-    if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal_steps N: over N updates
+    if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     league = _league_spec(args, preset, argv or [], multiplayer, name)
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,

@@ -1,7 +1,7 @@
 """Command-line flags generated from frozen config dataclasses.
 
 `add_flags(parser, HostConfig)` adds one flag per leaf field, nested configs
-prefixed by their field name (`--replay.capacity`, `--learner.learning_rate`);
+prefixed by their field name (`--replay.capacity`, `--learner.learning-rate`);
 `build(HostConfig, args, base)` returns `base` with every flag the user gave
 applied, so presets stay defaults and the command line overrides them.
 
@@ -12,6 +12,10 @@ Each flag's help is the field's own comment in its dataclass (`lr: float = 3e-4 
 and the default that applies. An enum field lists its choices in its help and in the error for a
 bad value. A flag that is not given keeps the base's value; `none` given to an optional field sets
 it to None (so a preset's value can be cleared).
+
+Flags are spelled with dashes, as every other flag of the command line (`--unroll-length`,
+`--max-seconds`); the field's own spelling with underscores (`--unroll_length`) is accepted too,
+and not listed in the help.
 """
 
 from __future__ import annotations
@@ -140,10 +144,23 @@ def add_flags(parser: argparse.ArgumentParser, config_type: type, prefix: str = 
         if _is_enum(inner):
             help_text = f"{help_text}; one of {_choices(inner)}" if help_text else f"one of {_choices(inner)}"
         help_text = f"{help_text} (default: {_shown(current)})" if help_text else f"(default: {_shown(current)})"
-        parser.add_argument(
-            f"--{prefix}{field.name}", dest=f"{prefix}{field.name}", type=_parser_for(tp), default=NOT_GIVEN,
-            metavar=getattr(inner, "__name__", "VALUE").upper(), help=help_text.replace("%", "%%"),
-        )
+        dest = f"{prefix}{field.name}"
+        parse = _parser_for(tp)
+        parser.add_argument(flag_name(dest), dest=dest, type=parse, default=NOT_GIVEN,
+                            metavar=getattr(inner, "__name__", "VALUE").upper(), help=help_text.replace("%", "%%"))
+        if flag_name(dest) != f"--{dest}":  # the field's own spelling, accepted without a line in --help
+            parser.add_argument(f"--{dest}", dest=dest, type=parse, default=NOT_GIVEN, help=argparse.SUPPRESS)
+
+
+def flag_name(dest: str) -> str:
+    """The flag of a config field's dotted path: `learner.learning_rate` -> `--learner.learning-rate`
+    (`learner.lambda_`, a name kept off a Python keyword, -> `--learner.lambda`)."""
+    return "--" + dest.rstrip("_").replace("_", "-")
+
+
+def canonical(flag: str) -> str:
+    """One spelling for comparing flags a user may write with dashes or underscores."""
+    return flag_name(flag[2:]) if flag.startswith("--") else flag
 
 
 def build(config_type: type, args: argparse.Namespace, base: Optional[Any] = None, prefix: str = "") -> Any:

@@ -154,7 +154,7 @@ def resolve(run_dir: str) -> Output:
 
     if param_average_count(run_dir, step) == 0:
         note = (f"checkpoint {step} of {run_dir} keeps no param average (its learner ran without "
-                "--learner.average_from or --learner.average_tail, or has not reached it): the output is the final params instead")
+                "--learner.average-from or --learner.average-tail, or has not reached it): the output is the final params instead")
         log.warning("%s", note)
         return dataclasses.replace(final, note=note)
     note = ("this game's exploitability cannot be measured (not an OpenSpiel imperfect-information game), so "
@@ -181,7 +181,7 @@ def _newest_checkpoint(run_dir: str, source: str) -> int:
     if not steps:
         raise FileNotFoundError(
             f"{run_dir!r} has no output yet: its output ({source}) is read from the learner's checkpoints and "
-            f"{directory} holds none; a run writes its first after --checkpoint.interval_s of training and "
+            f"{directory} holds none; a run writes its first after --checkpoint.interval-s of training and "
             "one when it stops, so wait for one (or resume the run)"
         )
     return steps[-1]

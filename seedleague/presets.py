@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from seedleague import config_flags
 from seedleague.host.batcher import BatcherConfig
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
@@ -52,7 +53,7 @@ def league_flags(config: LeagueConfig) -> tuple[str, ...]:
         if value == field.default:
             continue
         text = value.value if hasattr(value, "value") else ",".join(map(str, value)) if isinstance(value, tuple) else value
-        flags += [f"--{field.name}", str(text)]
+        flags += [config_flags.flag_name(field.name), str(text)]
     return tuple(flags)
 
 
@@ -192,10 +193,10 @@ def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_bat
     problems = []
     if spec.num_agents > max_batch_size:
         problems.append(f"it steps {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents, more than "
-                        f"one forward pass holds ({max_batch_size}, --batcher.max_batch_size): start it with fewer envs")
+                        f"one forward pass holds ({max_batch_size}, --batcher.max-batch-size): start it with fewer envs")
     if step_bytes(spec) > max_message_bytes:
         problems.append(f"one step of its {spec.num_envs} envs is at least {step_bytes(spec)} bytes, more than the host "
-                        f"accepts ({max_message_bytes}, --max_message_bytes): start it with fewer envs")
+                        f"accepts ({max_message_bytes}, --max-message-bytes): start it with fewer envs")
     if problems:
         raise UntrainableSpec(f"the worker's game {spec.env_name!r} cannot be trained: " + "; ".join(problems))
 

@@ -108,16 +108,16 @@ def test_host_learns_on_two_devices_and_acts_on_a_third():
     worker = RawWorker(server.address, vector_spec(num_envs=4))
     try:
         deadline = time.monotonic() + 60
-        while (host.model is None or host.model.learner.step < 3) and time.monotonic() < deadline:
+        while (host.pipeline is None or host.pipeline.learner.step < 3) and time.monotonic() < deadline:
             codec.decode_actions(worker.step())
-        assert host.model.learner.step >= 3, "the learner made no updates"
+        assert host.pipeline.learner.step >= 3, "the learner made no updates"
         layout = host.layout
         assert layout.inference_device == jax.local_devices()[3]
-        params, version = host.model.policy.current()
+        params, version = host.pipeline.policy.current()
         assert version >= 1 and all(leaf.devices() == {layout.inference_device} for leaf in jax.tree.leaves(params))
-        state_leaf = jax.tree.leaves(host.model.learner.state.params)[0]
+        state_leaf = jax.tree.leaves(host.pipeline.learner.state.params)[0]
         assert state_leaf.sharding.device_set == set(jax.local_devices()[:2])
-        assert host.model.learner.error is None
+        assert host.pipeline.learner.error is None
     finally:
         worker.close()
         server.stop()

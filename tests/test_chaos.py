@@ -114,7 +114,7 @@ def test_host_starts_while_the_league_is_away_and_stops_while_it_is_away_again(l
     play(worker, steps, 3 * 5)  # self-play meanwhile
     assert "p" not in league.registered
     league.available = True
-    link = host.model.league
+    link = host.pipeline.league
     assert wait_until(lambda: "p" in league.registered and league.added)
     league.opponents = [league.added[0].key]  # from now on every match is against that snapshot
     play(worker, steps, 3 * 20)

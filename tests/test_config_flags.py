@@ -76,7 +76,7 @@ def test_an_enum_lists_its_choices_in_help_and_in_the_error(capsys):
 def test_the_league_mode_flag_names_its_modes(capsys):
     parser = argparse.ArgumentParser(prog="t")
     config_flags.add_flags(parser, LeagueConfig, prefix="league_config.", base=LeagueConfig(mode=Mode.PSRO))
-    text = help_of(parser, "--league_config.mode")
+    text = help_of(parser, "--league-config.mode")
     assert all(mode.value in text for mode in Mode) and text.endswith(f"(default: {Mode.PSRO.value})")
     with pytest.raises(SystemExit):
         parser.parse_args(["--league_config.mode", "bogus"])
@@ -107,3 +107,29 @@ class Commented:
 def test_comment_lines_above_a_field_are_its_help_too():
     assert config_flags.field_comments(Commented) == {"first": "what the first field is for, over two lines",
                                                       "second": "its own line wins"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelled:
+    unroll_length: int = 8
+    lambda_: float = 0.95
+    inner: Inner = Inner()
+
+
+def test_flags_are_spelled_with_dashes_and_the_field_spelling_is_accepted_but_not_listed():
+    parser = argparse.ArgumentParser(prog="t")
+    config_flags.add_flags(parser, Spelled)
+    dashed = config_flags.build(Spelled, parser.parse_args(["--unroll-length", "4", "--lambda", "1"]))
+    underscored = config_flags.build(Spelled, parser.parse_args(["--unroll_length", "4", "--lambda_", "1"]))
+    assert dashed == underscored == Spelled(unroll_length=4, lambda_=1.0)
+    help_text = parser.format_help()
+    assert "--unroll-length" in help_text and "--lambda " in help_text
+    assert "--unroll_length" not in help_text and "--lambda_" not in help_text
+
+
+def test_one_spelling_for_comparing_flags():
+    assert config_flags.flag_name("learner.learning_rate") == "--learner.learning-rate"
+    assert config_flags.flag_name("learner.lambda_") == "--learner.lambda"
+    assert config_flags.canonical("--league_config.mode") == config_flags.canonical("--league-config.mode")
+    assert config_flags.canonical("--learner.lambda_") == "--learner.lambda"
+    assert config_flags.canonical("plain") == "plain"

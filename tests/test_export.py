@@ -135,7 +135,7 @@ def test_recurrent_policies_are_refused_saying_what_is_supported(tmp_path, capsy
     save_checkpoint(tmp_path / "run" / "checkpoints", step=2, extra_meta=dict(network=lstm))
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx")
     assert "has an LSTM core (network.lstm_size=4)" in err and "feed-forward policies only" in err
-    assert "--network.lstm_size 0" in err and not (tmp_path / "p.onnx").exists()
+    assert "--network.lstm-size 0" in err and not (tmp_path / "p.onnx").exists()
 
 
 def test_bad_formats_and_outputs_are_refused_by_name(tmp_path, capsys):

@@ -25,6 +25,6 @@ def test_host_inference_runs_on_the_gpu(host_server):
     host, server = host_server
     worker = RawWorker(server.address, vector_spec())
     worker.step()
-    params, _ = host.model.policy.current()
+    params, _ = host.pipeline.policy.current()
     assert {d.platform for leaf in jax.tree.leaves(params) for d in leaf.devices()} == {"gpu"}
     worker.close()

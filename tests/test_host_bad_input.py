@@ -16,7 +16,7 @@ def expect_status(error_info, code, *fragments):
 
 
 def inserted(host) -> int:
-    return host.model.replay._limiter.inserts if host.model else 0
+    return host.pipeline.replay._limiter.inserts if host.pipeline else 0
 
 
 def bad_message(mutate, spec=None):
@@ -65,7 +65,7 @@ def test_bad_step_ends_only_that_stream_and_enters_no_replay(shared_host_server,
     expect_status(error, code, fragment)
     good.step()  # still served
     assert inserted(host) - before == 2  # only the good worker's two unrolls
-    observations = np.asarray(host.model.replay._buffer.observation)
+    observations = np.asarray(host.pipeline.replay._buffer.observation)
     assert not (observations == 7.0).any()
     good.close()
     bad.close()
@@ -119,5 +119,5 @@ def test_worker_killed_mid_unroll_leaves_nothing_in_replay(shared_host_server):
     for _ in range(5):
         survivor.step()
     assert inserted(host) - before == 2
-    assert not (np.asarray(host.model.replay._buffer.observation) == 7.0).any()
+    assert not (np.asarray(host.pipeline.replay._buffer.observation) == 7.0).any()
     survivor.close()

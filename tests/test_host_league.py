@@ -132,14 +132,14 @@ def test_outage_loses_and_duplicates_nothing(league_host):
     worker = RawWorker(server.address, SPEC)
     steps = duel_steps(worker.session_id)
     play(worker, steps, 3)
-    assert wait_for(lambda: league.added and host.model.league.stats.fetched > 0)
+    assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
     league.available = False
     play(worker, steps, 3 * 25)  # play goes on against the cached opponents while the league is away
-    finished_in_outage = host.model.league.stats.pending
+    finished_in_outage = host.pipeline.league.stats.pending
     assert finished_in_outage > 0
     league.available = True
     play(worker, steps, 3)
-    link = host.model.league
+    link = host.pipeline.league
     assert wait_for(lambda: link.stats.pending == 0)
     assert link.stats.failures > 0
     assert len(league.results) == link.stats.new_results  # every result once
@@ -154,14 +154,14 @@ def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_lea
     worker = RawWorker(server.address, SPEC)
     steps = duel_steps(worker.session_id)
     play(worker, steps, 3)
-    assert wait_for(lambda: league.added and host.model.league.stats.fetched > 0)
+    assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
 
     def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
         params = state.params
         head = dict(params["params"]["policy_head"], bias=jax.numpy.array([-50.0, 50.0]))
         return state._replace(params={"params": dict(params["params"], policy_head=head)})
 
-    host.model.learner.call(always_one)
+    host.pipeline.learner.call(always_one)
     play(worker, steps, 3)  # episodes seated before the first opponents arrived were self-play; finish them
     session = next(iter(host.sessions._sessions.values()))
     recorded = []
@@ -186,16 +186,16 @@ def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     host, server = league_host(league)
     worker = RawWorker(server.address, SPEC)
     steps = duel_steps(worker.session_id)
-    initial = jax.tree.leaves(host.model.initial_state.params) if host.model else None
+    initial = jax.tree.leaves(host.pipeline.initial_state.params) if host.pipeline else None
     deadline = time.monotonic() + 60
-    while host.model is None or host.model.league.stats.resets < 1:
+    while host.pipeline is None or host.pipeline.league.stats.resets < 1:
         play(worker, steps, 3)
         assert time.monotonic() < deadline, "no reset happened"
     keys = ModelPool(host.config.league.pool_dir).keys("p")
     assert len(keys) >= 2
     assert [s.key for s in league.added][: len(keys)] == keys[: len(league.added)]
     # after the reset the learner acts with its initial params again (the step count goes on)
-    params, version = host.model.policy.current()
+    params, version = host.pipeline.policy.current()
     assert version > 0
     worker.close()
 
@@ -206,11 +206,11 @@ def test_a_reset_starts_the_param_average_again(league_host):
     worker = RawWorker(server.address, SPEC)
     steps = duel_steps(worker.session_id)
     deadline = time.monotonic() + 60
-    while host.model is None or host.model.league.stats.resets < 1:
+    while host.pipeline is None or host.pipeline.league.stats.resets < 1:
         play(worker, steps, 3)
         assert time.monotonic() < deadline, "no reset happened"
     seen = []
-    host.model.learner.call(lambda state: seen.append((int(state.average.count), int(state.step))))
+    host.pipeline.learner.call(lambda state: seen.append((int(state.average.count), int(state.step))))
     count, step = seen[0]
     assert count < step  # averaged since the last reset only; without one, every update from step 0 counts
     worker.close()
@@ -289,8 +289,8 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
     host, server = league_host(league)
     worker = RawWorker(server.address, SPEC)
     play(worker, duel_steps(worker.session_id), 2)
-    assert wait_for(lambda: host.model is not None)
-    live, _ = host.model.policy.current()
+    assert wait_for(lambda: host.pipeline is not None)
+    live, _ = host.pipeline.policy.current()
 
     def with_bias(bias):
         head = dict(live["params"]["policy_head"], bias=jax.numpy.array(bias, jax.numpy.float32))
@@ -303,13 +303,13 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
     opponents = np.array([keys[i] for i in rng.integers(0, len(keys), 37)], object)
     observation = rng.normal(size=(37, 2)).astype(np.float32)
     first, legal = np.zeros(37, bool), np.ones((37, 2), bool)
-    core = jax.tree.map(np.asarray, host.model.policy.network.initial_state(37))
-    forward = lambda: inference.forward(host.model.policy, host._opponent_table, host.config.batcher.bucket,
+    core = jax.tree.map(np.asarray, host.pipeline.policy.network.initial_state(37))
+    forward = lambda: inference.forward(host.pipeline.policy, host._opponent_table, host.config.batcher.bucket,
                                         observation, first, core, legal, opponents, snapshots.get)
     out = forward()
     for key in set(opponents):
         rows = np.flatnonzero(opponents == key)
-        alone = host.model.policy.act(observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
+        alone = host.pipeline.policy.act(observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
                                       legal[rows], params=snapshots.get(key))
         np.testing.assert_allclose(out.logits[rows], alone.logits, rtol=1e-5, atol=1e-5)
     assert host._opponent_table.writes == 5  # each snapshot crossed to the device once ...

@@ -249,7 +249,7 @@ def test_host_memory_stays_bounded_under_hostile_messages(shared_host_server):
     for _ in range(40):  # warm up: the learner starts (and compiles) on these unrolls before we measure
         good.step()
     deadline = time.monotonic() + 60
-    while host.model.learner.step < 2 and time.monotonic() < deadline:
+    while host.pipeline.learner.step < 2 and time.monotonic() < deadline:
         good.step()
         time.sleep(0.05)
     barrage(30)

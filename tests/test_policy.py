@@ -69,7 +69,7 @@ def test_a_learning_host_acts_with_the_exploration_its_config_asks_for():
     try:
         worker = RawWorker(server.address, vector_spec())
         worker.step()
-        assert host.model.policy.explore == 0.25
+        assert host.pipeline.policy.explore == 0.25
         worker.close()
     finally:
         server.stop()

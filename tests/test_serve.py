@@ -67,7 +67,7 @@ def test_serving_the_param_average_acts_with_it_and_a_checkpoint_without_one_is_
                         checkpoint=CheckpointConfig(directory=str(tmp_path / "avg")))
     host = Host(config, Metrics(), resume=True)
     try:
-        params, version = host.model.policy.current()
+        params, version = host.pipeline.policy.current()
         assert version == 5
         np.testing.assert_array_equal(np.asarray(params["params"]["policy_head"]["bias"]), [3.0, -3.0])
         assert not np.array_equal(np.asarray(state.params["params"]["policy_head"]["bias"]), [3.0, -3.0])

@@ -83,7 +83,7 @@ def test_untrainable_specs_name_the_problem():
         presets.check_trainable(EnvSpec("big", (3,), np.float32, 2, 3000, num_seats=2))
     presets.check_trainable(EnvSpec("fine", (3,), np.float32, 2, 2048, num_seats=2))
     frames = EnvSpec("frames", (210, 160, 3), np.uint8, 6, 1024)  # 1024 x 100800 bytes > 64 MiB
-    with pytest.raises(presets.UntrainableSpec, match="'frames'.*at least 103.*--max_message_bytes"):
+    with pytest.raises(presets.UntrainableSpec, match="'frames'.*at least 103.*--max-message-bytes"):
         presets.check_trainable(frames)
     presets.check_trainable(frames, max_message_bytes=1 << 30)
 

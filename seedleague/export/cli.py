@@ -123,8 +123,8 @@ def _load(member: output.Member, snapshot: str | None):
         lstm = _lstm_size(member)
         raise RecurrentPolicyError(
             f"{which} has an LSTM core (network.lstm_size={lstm}): seedleague export writes feed-forward policies "
-            "only (torso mlp, conv or board with --network.lstm_size 0), whose graph needs no state carried between "
-            "calls; serve a recurrent policy with `seedleague serve` instead, or train with --network.lstm_size 0"
+            "only (torso mlp, conv or board with --network.lstm-size 0), whose graph needs no state carried between "
+            "calls; serve a recurrent policy with `seedleague serve` instead, or train with --network.lstm-size 0"
         ) from None
 
 

@@ -63,7 +63,7 @@ class HostConfig:
                              "the learner acts with its params and keeps the average as an output")
         if self.serve_output and (self.learn or self.serve_param_average or self.checkpoint.restore_step is not None):
             raise ValueError("serve_output serves a run's recorded output: it needs --learn false and neither "
-                             "--serve_param_average nor --checkpoint.restore_step (the output names its networks)")
+                             "--serve-param-average nor --checkpoint.restore-step (the output names its networks)")
         if not 0.0 <= self.explore < 1.0:
             raise ValueError(f"explore must be a probability in [0, 1), got {self.explore}")
         if self.explore and (self.greedy or not self.learn):
@@ -72,17 +72,17 @@ class HostConfig:
         if self.league.enabled and not self.learn:
             raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
         if self.league.enabled and not self.league.pool_dir:
-            raise ValueError("league play needs --league.pool_dir: the model pool directory the league's hosts share")
+            raise ValueError("league play needs --league.pool-dir: the model pool directory the league's hosts share")
         learner_devices = self.devices.learner_devices
         if learner_devices and self.batch_size % learner_devices:
             raise ValueError(f"batch_size {self.batch_size} does not split evenly over devices.learner_devices="
-                             f"{learner_devices}: use a multiple of {learner_devices} (--batch_size)")
+                             f"{learner_devices}: use a multiple of {learner_devices} (--batch-size)")
         if self.distributed.enabled and not self.learn:
             raise ValueError("distributed.num_processes > 1 joins processes into one learner, but --learn is false: "
                              "drop the --distributed.* flags")
         if self.distributed.enabled and self.learner.anneal_seconds:
-            raise ValueError("an anneal over time (--learner.anneal_seconds) would read a different clock in each "
-                             "process of a multi-process learner: anneal over updates (--learner.anneal_steps) instead")
+            raise ValueError("an anneal over time (--learner.anneal-seconds) would read a different clock in each "
+                             "process of a multi-process learner: anneal over updates (--learner.anneal-steps) instead")
         if self.distributed.enabled and self.league.enabled:
             raise ValueError("league play with a multi-process learner is not supported: drop --distributed.* "
                              "or --league.address")

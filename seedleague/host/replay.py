@@ -101,8 +101,8 @@ class Replay:
             local = batch_sharding.mesh.local_devices
             if batch_size % len(local):
                 raise ValueError(f"batch_size {batch_size} does not split evenly over this process's {len(local)} "
-                                 "learner devices: use a multiple of that (--batch_size) or change "
-                                 "--devices.learner_devices")
+                                 "learner devices: use a multiple of that (--batch-size) or change "
+                                 "--devices.learner-devices")
             device = local[0]
             if batch_sharding.mesh.size == 1:
                 batch_sharding = None  # batches are gathered on the one learner device already

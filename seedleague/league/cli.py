@@ -8,7 +8,7 @@
 dir continues the league), prints "league serving on HOST:PORT" once listening
 (with port 0 the line tells a launcher which port was picked), logs the
 leaderboard while it changes, and stops cleanly on SIGINT or SIGTERM (exit 0).
-Every LeagueConfig field is a flag (`--pfsp_weighting variance`). This module
+Every LeagueConfig field is a flag (`--pfsp-weighting variance`). This module
 owns those commands.
 """
 
@@ -54,7 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "league", help="the league: serve it, print standings or payoff", description=__doc__.split("\n\n")[0],
         epilog="Hosts on any machine join a served league with `seedleague host --league.address ADDRESS "
-               "--league.player NAME --league.pool_dir SHARED_DIR`; without --env each host takes its game from its "
+               "--league.player NAME --league.pool-dir SHARED_DIR`; without --env each host takes its game from its "
                "first worker's spec (docs/protocol.md section 12).")
     add_arguments(parser)
     return parser

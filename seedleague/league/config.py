@@ -3,7 +3,7 @@
 Defaults follow the AlphaStar paper (Vinyals et al., Nature 2019) and its
 pseudocode, with the step counts scaled from StarCraft's billions of agent steps
 to learner steps of small games; the paper's values are in the comments.
-`seedleague league serve` exposes every field as a flag (`--pfsp_weighting
+`seedleague league serve` exposes every field as a flag (`--pfsp-weighting
 variance`, via seedleague.config_flags).
 """
 

@@ -134,7 +134,7 @@ class ParamsCache:
                 if not self._warned_over:
                     self._warned_over = True
                     log.warning("%d opponents in play exceed the params cache's capacity %d; keeping them all "
-                                "(raise --league.cache_size to avoid this)", len(self._entries), self.capacity)
+                                "(raise --league.cache-size to avoid this)", len(self._entries), self.capacity)
                 break
             del self._entries[oldest], self._last_used[oldest]
             log.debug("evicted opponent %s from the params cache", oldest)

@@ -99,7 +99,7 @@ class DistributedConfig:
                              f"--distributed.coordinator HOST:PORT (process 0's address), got {self.coordinator!r}")
         if self.num_processes == 1 and self.coordinator:
             raise ValueError(f"distributed.coordinator is {self.coordinator!r} but distributed.num_processes is 1: "
-                             "set --distributed.num_processes to the number of host processes, or drop the coordinator")
+                             "set --distributed.num-processes to the number of host processes, or drop the coordinator")
         if self.initialization_timeout_s < 1:
             raise ValueError(f"distributed.initialization_timeout_s must be >= 1, got {self.initialization_timeout_s}")
 
@@ -155,7 +155,7 @@ def split_devices(config: DeviceConfig, devices: Sequence[Any]) -> tuple[tuple[A
         if count < 2:
             raise ValueError(
                 f"devices.inference_device={choice!r} needs 2 or more local devices (one to act, the rest to "
-                f"learn), but this process has {count} ({devices[0].platform}): use --devices.inference_device "
+                f"learn), but this process has {count} ({devices[0].platform}): use --devices.inference-device "
                 "shared, or on CPU simulate devices with XLA_FLAGS=--xla_force_host_platform_device_count=N")
         if index >= count:
             raise ValueError(f"devices.inference_device={choice!r} but this process's local devices are "
@@ -166,7 +166,7 @@ def split_devices(config: DeviceConfig, devices: Sequence[Any]) -> tuple[tuple[A
     if wanted > len(free):
         spare = "" if inference is None else f", {count - len(free)} kept for inference"
         raise ValueError(f"devices.learner_devices={wanted} but only {len(free)} local devices are free for the "
-                         f"learner ({count} in all{spare}): lower --devices.learner_devices (0 takes all free ones)")
+                         f"learner ({count} in all{spare}): lower --devices.learner-devices (0 takes all free ones)")
     learner = tuple(free[:wanted])
     return learner, (learner[0] if inference is None else inference)
 
@@ -233,8 +233,8 @@ def make_layout(config: DeviceConfig, batch_size: Optional[int] = None) -> Devic
         multiple = -(-batch_size // len(local_learner)) * len(local_learner)
         raise ValueError(
             f"batch_size {batch_size} does not split evenly over this process's {len(local_learner)} learner "
-            f"devices: use a multiple of {len(local_learner)} (e.g. --batch_size {multiple}) or change "
-            "--devices.learner_devices")
+            f"devices: use a multiple of {len(local_learner)} (e.g. --batch-size {multiple}) or change "
+            "--devices.learner-devices")
     mesh = Mesh(np.array(learners), (BATCH_AXIS,))
     return DeviceLayout(mesh, tuple(local_learner), local_inference)
 

@@ -1,26 +1,27 @@
-"""seedleague.host.host: building the model a host learns and acts with."""
+"""seedleague.host.pipeline: building the network, policy, replay and learner a host learns and acts with."""
 
 import jax
 import numpy as np
 
 
-def test_building_a_model_initialises_the_train_state_once(monkeypatch):
+def test_building_a_pipeline_initialises_the_train_state_once(monkeypatch):
     # The learner's state and the state a reset returns to come from one init (the second is a copy).
     from seedleague.host import host as host_module
+    from seedleague.host import pipeline as pipeline_module
     from seedleague.metrics import Metrics
     from seedleague.protocol.specs import EnvSpec
 
     calls = []
-    real = host_module.init_train_state
-    monkeypatch.setattr(host_module, "init_train_state", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = pipeline_module.init_train_state
+    monkeypatch.setattr(pipeline_module, "init_train_state", lambda *a, **k: calls.append(1) or real(*a, **k))
     from seedleague.host.replay import ReplayConfig
 
     host = host_module.Host(host_module.HostConfig(batch_size=2, replay=ReplayConfig(capacity=4)), Metrics())
     try:
-        model = host._build_model(EnvSpec("t", (3,), np.float32, 2, 1))
+        pipeline = host._build_pipeline(EnvSpec("t", (3,), np.float32, 2, 1))
         assert len(calls) == 1
-        live = jax.tree.leaves(model.learner.state.params)[0]
-        assert live is not jax.tree.leaves(model.initial_state.params)[0]  # separate buffers: updates donate
+        live = jax.tree.leaves(pipeline.learner.state.params)[0]
+        assert live is not jax.tree.leaves(pipeline.initial_state.params)[0]  # separate buffers: updates donate
     finally:
         host.stop()
 

@@ -1,0 +1,168 @@
+"""The per-spec pipeline: what the host builds once it knows the env spec.
+
+A `Pipeline` holds the network, the inference policy, the replay and the learner loop (its
+thread), and, in a league run, the league link (its thread) or, when serving a mixture, the
+served mixture. `build_pipeline` makes one from a spec and an initial train state; the host
+owns when (first worker, resume, serving an output) and keeps the single instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Optional
+
+import jax
+import numpy as np
+
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_meta import CheckpointMeta
+from seedleague.host.config import HostConfig
+from seedleague.host.league_link import LeagueLink
+from seedleague.host.learner_loop import LearnerLoop
+from seedleague.host.mixture import ServedMixture
+from seedleague.host.policy import InferencePolicy
+from seedleague.host.replay import Replay
+from seedleague.league.model_pool import ModelPool
+from seedleague.league.types import LeagueAPI
+from seedleague.metrics import Metrics
+from seedleague.protocol.specs import EnvSpec
+from seedleague.rl import sharding
+from seedleague.rl.learner import init_train_state, make_sharded_update
+from seedleague.rl.networks import make_network
+from seedleague.rl.types import Unroll
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """Network, policy, replay and learner built for one env spec (and the league link or served mixture)."""
+
+    spec: EnvSpec
+    network: Any
+    policy: InferencePolicy
+    replay: Optional[Replay]  # None when the host does not learn
+    learner: Optional[LearnerLoop]
+    initial_state: Any = None  # the train state a reset returns to (league exploiters)
+    league: Optional[LeagueLink] = None
+    mixture: Optional[ServedMixture] = None  # serving a mixture: its members take the seats, episode by episode
+
+    def opponents(self) -> Optional[Any]:
+        """Who seats each episode and holds the params of the networks in `Seating.opponents()`."""
+        return self.league if self.league is not None else self.mixture
+
+    def fits(self, spec: EnvSpec) -> Optional[str]:
+        """None if `spec` can be served by this pipeline, else what differs."""
+        mine = self.spec
+        for name in ("observation_shape", "observation_dtype", "num_actions"):
+            if getattr(spec, name) != getattr(mine, name):
+                return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
+        return None
+
+    def stop(self) -> None:
+        """Stop the league link, then the learner (which writes a final checkpoint)."""
+        if self.league is not None:
+            self.league.stop()
+        if self.learner is not None:
+            self.learner.stop()
+
+
+@dataclasses.dataclass
+class Services:
+    """What a pipeline is wired to: the run's metrics and checkpoints, the league, and the run's clock."""
+
+    metrics: Metrics
+    checkpointer: Optional[Checkpointer]
+    checkpoint_meta: Callable[[], dict]
+    trained_seconds: Callable[[], float]
+    league_api: Optional[LeagueAPI] = None
+    pool: Optional[ModelPool] = None
+
+
+def build_network(config: HostConfig, spec: EnvSpec) -> Any:
+    return make_network(config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+
+
+def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvSpec, services: Services,
+                   state: Any = None) -> Pipeline:
+    """The pipeline for `spec`, starting from `state` (a fresh initialisation when None); its threads run."""
+    network = build_network(config, spec)
+    initial = init_train_state(config.learner, network, jax.random.key(config.seed))  # what a reset returns to
+    if state is None:
+        state = jax.tree.map(jax.numpy.copy, initial)  # its own buffers: updates donate the state
+    version = int(state.step)
+    if config.learn:  # replicated over the learner devices (of every process: process 0's values)
+        state = sharding.place_state(state, layout)
+    params = sharding.copy_to_device(state.params, layout.inference_device)
+    policy = InferencePolicy(network, params, version, seed=config.seed + 1, greedy=config.greedy,
+                             device=layout.inference_device, explore=config.explore)
+    replay = learner = None
+    if config.learn:
+        replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size,
+                        config.seed, batch_sharding=layout.batch_sharding)
+        learner = LearnerLoop(
+            make_sharded_update(config.learner, network, layout.mesh), state, replay, policy, services.metrics,
+            services.checkpointer, config.checkpoint.interval_s, services.checkpoint_meta, layout,
+            services.trained_seconds,
+        )
+    pipeline = Pipeline(spec, network, policy, replay, learner, initial)
+    if learner is not None:
+        learner.start()
+    if learner is not None and services.league_api is not None:
+        pipeline.league = _start_league_link(config, pipeline, services)
+    log.info("built model for %s: obs %s %s, %d actions; %s", spec.env_name, spec.observation_shape,
+             spec.observation_dtype, spec.num_actions, layout.describe())
+    return pipeline
+
+
+def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Services) -> LeagueLink:
+    league = config.league
+    pool = services.pool
+
+    def load_opponent(key: str) -> Any:
+        state, meta = pool.restore(key, pipeline.initial_state)
+        problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").spec)
+        if problem:
+            raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
+        return jax.device_put(state.params, pipeline.policy.device)
+
+    def save_snapshot() -> tuple[int, str]:
+        """Freeze the learner into the model pool (on the learner thread); returns (step, path)."""
+        saved = {}
+
+        def save(state: Any) -> None:
+            saved["step"] = int(state.step)
+            pool.save(league.player, sharding.portable(state), services.checkpoint_meta())
+
+        pipeline.learner.call(save)
+        return saved["step"], pool.player_dir(league.player)
+
+    def reset_learner() -> None:
+        """Back to the initial params, optimiser state, magnet and param average; the step count goes on."""
+        initial = pipeline.initial_state  # copied: the next update donates the state it is given
+        fields = ("params", "opt_state", "magnet", "average")
+        fresh = lambda: jax.tree.map(jax.numpy.copy, tuple(getattr(initial, f) for f in fields))
+        pipeline.learner.call(lambda state: state._replace(**dict(zip(fields, fresh()))))
+
+    link = LeagueLink(league, services.league_api, load_opponent, save_snapshot, reset_learner,
+                      lambda: pipeline.learner.step, seed=config.seed)
+    link.start()
+    log.info("playing in the league at %s as %s (%s)", league.address, league.player, league.role.value)
+    return link
+
+
+def _example_unroll(spec: EnvSpec, unroll_length: int, network: Any) -> Unroll:
+    rows = (1, unroll_length + 1)
+    return Unroll(
+        observation=np.zeros(rows + spec.observation_shape, spec.observation_dtype),
+        first=np.zeros(rows, bool),
+        action=np.zeros(rows, np.int32),
+        behaviour_logits=np.zeros(rows + (spec.num_actions,), np.float32),
+        legal_mask=np.ones(rows + (spec.num_actions,), bool),
+        reward=np.zeros(rows, np.float32),
+        terminated=np.zeros(rows, bool),
+        truncated=np.zeros(rows, bool),
+        policy_version=np.zeros(rows, np.int32),
+        core_state=network.initial_state(1),
+    )
