@@ -21,7 +21,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host import inference, restore, results
+from seedleague.host import episodes, inference, restore
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
@@ -174,7 +174,7 @@ class Host:
         pipeline = self.pipeline
         agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
-            self._end_and_seat(step)
+            episodes.end_and_seat(step, self.pipeline, self.config.league.player, self.metrics)
         num_actions = pipeline.spec.num_actions
         observation = np.concatenate([a.observation for a in agents])
         first = np.concatenate([a.first for a in agents])
@@ -192,32 +192,6 @@ class Host:
             self._record(step, out.action[rows], out.logits[rows], jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
             action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
             request.payload.answer(ActionBatch(request.payload.sequence, action, out.policy_version), None)
-
-    def _end_and_seat(self, step: AgentStep) -> None:
-        """Close the episodes this step ends (metrics, league results) and seat the ones it starts."""
-        session = step.session
-        ended, returns, lengths = session.finished_episodes(step)
-        seating = session.seating
-        step.learning_before = np.ones(len(ended), bool) if seating is None else seating.learning()
-        league = self.pipeline.league
-        counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
-        self.metrics.record_episodes(returns[counted], lengths[counted])
-        if seating is None:
-            step.learning = step.learning_before
-            return
-        seats = session.spec.num_seats
-        if league is not None:
-            envs = np.flatnonzero(ended[::seats])
-            if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns)):
-                session.refusal = problem
-                log.error("refusing worker %s: %s", session.worker_name, problem)
-            outcomes = results.report(self.pipeline.league, self.config.league.player, self.pipeline.policy.version,
-                                      seating, envs, returns)
-            self.metrics.record_games(len(envs), outcomes)
-        started_envs = np.flatnonzero(step.first[::seats])
-        seating.start(started_envs, self.pipeline.opponents().draw(len(started_envs)))
-        step.learning = seating.learning()
-        step.opponents = seating.opponents()
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session

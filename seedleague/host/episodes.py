@@ -1,0 +1,47 @@
+"""Episode boundaries in a worker's step, on the batcher thread, before inference.
+
+`end_and_seat` closes the episodes the step ends (episode metrics; in a league run, one result per
+game against a snapshot and the zero-sum check that refuses a worker whose seats do not play one)
+and seats the episodes it starts (who plays each seat, drawn from the league or a served mixture).
+It sets the step's `learning_before`, `learning` and `opponents` masks that inference and the
+unroll store read.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from seedleague.host import results
+from seedleague.host.pipeline import Pipeline
+from seedleague.host.sessions import AgentStep
+from seedleague.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metrics) -> None:
+    """Close the episodes `step` ends (metrics, league results) and seat the ones it starts."""
+    session = step.session
+    ended, returns, lengths = session.finished_episodes(step)
+    seating = session.seating
+    step.learning_before = np.ones(len(ended), bool) if seating is None else seating.learning()
+    league = pipeline.league
+    counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
+    metrics.record_episodes(returns[counted], lengths[counted])
+    if seating is None:
+        step.learning = step.learning_before
+        return
+    seats = session.spec.num_seats
+    if league is not None:
+        envs = np.flatnonzero(ended[::seats])
+        if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns)):
+            session.refusal = problem
+            log.error("refusing worker %s: %s", session.worker_name, problem)
+        outcomes = results.report(league, player, pipeline.policy.version, seating, envs, returns)
+        metrics.record_games(len(envs), outcomes)
+    started_envs = np.flatnonzero(step.first[::seats])
+    seating.start(started_envs, pipeline.opponents().draw(len(started_envs)))
+    step.learning = seating.learning()
+    step.opponents = seating.opponents()
