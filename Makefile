@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
+.PHONY: install install-gpu proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -16,6 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+## install-gpu: `install`, plus JAX's CUDA 12 plugin (NVIDIA GPU, driver >= 525); then
+##              `$(VENV)/bin/python -m benchmarks.gpu_pong` and `benchmarks/host_ceiling.py` run on the GPU.
+install-gpu: install
+	$(PY) -m pip install -q -e '.[dev,cuda]'
+	$(PY) -c "import jax; print('jax sees', jax.devices())"
 
 ## proto: generate Python protobuf and gRPC modules from proto/.
 proto: $(GEN)
