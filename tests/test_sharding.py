@@ -69,7 +69,7 @@ def test_distributed_config_errors(kwargs, match):
 @pytest.mark.parametrize(
     "config, count, match",
     [
-        (DeviceConfig(inference_device="separate"), 1, "needs 2 or more local devices.*--devices.inference_device shared"),
+        (DeviceConfig(inference_device="separate"), 1, "needs 2 or more local devices.*--devices.inference-device shared"),
         (DeviceConfig(inference_device="4"), 4, r"local devices are 0..3"),
         (DeviceConfig(learner_devices=3), 2, r"learner_devices=3 but only 2 local devices are free"),
         (DeviceConfig(learner_devices=4, inference_device="separate"), 4, r"only 3 .* 1 kept for inference"),
