@@ -111,6 +111,49 @@ def test_fake_host_logs_violations_and_session_summaries_and_exits_zero_on_sigte
                 process.kill()
 
 
+def _stream_one(stub, message: env_pb2.StepBatch) -> env_pb2.ActionBatch:
+    return next(iter(stub.Stream(iter([message]), timeout=10)))
+
+
+def test_fake_host_prints_an_oversized_message_and_refuses_it_as_the_host_does():
+    """docs/protocol.md section 9: every violation is printed, an oversized StepBatch too (gRPC alone would
+    refuse it before the fake host saw it, and print nothing)."""
+    limit = 4096
+    command = [sys.executable, "-m", "seedleague.tools.fake_host", "--address", "127.0.0.1:0",
+               "--max-message-bytes", str(limit)]
+    host = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = _lines(host.stdout)
+        address = _line_with(lines, "fake host serving").split(" on ")[1].split()[0]
+        with grpc.insecure_channel(address) as channel:
+            stub = env_pb2_grpc.EnvServiceStub(channel)
+            for name, size, allowed in (("small", 64, True), ("big", 1024, False)):
+                spec = EnvSpec(name, (size,), np.float32, num_actions=2, num_envs=2)
+                session_id = stub.Handshake(codec.encode_handshake(spec, name), timeout=10).session_id
+                message = env_pb2.StepBatch(session_id=session_id, sequence=0)
+                codec.encode_tensor(np.zeros((2, 1, size), np.float32), message.observation)
+                codec.encode_tensor(np.zeros((2, 1), np.float32), message.reward)
+                codec.encode_tensor(np.zeros(2, bool), message.terminated)
+                codec.encode_tensor(np.zeros(2, bool), message.truncated)
+                assert (message.ByteSize() <= limit) == allowed
+                if allowed:
+                    assert _stream_one(stub, message).sequence == 0
+                    continue
+                with pytest.raises(grpc.RpcError) as refused:
+                    _stream_one(stub, message)
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert f"StepBatch of {message.ByteSize()} bytes" in refused.value.details()
+        violation = _line_with(lines, "VIOLATION")
+        assert f"session {session_id} step 0: RESOURCE_EXHAUSTED: StepBatch of {message.ByteSize()} bytes" in violation
+        assert f"({limit} bytes, max_message_bytes in the handshake reply)" in violation
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(10) == 0
+        assert "1 violations" in _line_with(lines, "stopped after")
+    finally:
+        if host.poll() is None:
+            host.kill()
+
+
 def test_refusals_made_by_the_servicer_are_attributed_to_their_check():
     """Wrong protocol version and undecodable steps never reach the backend; the servicer's log does."""
     backend = cw.CheckingBackend(FakeHostConfig())
