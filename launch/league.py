@@ -172,6 +172,11 @@ class LeagueProcess:
     def alive(self) -> bool:
         return self._child is not None and self._child.running()
 
+    @property
+    def returncode(self) -> Optional[int]:
+        """The exit status of the service this object started last (None while it runs or before it started)."""
+        return None if self._child is None else self._child.returncode
+
     def stop(self, timeout: float = 10.0) -> None:
         if self._child is not None:
             self._child.stop(timeout)

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -198,3 +199,79 @@ def test_sigterm_tears_down_everything_it_placed_and_restarts_a_dead_worker(tmp_
     with open(os.path.join(run_dir, "summary.json")) as f:
         assert json.load(f)["reason"] == "interrupted"  # the host stopped cleanly and wrote its summary
     wait_for(lambda: not _pids_with(run_dir) and not _pids_with(address), 20, "every placed process to exit")
+
+
+# ------------------------------------------------ one `ray start --head` node --
+@pytest.fixture
+def one_node_head(tmp_path):
+    """`ray start --head` on 127.0.0.1 with 2 CPUs, as docs/cluster.md's one-machine recipe: the environment in
+    which `ray-launch --address auto` finds it (RAY_ADDRESS: `auto` reads it before Ray's global address file)."""
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install -e '.[ray]'); the base install has none")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path / "ray-head.log"
+    env = dict(os.environ, **LOOPBACK_ENV)
+    command = [os.path.join(os.path.dirname(PY), "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+               "--port", str(port), "--num-cpus", "2", "--num-gpus", "0", "--include-dashboard=false"]
+    with open(log_path, "w") as out:
+        head = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    address = f"127.0.0.1:{port}"
+    try:
+        wait_for(lambda: "Ray runtime started" in log_path.read_text() or head.poll() is not None, 120, "ray start")
+        assert head.poll() is None, log_path.read_text()[-3000:]
+        yield dict(env, RAY_ADDRESS=address)
+    finally:
+        head.terminate()  # --block: ray start stops the processes it started
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+
+
+def test_a_league_game_trains_on_one_ray_start_head_node_and_stops_on_sigterm(tmp_path, one_node_head):
+    """docs/cluster.md's one-machine recipe with the default resources: league (0.5 CPU) + host (1 CPU) + a worker
+    used to ask for 2.5 of the node's 2 CPUs, so Ray never placed the worker and the launcher waited silently."""
+    run_dir = str(tmp_path / "run")
+    command = [PY, "-m", "seedleague.cli", "ray-launch", "--address", "auto", "--env", "openspiel:kuhn_poker",
+               "--workers", "1", "--envs-per-worker", "16", "--run-dir", run_dir, "--max-learner-steps", "3",
+               "--max-seconds", "150", "--no-eval", *TINY]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=280, env=one_node_head)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "reached 3 learner steps" in output, output[-4000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["learner_step"] >= 3 and summary["env_steps"] > 0
+    assert re.search(r"ray-launch: node 127\.0\.0\.1 \(\w+\): league, host, worker-0", output), output[-4000:]
+    wait_for(lambda: not _pids_with(run_dir), 30, "every placed process to exit")
+
+    # SIGTERM while the host is still starting (placed, not yet serving): the launcher stops at once and cleanly.
+    run_dir = str(tmp_path / "stopped")
+    log_path = tmp_path / "stopped.log"
+    command[command.index("--run-dir") + 1] = run_dir
+    with open(log_path, "w") as out:
+        launcher = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=one_node_head)
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(run_dir, "host.log")), 120, "the host's start")
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(120) == 130, log_path.read_text()[-4000:]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    text = log_path.read_text()
+    assert "ray run ended: interrupted" in text and "Traceback" not in text, text[-4000:]
+    wait_for(lambda: not _pids_with(run_dir), 30, "every placed process to exit")
+
+
+def test_resources_that_cannot_fit_the_cluster_are_refused_naming_the_flags():
+    config = RayLaunchConfig("openspiel:kuhn_poker", "/runs/k", workers=2, envs_per_worker=8)
+    assert ray_cluster.worker_cpus(config, {"CPU": 2.0}, multiplayer=True) == 0.25  # (2 - 1 - 0.5) / 2
+    assert ray_cluster.worker_cpus(config, {"CPU": 8.0}, multiplayer=True) == 1.0
+    explicit = RayLaunchConfig("openspiel:kuhn_poker", "/runs/k", workers=2, envs_per_worker=8, worker_cpus=1.0)
+    with pytest.raises(ValueError, match=r"needs 3.5 CPUs \(host 1 \+ league 0.5 \+ 2 workers x 1\).* has 2 in all"
+                                         r".*--worker-cpus"):
+        ray_cluster.worker_cpus(explicit, {"CPU": 2.0}, multiplayer=True)
+    with pytest.raises(ValueError, match="needs .* CPUs"):
+        ray_cluster.worker_cpus(config, {"CPU": 1.0}, multiplayer=True)  # nothing left for the workers

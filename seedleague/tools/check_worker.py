@@ -36,8 +36,7 @@ from launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
-from seedleague.testing.server_thread import ServerThread
-from seedleague.tools.fake_host import describe_spec
+from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
 ADDRESS_PLACEHOLDER = "{address}"
 ADDRESS_ENV = "SEEDLEAGUE_ADDRESS"
@@ -193,6 +192,7 @@ class CheckingBackend(FakeBackend):
 
     async def step(self, step: StepBatch) -> ActionBatch:
         try:
+            check_message_size(self, step)
             actions = await super().step(step)
         except ProtocolError as error:
             self.add(Violation(step.session_id, step.sequence, error.code, error.message))
@@ -276,7 +276,7 @@ def check_worker(command: Sequence[str], config: CheckConfig = CheckConfig()) ->
     if not command:
         raise ValueError("no worker command given: put it after `--`")
     backend = CheckingBackend(FakeHostConfig(seed=config.seed))
-    with (ServicerRefusals(backend), ServerThread(backend, "127.0.0.1:0") as server,
+    with (ServicerRefusals(backend), FakeHostServer(backend, "127.0.0.1:0") as server,
           tempfile.TemporaryDirectory(prefix="check-worker-") as log_dir):
         worker = start_worker(command, server.address, log_dir)
         try:
@@ -290,7 +290,7 @@ def check_worker(command: Sequence[str], config: CheckConfig = CheckConfig()) ->
 
 
 def _run_checks(
-    backend: CheckingBackend, server: ServerThread, worker: Child, config: CheckConfig
+    backend: CheckingBackend, server: FakeHostServer, worker: Child, config: CheckConfig
 ) -> list[CheckResult]:
     def first_session_stepped() -> bool:
         sessions = backend.sessions
@@ -364,7 +364,7 @@ def _check_episodes(backend: CheckingBackend, config: CheckConfig, outcome: str,
 
 
 def _check_reconnect(
-    backend: CheckingBackend, server: ServerThread, worker: Child, config: CheckConfig
+    backend: CheckingBackend, server: FakeHostServer, worker: Child, config: CheckConfig
 ) -> CheckResult:
     """Restart the host on the same port; the worker must handshake anew and step the new session."""
     before = len(backend.sessions)

@@ -83,19 +83,11 @@ class LoggingFakeBackend(FakeBackend):
 
     async def step(self, step: StepBatch) -> ActionBatch:
         try:
-            self._check_size(step)
+            check_message_size(self, step)
             return await super().step(step)
         except ProtocolError as error:
             say(f"VIOLATION session {step.session_id} step {step.sequence}: {error.code}: {error.message}")
             raise
-
-    def _check_size(self, step: StepBatch) -> None:
-        """Refuse a StepBatch larger than the limit the handshake reply announced (its size as re-encoded)."""
-        size = codec.encode_step(step).ByteSize()
-        if size > self.max_message_bytes:
-            self._refuse(step.session_id, RESOURCE_EXHAUSTED,
-                         f"StepBatch of {size} bytes is larger than this host accepts ({self.max_message_bytes} bytes, "
-                         "max_message_bytes in the handshake reply): step fewer envs per message")
 
     def close_session(self, session_id: str, reason: str) -> None:
         super().close_session(session_id, reason)
@@ -104,11 +96,23 @@ class LoggingFakeBackend(FakeBackend):
             say(f"session {session_id} closed ({reason}): {describe_session(session)}")
 
 
+def check_message_size(backend: FakeBackend, step: StepBatch) -> None:
+    """Refuse (and record in `backend.violations`) a StepBatch larger than the limit the handshake reply announced,
+    its size as re-encoded. A backend served by `FakeHostServer` calls this first in its `step`."""
+    size = codec.encode_step(step).ByteSize()
+    if size > backend.max_message_bytes:
+        message = (f"StepBatch of {size} bytes is larger than this host accepts ({backend.max_message_bytes} bytes, "
+                   "max_message_bytes in the handshake reply): step fewer envs per message")
+        backend.violations.append(f"{step.session_id}: {RESOURCE_EXHAUSTED}: {message}")
+        raise ProtocolError(RESOURCE_EXHAUSTED, message)
+
+
 class FakeHostServer(ThreadedServer):
     """The fake host's server: the real EnvService over `backend`, taking messages up to TRANSPORT_HEADROOM bytes
-    beyond the backend's limit from gRPC so that the backend refuses and prints those above it."""
+    beyond the backend's limit from gRPC so that the backend (`check_message_size`) refuses and reports those
+    above it. Restartable on the same port, as `ServerThread`."""
 
-    def __init__(self, backend: LoggingFakeBackend, address: str, security: ServerSecurity = ServerSecurity()):
+    def __init__(self, backend: FakeBackend, address: str, security: ServerSecurity = ServerSecurity()):
         transport = min(MAX_TRANSPORT_BYTES, backend.max_message_bytes + TRANSPORT_HEADROOM)
         super().__init__(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME], transport, security,
                          thread_name="seedleague-fake-host")
