@@ -53,7 +53,7 @@ from typing import Callable, Optional
 from launch.child import Child
 
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all, (\d+) pending")
-RESUMED = re.compile(r"resumed from \S+ at learner step (\d+)")
+RESUMED = re.compile(r"restored \S+ at learner step (\d+)")  # the host's log line (seedleague.host.restore)
 PROGRESS_LEARNER = re.compile(r"\| learner (\d+) \(")
 PROGRESS_RATE = re.compile(r"\| steps \S+ \(([\d.]+)([KM]?)/s\)")
 KINDS = ("worker", "league", "host")
