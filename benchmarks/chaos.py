@@ -46,13 +46,14 @@ import re
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
 from typing import Callable, Optional
 
+from launch.child import Child
+
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all, (\d+) pending")
-RESUMED = re.compile(r"resumed from \S+ at learner step (\d+)")
+RESUMED = re.compile(r"restored \S+ at learner step (\d+)")  # the host's log line (seedleague.host.restore)
 PROGRESS_LEARNER = re.compile(r"\| learner (\d+) \(")
 PROGRESS_RATE = re.compile(r"\| steps \S+ \(([\d.]+)([KM]?)/s\)")
 KINDS = ("worker", "league", "host")
@@ -94,34 +95,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Proc:
-    """One child process with its log file; killable with SIGKILL or stopped with SIGTERM."""
-
-    def __init__(self, command: list[str], log_path: str):
-        self.command, self.log_path = command, log_path
-        with open(log_path, "ab") as out:
-            self.popen = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def kill9(self) -> None:
-        if self.alive():
-            os.kill(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(30)
-
-    def term(self, timeout: float = 60.0) -> Optional[int]:
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            return None
-
-    def text(self) -> str:
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
+def start_child(command: list[str], log_path: str, name: str) -> Child:
+    """One process of the run, in a process group of its own, its output in `log_path` (one file per start)."""
+    child = Child(command, log_path, name=name)
+    child.start()
+    return child
 
 
 @dataclasses.dataclass
@@ -207,9 +185,9 @@ class ChaosReport:
         return "\n".join(lines)
 
 
-def _connects(worker: Optional["Proc"]) -> int:
+def _connects(worker: Optional[Child]) -> int:
     """Sessions a worker process has started (its log says "connected to" after each handshake + stream)."""
-    return 0 if worker is None else worker.text().count("connected to ")
+    return 0 if worker is None else worker.output().count("connected to ")
 
 
 def _spread(values: list, fmt: str = "{}") -> str:
@@ -232,10 +210,10 @@ class ChaosRun:
         self.host_address = f"127.0.0.1:{free_port()}"
         self.league_address = f"127.0.0.1:{free_port()}"
         self.rng = random.Random(config.seed)
-        self.league: Optional[Proc] = None
-        self.host: Optional[Proc] = None
-        self.workers: list[Optional[Proc]] = [None] * config.workers
-        self.worker_procs: list[Proc] = []
+        self.league: Optional[Child] = None
+        self.host: Optional[Child] = None
+        self.workers: list[Optional[Child]] = [None] * config.workers
+        self.worker_procs: list[Child] = []
         self.lifetimes: list[Lifetime] = []
         self.faults = {kind: 0 for kind in KINDS}
         self.generation = {kind: 0 for kind in KINDS}
@@ -257,8 +235,8 @@ class ChaosRun:
                    *self.config.league_flags]
         rows = self.stored_results()[0] if os.path.exists(self.db_path) else 0
         started = time.monotonic()
-        self.league = Proc(command, self._log("league"))
-        self._wait(lambda: "league serving on" in self.league.text(), "the league to serve", self.league)
+        self.league = start_child(command, self._log("league"), "the league service")
+        self._wait(lambda: "league serving on" in self.league.output(), "the league to serve", self.league)
         if rows:  # a restart: it replays every stored result before it serves
             self.league_starts.append((rows, time.monotonic() - started))
 
@@ -269,15 +247,15 @@ class ChaosRun:
                    "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.run_dir,
                    "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.run_dir, "pool"),
                    "--max-seconds", "0", "--no-eval", *self.config.host_flags, *(["--resume"] if resume else [])]
-        self.host = Proc(command, self._log("host"))
+        self.host = start_child(command, self._log("host"), "the host")
         self.lifetimes.append(lifetime)
         self._sessions_before = [_connects(proc) for proc in self.workers]
 
-    def start_worker(self, slot: int) -> Proc:
+    def start_worker(self, slot: int) -> Child:
         command = [sys.executable, "-m", "envs.openspiel_worker", "--game", "kuhn_poker", "--address",
                    self.host_address, "--num-envs", str(self.config.envs_per_worker), "--seed",
                    str(1000 * slot + self.generation["worker"]), "--backoff-max", str(self.config.worker_backoff_max_s)]
-        proc = Proc(command, self._log("worker"))
+        proc = start_child(command, self._log("worker"), f"worker {slot}")
         self.workers[slot] = proc
         self.worker_procs.append(proc)
         return proc
@@ -288,10 +266,10 @@ class ChaosRun:
 
         def serving() -> bool:
             reconnected = all(_connects(proc) > count for proc, count in zip(self.workers, before))
-            return reconnected and ACKED.search(host.text()) is not None
+            return reconnected and ACKED.search(host.output()) is not None
 
         self._wait(serving, "every worker to connect to the host and a first acknowledgement", host)
-        found = RESUMED.search(host.text())
+        found = RESUMED.search(host.output())
         self.lifetimes[-1].resumed_step = int(found.group(1)) if found else None
 
     def start(self) -> None:
@@ -307,18 +285,18 @@ class ChaosRun:
 
     def kill_worker(self) -> None:
         slot = self.rng.randrange(self.config.workers)
-        self.workers[slot].kill9()
+        self.workers[slot].kill()
         proc = self.start_worker(slot)
-        self._wait(lambda: "connected to" in proc.text(), "the new worker to connect", proc)
+        self._wait(lambda: "connected to" in proc.output(), "the new worker to connect", proc)
 
     def kill_league(self) -> None:
-        self.league.kill9()
+        self.league.kill()
         down = time.monotonic()
         acked_before = self.acknowledged_so_far()
-        log_at_kill = len(self.host.text())
+        log_at_kill = len(self.host.output())
         time.sleep(self.config.league_down_s)
         rates = [float(n) * {"": 1, "K": 1e3, "M": 1e6}[unit]
-                 for n, unit in PROGRESS_RATE.findall(self.host.text()[log_at_kill:])]
+                 for n, unit in PROGRESS_RATE.findall(self.host.output()[log_at_kill:])]
         self.steps_during_outages.append(max(rates) if rates else None)
         self.start_league()
         self._wait(lambda: self.acknowledged_so_far() > acked_before, "the host to deliver results again", self.host)
@@ -326,7 +304,7 @@ class ChaosRun:
 
     def kill_host(self) -> None:
         lifetime = self.lifetimes[-1]
-        self.host.kill9()
+        self.host.kill()
         self._end_lifetime(lifetime, killed=True)
         self.start_host()
         self.wait_host_serving()
@@ -351,7 +329,7 @@ class ChaosRun:
     # -- accounting ------------------------------------------------------------------------------
 
     def acknowledged_so_far(self) -> int:
-        found = ACKED.findall(self.host.text())
+        found = ACKED.findall(self.host.output())
         return int(found[-1][0]) if found else 0
 
     def newest_checkpoint(self) -> Optional[int]:
@@ -369,7 +347,7 @@ class ChaosRun:
 
     def _end_lifetime(self, lifetime: Lifetime, killed: bool) -> None:
         time.sleep(1.0)  # a report the league was committing when the host died finishes first
-        text = self.host.text()
+        text = self.host.output()
         found = ACKED.findall(text)
         if found:
             lifetime.acknowledged, lifetime.pending_at_end = int(found[-1][0]), int(found[-1][1])
@@ -383,7 +361,7 @@ class ChaosRun:
 
     def finish(self, duration_s: float) -> ChaosReport:
         """SIGTERM the host (it delivers what is pending and writes summary.json), then the rest."""
-        status = self.host.term(120)
+        status = self.host.stop(120)
         lifetime = self.lifetimes[-1]
         self._end_lifetime(lifetime, killed=False)
         summary = {}
@@ -395,9 +373,9 @@ class ChaosRun:
             lifetime.acknowledged = delivered.get("acknowledged", lifetime.acknowledged)
             lifetime.pending_at_end = delivered.get("pending", lifetime.pending_at_end)
         for proc in self.workers:
-            proc.term(30)
+            proc.stop(30)
         rows, distinct = self.stored_results()
-        self.league.term(30)
+        self.league.stop(30)
         return self._report(duration_s, summary, status, rows, distinct)
 
     def _report(self, duration_s: float, summary: dict, status: Optional[int], rows: int, distinct: int) -> ChaosReport:
@@ -425,21 +403,15 @@ class ChaosRun:
 
     def kill_everything(self) -> None:
         for proc in [self.host, self.league, *self.worker_procs]:
-            if proc is not None and proc.alive():
-                proc.kill9()
+            if proc is not None:
+                proc.kill()
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _wait(self, predicate: Callable[[], bool], what: str, proc: Proc) -> None:
-        deadline = time.monotonic() + self.config.recover_timeout_s
-        while not predicate():
-            if not proc.alive():
-                raise RuntimeError(f"{what}: the process exited with {proc.popen.returncode}; "
-                                   f"its log {proc.log_path} ends:\n{proc.text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {self.config.recover_timeout_s:g} s waiting for {what}; "
-                                   f"see {proc.log_path}:\n{proc.text()[-3000:]}")
-            time.sleep(0.1)
+    def _wait(self, predicate: Callable[[], bool], what: str, child: Child) -> None:
+        """Until `predicate()`; ChildExited / ChildNotReady (naming the process, with its log tail) if it exits first
+        or `recover_timeout_s` passes."""
+        child.wait_until(lambda: True if predicate() else None, self.config.recover_timeout_s, what)
 
 
 def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:

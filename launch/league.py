@@ -21,15 +21,17 @@ import dataclasses
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Optional, Sequence
 
+from launch.child import Child, ChildNotReady, log_tail, stop_all
 from seedleague.league.types import Role
 from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
 
 log = logging.getLogger(__name__)
+
+LEAGUE_READY = "league serving on "  # printed by `seedleague league serve` once it serves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +97,11 @@ class LeagueProcess:
         self.log_path = os.path.join(self.directory, "league.log")
         self.address: Optional[str] = None
         self.restarts = 0
-        self._proc: Optional[subprocess.Popen] = None
+        self._child: Optional[Child] = None
 
     @property
     def pid(self) -> Optional[int]:
-        return None if self._proc is None else self._proc.pid
+        return None if self._child is None else self._child.pid
 
     def start(self) -> str:
         """Start the service on a free port and wait until it serves; returns its address.
@@ -108,9 +110,13 @@ class LeagueProcess:
         its children) is stopped first, so one league process serves the database."""
         os.makedirs(self.directory, exist_ok=True)
         self._stop_stale()
-        log_start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self._spawn("127.0.0.1:0")
-        self.address = self._wait_for_address(log_start)
+        try:
+            line = self._child.wait_for_line(LEAGUE_READY, self.spec.start_timeout_s)
+        except ChildNotReady:
+            self.stop()
+            raise
+        self.address = line.split(LEAGUE_READY, 1)[1].strip()
         return self.address
 
     def _stop_stale(self, timeout: float = 10.0) -> None:
@@ -143,9 +149,9 @@ class LeagueProcess:
         until it answers, and a restart that fails exits and is seen at the next check.
         Raises RuntimeError once it died more than `spec.max_restarts` times.
         """
-        if self._proc is None or self.address is None or self._proc.poll() is None:
+        if self._child is None or self.address is None or self._child.poll() is None:
             return False
-        status = self._proc.returncode
+        status = self._child.returncode
         if self.restarts >= self.spec.max_restarts:
             raise RuntimeError(f"the league service exited (status {status}) after {self.restarts} restarts, "
                                f"the limit (league max_restarts); see {self.log_path}")
@@ -158,32 +164,22 @@ class LeagueProcess:
     def _spawn(self, address: str) -> None:
         command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir", self.directory,
                    "--address", address, *_tls_flags(self.security, server=True), *self.spec.service_flags]
-        with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                          env=_env_with_token(self.security))
+        self._child = Child(command, self.log_path, name="the league service", env=_env_with_token(self.security))
+        self._child.start()
         with open(self._pid_path, "w") as f:
-            f.write(f"{self._proc.pid}\n")
-
-    def _wait_for_address(self, log_start: int) -> str:
-        """The address from this start's "league serving on" line (the log keeps earlier starts' lines)."""
-        deadline = time.monotonic() + self.spec.start_timeout_s
-        while time.monotonic() < deadline:
-            with open(self.log_path, "rb") as f:
-                f.seek(log_start)
-                for line in f.read().decode(errors="replace").splitlines():
-                    if line.startswith("league serving on "):
-                        return line.split("league serving on ", 1)[1].strip()
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"the league service exited with status {self._proc.returncode}; see {self.log_path}")
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"the league service did not start within {self.spec.start_timeout_s:g} s; see {self.log_path}")
+            f.write(f"{self._child.pid}\n")
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.running()
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """The exit status of the service this object started last (None while it runs or before it started)."""
+        return None if self._child is None else self._child.returncode
 
     def stop(self, timeout: float = 10.0) -> None:
-        _terminate([self._proc], timeout)
+        if self._child is not None:
+            self._child.stop(timeout)
 
 
 class PlayerProcesses:
@@ -193,7 +189,7 @@ class PlayerProcesses:
                  security: ServerSecurity = ServerSecurity()):
         self.run_dir, self.env_id, self.spec = run_dir, env_id, spec
         self.address, self.pool_dir, self.security = address, pool_dir, security
-        self._procs: list[subprocess.Popen] = []
+        self._children: list[Child] = []
 
     def start(self, players: Sequence[PlayerSpec]) -> None:
         for index, player in enumerate(players, start=1):
@@ -206,19 +202,21 @@ class PlayerProcesses:
                 "--league.pool_dir", self.pool_dir, "--seed", str(index * 7919), "--no-eval",
                 *_tls_flags(self.security, server=True), *self.spec.player_args,
             ]
-            with open(os.path.join(run_dir, "player.log"), "ab") as out:
-                self._procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                                    start_new_session=True, env=_env_with_token(self.security)))
+            child = Child(command, os.path.join(run_dir, "player.log"), name=f"player {player.name}",
+                          env=_env_with_token(self.security))
+            self._children.append(child)
+            child.start()
 
     def failed(self) -> Optional[str]:
-        for proc, player in zip(self._procs, self.spec.players[1:]):
-            if proc.poll() not in (None, 0):
-                return f"player {player.name} exited with status {proc.returncode}; see {self.run_dir}/players/{player.name}/player.log"
+        for child, player in zip(self._children, self.spec.players[1:]):
+            if child.poll() not in (None, 0):
+                return (f"player {player.name} exited with status {child.returncode}; the end of its log "
+                        f"{child.log_path}:\n{log_tail(child.log_path)}")
         return None
 
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM: each host stops its workers and writes a final checkpoint."""
-        _terminate(self._procs, timeout)
+        stop_all(self._children, timeout)
 
 
 def _running(pid: int) -> bool:
@@ -228,18 +226,3 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-def _terminate(procs: Sequence[Optional[subprocess.Popen]], timeout: float) -> None:
-    for proc in procs:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        if proc is None:
-            continue
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

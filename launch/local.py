@@ -20,7 +20,6 @@ import math
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from typing import Optional
@@ -32,6 +31,7 @@ from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
+from launch.child import Child, log_tail, stop_all
 from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
@@ -144,35 +144,34 @@ class WorkerProcesses:
         if security.token:  # through the environment: a token on a command line is visible to every user
             self._env[TOKEN_ENV_VAR] = security.token
         self.restarts = 0
-        self._procs: list[Optional[subprocess.Popen]] = [None] * spec.count
+        self._children: list[Optional[Child]] = [None] * spec.count
         os.makedirs(log_dir, exist_ok=True)
 
     def start(self) -> None:
         for i in range(self.spec.count):
             self._start(i)
 
-    def process(self, i: int) -> Optional[subprocess.Popen]:
-        return self._procs[i]
+    def process(self, i: int) -> Optional[Child]:
+        return self._children[i]
 
     def log_path(self, i: int) -> str:
         return os.path.join(self.log_dir, f"worker-{i}.log")
 
     def _start(self, i: int) -> None:
         command = self.spec.argv(i, self.address, 1000 * i + self.restarts) + self._tls
-        with open(self.log_path(i), "ab") as out:
-            try:
-                self._procs[i] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                                  start_new_session=True, env=self._env)
-            except OSError as error:  # e.g. a --worker-cmd naming no executable file
-                raise WorkerRefused(f"worker {i} could not start: {error}; its command: {shlex.join(command)}") from None
+        self._children[i] = Child(command, self.log_path(i), name=f"worker {i}", env=self._env)
+        try:
+            self._children[i].start()
+        except OSError as error:  # e.g. a --worker-cmd naming no executable file
+            raise WorkerRefused(f"worker {i} could not start: {error}; its command: {shlex.join(command)}") from None
 
     def watch(self) -> None:
         """Restart workers that died; give up after max_restarts in total. A worker that exits with
         status 2 (it refuses its game, or the host refused it) is not restarted: WorkerRefused."""
-        for i, proc in enumerate(self._procs):
-            if proc is not None and proc.poll() is not None:
-                log.warning("worker %d exited with status %s (log: %s)", i, proc.returncode, self.log_path(i))
-                if proc.returncode == REFUSED_STATUS:
+        for i, child in enumerate(self._children):
+            if child is not None and child.poll() is not None:
+                log.warning("worker %d exited with status %s (log: %s)", i, child.returncode, self.log_path(i))
+                if child.returncode == REFUSED_STATUS:
                     raise WorkerRefused(f"worker {i} refused to go on (exit status {REFUSED_STATUS}); the end of its "
                                         f"log {self.log_path(i)}:\n{log_tail(self.log_path(i))}")
                 if self.restarts >= self.spec.max_restarts:
@@ -182,29 +181,7 @@ class WorkerProcesses:
                 self._start(i)
 
     def stop(self, timeout: float = 5.0) -> None:
-        for proc in self._procs:
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + timeout
-        for proc in self._procs:
-            if proc is not None:
-                try:
-                    proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-def log_tail(path: str, lines: int = 15, max_bytes: int = 8192) -> str:
-    """The last `lines` lines of the file at `path` (at most its last `max_bytes`), indented for the console."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - max_bytes))
-            text = f.read().decode(errors="replace")
-    except OSError as error:
-        return f"    (no log: {error})"
-    tail = text.splitlines()[-lines:]
-    return "\n".join("    " + line for line in tail) if tail else "    (the log is empty)"
+        stop_all(self._children, timeout)
 
 
 def interrupt(signum, frame):

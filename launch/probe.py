@@ -22,9 +22,9 @@ import dataclasses
 import logging
 import signal
 import threading
-import time
 
-from launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt, log_tail
+from launch.child import ChildExited, ChildNotReady, log_tail
+from launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
@@ -138,19 +138,17 @@ def _first_handshake(workers: WorkerSpec, server: ThreadedServer, backend: SpecP
     first = WorkerProcesses(dataclasses.replace(workers, count=1, max_restarts=0), server.address, log_dir, security)
     try:
         first.start()
-        process = first.process(0)
-        deadline = time.monotonic() + timeout_s
-        while not backend.received.wait(0.05):
-            if process.poll() is not None:
-                why = ("refused to go on" if process.returncode == REFUSED_STATUS
-                       else "exited before its handshake")
-                raise WorkerRefused(f"worker 0 {why} (exit status {process.returncode}); the end of its log "
-                                    f"{first.log_path(0)}:\n{log_tail(first.log_path(0))}")
-            if time.monotonic() > deadline:
-                raise WorkerRefused(
-                    f"worker 0 sent no handshake within {timeout_s:g} s to {server.address}: does its command pass "
-                    f"the host's address as {{address}} (or read ${ADDRESS_ENV})? The end of its log "
-                    f"{first.log_path(0)}:\n{log_tail(first.log_path(0))}")
+        child = first.process(0)
+        child.wait_until(lambda: True if backend.received.is_set() else None, timeout_s, "its handshake")
+    except ChildExited as error:
+        why = "refused to go on" if child.returncode == REFUSED_STATUS else "exited before its handshake"
+        raise WorkerRefused(f"worker 0 {why} (exit status {child.returncode}); the end of its log "
+                            f"{first.log_path(0)}:\n{log_tail(first.log_path(0))}") from error
+    except ChildNotReady as error:
+        raise WorkerRefused(
+            f"worker 0 sent no handshake within {timeout_s:g} s to {server.address}: does its command pass "
+            f"the host's address as {{address}} (or read ${ADDRESS_ENV})? The end of its log "
+            f"{first.log_path(0)}:\n{log_tail(first.log_path(0))}") from error
     finally:
         first.stop()
     return backend.spec

@@ -33,21 +33,23 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import os
 import shlex
 import signal
-import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from typing import Any, Optional, Sequence
 
+from launch.child import Child
+from launch.league import LEAGUE_READY
 from seedleague.security import TOKEN_ENV_VAR  # the token travels in the environment, never on a command line
 
 log = logging.getLogger(__name__)
 
 HOST_READY = "seedleague host listening on "  # printed by launch.local once the host's server is up
-LEAGUE_READY = "league serving on "  # printed by `seedleague league serve`
 NODE_IP = "{node_ip}"  # in a command: replaced by the IP Ray reports for the node the actor runs on
 
 # Run before the real command in every child: ask Linux to SIGTERM the child when
@@ -77,6 +79,8 @@ class RayLaunchConfig:
     host_args: `seedleague host` flags besides --env/--run-dir/--address: the
         budget and any HostConfig flag (`--learner.learning_rate 1e-3`).
     host_gpus: GPUs for the host actor; None gives it 1 when the cluster has any.
+    worker_cpus: CPUs for each worker actor; None gives each 1, or an equal share
+        of the cluster's CPUs left by the host and league when that is less.
     max_restarts: worker restarts allowed in all (process exits and actor deaths).
     """
 
@@ -89,7 +93,7 @@ class RayLaunchConfig:
     league_args: tuple[str, ...] = ()
     host_cpus: float = 1.0
     host_gpus: Optional[float] = None
-    worker_cpus: float = 1.0
+    worker_cpus: Optional[float] = None
     league_cpus: float = 0.5
     max_restarts: int = 10
     start_timeout_s: float = 300.0
@@ -106,7 +110,7 @@ class RayLaunchConfig:
         if self.workers < 0 or self.envs_per_worker < 1:
             problems.append(f"workers must be >= 0 and envs_per_worker >= 1, got {self.workers} and {self.envs_per_worker}")
         for name in ("host_cpus", "worker_cpus", "league_cpus"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.host_gpus is not None and self.host_gpus < 0:
             problems.append(f"host_gpus must be >= 0 (or None: 1 when the cluster has a GPU), got {self.host_gpus}")
@@ -165,37 +169,38 @@ def ready_address(line: str, prefix: str) -> Optional[str]:
 
 # ------------------------------------------------------------------ actor --
 class ProcessRunner:
-    """One command as a child process of this (actor) process; its output in a log file on this node.
+    """One command as a child process (`launch.child.Child`) of this (actor) process, its log on this node.
 
     Plain Python: `launch` wraps it with `ray.remote`. The constructor starts the
-    child, so an actor that Ray restarts after a node failure starts it again.
+    child, so an actor that Ray restarts after a node failure starts it again. No
+    method blocks for long (a Ray actor runs one call at a time, so a blocking call
+    would hold up `stop`): the driver polls `ready_line` until the child is ready.
 
         runner = ProcessRunner(["-m", "seedleague.cli", "host", "--address", NODE_IP + ":0", ...], "/runs/x/host.log")
-        runner.poll()          # None while running, else the exit status
-        runner.restart()       # a fresh child (same command)
-        runner.stop(10.0)      # SIGTERM the child's process group, SIGKILL after 10 s
+        runner.ready_line(HOST_READY)   # (the line or None, the exit status or None, the log tail once it exited)
+        runner.poll()                   # None while running, else the exit status
+        runner.restart()                # a fresh child (same command)
+        runner.stop(10.0)               # SIGTERM the child's process group, SIGKILL after 10 s
     """
 
-    def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None):
+    def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None, name: str = ""):
         ip = self.node()["ip"]
         self.args = [arg.replace(NODE_IP, ip) for arg in args]  # a server binds its own node's IP
-        self.log_path = log_path
-        self._env = dict(os.environ, **(env or {}))
-        self._proc: Optional[subprocess.Popen] = None
-        self._log_offset = 0
-        self.starts = 0
-        self.start()
+        command = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.args]
+        self.child = Child(command, log_path, name=name or f"`python {shlex.join(self.args)[:200]}`",
+                           env=dict(os.environ, **(env or {})))
+        self.child.start()
+
+    @property
+    def log_path(self) -> str:
+        return self.child.log_path
+
+    @property
+    def starts(self) -> int:
+        return self.child.starts
 
     def start(self) -> int:
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        # The log is appended to (restarts, --resume): only lines after this offset are this child's.
-        self._log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
-        command = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.args]
-        with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=self._env)
-        self.starts += 1
-        return self._proc.pid
+        return self.child.start()
 
     def node(self) -> dict:
         """Where this runs: the node IP and id Ray reports (loopback outside Ray)."""
@@ -205,28 +210,26 @@ class ProcessRunner:
         return dict(ip=ray.util.get_node_ip_address(), node_id=ray.get_runtime_context().get_node_id())
 
     def poll(self) -> Optional[int]:
-        return None if self._proc is None else self._proc.poll()
+        return self.child.poll()
 
     def restart(self) -> int:
         self.stop()
         return self.start()
 
+    def ready_line(self, prefix: str) -> tuple[Optional[str], Optional[int], str]:
+        """At once: (the first line of this start starting with `prefix` or None, the exit status or None,
+        the end of the log when the child has exited without that line, else "")."""
+        line = self.child.ready_line(prefix)
+        status = self.child.poll()
+        return line, status, self.child.tail(30) if line is None and status is not None else ""
+
     def wait_for_line(self, prefix: str, timeout_s: float) -> str:
-        """The first log line starting with `prefix`, as soon as it appears; RuntimeError if the child exits first."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with open(self.log_path, errors="replace") as f:
-                f.seek(self._log_offset)
-                for line in f:
-                    if line.startswith(prefix):
-                        return line.strip()
-            if self.poll() is not None:
-                raise RuntimeError(f"`python {shlex.join(self.args)[:200]}` exited with status {self.poll()} "
-                                   f"before printing {prefix!r}; its log {self.log_path}:\n{self.tail(30)}")
-            time.sleep(0.1)
-        raise RuntimeError(f"no {prefix!r} line within {timeout_s:g} s; log {self.log_path}:\n{self.tail(30)}")
+        """Blocks: the first log line starting with `prefix`; `launch.child.ChildFailed` (a RuntimeError naming the
+        child, with its log tail) if it exits first or stays silent for `timeout_s`. For use outside an actor."""
+        return self.child.wait_for_line(prefix, timeout_s)
 
     def tail(self, lines: int = 1) -> str:
+        """The last `lines` lines of the log, as written ("" before it has any)."""
         try:
             with open(self.log_path, errors="replace") as f:
                 return "".join(deque(f, maxlen=lines))
@@ -243,25 +246,7 @@ class ProcessRunner:
 
     def stop(self, timeout_s: float = 10.0) -> Optional[int]:
         """SIGTERM the child's process group, SIGKILL it after `timeout_s`; returns the exit status."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-        _signal_group(proc, signal.SIGKILL)  # anything the child left behind in its group
-        return proc.returncode
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return self.child.stop(timeout_s)
 
 
 # ----------------------------------------------------------------- wiring --
@@ -271,25 +256,39 @@ class _Placed:
 
     name: str
     actor: Any
+    log_path: str
     node: dict = dataclasses.field(default_factory=dict)
+
+    def log_place(self) -> str:
+        """Where its log is: the node's IP and the path there."""
+        return f"{self.node.get('ip', '(not placed)')}:{self.log_path}"
 
 
 @dataclasses.dataclass
 class _Run:
-    """What `launch` has placed so far, so teardown finds all of it however the run ends."""
+    """What `launch` has placed so far, so teardown finds all of it however the run ends.
+
+    `stopping` is set by SIGINT and SIGTERM: every wait of the launcher is a loop of short Ray
+    calls that checks it, so a signal never interrupts Ray's own code (a Python exception raised
+    inside `ray.wait` surfaces as a SystemError) and the run stops within a poll interval."""
 
     placed: list[_Placed] = dataclasses.field(default_factory=list)
     host: Optional[_Placed] = None
     worker_restarts: int = 0
     reason: str = "interrupted"
+    stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        if self.stopping.is_set():
+            raise _Interrupted()
+
+    def pause(self, seconds: float) -> None:
+        if self.stopping.wait(seconds):
+            raise _Interrupted()
 
 
 class _Interrupted(Exception):
     pass
-
-
-def _interrupt(signum, frame):
-    raise _Interrupted(f"signal {signum}")
 
 
 def launch(config: RayLaunchConfig) -> dict:
@@ -301,15 +300,15 @@ def launch(config: RayLaunchConfig) -> dict:
     import ray
 
     ray.init(address=config.ray_address, log_to_driver=False, logging_level=logging.WARNING)
-    old_handlers = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     run = _Run()
+    old_handlers = {sig: signal.signal(sig, lambda signum, frame: run.stopping.set())
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         _wire(ray, config, run)
     except _Interrupted:
         run.reason = "interrupted"
     finally:
-        for sig in old_handlers:  # teardown is bounded by stop_timeout_s; a second Ctrl-C must not cut it short
-            signal.signal(sig, signal.SIG_IGN)
+        # Teardown is bounded by stop_timeout_s; a second Ctrl-C must not cut it short (the handler only sets the flag).
         summary = _teardown(ray, run, config)
         ray.shutdown()
         for sig, handler in old_handlers.items():
@@ -323,31 +322,56 @@ def _wire(ray, config: RayLaunchConfig, run: _Run) -> None:
     """Start league, host and workers in the order the data path needs them, then watch until the host ends."""
     runner = ray.remote(ProcessRunner)
     env = {TOKEN_ENV_VAR: os.environ[TOKEN_ENV_VAR]} if os.environ.get(TOKEN_ENV_VAR) else {}
-    gpus = host_gpus(config, ray.cluster_resources())
+    multiplayer = _is_multiplayer(config.env_id)
+    resources = ray.cluster_resources()
+    gpus = host_gpus(config, resources)
+    cpus = worker_cpus(config, resources, multiplayer)
     # 1. The league (two-player games): the host asks it for opponents from its first step on.
     league_address = None
-    if _is_multiplayer(config.env_id):
+    if multiplayer:
         league = _place(runner, "league", league_args(config), os.path.join(config.run_dir, "league", "league.log"),
                         env, dict(num_cpus=config.league_cpus), run)
-        _await_nodes(ray, [league], config.start_timeout_s)
-        league_address = _wait_ready(league, LEAGUE_READY, config)
+        _await_nodes(ray, [league], config, run)
+        league_address = _wait_ready(ray, league, LEAGUE_READY, config, run)
     # 2. The host, bound to the node IP Ray reports, so workers on other nodes can reach it.
     run.host = _place(runner, "host", host_args(config, league_address), os.path.join(config.run_dir, "host.log"),
                       env, dict(num_cpus=config.host_cpus, num_gpus=gpus), run)
-    _await_nodes(ray, [run.host], config.start_timeout_s)
-    address = _wait_ready(run.host, HOST_READY, config)
+    _await_nodes(ray, [run.host], config, run)
+    address = _wait_ready(ray, run.host, HOST_READY, config, run)
     print(f"ray-launch: host serving on {address} with {gpus:g} GPU; run directory {config.run_dir} "
           f"on node {run.host.node['ip']}", flush=True)
     # 3. The workers, spread over the nodes; Ray restarts an actor whose node dies (its
     # constructor starts the worker again), the watch loop a worker process that exits.
     workers = [_place(runner, f"worker-{i}", worker_args(config, i, address),
                       os.path.join(config.run_dir, "logs", f"ray-worker-{i}.log"), env,
-                      dict(num_cpus=config.worker_cpus, scheduling_strategy="SPREAD",
-                           max_restarts=config.max_restarts), run)
+                      dict(num_cpus=cpus, scheduling_strategy="SPREAD", max_restarts=config.max_restarts), run)
                for i in range(config.workers)]
-    _await_nodes(ray, workers, config.start_timeout_s)
+    _await_nodes(ray, workers, config, run)
     _print_placement(run.placed)
     _watch(ray, run, workers, config)
+
+
+def worker_cpus(config: RayLaunchConfig, cluster_resources: dict, multiplayer: bool) -> float:
+    """CPUs each worker actor asks for: the configured number, else 1, or an equal share of the CPUs the host and
+    league leave when that is less (a one-node `ray start --head` on 2 cores). ValueError, naming the flags to
+    change, when the run cannot fit the cluster's CPUs: Ray would keep the actors waiting, placed nowhere."""
+    total = float(cluster_resources.get("CPU", 0.0))
+    servers = config.host_cpus + (config.league_cpus if multiplayer else 0.0)
+    if config.worker_cpus is not None:
+        cpus = config.worker_cpus
+    elif config.workers:
+        cpus = min(1.0, math.floor(100 * (total - servers) / config.workers) / 100)
+    else:
+        cpus = 1.0
+    need = servers + config.workers * cpus
+    if cpus < 0.01 or need > total + 1e-9:
+        league = f" + league {config.league_cpus:g}" if multiplayer else ""
+        raise ValueError(
+            f"the run needs {need:g} CPUs (host {config.host_cpus:g}{league} + {config.workers} workers x "
+            f"{max(cpus, 0.0):g}) and the Ray cluster has {total:g} in all (`ray status`), so Ray would never place "
+            f"it: give fewer --workers, a smaller --worker-cpus (fractions work: Ray's CPUs are logical), "
+            f"--host-cpus or --league-cpus, or add nodes")
+    return cpus
 
 
 def _is_multiplayer(env_id: str) -> bool:
@@ -358,32 +382,72 @@ def _is_multiplayer(env_id: str) -> bool:
 
 def _place(runner, name: str, args: list[str], log_path: str, env: dict, options: dict, run: _Run) -> _Placed:
     """Create one ProcessRunner actor with Ray `options` (resources, scheduling, max_restarts)."""
-    item = _Placed(name, runner.options(**options).remote(args, log_path, env))
+    item = _Placed(name, runner.options(**options).remote(args, log_path, env, name), log_path)
     run.placed.append(item)
     return item
 
 
-def _await_nodes(ray, items: Sequence[_Placed], timeout_s: float) -> None:
-    """Wait until every actor in `items` runs (its child started) and note its node."""
-    refs = [item.actor.node.remote() for item in items]
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    if pending:
-        missing = [item.name for item, ref in zip(items, refs) if ref in pending]
-        raise RuntimeError(f"could not place {', '.join(missing)} within {timeout_s:g} s: the cluster has "
-                           f"{ray.available_resources()} free of {ray.cluster_resources()}; "
-                           f"lower --worker-cpus/--host-cpus or add nodes")
-    for item, node in zip(items, ray.get(refs)):
-        item.node = node
+def _await_nodes(ray, items: Sequence[_Placed], config: RayLaunchConfig, run: _Run) -> None:
+    """Wait until every actor in `items` runs (its child started) and note its node; every `report_interval_s`
+    say which are still waiting. RuntimeError naming each actor that was not placed within `start_timeout_s`."""
+    waiting = {item.actor.node.remote(): item for item in items}
+    deadline = time.monotonic() + config.start_timeout_s
+    notice = time.monotonic() + config.report_interval_s
+    while waiting:
+        run.check()
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=min(config.poll_interval_s, 0.5))
+        for ref in ready:
+            item = waiting.pop(ref)
+            try:
+                item.node = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                raise RuntimeError(f"{item.name}'s Ray actor failed to start: {error}") from None
+        now = time.monotonic()
+        if waiting and now >= deadline:
+            raise RuntimeError(f"Ray placed no node for {_names(waiting.values())} within {config.start_timeout_s:g} s: "
+                               f"the cluster has {ray.available_resources()} free of {ray.cluster_resources()}; "
+                               f"lower --worker-cpus/--host-cpus or add nodes")
+        if waiting and now >= notice:
+            notice = now + config.report_interval_s
+            print(f"ray-launch: waiting for Ray to place {_names(waiting.values())}; free now: "
+                  f"{ray.available_resources()}", flush=True)
 
 
-def _wait_ready(item: _Placed, prefix: str, config: RayLaunchConfig) -> str:
-    import ray
+def _names(items) -> str:
+    return ", ".join(item.name for item in items)
 
-    line = ray.get(item.actor.wait_for_line.remote(prefix, config.start_timeout_s))
-    address = ready_address(line, prefix)
-    if address is None:
-        raise RuntimeError(f"{item.name}: could not read an address from {line!r}")
-    return address
+
+def _wait_ready(ray, item: _Placed, prefix: str, config: RayLaunchConfig, run: _Run) -> str:
+    """The address in `item`'s ready line (`prefix` ...); RuntimeError naming it, with its log tail, if its process
+    exits first or prints no such line within `start_timeout_s`."""
+    deadline = time.monotonic() + config.start_timeout_s
+    while True:
+        line, status, tail = _get(ray, item.actor.ready_line.remote(prefix), run, item)
+        if line is not None:
+            address = ready_address(line, prefix)
+            if address is None:
+                raise RuntimeError(f"{item.name}: could not read an address from {line!r}")
+            return address
+        where = f"its log {item.log_place()}"
+        if status is not None:
+            raise RuntimeError(f"{item.name} exited with status {status} before it printed {prefix.strip()!r}; "
+                               f"the end of {where}:\n{tail}")
+        if time.monotonic() >= deadline:
+            tail = _get(ray, item.actor.tail.remote(30), run, item)
+            raise RuntimeError(f"{item.name} did not print {prefix.strip()!r} within {config.start_timeout_s:g} s "
+                               f"(--start-timeout); the end of {where}:\n{tail}")
+        run.pause(min(config.poll_interval_s, 0.2))
+
+
+def _get(ray, ref, run: _Run, item: _Placed, timeout_s: float = 60.0):
+    """`ray.get(ref)` in short waits that notice a stop signal; RuntimeError naming `item` if its actor does not
+    answer within `timeout_s` (its node is overloaded or gone)."""
+    deadline = time.monotonic() + timeout_s
+    while not ray.wait([ref], timeout=0.2)[0]:
+        run.check()
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{item.name}'s Ray actor did not answer within {timeout_s:g} s")
+    return ray.get(ref)
 
 
 def _print_placement(placed: Sequence[_Placed]) -> None:
@@ -398,26 +462,27 @@ def _watch(ray, run: _Run, workers: list[_Placed], config: RayLaunchConfig) -> N
     """Until the host exits: restart workers that exit, print the host's progress line now and then."""
     last_report = time.monotonic()
     while True:
-        status = ray.get(run.host.actor.poll.remote())
+        status = _get(ray, run.host.actor.poll.remote(), run, run.host)
         if status is not None:
             run.reason = f"host exited with status {status}"
             return
         polls = [(item, item.actor.poll.remote()) for item in workers]  # all in flight at once
         for item, ref in polls:
-            run.worker_restarts += _revive(ray, item, ref, run.worker_restarts, config)
+            run.worker_restarts += _revive(ray, item, ref, run, config)
         if time.monotonic() - last_report >= config.report_interval_s:
             last_report = time.monotonic()
-            line = ray.get(run.host.actor.tail.remote(1)).strip()
+            line = _get(ray, run.host.actor.tail.remote(1), run, run.host).strip()
             if line:
                 print(f"ray-launch: host: {line}", flush=True)
-        time.sleep(config.poll_interval_s)
+        run.pause(config.poll_interval_s)
 
 
-def _revive(ray, item: _Placed, poll_ref, restarts: int, config: RayLaunchConfig) -> int:
+def _revive(ray, item: _Placed, poll_ref, run: _Run, config: RayLaunchConfig) -> int:
     """1 if `item` needed a restart (its process exited, or its actor died and Ray restarts it), else 0."""
+    restarts = run.worker_restarts
     try:
-        status = ray.get(poll_ref, timeout=30)
-    except ray.exceptions.GetTimeoutError:
+        status = _get(ray, poll_ref, run, item, timeout_s=30)
+    except RuntimeError:  # no answer in time: its node is busy; the next poll asks again
         return 0
     except ray.exceptions.RayActorError as error:
         # The actor's process or node died. Ray restarts it (its constructor starts the
@@ -428,34 +493,52 @@ def _revive(ray, item: _Placed, poll_ref, restarts: int, config: RayLaunchConfig
         return 1
     if status is None:
         return 0
+    from launch.local import REFUSED_STATUS  # a worker that refuses its game: restarting it repeats the refusal
+
+    tail = _get(ray, item.actor.tail.remote(20), run, item)
+    where = item.log_place()
+    if status == REFUSED_STATUS:
+        raise RuntimeError(f"{item.name} refused to go on (exit status {REFUSED_STATUS}); the end of its log "
+                           f"{where}:\n{tail}")
     if restarts >= config.max_restarts:
         raise RuntimeError(f"workers were restarted {restarts} times; {item.name} exited with status {status}, "
-                           f"its log:\n{ray.get(item.actor.tail.remote(20))}")
-    print(f"ray-launch: {item.name} exited with status {status}; restarting it", flush=True)
-    ray.get(item.actor.restart.remote())
+                           f"the end of its log {where}:\n{tail}")
+    print(f"ray-launch: {item.name} exited with status {status}; restarting it. The end of its log {where}:\n"
+          f"{tail}", flush=True)
+    _get(ray, item.actor.restart.remote(), run, item)
     return 1
 
 
 def _teardown(ray, run: _Run, config: RayLaunchConfig) -> dict:
     """Stop every child, workers and host first, then the league; read the host's summary; kill the actors.
 
-    SIGTERM lets the host write its final checkpoint and summary.json. An actor
-    that is already gone took its child with it (PR_SET_PDEATHSIG).
+    SIGTERM lets the host write its final checkpoint and summary.json. An actor Ray
+    never placed has no child: it is killed without waiting. An actor that is
+    already gone took its child with it (PR_SET_PDEATHSIG).
     """
-    league = [item for item in run.placed if item.name == "league"]
-    for group in ([item for item in run.placed if item.name != "league"], league):
-        try:
-            ray.get([item.actor.stop.remote(config.stop_timeout_s) for item in group], timeout=config.stop_timeout_s + 30)
-        except Exception as error:
-            log.warning("stopping %s: %s", [item.name for item in group], error)
-    summary: dict = {}
-    if run.host is not None:
-        try:
-            summary = ray.get(run.host.actor.read_json.remote(os.path.join(config.run_dir, "summary.json")),
-                              timeout=30) or {}
-        except Exception as error:
-            log.warning("could not read the host's summary.json: %s", error)
+    placed = [item for item in run.placed if item.node]
     for item in run.placed:
+        if not item.node:
+            ray.kill(item.actor, no_restart=True)
+    league = [item for item in placed if item.name == "league"]
+    for group in ([item for item in placed if item.name != "league"], league):
+        if not group:
+            continue
+        print(f"ray-launch: stopping {_names(group)}", flush=True)
+        refs = [item.actor.stop.remote(config.stop_timeout_s) for item in group]
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=config.stop_timeout_s + 10)
+        if late:
+            log.warning("%s did not answer the stop within %g s; killing their actors (and so their processes)",
+                        _names(item for item, ref in zip(group, refs) if ref in late), config.stop_timeout_s + 10)
+    summary: dict = {}
+    if run.host is not None and run.host.node:
+        ref = run.host.actor.read_json.remote(os.path.join(config.run_dir, "summary.json"))
+        if ray.wait([ref], timeout=30)[0]:
+            try:
+                summary = ray.get(ref) or {}
+            except ray.exceptions.RayError as error:
+                log.warning("could not read the host's summary.json: %s", error)
+    for item in placed:
         ray.kill(item.actor, no_restart=True)
     return summary
 
@@ -478,7 +561,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     resources = parser.add_argument_group("resources per process (Ray logical resources)")
     resources.add_argument("--host-cpus", type=float, default=1.0, help="(default: %(default)s)")
     resources.add_argument("--host-gpus", type=float, default=None, help="(default: 1 when the cluster has a GPU, else 0)")
-    resources.add_argument("--worker-cpus", type=float, default=1.0, help="(default: %(default)s)")
+    resources.add_argument("--worker-cpus", type=float, default=None,
+                           help="(default: 1, or an equal share of the CPUs the host and league leave, when less)")
     resources.add_argument("--league-cpus", type=float, default=0.5, help="(default: %(default)s)")
     parser.add_argument("--max-restarts", type=int, default=10, help="worker restarts allowed in all (default: %(default)s)")
     parser.add_argument("--league-args", default="", help="extra `seedleague league serve` flags, one quoted string")
@@ -539,7 +623,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         summary = launch(config)
-    except (RuntimeError, ray.exceptions.RayError) as error:  # what could not start, and why
+    except (RuntimeError, ValueError, ray.exceptions.RayError) as error:  # what could not start, and why
         print(f"seedleague ray-launch: {error}", file=sys.stderr)
         return 1
     print_summary(summary)

@@ -220,7 +220,7 @@ def test_a_league_left_running_by_a_killed_launcher_is_stopped_before_a_resumed_
     try:
         fresh.start()
         wait_for(lambda: not stale.alive(), 10, "the stale league to stop")
-        assert stale._proc.returncode == 0 and fresh.alive()  # a clean SIGTERM stop; one league per database
+        assert stale.returncode == 0 and fresh.alive()  # a clean SIGTERM stop; one league per database
     finally:
         fresh.stop()
         stale.stop()

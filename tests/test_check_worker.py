@@ -24,6 +24,7 @@ from seedleague.host.sessions import SessionLimits
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.tools import check_worker as cw
+from seedleague.tools.fake_host import FakeHostServer
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -109,6 +110,70 @@ def test_fake_host_logs_violations_and_session_summaries_and_exits_zero_on_sigte
         for process in (worker, host):
             if process is not None and process.poll() is None:
                 process.kill()
+
+
+def _stream_one(stub, message: env_pb2.StepBatch) -> env_pb2.ActionBatch:
+    return next(iter(stub.Stream(iter([message]), timeout=10)))
+
+
+def _first_step(session_id: str, spec: EnvSpec) -> env_pb2.StepBatch:
+    """Step 0 of a one-seat spec without legal masks: zeros."""
+    message = env_pb2.StepBatch(session_id=session_id, sequence=0)
+    codec.encode_tensor(np.zeros((spec.num_envs, 1, *spec.observation_shape), np.float32), message.observation)
+    codec.encode_tensor(np.zeros((spec.num_envs, 1), np.float32), message.reward)
+    codec.encode_tensor(np.zeros(spec.num_envs, bool), message.terminated)
+    codec.encode_tensor(np.zeros(spec.num_envs, bool), message.truncated)
+    return message
+
+
+def test_fake_host_prints_an_oversized_message_and_refuses_it_as_the_host_does():
+    """docs/protocol.md section 9: every violation is printed, an oversized StepBatch too (gRPC alone would
+    refuse it before the fake host saw it, and print nothing)."""
+    limit = 4096
+    command = [sys.executable, "-m", "seedleague.tools.fake_host", "--address", "127.0.0.1:0",
+               "--max-message-bytes", str(limit)]
+    host = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = _lines(host.stdout)
+        address = _line_with(lines, "fake host serving").split(" on ")[1].split()[0]
+        with grpc.insecure_channel(address) as channel:
+            stub = env_pb2_grpc.EnvServiceStub(channel)
+            for name, size, allowed in (("small", 64, True), ("big", 1024, False)):
+                spec = EnvSpec(name, (size,), np.float32, num_actions=2, num_envs=2)
+                session_id = stub.Handshake(codec.encode_handshake(spec, name), timeout=10).session_id
+                message = _first_step(session_id, spec)
+                assert (message.ByteSize() <= limit) == allowed
+                if allowed:
+                    assert _stream_one(stub, message).sequence == 0
+                    continue
+                with pytest.raises(grpc.RpcError) as refused:
+                    _stream_one(stub, message)
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert f"StepBatch of {message.ByteSize()} bytes" in refused.value.details()
+        violation = _line_with(lines, "VIOLATION")
+        assert f"session {session_id} step 0: RESOURCE_EXHAUSTED: StepBatch of {message.ByteSize()} bytes" in violation
+        assert f"({limit} bytes, max_message_bytes in the handshake reply)" in violation
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(10) == 0
+        assert "1 violations" in _line_with(lines, "stopped after")
+    finally:
+        if host.poll() is None:
+            host.kill()
+
+
+def test_check_worker_records_an_oversized_message_as_a_stream_violation():
+    backend = cw.CheckingBackend(FakeHostConfig(max_message_bytes=4096))
+    spec = EnvSpec("big", (1024,), np.float32, num_actions=2, num_envs=2)
+    with FakeHostServer(backend, "127.0.0.1:0") as server, grpc.insecure_channel(server.address) as channel:
+        stub = env_pb2_grpc.EnvServiceStub(channel)
+        session_id = stub.Handshake(codec.encode_handshake(spec, "big"), timeout=10).session_id
+        message = _first_step(session_id, spec)
+        with pytest.raises(grpc.RpcError) as refused:
+            _stream_one(stub, message)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    (violation,) = backend.found
+    assert violation.check == cw.STREAM and violation.sequence == 0
+    assert f"StepBatch of {message.ByteSize()} bytes is larger than this host accepts (4096 bytes" in violation.message
 
 
 def test_refusals_made_by_the_servicer_are_attributed_to_their_check():

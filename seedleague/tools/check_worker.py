@@ -21,26 +21,26 @@ module owns the checks, the report and the command.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import logging
 import os
 import re
 import signal
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
-from seedleague.testing.server_thread import ServerThread
-from seedleague.tools.fake_host import describe_spec
+from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
 ADDRESS_PLACEHOLDER = "{address}"
 ADDRESS_ENV = "SEEDLEAGUE_ADDRESS"
+OUTPUT_LINES = 40  # of the worker's output, in the report
 
 HANDSHAKE = "handshake"
 STREAM = "stream"
@@ -192,6 +192,7 @@ class CheckingBackend(FakeBackend):
 
     async def step(self, step: StepBatch) -> ActionBatch:
         try:
+            check_message_size(self, step)
             actions = await super().step(step)
         except ProtocolError as error:
             self.add(Violation(step.session_id, step.sequence, error.code, error.message))
@@ -242,69 +243,31 @@ def _accepted_steps(backend: FakeBackend, session_id: str) -> Optional[int]:
     return None if session is None else session.steps
 
 
-class WorkerProcess:
-    """The worker under test: a subprocess whose merged output is kept, last lines only."""
-
-    def __init__(self, command: Sequence[str], address: str, keep_lines: int = 40):
-        argv = [part.replace(ADDRESS_PLACEHOLDER, address) for part in command]
-        env = dict(os.environ, **{ADDRESS_ENV: address})
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-            text=True, errors="replace",
-        )
-        self.output: collections.deque[str] = collections.deque(maxlen=keep_lines)
-        self._reader = threading.Thread(target=self._read, name="worker-output", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.output.append(line.rstrip("\n"))
-
-    def exit_code(self) -> Optional[int]:
-        return self.process.poll()
-
-    def wait(self, timeout_s: float) -> Optional[int]:
-        """The exit status, or None if still running after `timeout_s`."""
-        try:
-            return self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def terminate_and_wait(self, timeout_s: float) -> Optional[int]:
-        """SIGTERM, then the exit status, or None if still running after `timeout_s`."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reader.join(timeout=2.0)
+def start_worker(command: Sequence[str], address: str, log_dir: str) -> Child:
+    """The worker under test, `{address}` in its command replaced (and in $SEEDLEAGUE_ADDRESS), its output in
+    <log_dir>/worker.log. Raises OSError if it cannot start."""
+    argv = [part.replace(ADDRESS_PLACEHOLDER, address) for part in command]
+    worker = Child(argv, os.path.join(log_dir, "worker.log"), name="the worker", env=dict(os.environ, **{ADDRESS_ENV: address}))
+    worker.start()
+    return worker
 
 
-def _wait(done: Callable[[], bool], worker: WorkerProcess, backend: CheckingBackend, timeout_s: float) -> str:
+def _wait(done: Callable[[], bool], worker: Child, backend: CheckingBackend, timeout_s: float) -> str:
     """"done", or why waiting stopped first: "violation", "exited" or "timeout"."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if done():
-            return "done"
-        if backend.found:
-            return "violation"
-        if worker.exit_code() is not None:
-            return "exited"
-        if time.monotonic() > deadline:
-            return "timeout"
-        time.sleep(0.02)
+    try:
+        return worker.wait_until(lambda: "done" if done() else "violation" if backend.found else None, timeout_s,
+                                 "the check")
+    except ChildExited:
+        return "exited"
+    except ChildNotReady:
+        return "timeout"
 
 
-def _stopped_because(outcome: str, worker: WorkerProcess, backend: CheckingBackend, timeout_s: float) -> str:
+def _stopped_because(outcome: str, worker: Child, backend: CheckingBackend, timeout_s: float) -> str:
     if outcome == "violation":
         return f"the host refused {backend.found[0].describe()}"
     if outcome == "exited":
-        return f"the worker exited with code {worker.exit_code()}"
+        return f"the worker exited with code {worker.poll()}"
     return f"nothing more happened within {timeout_s:g} s"
 
 
@@ -313,19 +276,21 @@ def check_worker(command: Sequence[str], config: CheckConfig = CheckConfig()) ->
     if not command:
         raise ValueError("no worker command given: put it after `--`")
     backend = CheckingBackend(FakeHostConfig(seed=config.seed))
-    with ServicerRefusals(backend), ServerThread(backend, "127.0.0.1:0") as server:
-        worker = WorkerProcess(command, server.address)
+    with (ServicerRefusals(backend), FakeHostServer(backend, "127.0.0.1:0") as server,
+          tempfile.TemporaryDirectory(prefix="check-worker-") as log_dir):
+        worker = start_worker(command, server.address, log_dir)
         try:
             results = _run_checks(backend, server, worker, config)
         finally:
             worker.kill()
+        output = worker.output().splitlines()[-OUTPUT_LINES:]
     sessions = backend.sessions
     spec = sessions[0].spec if sessions else None
-    return Report(tuple(command), spec, tuple(results), tuple(worker.output))
+    return Report(tuple(command), spec, tuple(results), tuple(output))
 
 
 def _run_checks(
-    backend: CheckingBackend, server: ServerThread, worker: WorkerProcess, config: CheckConfig
+    backend: CheckingBackend, server: FakeHostServer, worker: Child, config: CheckConfig
 ) -> list[CheckResult]:
     def first_session_stepped() -> bool:
         sessions = backend.sessions
@@ -399,7 +364,7 @@ def _check_episodes(backend: CheckingBackend, config: CheckConfig, outcome: str,
 
 
 def _check_reconnect(
-    backend: CheckingBackend, server: ServerThread, worker: WorkerProcess, config: CheckConfig
+    backend: CheckingBackend, server: FakeHostServer, worker: Child, config: CheckConfig
 ) -> CheckResult:
     """Restart the host on the same port; the worker must handshake anew and step the new session."""
     before = len(backend.sessions)
@@ -419,7 +384,7 @@ def _check_reconnect(
     if outcome == "exited":
         return CheckResult(
             RECONNECT, "FAIL",
-            f"the worker exited with code {worker.exit_code()} {took:.1f} s after the host restarted, instead of "
+            f"the worker exited with code {worker.poll()} {took:.1f} s after the host restarted, instead of "
             "reconnecting with backoff",
         )
     if outcome == "violation":
@@ -432,12 +397,13 @@ def _check_reconnect(
     )
 
 
-def _check_shutdown(worker: WorkerProcess, config: CheckConfig) -> CheckResult:
-    code = worker.exit_code()
+def _check_shutdown(worker: Child, config: CheckConfig) -> CheckResult:
+    code = worker.poll()
     if code is not None:
         return _skip(SHUTDOWN, f"the worker had already exited with code {code}")
     started = time.monotonic()
-    code = worker.terminate_and_wait(config.shutdown_timeout_s)
+    worker.send_signal(signal.SIGTERM)  # the worker alone, as a supervisor stops it
+    code = worker.wait(config.shutdown_timeout_s)
     took = time.monotonic() - started
     if code is None:
         return CheckResult(SHUTDOWN, "FAIL", f"still running {config.shutdown_timeout_s:g} s after SIGTERM (killed)")

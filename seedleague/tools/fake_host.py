@@ -22,13 +22,21 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from seedleague.protocol.errors import ProtocolError
+from seedleague.grpc_server import ThreadedServer
+from seedleague.host.servicer import SERVICE_NAME, EnvServicer
+from seedleague.protocol import codec
+from seedleague.protocol.errors import RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
 from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
-from seedleague.testing.server_thread import ServerThread
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+# gRPC refuses a message above its receive limit before any Python code sees it, and the server
+# side only notices a cancelled call: the fake host would stay silent about it. So it lets gRPC
+# take messages up to TRANSPORT_HEADROOM bytes beyond its limit and refuses, and prints, those
+# above the limit itself, with the status the host gives (RESOURCE_EXHAUSTED).
+TRANSPORT_HEADROOM = 64 * 2**20
+MAX_TRANSPORT_BYTES = 2**31 - 1  # gRPC's largest message-size setting
 
 
 def describe_spec(spec: EnvSpec) -> str:
@@ -75,6 +83,7 @@ class LoggingFakeBackend(FakeBackend):
 
     async def step(self, step: StepBatch) -> ActionBatch:
         try:
+            check_message_size(self, step)
             return await super().step(step)
         except ProtocolError as error:
             say(f"VIOLATION session {step.session_id} step {step.sequence}: {error.code}: {error.message}")
@@ -85,6 +94,29 @@ class LoggingFakeBackend(FakeBackend):
         session = next((s for s in self.sessions if s.session_id == session_id), None)
         if session is not None:
             say(f"session {session_id} closed ({reason}): {describe_session(session)}")
+
+
+def check_message_size(backend: FakeBackend, step: StepBatch) -> None:
+    """Refuse (and record in `backend.violations`) a StepBatch larger than the limit the handshake reply announced,
+    its size as re-encoded. A backend served by `FakeHostServer` calls this first in its `step`."""
+    size = codec.encode_step(step).ByteSize()
+    if size > backend.max_message_bytes:
+        message = (f"StepBatch of {size} bytes is larger than this host accepts ({backend.max_message_bytes} bytes, "
+                   "max_message_bytes in the handshake reply): step fewer envs per message")
+        backend.violations.append(f"{step.session_id}: {RESOURCE_EXHAUSTED}: {message}")
+        raise ProtocolError(RESOURCE_EXHAUSTED, message)
+
+
+class FakeHostServer(ThreadedServer):
+    """The fake host's server: the real EnvService over `backend`, taking messages up to TRANSPORT_HEADROOM bytes
+    beyond the backend's limit from gRPC so that the backend (`check_message_size`) refuses and reports those
+    above it. Restartable on the same port, as `ServerThread`."""
+
+    def __init__(self, backend: FakeBackend, address: str, security: ServerSecurity = ServerSecurity()):
+        transport = min(MAX_TRANSPORT_BYTES, backend.max_message_bytes + TRANSPORT_HEADROOM)
+        super().__init__(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME], transport, security,
+                         thread_name="seedleague-fake-host")
+        self.backend = backend
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(config: FakeHostConfig, address: str, security: ServerSecurity, signal_fd: int) -> int:
     """Serve until a signal number arrives on `signal_fd` (written by the signal handler)."""
-    server = ServerThread(LoggingFakeBackend(config), address, security)
+    server = FakeHostServer(LoggingFakeBackend(config), address, security)
     try:
         server.start()
     except Exception as error:  # grpc raises RuntimeError for an address in use or unparsable
@@ -162,8 +194,8 @@ def _serve(config: FakeHostConfig, address: str, security: ServerSecurity, signa
         say(f"got {signal.Signals(signum).name}: stopping")
     finally:
         server.stop(grace=1.0)
-    sessions = server.backend.sessions
-    say(f"stopped after {len(sessions)} sessions, {len(server.backend.violations)} violations")
+    backend = server.backend
+    say(f"stopped after {len(backend.sessions)} sessions, {len(backend.violations)} violations")
     return 0
 
 
