@@ -1,17 +1,27 @@
-"""The C++ Connect Four worker (envs/cpp/) against check-worker and a training host, as real processes.
+"""The C++ Connect Four worker (envs/cpp/) against check-worker, a training host, TLS hosts and a league run
+started by `seedleague train --worker-cmd`, as real processes.
 
 Builds build/cpp/connect_four_worker with `make cpp-worker` once; a failed build fails
 every test here with the build output (install the toolchain with `make cpp-deps`).
+Test certificates come from the openssl CLI (tests/test_security.py's `_make_certificate`).
 """
 
+import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 
+import grpc
 import pytest
+
+from seedleague.security import ServerSecurity
+from seedleague.testing.fakes import FakeBackend
+from seedleague.testing.server_thread import ServerThread
+from test_security import _make_certificate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, "build", "cpp", "connect_four_worker")
@@ -113,3 +123,78 @@ def test_token_is_sent_and_refusals_exit_2(worker_binary, tmp_path):
         fake.terminate()
         fake.wait(timeout=15)
     assert "0 violations" in (tmp_path / "fake.log").read_text()
+
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI for test certificates")
+
+
+@needs_openssl
+def test_tls_with_the_hosts_ca_and_a_token(worker_binary, tmp_path):
+    cert, key = _make_certificate(tmp_path, "host")
+    port = free_port()
+    env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret")
+    fake = subprocess.Popen(
+        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "84", "--num-actions", "7",
+                      "--tls-cert", cert, "--tls-key", key],
+        cwd=ROOT, env=env, stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_listening(port)
+        ok = subprocess.run([worker_binary, "--address", f"localhost:{port}", "--num-envs", "4", "--tls-ca", cert,
+                             "--max-steps", "400"], env=env, capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and "400 env steps" in ok.stderr, ok.stderr
+        assert f"connected to localhost:{port} over TLS" in ok.stderr, ok.stderr
+    finally:
+        fake.terminate()
+        fake.wait(timeout=15)
+    assert "0 violations" in (tmp_path / "fake.log").read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class MutualTls(ServerSecurity):
+    """TLS that also demands a client certificate signed by `client_ca` (the real server, stricter credentials)."""
+
+    client_ca: str = ""
+
+    def credentials(self) -> grpc.ServerCredentials:
+        cert, key, client_ca = (open(path, "rb").read() for path in (self.tls_cert, self.tls_key, self.client_ca))
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=True)
+
+
+@needs_openssl
+def test_a_client_certificate_and_a_server_name_override(worker_binary, tmp_path):
+    # The host's certificate names only "seedleague-host", so connecting to 127.0.0.1 needs --tls-server-name;
+    # the server refuses any client without a certificate signed by client.pem.
+    host_cert, host_key = str(tmp_path / "host.pem"), str(tmp_path / "host.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", host_key,
+                    "-out", host_cert, "-subj", "/CN=seedleague-host", "-addext", "subjectAltName=DNS:seedleague-host"],
+                   check=True, capture_output=True, timeout=30)
+    client_cert, client_key = _make_certificate(tmp_path, "client")
+    backend = FakeBackend()
+    security = MutualTls(tls_cert=host_cert, tls_key=host_key, client_ca=client_cert)
+    with ServerThread(backend, security=security) as server:
+        ok = subprocess.run([worker_binary, "--address", server.address, "--num-envs", "2", "--max-steps", "20",
+                             "--tls-ca", host_cert, "--tls-server-name", "seedleague-host",
+                             "--tls-cert", client_cert, "--tls-key", client_key],
+                            capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and "20 env steps" in ok.stderr, ok.stderr
+    assert len(backend.sessions) == 1 and backend.sessions[0].env_steps >= 20
+    assert not backend.violations
+
+
+@needs_openssl
+def test_bad_tls_flags_exit_2_naming_the_flag(worker_binary, tmp_path):
+    cert, key = _make_certificate(tmp_path, "host")
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    cases = {
+        ("--tls-ca", "/no/such.pem"): "--tls-ca '/no/such.pem' cannot be read",
+        ("--tls-ca", str(not_pem)): f"--tls-ca '{not_pem}' holds no '-----BEGIN ...CERTIFICATE-----' PEM block",
+        ("--tls-ca", cert, "--tls-cert", cert, "--tls-key", cert): f"--tls-key '{cert}' holds no '-----BEGIN ...PRIVATE KEY",
+        ("--tls-ca", cert, "--tls-cert", cert): "give both --tls-cert and --tls-key",
+        ("--tls-cert", cert, "--tls-key", key): "--tls-server-name, --tls-cert and --tls-key need --tls-ca",
+    }
+    for flags, problem in cases.items():
+        result = subprocess.run([worker_binary, "--address", "127.0.0.1:1", *flags], capture_output=True, text=True,
+                                timeout=30)
+        assert result.returncode == 2 and problem in result.stderr, (flags, result.stderr)
