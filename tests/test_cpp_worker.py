@@ -9,6 +9,8 @@ Test certificates come from the openssl CLI (tests/test_security.py's `_make_cer
 import dataclasses
 import json
 import os
+import re
+import signal
 import shutil
 import socket
 import subprocess
@@ -21,6 +23,7 @@ import pytest
 from seedleague.security import ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
+from test_e2e import summary
 from test_security import _make_certificate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -198,3 +201,43 @@ def test_bad_tls_flags_exit_2_naming_the_flag(worker_binary, tmp_path):
         result = subprocess.run([worker_binary, "--address", "127.0.0.1:1", *flags], capture_output=True, text=True,
                                 timeout=30)
         assert result.returncode == 2 and problem in result.stderr, (flags, result.stderr)
+
+
+# The test-sized run: a small MLP, short unrolls, snapshots every 3 updates, small opponent prefetches.
+SMALL_LEAGUE = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
+                "--league.check_in_interval_s", "0.5", "--league.prefetch", "16",
+                "--league_config.snapshot_interval_steps", "3", "--no-eval"]
+
+
+@needs_openssl
+def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(worker_binary, tmp_path):
+    # The documented command (envs/cpp/README.md), over TLS with a token: the host serves the certificate,
+    # the worker's command trusts it. Runs until its progress line counts games against league snapshots
+    # (an event), then gets Ctrl-C; --max-seconds is only a safety cap.
+    cert, key = _make_certificate(tmp_path, "host")
+    run_dir = tmp_path / "run"
+    command = f"{worker_binary} --address {{address}} --num-envs 16 --seed {{seed}} --tls-ca {cert}"
+    run = subprocess.Popen(
+        SEEDLEAGUE + ["train", "--worker-cmd", command, "--run-dir", str(run_dir), "--max-seconds", "150",
+                      "--tls-cert", cert, "--tls-key", key] + SMALL_LEAGUE,
+        cwd=ROOT, env=dict(os.environ, SEEDLEAGUE_TOKEN="s3cret"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen = []
+    for line in run.stdout:
+        seen.append(line)
+        if re.search(r"\([1-9]\d* vs league\)", line):
+            run.send_signal(signal.SIGINT)
+            break
+    rest, _ = run.communicate(timeout=90)
+    output = "".join(seen) + rest
+    assert run.returncode == 0, output[-4000:]
+    assert "'ConnectFour-cpp', observation [84] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
+    result = summary(run_dir)
+    assert result["reason"] == "interrupted", output[-4000:]
+    assert result["worker_restarts"] == 0 and result["league_games"] > 0, output[-4000:]
+    rated = [row for row in result["standings"] if row["key"].startswith("main:") and row["games"] > 0]
+    assert rated, result["standings"]  # snapshots frozen into the pool, rated by games against them
+    worker_log = (run_dir / "logs" / "worker-0.log").read_text()
+    assert "over TLS" in worker_log and "UNAUTHENTICATED" not in worker_log, worker_log[-2000:]
+    assert "got signal" in worker_log and "stopped:" in worker_log, worker_log[-2000:]  # stopped, not killed
