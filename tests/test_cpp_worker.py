@@ -209,11 +209,14 @@ SMALL_LEAGUE = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_s
                 "--league_config.snapshot_interval_steps", "3", "--no-eval"]
 
 
-@needs_openssl
-def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(worker_binary, tmp_path):
-    # The documented command (envs/cpp/README.md), over TLS with a token: the host serves the certificate,
-    # the worker's command trusts it. Runs until its progress line counts games against league snapshots
-    # (an event), then gets Ctrl-C; --max-seconds is only a safety cap.
+@pytest.fixture(scope="module")
+def league_run(worker_binary, tmp_path_factory):
+    """(run dir, console output) of the documented command (envs/cpp/README.md), over TLS with a token: the host
+    serves the certificate, the worker's command trusts it. It runs until its progress line counts games against
+    league snapshots (an event), then gets Ctrl-C; --max-seconds is only a safety cap."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI for test certificates")
+    tmp_path = tmp_path_factory.mktemp("league")
     cert, key = _make_certificate(tmp_path, "host")
     run_dir = tmp_path / "run"
     command = f"{worker_binary} --address {{address}} --num-envs 16 --seed {{seed}} --tls-ca {cert}"
@@ -232,6 +235,11 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
     rest, _ = run.communicate(timeout=90)
     output = "".join(seen) + rest
     assert run.returncode == 0, output[-4000:]
+    return run_dir, output
+
+
+def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(league_run):
+    run_dir, output = league_run
     assert "'ConnectFour-cpp', observation [84] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
     result = summary(run_dir)
     assert result["reason"] == "interrupted", output[-4000:]
@@ -241,3 +249,53 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
     worker_log = (run_dir / "logs" / "worker-0.log").read_text()
     assert "over TLS" in worker_log and "UNAUTHENTICATED" not in worker_log, worker_log[-2000:]
     assert "got signal" in worker_log and "stopped:" in worker_log, worker_log[-2000:]  # stopped, not killed
+
+
+def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
+    """The run's output, exported to ONNX, picks the same greedy actions in onnxruntime as `seedleague serve`
+    answers over gRPC for the same boards and legal masks."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from conftest import RawWorker
+    from seedleague.api import load_trained
+    from seedleague.protocol import codec
+    from seedleague.protocol.specs import EnvSpec, zero_step
+
+    run_dir, _ = league_run
+    export = subprocess.run(SEEDLEAGUE + ["export", "--run-dir", str(run_dir), "--format", "onnx",
+                                          "--out", str(tmp_path / "policy.onnx")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-2000:]
+    sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
+    assert sidecar["kind"] == "policy" and sidecar["observation"]["env_name"] == "ConnectFour-cpp", sidecar
+
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", str(run_dir), "--address", f"127.0.0.1:{port}",
+                                           "--run-dir", str(tmp_path / "serve"), "--greedy", "true"],
+                             cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, timeout=90)
+        trained = load_trained(str(run_dir))
+        spec = EnvSpec(trained.spec.env_name, (84,), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
+        rng = np.random.default_rng(0)
+        step = zero_step(spec, acting=True)
+        step.observation = (rng.random(step.observation.shape) < 0.3).astype(np.float32)  # stones on both planes
+        step.legal_mask = rng.random(step.legal_mask.shape) < 0.6
+        step.legal_mask[..., 3] = True  # every row has a legal column
+        worker = RawWorker(f"127.0.0.1:{port}", spec)
+        step.session_id = worker.session_id
+        served = codec.decode_actions(worker.send(codec.encode_step(step))).action
+        worker.close()
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    observation, mask = step.observation.reshape(-1, 84), step.legal_mask.reshape(-1, 7)
+    probs = session.run(["probabilities"], {"observation": observation, "legal_mask": mask})[0]
+    top2 = np.sort(probs, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4  # rows whose greedy action does not hang on float rounding
+    assert clear.sum() >= 100, probs
+    np.testing.assert_array_equal(served.reshape(-1)[clear], probs.argmax(-1)[clear])
+    assert mask[np.arange(len(mask)), served.reshape(-1)].all()
