@@ -18,9 +18,17 @@ import sys
 import time
 
 import grpc
+import numpy as np
+import onnxruntime as ort
 import pytest
 
-from seedleague.security import ServerSecurity
+from conftest import RawWorker
+from seedleague.league.client import LeagueClient
+from seedleague.league.types import Role, Standing
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec, zero_step
+from seedleague.cli import main
+from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from test_e2e import summary
@@ -212,8 +220,9 @@ SMALL_LEAGUE = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_s
 @pytest.fixture(scope="module")
 def league_run(worker_binary, tmp_path_factory):
     """(run dir, console output) of the documented command (envs/cpp/README.md), over TLS with a token: the host
-    serves the certificate, the worker's command trusts it. It runs until its progress line counts games against
-    league snapshots (an event), then gets Ctrl-C; --max-seconds is only a safety cap."""
+    serves the certificate, the worker's command trusts it. It runs until the league service's standings show a
+    snapshot with rated games (an event: asked on each progress line once it counts games against the league),
+    then gets Ctrl-C; --max-seconds is only a safety cap."""
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl CLI for test certificates")
     tmp_path = tmp_path_factory.mktemp("league")
@@ -226,16 +235,26 @@ def league_run(worker_binary, tmp_path_factory):
         cwd=ROOT, env=dict(os.environ, SEEDLEAGUE_TOKEN="s3cret"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )
-    seen = []
+    seen, league = [], None
     for line in run.stdout:
         seen.append(line)
-        if re.search(r"\([1-9]\d* vs league\)", line):
+        address = re.match(r"league service on (\S+);", line)
+        if address:
+            league = LeagueClient(address.group(1), ClientSecurity(token="s3cret", tls_ca=cert))
+        if league and re.search(r"\([1-9]\d* vs league\)", line) and rated_snapshots(league.standings()):
             run.send_signal(signal.SIGINT)
             break
+    if league:
+        league.close()
     rest, _ = run.communicate(timeout=90)
     output = "".join(seen) + rest
     assert run.returncode == 0, output[-4000:]
     return run_dir, output
+
+
+def rated_snapshots(standings) -> list:
+    """The league snapshots (keys player:step) that have rated games."""
+    return [row for row in standings if ":" in row.key and row.games > 0]
 
 
 def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(league_run):
@@ -244,8 +263,8 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
     result = summary(run_dir)
     assert result["reason"] == "interrupted", output[-4000:]
     assert result["worker_restarts"] == 0 and result["league_games"] > 0, output[-4000:]
-    rated = [row for row in result["standings"] if row["key"].startswith("main:") and row["games"] > 0]
-    assert rated, result["standings"]  # snapshots frozen into the pool, rated by games against them
+    standings = [Standing(**dict(row, role=Role(row["role"]))) for row in result["standings"]]
+    assert rated_snapshots(standings), result["standings"]  # snapshots frozen into the pool, rated by games against them
     worker_log = (run_dir / "logs" / "worker-0.log").read_text()
     assert "over TLS" in worker_log and "UNAUTHENTICATED" not in worker_log, worker_log[-2000:]
     assert "got signal" in worker_log and "stopped:" in worker_log, worker_log[-2000:]  # stopped, not killed
@@ -254,31 +273,18 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
 def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
     """The run's output, exported to ONNX, picks the same greedy actions in onnxruntime as `seedleague serve`
     answers over gRPC for the same boards and legal masks."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from conftest import RawWorker
-    from seedleague.api import load_trained
-    from seedleague.protocol import codec
-    from seedleague.protocol.specs import EnvSpec, zero_step
-
     run_dir, _ = league_run
-    export = subprocess.run(SEEDLEAGUE + ["export", "--run-dir", str(run_dir), "--format", "onnx",
-                                          "--out", str(tmp_path / "policy.onnx")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-2000:]
-    sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
-    assert sidecar["kind"] == "policy" and sidecar["observation"]["env_name"] == "ConnectFour-cpp", sidecar
-
     port = free_port()
-    log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", str(run_dir), "--address", f"127.0.0.1:{port}",
                                            "--run-dir", str(tmp_path / "serve"), "--greedy", "true"],
-                             cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+                             cwd=ROOT, stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT)
     try:
+        # In this process while serve starts: the exporter's one-time set-up is then shared with test_export.py.
+        assert main(["export", "--run-dir", str(run_dir), "--format", "onnx", "--out", str(tmp_path / "policy.onnx")]) == 0
+        sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
+        assert sidecar["kind"] == "policy" and sidecar["observation"]["env_name"] == "ConnectFour-cpp", sidecar
         wait_listening(port, timeout=90)
-        trained = load_trained(str(run_dir))
-        spec = EnvSpec(trained.spec.env_name, (84,), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
+        spec = EnvSpec("ConnectFour-cpp", (84,), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
         rng = np.random.default_rng(0)
         step = zero_step(spec, acting=True)
         step.observation = (rng.random(step.observation.shape) < 0.3).astype(np.float32)  # stones on both planes
