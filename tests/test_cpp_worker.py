@@ -212,9 +212,9 @@ def test_bad_tls_flags_exit_2_naming_the_flag(worker_binary, tmp_path):
 
 
 # The test-sized run: a small MLP, short unrolls, snapshots every 3 updates, small opponent prefetches.
-SMALL_LEAGUE = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
-                "--league.check_in_interval_s", "0.5", "--league.prefetch", "16",
-                "--league_config.snapshot_interval_steps", "3", "--no-eval"]
+SMALL_LEAGUE = ["--unroll-length", "4", "--batch-size", "8", "--network.hidden-sizes", "16", "--replay.capacity", "64",
+                "--league.check-in-interval-s", "0.5", "--league.prefetch", "16",
+                "--league-config.snapshot-interval-steps", "3", "--no-eval"]
 
 
 @pytest.fixture(scope="module")
