@@ -1,17 +1,38 @@
-"""The C++ Connect Four worker (envs/cpp/) against check-worker and a training host, as real processes.
+"""The C++ Connect Four worker (envs/cpp/) against check-worker, a training host, TLS hosts and a league run
+started by `seedleague train --worker-cmd`, as real processes.
 
 Builds build/cpp/connect_four_worker with `make cpp-worker` once; a failed build fails
 every test here with the build output (install the toolchain with `make cpp-deps`).
+Test certificates come from the openssl CLI (tests/test_security.py's `_make_certificate`).
 """
 
+import dataclasses
 import json
 import os
+import re
+import signal
+import shutil
 import socket
 import subprocess
 import sys
 import time
 
+import grpc
+import numpy as np
+import onnxruntime as ort
 import pytest
+
+from conftest import RawWorker
+from seedleague.league.client import LeagueClient
+from seedleague.league.types import Role, Standing
+from seedleague.protocol import codec
+from seedleague.protocol.specs import EnvSpec, zero_step
+from seedleague.cli import main
+from seedleague.security import ClientSecurity, ServerSecurity
+from seedleague.testing.fakes import FakeBackend
+from seedleague.testing.server_thread import ServerThread
+from test_e2e import summary
+from test_security import _make_certificate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, "build", "cpp", "connect_four_worker")
@@ -113,3 +134,174 @@ def test_token_is_sent_and_refusals_exit_2(worker_binary, tmp_path):
         fake.terminate()
         fake.wait(timeout=15)
     assert "0 violations" in (tmp_path / "fake.log").read_text()
+
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI for test certificates")
+
+
+@needs_openssl
+def test_tls_with_the_hosts_ca_and_a_token(worker_binary, tmp_path):
+    cert, key = _make_certificate(tmp_path, "host")
+    port = free_port()
+    env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret")
+    fake = subprocess.Popen(
+        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "84", "--num-actions", "7",
+                      "--tls-cert", cert, "--tls-key", key],
+        cwd=ROOT, env=env, stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_listening(port)
+        ok = subprocess.run([worker_binary, "--address", f"localhost:{port}", "--num-envs", "4", "--tls-ca", cert,
+                             "--max-steps", "400"], env=env, capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and "400 env steps" in ok.stderr, ok.stderr
+        assert f"connected to localhost:{port} over TLS" in ok.stderr, ok.stderr
+    finally:
+        fake.terminate()
+        fake.wait(timeout=15)
+    assert "0 violations" in (tmp_path / "fake.log").read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class MutualTls(ServerSecurity):
+    """TLS that also demands a client certificate signed by `client_ca` (the real server, stricter credentials)."""
+
+    client_ca: str = ""
+
+    def credentials(self) -> grpc.ServerCredentials:
+        cert, key, client_ca = (open(path, "rb").read() for path in (self.tls_cert, self.tls_key, self.client_ca))
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=True)
+
+
+@needs_openssl
+def test_a_client_certificate_and_a_server_name_override(worker_binary, tmp_path):
+    # The host's certificate names only "seedleague-host", so connecting to 127.0.0.1 needs --tls-server-name;
+    # the server refuses any client without a certificate signed by client.pem.
+    host_cert, host_key = str(tmp_path / "host.pem"), str(tmp_path / "host.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", host_key,
+                    "-out", host_cert, "-subj", "/CN=seedleague-host", "-addext", "subjectAltName=DNS:seedleague-host"],
+                   check=True, capture_output=True, timeout=30)
+    client_cert, client_key = _make_certificate(tmp_path, "client")
+    backend = FakeBackend()
+    security = MutualTls(tls_cert=host_cert, tls_key=host_key, client_ca=client_cert)
+    with ServerThread(backend, security=security) as server:
+        ok = subprocess.run([worker_binary, "--address", server.address, "--num-envs", "2", "--max-steps", "20",
+                             "--tls-ca", host_cert, "--tls-server-name", "seedleague-host",
+                             "--tls-cert", client_cert, "--tls-key", client_key],
+                            capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and "20 env steps" in ok.stderr, ok.stderr
+    assert len(backend.sessions) == 1 and backend.sessions[0].env_steps >= 20
+    assert not backend.violations
+
+
+@needs_openssl
+def test_bad_tls_flags_exit_2_naming_the_flag(worker_binary, tmp_path):
+    cert, key = _make_certificate(tmp_path, "host")
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    cases = {
+        ("--tls-ca", "/no/such.pem"): "--tls-ca '/no/such.pem' cannot be read",
+        ("--tls-ca", str(not_pem)): f"--tls-ca '{not_pem}' holds no '-----BEGIN ...CERTIFICATE-----' PEM block",
+        ("--tls-ca", cert, "--tls-cert", cert, "--tls-key", cert): f"--tls-key '{cert}' holds no '-----BEGIN ...PRIVATE KEY",
+        ("--tls-ca", cert, "--tls-cert", cert): "give both --tls-cert and --tls-key",
+        ("--tls-cert", cert, "--tls-key", key): "--tls-server-name, --tls-cert and --tls-key need --tls-ca",
+    }
+    for flags, problem in cases.items():
+        result = subprocess.run([worker_binary, "--address", "127.0.0.1:1", *flags], capture_output=True, text=True,
+                                timeout=30)
+        assert result.returncode == 2 and problem in result.stderr, (flags, result.stderr)
+
+
+# The test-sized run: a small MLP, short unrolls, snapshots every 3 updates, small opponent prefetches.
+SMALL_LEAGUE = ["--unroll-length", "4", "--batch-size", "8", "--network.hidden-sizes", "16", "--replay.capacity", "64",
+                "--league.check-in-interval-s", "0.5", "--league.prefetch", "16",
+                "--league-config.snapshot-interval-steps", "3", "--no-eval"]
+
+
+@pytest.fixture(scope="module")
+def league_run(worker_binary, tmp_path_factory):
+    """(run dir, console output) of the documented command (envs/cpp/README.md), over TLS with a token: the host
+    serves the certificate, the worker's command trusts it. It runs until the league service's standings show a
+    snapshot with rated games (an event: asked on each progress line once it counts games against the league),
+    then gets Ctrl-C; --max-seconds is only a safety cap."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI for test certificates")
+    tmp_path = tmp_path_factory.mktemp("league")
+    cert, key = _make_certificate(tmp_path, "host")
+    run_dir = tmp_path / "run"
+    command = f"{worker_binary} --address {{address}} --num-envs 16 --seed {{seed}} --tls-ca {cert}"
+    run = subprocess.Popen(
+        SEEDLEAGUE + ["train", "--worker-cmd", command, "--run-dir", str(run_dir), "--max-seconds", "150",
+                      "--tls-cert", cert, "--tls-key", key] + SMALL_LEAGUE,
+        cwd=ROOT, env=dict(os.environ, SEEDLEAGUE_TOKEN="s3cret"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen, league = [], None
+    for line in run.stdout:
+        seen.append(line)
+        address = re.match(r"league service on (\S+);", line)
+        if address:
+            league = LeagueClient(address.group(1), ClientSecurity(token="s3cret", tls_ca=cert))
+        if league and re.search(r"\([1-9]\d* vs league\)", line) and rated_snapshots(league.standings()):
+            run.send_signal(signal.SIGINT)
+            break
+    if league:
+        league.close()
+    rest, _ = run.communicate(timeout=90)
+    output = "".join(seen) + rest
+    assert run.returncode == 0, output[-4000:]
+    return run_dir, output
+
+
+def rated_snapshots(standings) -> list:
+    """The league snapshots (keys player:step) that have rated games."""
+    return [row for row in standings if ":" in row.key and row.games > 0]
+
+
+def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(league_run):
+    run_dir, output = league_run
+    assert "'ConnectFour-cpp', observation [84] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
+    result = summary(run_dir)
+    assert result["reason"] == "interrupted", output[-4000:]
+    assert result["worker_restarts"] == 0 and result["league_games"] > 0, output[-4000:]
+    standings = [Standing(**dict(row, role=Role(row["role"]))) for row in result["standings"]]
+    assert rated_snapshots(standings), result["standings"]  # snapshots frozen into the pool, rated by games against them
+    worker_log = (run_dir / "logs" / "worker-0.log").read_text()
+    assert "over TLS" in worker_log and "UNAUTHENTICATED" not in worker_log, worker_log[-2000:]
+    assert "got signal" in worker_log and "stopped:" in worker_log, worker_log[-2000:]  # stopped, not killed
+
+
+def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
+    """The run's output, exported to ONNX, picks the same greedy actions in onnxruntime as `seedleague serve`
+    answers over gRPC for the same boards and legal masks."""
+    run_dir, _ = league_run
+    port = free_port()
+    serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", str(run_dir), "--address", f"127.0.0.1:{port}",
+                                           "--run-dir", str(tmp_path / "serve"), "--greedy", "true"],
+                             cwd=ROOT, stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        # In this process while serve starts: the exporter's one-time set-up is then shared with test_export.py.
+        assert main(["export", "--run-dir", str(run_dir), "--format", "onnx", "--out", str(tmp_path / "policy.onnx")]) == 0
+        sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
+        assert sidecar["kind"] == "policy" and sidecar["observation"]["env_name"] == "ConnectFour-cpp", sidecar
+        wait_listening(port, timeout=90)
+        spec = EnvSpec("ConnectFour-cpp", (84,), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
+        rng = np.random.default_rng(0)
+        step = zero_step(spec, acting=True)
+        step.observation = (rng.random(step.observation.shape) < 0.3).astype(np.float32)  # stones on both planes
+        step.legal_mask = rng.random(step.legal_mask.shape) < 0.6
+        step.legal_mask[..., 3] = True  # every row has a legal column
+        worker = RawWorker(f"127.0.0.1:{port}", spec)
+        step.session_id = worker.session_id
+        served = codec.decode_actions(worker.send(codec.encode_step(step))).action
+        worker.close()
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    observation, mask = step.observation.reshape(-1, 84), step.legal_mask.reshape(-1, 7)
+    probs = session.run(["probabilities"], {"observation": observation, "legal_mask": mask})[0]
+    top2 = np.sort(probs, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4  # rows whose greedy action does not hang on float rounding
+    assert clear.sum() >= 100, probs
+    np.testing.assert_array_equal(served.reshape(-1)[clear], probs.argmax(-1)[clear])
+    assert mask[np.arange(len(mask)), served.reshape(-1)].all()

@@ -3,8 +3,10 @@
 //
 //   build/cpp/connect_four_worker --address 127.0.0.1:50051 [--num-envs 16]
 //       [--seed 0] [--max-steps 0]
+//       [--tls-ca host.pem [--tls-server-name NAME] [--tls-cert client.pem --tls-key client.key]]
 //
 // SEEDLEAGUE_TOKEN set => every RPC carries "authorization: Bearer <token>".
+// --tls-ca => TLS, trusting that CA (docs/protocol.md section 11); without it, plaintext.
 // Exit status: 0 stopped (SIGTERM/SIGINT or --max-steps reached), 2 refused by
 // the host (or bad flags).
 #include <grpcpp/grpcpp.h>
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -20,9 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,13 +50,25 @@ struct Flags {
   double backoff_initial_s = 0.1;
   double backoff_max_s = 5.0;
   double connect_timeout_s = 10.0;
+  std::string tls_ca;           // PEM CA the host's certificate must chain to; "" = plaintext
+  std::string tls_server_name;  // name to check the host's certificate against ("" = the address's host)
+  std::string tls_cert;         // PEM client certificate, for hosts or proxies that demand one
+  std::string tls_key;          // its unencrypted PEM private key
+};
+
+// The PEM files' contents, read once at start (a missing file is a flag error, not a retry).
+struct TlsFiles {
+  std::string ca, cert, key;
 };
 
 void Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --address HOST:PORT [--num-envs N (16)] [--seed S (0)] "
                "[--max-steps N (0 = unlimited)] [--backoff-initial S] [--backoff-max S] "
-               "[--connect-timeout S]\n",
+               "[--connect-timeout S] [--tls-ca PEM] [--tls-server-name NAME] [--tls-cert PEM --tls-key PEM]\n"
+               "  --tls-ca PEM            trust this CA and connect with TLS (default: plaintext)\n"
+               "  --tls-server-name NAME  name to check the host's certificate against (default: the address's host)\n"
+               "  --tls-cert/--tls-key    client certificate and key, for a host or proxy that requires one\n",
                argv0);
 }
 
@@ -99,6 +116,14 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       } else if (arg == "--connect-timeout") {
         if (!next(&v)) return false;
         flags->connect_timeout_s = std::stod(v);
+      } else if (arg == "--tls-ca") {
+        if (!next(&flags->tls_ca)) return false;
+      } else if (arg == "--tls-server-name") {
+        if (!next(&flags->tls_server_name)) return false;
+      } else if (arg == "--tls-cert") {
+        if (!next(&flags->tls_cert)) return false;
+      } else if (arg == "--tls-key") {
+        if (!next(&flags->tls_key)) return false;
       } else {
         std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
         return false;
@@ -117,7 +142,43 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     std::fprintf(stderr, "bad flag values: need --num-envs >= 1, --max-steps >= 0, backoffs > 0\n");
     return false;
   }
+  if (flags->tls_cert.empty() != flags->tls_key.empty()) {
+    std::fprintf(stderr, "give both --tls-cert and --tls-key (a client certificate and its key), or neither\n");
+    return false;
+  }
+  if (flags->tls_ca.empty() && (!flags->tls_server_name.empty() || !flags->tls_cert.empty())) {
+    std::fprintf(stderr, "--tls-server-name, --tls-cert and --tls-key need --tls-ca (the CA the host's "
+                         "certificate chains to)\n");
+    return false;
+  }
   return true;
+}
+
+// Reads the PEM file `path` given as `flag` into `out`; false (with a message) if it cannot be read
+// or holds no "-----BEGIN ...<marker>" block.
+bool ReadPem(const char* flag, const std::string& path, const char* marker, std::string* out) {
+  if (path.empty()) return true;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    std::fprintf(stderr, "%s '%s' cannot be read (%s): give the path of a PEM file\n", flag, path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  std::ostringstream data;
+  data << file.rdbuf();
+  *out = data.str();
+  if (out->find(marker) == std::string::npos) {
+    std::fprintf(stderr, "%s '%s' holds no '-----BEGIN ...%s' PEM block: give a PEM file\n", flag, path.c_str(),
+                 marker);
+    return false;
+  }
+  return true;
+}
+
+bool ReadTlsFiles(const Flags& flags, TlsFiles* files) {
+  return ReadPem("--tls-ca", flags.tls_ca, "CERTIFICATE-----", &files->ca) &&
+         ReadPem("--tls-cert", flags.tls_cert, "CERTIFICATE-----", &files->cert) &&
+         ReadPem("--tls-key", flags.tls_key, "PRIVATE KEY-----", &files->key);
 }
 
 // ---------------------------------------------------------------- stopping --
@@ -295,15 +356,23 @@ bool Retriable(const grpc::Status& status, bool on_stream) {
   }
 }
 
-Outcome Classify(const grpc::Status& status, bool on_stream, const char* what) {
+// From the worker's side a TLS mismatch looks like an unreachable host: say what to check.
+const char* TlsHint(const grpc::Status& status, bool tls) {
+  if (status.error_code() != grpc::UNAVAILABLE) return "";
+  return tls ? " (check that the host serves TLS with a certificate signed by --tls-ca for this address)"
+             : " (if the host serves TLS, pass its CA with --tls-ca)";
+}
+
+Outcome Classify(const grpc::Status& status, bool on_stream, const char* what, bool tls) {
   if (g_stop.load()) return Outcome::kStopped;
   if (status.ok() && on_stream) {
     std::fprintf(stderr, "connect_four_worker: %s: stream ended without an answer; reconnecting\n", what);
     return Outcome::kRetry;
   }
   if (Retriable(status, on_stream)) {
-    std::fprintf(stderr, "connect_four_worker: %s: lost the host (%s: %s)\n", what,
-                 CodeName(status.error_code()), status.error_message().c_str());
+    std::fprintf(stderr, "connect_four_worker: %s: lost the host (%s: %s)%s\n", what,
+                 CodeName(status.error_code()), status.error_message().c_str(),
+                 on_stream ? "" : TlsHint(status, tls));
     return Outcome::kRetry;
   }
   std::fprintf(stderr, "connect_four_worker: %s: host refused: %s: %s\n", what, CodeName(status.error_code()),
@@ -314,7 +383,7 @@ Outcome Classify(const grpc::Status& status, bool on_stream, const char* what) {
 // ------------------------------------------------------------------ worker --
 class Worker {
  public:
-  Worker(const Flags& flags) : flags_(flags), envs_(flags.num_envs, flags.seed) {
+  Worker(const Flags& flags, const TlsFiles& tls) : flags_(flags), tls_(tls), envs_(flags.num_envs, flags.seed) {
     const char* token = std::getenv("SEEDLEAGUE_TOKEN");
     if (token != nullptr && token[0] != '\0') token_ = token;
     char host[256] = {0};
@@ -379,8 +448,21 @@ class Worker {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     args.SetMaxSendMessageSize(-1);
     args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-    return grpc::CreateCustomChannel(flags_.address, grpc::InsecureChannelCredentials(), args);
+    return grpc::CreateCustomChannel(flags_.address, Credentials(&args), args);
   }
+
+  // TLS trusting --tls-ca (with the client certificate, if given), or plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> Credentials(grpc::ChannelArguments* args) const {
+    if (!Tls()) return grpc::InsecureChannelCredentials();
+    if (!flags_.tls_server_name.empty()) args->SetSslTargetNameOverride(flags_.tls_server_name);
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = tls_.ca;
+    options.pem_cert_chain = tls_.cert;
+    options.pem_private_key = tls_.key;
+    return grpc::SslCredentials(options);
+  }
+
+  bool Tls() const { return !flags_.tls_ca.empty(); }
 
   // One session: handshake, stream until stopped or the connection breaks.
   Outcome Session(int* attempt) {
@@ -396,7 +478,7 @@ class Worker {
       SetLiveCall(&context);
       grpc::Status status = stub->Handshake(&context, spec_request_, &reply);
       SetLiveCall(nullptr);
-      if (!status.ok()) return Classify(status, /*on_stream=*/false, "handshake");
+      if (!status.ok()) return Classify(status, /*on_stream=*/false, "handshake", Tls());
     }
     if (reply.protocol_version() != 1) {
       std::fprintf(stderr, "connect_four_worker: host speaks protocol version %u, this worker speaks 1\n",
@@ -404,8 +486,9 @@ class Worker {
       return Outcome::kRefused;
     }
     ++sessions_;
-    std::fprintf(stderr, "connect_four_worker: connected to %s as %s: session %s (%d envs x 2 seats)\n",
-                 flags_.address.c_str(), worker_name_.c_str(), reply.session_id().c_str(), flags_.num_envs);
+    std::fprintf(stderr, "connect_four_worker: connected to %s%s as %s: session %s (%d envs x 2 seats)\n",
+                 flags_.address.c_str(), Tls() ? " over TLS" : "", worker_name_.c_str(), reply.session_id().c_str(),
+                 flags_.num_envs);
 
     envs_.ResetAll();  // fresh episodes on every session
     batch_.set_session_id(reply.session_id());
@@ -470,7 +553,7 @@ class Worker {
     }
     grpc::Status status = stream->Finish();
     SetLiveCall(nullptr);
-    if (broken) return Classify(status, /*on_stream=*/true, "stream");
+    if (broken) return Classify(status, /*on_stream=*/true, "stream", Tls());
     return outcome;
   }
 
@@ -485,6 +568,7 @@ class Worker {
   }
 
   Flags flags_;
+  TlsFiles tls_;
   Envs envs_;
   std::string token_;
   std::string worker_name_;
@@ -504,6 +588,8 @@ int main(int argc, char** argv) {
     Usage(argv[0]);
     return 2;
   }
+  TlsFiles tls;
+  if (!ReadTlsFiles(flags, &tls)) return 2;
   // Block the stop signals before gRPC starts threads, so only sigwait sees them.
   sigset_t set;
   sigemptyset(&set);
@@ -512,7 +598,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread(SignalThread, set).detach();
 
-  Worker worker(flags);
+  Worker worker(flags, tls);
   const int rc = worker.Run();
   std::fflush(stderr);
   // Skip static destructors racing gRPC's background threads.
