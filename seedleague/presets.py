@@ -60,15 +60,16 @@ def league_flags(config: LeagueConfig) -> tuple[str, ...]:
 def _classic_control() -> Preset:
     # Sample efficiency first (env steps are what a real simulator costs): PPO epochs on fresh
     # data, the standard implementations' recipe for small MLP tasks (rl-baselines3-zoo's
-    # CartPole PPO: few envs, GAE(0.8) at gamma 0.98, 20 epochs, lr 1e-3, no entropy bonus),
-    # with 16-step unrolls so the learner updates twice as often per env step. The FIFO replay
-    # at one sample per insert trains on every batch once, and its rate limiter holds the
-    # worker while an update runs, so the policy lag stays under one update on average.
+    # CartPole PPO: 8 envs, GAE(0.8) at gamma 0.98, 20 epochs, lr 1e-3, no entropy bonus), with
+    # 8-step unrolls, so the learner updates after every 64 env steps (the zoo's: 256). The FIFO
+    # replay at one sample per insert trains on every batch once, and its rate limiter holds the
+    # worker while the learner is two batches behind, so the policy lag stays below one update
+    # on average.
     # Chosen by seed sweeps on CartPole-v1 (2 cores; benchmarks/README.md, "Time to solve
     # CartPole-v1"), against V-trace at 64 envs, which needed about 5x the env steps.
     return Preset(
         host=HostConfig(
-            unroll_length=16,
+            unroll_length=8,
             batch_size=8,
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=64, samples_per_insert=1.0, sampler="fifo"),
