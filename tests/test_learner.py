@@ -144,7 +144,7 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(epochs=0), "epochs must be >= 1"),
         (dict(minibatches=0), "minibatches must be >= 1"),
         (dict(loss="ppo", fixed_targets=True, value_clip_epsilon=-0.1), "value_clip_epsilon must be >= 0"),
-        (dict(loss="ppo", value_clip_epsilon=0.2), "set --learner.fixed_targets true as well"),
+        (dict(loss="ppo", value_clip_epsilon=0.2), "set --learner.fixed-targets true as well"),
         (dict(loss="vtrace", fixed_targets=True), "fixed_targets applies to losses 'ppo' and 'mmd'"),
     ],
 )

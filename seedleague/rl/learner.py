@@ -227,7 +227,7 @@ class LearnerConfig:
             problems.append(f"value_clip_epsilon must be >= 0 (0: no value clipping), got {self.value_clip_epsilon}")
         if self.value_clip_epsilon > 0 and not self.fixed_targets:
             problems.append("value_clip_epsilon clips around the values the targets were computed with: set "
-                            "--learner.fixed_targets true as well")
+                            "--learner.fixed-targets true as well")
         if self.fixed_targets and self.loss not in ("ppo", "mmd"):
             problems.append(f"fixed_targets applies to losses 'ppo' and 'mmd'; loss is {self.loss!r}")
         return problems
