@@ -229,7 +229,9 @@ class LearnerConfig:
             problems.append("value_clip_epsilon clips around the values the targets were computed with: set "
                             "--learner.fixed-targets true as well")
         if self.fixed_targets and self.loss not in ("ppo", "mmd"):
-            problems.append(f"fixed_targets applies to losses 'ppo' and 'mmd'; loss is {self.loss!r}")
+            problems.append(f"fixed_targets applies to losses 'ppo' and 'mmd'; loss is {self.loss!r} (with "
+                            "--learner.loss vtrace set --learner.fixed-targets false too: the classic-control "
+                            "preset sets it)")
         return problems
 
 
