@@ -49,8 +49,8 @@ class LearnerConfig:
     when env steps are the cost (a slow simulator, a real engine): each batch is
     fresh (lag of a few updates at most, the replay's rate limiter holds the actors
     while the learner trains) and is reused for several Adam steps inside one
-    update. On CartPole-v1 the second solved the task in 52-57K env steps, the
-    first (64 envs, replay at 2 samples per insert) in 276-461K (3 seeds each;
+    update. On CartPole-v1 the second solved the task in 52-69K env steps, the
+    first (64 envs, replay at 2 samples per insert) in 171-500K (6 and 5 seeds;
     benchmarks/README.md, "Time to solve CartPole-v1").
 
     loss: "vtrace" (IMPALA actor-critic), "ppo" (clipped surrogate with
