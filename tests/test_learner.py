@@ -143,6 +143,9 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(loss="ppo", kl_cost=0.1), "kl_cost applies to loss 'mmd' only"),
         (dict(epochs=0), "epochs must be >= 1"),
         (dict(minibatches=0), "minibatches must be >= 1"),
+        (dict(loss="ppo", fixed_targets=True, value_clip_epsilon=-0.1), "value_clip_epsilon must be >= 0"),
+        (dict(loss="ppo", value_clip_epsilon=0.2), "set --learner.fixed-targets true as well"),
+        (dict(loss="vtrace", fixed_targets=True), "fixed_targets applies to losses 'ppo' and 'mmd'"),
     ],
 )
 def test_config_errors_say_what_to_change(kwargs, match):
@@ -266,6 +269,27 @@ def test_epochs_are_that_many_steps_on_the_batch_under_one_policy_version():
     for a, b in zip(jax.tree.leaves(multi.params), jax.tree.leaves(state.params)):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
     assert set(metrics) >= EXPECTED_METRICS
+
+
+@pytest.mark.parametrize("value_clip_epsilon", [0.0, 0.2], ids=["plain", "value_clip"])
+def test_fixed_targets_are_those_of_the_params_the_update_starts_from(value_clip_epsilon):
+    # One step: the fixed targets come from the very params the gradient is taken at, so the step is
+    # the recomputing one's (value clipping is inactive at V = V_old). Three epochs: the recomputing
+    # update's later steps see targets from moved values, the fixed one's do not, so they part.
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+
+    def params_after(epochs, **kwargs):
+        config = LearnerConfig(loss="ppo", learning_rate=1e-2, epochs=epochs, **kwargs)
+        state, metrics = make_update(config, network)(init_train_state(config, network, jax.random.key(0)), batch)
+        assert np.isfinite(float(metrics["total_loss"]))
+        return jax.tree.leaves(state.params)
+
+    fixed = dict(fixed_targets=True, value_clip_epsilon=value_clip_epsilon)
+    for a, b in zip(params_after(1, **fixed), params_after(1)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert any(not np.allclose(a, b, rtol=1e-4, atol=1e-6)
+               for a, b in zip(params_after(3, **fixed), params_after(3)))
 
 
 def test_minibatches_split_whole_unrolls_and_each_epoch_reshuffles():

@@ -10,6 +10,7 @@ import pytest
 
 from seedleague.rl import losses
 from seedleague.rl.types import Unroll
+from seedleague.rl.vtrace import generalized_advantage_estimation
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
 MASK = np.array([True, False, True, False])
@@ -222,6 +223,58 @@ def test_ppo_loss_hand_example(maybe_jit):
     np.testing.assert_allclose(metrics["value_loss"], 0.3125, rtol=1e-6)
     np.testing.assert_allclose(metrics["clip_fraction"], 1.0)
     np.testing.assert_allclose(loss, -0.2 + 0.5 * 0.3125, rtol=1e-5)
+
+
+@MAYBE_JIT
+def test_clipped_value_loss_hand_example(maybe_jit):
+    # eps = 0.2, V_old = [0, 1, 0], returns R = [1, 1.2, 1], current V = [0.5, 2.0, 0.1]:
+    #   step 0: V moved 0.5 from V_old, clipped to 0.2: errors^2 unclipped 0.25, clipped 0.64 -> 0.64
+    #   step 1: V moved 1.0, clipped to 1.2 = R: unclipped 0.64, clipped 0 -> 0.64
+    #   step 2: V moved 0.1, inside the clip: both 0.81 -> 0.81
+    #   value_loss = 0.5 * mean([0.64, 0.64, 0.81]) = 0.348333
+    # Gradient d/dV: step 0 takes the clipped (constant) branch -> 0; steps 1 and 2 the unclipped one,
+    # (V - R) / 3 -> [0, 0.8 / 3, -0.9 / 3].
+    targets = losses.PPOTargets(advantage=jnp.zeros((1, 3)), returns=jnp.array([[1.0, 1.2, 1.0]]),
+                                v_old=jnp.array([[0.0, 1.0, 0.0]]))
+    fn = maybe_jit(lambda v: losses.clipped_value_loss(v, targets, 0.2))
+    v = jnp.array([[0.5, 2.0, 0.1]])
+    np.testing.assert_allclose(fn(v), 0.5 * (0.64 + 0.64 + 0.81) / 3, rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(fn)(v), [[0.0, 0.8 / 3, -0.9 / 3]], rtol=1e-5, atol=1e-7)
+
+
+@MAYBE_JIT
+def test_ppo_loss_with_fixed_targets_and_value_clipping_hand_example(maybe_jit):
+    # The inputs of test_ppo_loss_hand_example, but the targets are given (computed under older params):
+    #   advantages [2, -2] normalise to [1, -1], so policy_loss = -0.2 as there;
+    #   V = [0, 0], V_old = [0.5, -0.5], returns [1, -1], eps 0.1: V moved 0.5 from V_old, clipped to
+    #   [0.4, -0.4]; errors^2 unclipped [1, 1], clipped [0.36, 0.36] -> value_loss = 0.5 * 1 = 0.5.
+    #   Without clipping the value loss is the same 0.5; with V_old = V = 0 it would be too: the
+    #   clip only decides where the gradient comes from.
+    inputs = _inputs(log_pi_tm1=[[math.log(1.5), math.log(0.5)]], log_mu_tm1=[[0.0, 0.0]],
+                     entropy_tm1=[[0.0, 0.0]], v_tm1=[[0.0, 0.0]], v_t=[[3.0, 3.0]],
+                     r_t=[[1.0, -1.0]], discount_t=[[0.0, 0.0]])
+    targets = losses.PPOTargets(advantage=jnp.array([[2.0, -2.0]]), returns=jnp.array([[1.0, -1.0]]),
+                                v_old=jnp.array([[0.5, -0.5]]))
+    fn = functools.partial(losses.ppo_loss, clip_epsilon=0.2, value_clip_epsilon=0.1)
+    loss, metrics = maybe_jit(fn)(inputs, targets=targets)
+    np.testing.assert_allclose(metrics["policy_loss"], -0.2, rtol=1e-5)
+    np.testing.assert_allclose(metrics["value_loss"], 0.5, rtol=1e-6)
+    np.testing.assert_allclose(loss, -0.2 + 0.5 * 0.5, rtol=1e-5)
+    with pytest.raises(ValueError, match="value clipping needs the old values"):
+        losses.ppo_loss(inputs, value_clip_epsilon=0.1)
+
+
+def test_ppo_targets_on_policy_are_gae_and_its_returns():
+    # rho = 1: the advantage is GAE(lambda) (Schulman et al. 2016) and the value target A + V.
+    v_tm1, v_t = [[0.5, 1.0, -0.5]], [[1.0, -0.5, 2.0]]
+    r_t, discount_t = [[1.0, 0.0, 2.0]], [[0.9, 0.9, 0.0]]
+    inputs = _inputs(log_pi_tm1=[[-0.3, -1.0, -0.7]], log_mu_tm1=[[-0.3, -1.0, -0.7]], entropy_tm1=[[0.0] * 3],
+                     v_tm1=v_tm1, v_t=v_t, r_t=r_t, discount_t=discount_t)
+    targets = losses.ppo_targets(inputs, lambda_=0.8)
+    gae = generalized_advantage_estimation(*(jnp.asarray(x[0]) for x in (v_tm1, v_t, r_t, discount_t)), lambda_=0.8)
+    np.testing.assert_allclose(targets.advantage[0], gae, rtol=1e-6)
+    np.testing.assert_allclose(targets.returns[0], gae + jnp.asarray(v_tm1[0]), rtol=1e-6)
+    np.testing.assert_allclose(targets.v_old, v_tm1)
 
 
 def test_losses_reject_misaligned_inputs():

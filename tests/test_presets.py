@@ -50,7 +50,11 @@ def test_the_recipes_anneal_follows_the_time_budget():
 
 def test_single_agent_envs_keep_their_presets_and_do_not_anneal_over_the_budget():
     for env in ("CartPole-v1", "ALE/Pong-v5"):
-        preset = preset_for(env)
-        assert not preset.anneal_over_budget and preset.host.learner.loss == "vtrace"
+        assert not preset_for(env).anneal_over_budget
+    assert preset_for("ALE/Pong-v5").host.learner.loss == "vtrace"
+    # Classic control: PPO epochs on every batch once (FIFO, one sample per insert), with fixed targets.
+    cartpole = preset_for("CartPole-v1").host
+    assert (cartpole.learner.loss, cartpole.learner.fixed_targets) == ("ppo", True) and cartpole.learner.epochs > 1
+    assert cartpole.replay.sampler == "fifo" and cartpole.replay.samples_per_insert == 1.0
     assert _run_config("CartPole-v1").host.learner.anneal_seconds == 0.0
 

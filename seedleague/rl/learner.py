@@ -41,6 +41,18 @@ _LOSSES = ("vtrace", "ppo", "mmd")
 class LearnerConfig:
     """Loss and optimiser settings for one learner.
 
+    Which loss: "vtrace" with one Adam step per batch for the asynchronous,
+    high-throughput setting (many envs, cheap env steps, a learner that should
+    never hold the actors up): V-trace corrects the policy lag of replayed,
+    several-updates-old data, and each batch costs one gradient step. "ppo" with
+    epochs x minibatches, fixed_targets and a FIFO replay at one sample per insert
+    when env steps are the cost (a slow simulator, a real engine): each batch is
+    fresh (lag of a few updates at most, the replay's rate limiter holds the actors
+    while the learner trains) and is reused for several Adam steps inside one
+    update. On CartPole-v1 the second solved the task in 52-69K env steps, the
+    first (64 envs, replay at 2 samples per insert) in 171-500K (6 and 5 seeds;
+    benchmarks/README.md, "Time to solve CartPole-v1").
+
     loss: "vtrace" (IMPALA actor-critic), "ppo" (clipped surrogate with
         V-trace advantages) or "mmd" (magnetic mirror descent: PPO's surrogate
         plus an entropy bonus and kl_cost * KL(pi || the policy that acted));
@@ -49,17 +61,24 @@ class LearnerConfig:
         `minibatches` shuffled parts of whole unrolls, one Adam step per part
         (PPO's sample reuse; 1 and 1: one step on the whole batch). The batch size
         must be a multiple of `minibatches`. Advantages are recomputed for every
-        part with the current value function. The policy version still counts
-        updates (one per batch); the learning-rate anneal counts updates too.
+        part with the current value function unless fixed_targets. The policy
+        version still counts updates (one per batch); the learning-rate anneal
+        counts updates too.
     normalize_advantages: PPO and MMD normalise advantages over each (mini)batch.
+    fixed_targets: PPO and MMD compute the advantages and value targets once per
+        update, from the params the update starts from, and hold them over its
+        epochs, as the standard implementations do (Schulman et al. 2017; OpenAI
+        baselines ppo2 and CleanRL compute GAE once per rollout; Huang et al. 2022,
+        "The 37 implementation details of PPO"). False: every minibatch recomputes
+        them with the current value function.
+    value_clip_epsilon: when > 0 (needs fixed_targets), PPO's clipped value loss
+        around the values the targets were computed with (baselines ppo2, CleanRL
+        clip_vloss; `seedleague.rl.losses.clipped_value_loss`). 0: plain squared error.
     kl_cost: MMD's proximal weight 1 / eta on KL(pi || mu) (loss "mmd" only).
-    learning_rate, adam_eps: Adam (Kingma & Ba 2015). The learner takes one
-        step per batch (no PPO epochs), so 2e-3 is higher than PPO's usual
-        3e-4: with the default network, 8 x 16-step unrolls per batch and
-        near on-policy data, CartPole-v1 reached a mean return > 475 in 51-77K
-        env steps with "vtrace" and 39-186K with "ppo" (3 seeds each). Use
-        about 3e-4 for Atari-sized conv networks. eps 1e-5 rather than 1e-8
-        keeps steps bounded when gradients are tiny.
+    learning_rate, adam_eps: Adam (Kingma & Ba 2015). The default 2e-3 suits one
+        step per batch (no PPO epochs); with several epochs use less (PPO's usual
+        3e-4 to 1e-3), and about 3e-4 for Atari-sized conv networks. eps 1e-5
+        rather than 1e-8 keeps steps bounded when gradients are tiny.
     max_grad_norm: clip the global gradient norm to this (0.5 as in OpenAI
         baselines' and CleanRL's PPO); it bounds the step on outlier batches.
     discount: gamma.
@@ -141,6 +160,8 @@ class LearnerConfig:
     minibatches: int = 1
     normalize_advantages: bool = True
     kl_cost: float = 0.0
+    fixed_targets: bool = False
+    value_clip_epsilon: float = 0.0
 
     @property
     def keeps_average(self) -> bool:
@@ -196,8 +217,22 @@ class LearnerConfig:
         for name in ("entropy_cost", "baseline_cost", "magnet_cost", "kl_cost"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        problems += self._ppo_problems()
         if problems:
             raise ValueError("bad LearnerConfig: " + "; ".join(problems))
+
+    def _ppo_problems(self) -> list[str]:
+        problems = []
+        if not self.value_clip_epsilon >= 0:
+            problems.append(f"value_clip_epsilon must be >= 0 (0: no value clipping), got {self.value_clip_epsilon}")
+        if self.value_clip_epsilon > 0 and not self.fixed_targets:
+            problems.append("value_clip_epsilon clips around the values the targets were computed with: set "
+                            "--learner.fixed-targets true as well")
+        if self.fixed_targets and self.loss not in ("ppo", "mmd"):
+            problems.append(f"fixed_targets applies to losses 'ppo' and 'mmd'; loss is {self.loss!r} (with "
+                            "--learner.loss vtrace set --learner.fixed-targets false too: the classic-control "
+                            "preset sets it)")
+        return problems
 
 
 class ParamAverage(NamedTuple):
@@ -270,7 +305,21 @@ def _averaged(config: LearnerConfig, average: Any, step: jax.Array, progress: ja
     return ParamAverage(mean, count)
 
 
-def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, progress: jax.Array, magnet: Any):
+def _fixed_targets(config: LearnerConfig, network: Network, params: Any, batch: Unroll,
+                   progress: jax.Array) -> Optional[losses.PPOTargets]:
+    """PPO's advantages and value targets under `params` (the update's starting ones) when
+    `fixed_targets` holds them over the epochs; None: each minibatch recomputes its own."""
+    if not config.fixed_targets:
+        return None
+    logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
+    inputs = losses.loss_inputs(logits, values, batch, config.discount)
+    return losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
+                              entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
+                              entropy_in_returns=config.entropy_in_returns)
+
+
+def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, progress: jax.Array, magnet: Any,
+          targets: Optional[losses.PPOTargets] = None):
     """Scalar loss and its metrics for one batch under `params`, at anneal `progress`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = losses.loss_inputs(logits, values, batch, config.discount)
@@ -281,12 +330,12 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, p
         baseline_cost=config.baseline_cost,
         entropy_in_returns=config.entropy_in_returns,
     )
+    ppo = dict(clip_epsilon=config.ppo_clip_epsilon, normalize_advantages=config.normalize_advantages,
+               targets=targets, value_clip_epsilon=config.value_clip_epsilon)
     if config.loss == "ppo":
-        loss, metrics = losses.ppo_loss(inputs, clip_epsilon=config.ppo_clip_epsilon,
-                                        normalize_advantages=config.normalize_advantages, **common)
+        loss, metrics = losses.ppo_loss(inputs, **ppo, **common)
     elif config.loss == "mmd":
-        loss, metrics = losses.mmd_loss(inputs, kl_cost=config.kl_cost, clip_epsilon=config.ppo_clip_epsilon,
-                                        normalize_advantages=config.normalize_advantages, **common)
+        loss, metrics = losses.mmd_loss(inputs, kl_cost=config.kl_cost, **ppo, **common)
     else:
         loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold,
                                            neurd_bound=config.neurd_bound, **common)
@@ -299,10 +348,11 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, p
 
 
 def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array, params: Any,
-                   opt_state: Any, batch: Unroll) -> tuple[Any, Any, dict[str, jax.Array]]:
+                   opt_state: Any, batch: Unroll,
+                   targets: Optional[losses.PPOTargets] = None) -> tuple[Any, Any, dict[str, jax.Array]]:
     """One Adam step on `batch` from (params, opt_state): the new pair and the step's metrics."""
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(params, batch, progress, state.magnet)
+    (loss, metrics), grads = grad_fn(params, batch, progress, state.magnet, targets)
     updates, opt_state = _optimizer(config).update(grads, opt_state, params)
     learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress)
     params = optax.apply_updates(params, jax.tree.map(lambda u: (learning_rate * u).astype(u.dtype), updates))
@@ -319,16 +369,18 @@ def _minibatch_rows(config: LearnerConfig, batch_size: int, rng: jax.Array) -> j
     return order.reshape(config.steps_per_update, batch_size // config.minibatches)
 
 
-def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array,
-            batch: Unroll) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
-    """`epochs` passes over `batch` in minibatches: (params, opt_state, rng, mean metrics over the steps)."""
+def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array, batch: Unroll,
+            targets: Optional[losses.PPOTargets]) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
+    """`epochs` passes over `batch` (and its fixed `targets`, if any) in minibatches:
+    (params, opt_state, rng, mean metrics over the steps)."""
     rng, shuffle = jax.random.split(state.rng)
     rows = _minibatch_rows(config, batch.action.shape[0], shuffle)
 
     def step(carry, ids):
         params, opt_state = carry
-        minibatch = jax.tree.map(lambda x: x[ids], batch)
-        params, opt_state, metrics = _gradient_step(config, network, state, progress, params, opt_state, minibatch)
+        minibatch, minibatch_targets = jax.tree.map(lambda x: x[ids], (batch, targets))
+        params, opt_state, metrics = _gradient_step(config, network, state, progress, params, opt_state, minibatch,
+                                                    minibatch_targets)
         return (params, opt_state), metrics
 
     (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), rows)
@@ -339,12 +391,13 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
             seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
     progress = anneal_progress(config, state.step, seconds)
+    targets = _fixed_targets(config, network, state.params, batch, progress)
     if config.steps_per_update == 1:
         params, opt_state, metrics = _gradient_step(config, network, state, progress, state.params,
-                                                    state.opt_state, batch)
+                                                    state.opt_state, batch, targets)
         rng = state.rng
     else:
-        params, opt_state, rng, metrics = _epochs(config, network, state, progress, batch)
+        params, opt_state, rng, metrics = _epochs(config, network, state, progress, batch, targets)
     magnet = state.magnet
     if config.magnet_cost > 0 and config.magnet_rate > 0:
         magnet = optax.incremental_update(params, magnet, config.magnet_rate)

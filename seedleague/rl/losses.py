@@ -286,6 +286,55 @@ def neurd_policy_loss(inputs: LossInputs, pg_advantage: jax.Array, bound: float)
     return -jnp.mean(weight * y), {"neurd_blocked": 1.0 - jnp.mean(can_move.astype(jnp.float32))}
 
 
+class PPOTargets(NamedTuple):
+    """What PPO holds fixed over an update's epochs, each [B, T] and without a gradient
+    (`ppo_targets`; the rollout buffer's advantages, returns and values in CleanRL's ppo.py)."""
+
+    advantage: jax.Array  # q_i - V_old(s_i), before normalisation
+    returns: jax.Array  # the value targets (V-trace's v_s; on-policy the GAE(lambda) returns)
+    v_old: jax.Array  # V_old(s_i), the values the targets were computed with (value clipping's centre)
+
+
+def ppo_targets(
+    inputs: LossInputs,
+    *,
+    lambda_: float = 0.95,
+    clip_rho_threshold: float = 1.0,
+    entropy_cost: jax.Array | float = 0.0,
+    entropy_in_returns: bool = False,
+) -> PPOTargets:
+    """Advantages and value targets from `inputs` (under the params an update starts from), computed once.
+
+    As `ppo_loss` computes them per call: V-trace at ratios pi / mu, whose advantage q_i - V(s_i)
+    is GAE(lambda) when the data is on-policy (ratio 1), and whose targets v_s are then the
+    GAE(lambda) returns A_i + V(s_i).
+    """
+    _check_inputs(inputs)
+    if entropy_in_returns:
+        inputs = soft_rewards(inputs, entropy_cost)
+    inputs = jax.tree.map(jax.lax.stop_gradient, inputs)
+    rho_tm1 = jnp.exp(inputs.log_pi_tm1 - inputs.log_mu_tm1)
+    out = _batched_vtrace(inputs, rho_tm1, lambda_, clip_rho_threshold, 1.0)
+    return PPOTargets(advantage=out.q_estimate - inputs.v_tm1, returns=out.targets, v_old=inputs.v_tm1)
+
+
+def clipped_value_loss(v_tm1: jax.Array, targets: PPOTargets, clip_epsilon: float) -> jax.Array:
+    """PPO's clipped value loss (OpenAI baselines ppo2; CleanRL ppo.py with clip_vloss; Huang et al.
+    2022, "The 37 implementation details of PPO", detail 9):
+
+        v_clipped  = V_old(s_i) + clip(V(s_i) - V_old(s_i), -eps, eps)
+        value_loss = mean(0.5 * max((V(s_i) - R_i)^2, (v_clipped - R_i)^2))
+
+    The max keeps the larger error, so a step that moves a value more than eps from V_old
+    gets no gradient from the steps where that move brought it nearer its target.
+    """
+    if not (v_tm1.shape == targets.returns.shape == targets.v_old.shape):
+        raise ValueError(f"values {v_tm1.shape}, returns {targets.returns.shape} and old values "
+                         f"{targets.v_old.shape} must have one shape [B, T]")
+    v_clipped = targets.v_old + jnp.clip(v_tm1 - targets.v_old, -clip_epsilon, clip_epsilon)
+    return jnp.mean(0.5 * jnp.maximum(jnp.square(v_tm1 - targets.returns), jnp.square(v_clipped - targets.returns)))
+
+
 def ppo_loss(
     inputs: LossInputs,
     *,
@@ -296,11 +345,13 @@ def ppo_loss(
     baseline_cost: float = 0.5,
     entropy_in_returns: bool = False,
     normalize_advantages: bool = True,
+    targets: Optional[PPOTargets] = None,
+    value_clip_epsilon: float = 0.0,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with V-trace advantages.
 
         ratio       = pi(a_i | s_i) / mu(a_i | s_i)
-        A_i         = normalise(q_i - V(s_i))           over the whole batch
+        A_i         = normalise(q_i - V(s_i))           over the whole (mini)batch
         policy_loss = -mean(min(ratio * A_i, clip(ratio, 1 - eps, 1 + eps) * A_i))
         value_loss  = mean(0.5 * (v_s - V(s_i))^2)
 
@@ -309,22 +360,34 @@ def ppo_loss(
     few updates. V-trace's truncated ratios correct the later steps of each
     return; the surrogate's own ratio corrects the first action, so the
     advantage is q_i - V(s_i) without V-trace's extra pg ratio. When the data is
-    on-policy (ratio 1) this is exactly GAE(lambda). No value clipping.
+    on-policy (ratio 1) this is exactly GAE(lambda).
+
+    `targets` (from `ppo_targets` under the params an update started from) fixes the
+    advantages and value targets over the update's epochs, as the standard
+    implementations do (baselines ppo2, CleanRL: GAE once per rollout); without them
+    both are recomputed here from the current values. `value_clip_epsilon` > 0 (needs
+    `targets`) clips the value loss around `targets.v_old` (`clipped_value_loss`).
     `entropy_in_returns` as in `vtrace_loss`; `normalize_advantages` False keeps
     the advantages in reward units (the maths of `mmd_loss` is stated in them).
     """
     _check_inputs(inputs)
-    if entropy_in_returns:
-        inputs = soft_rewards(inputs, entropy_cost)
+    if value_clip_epsilon > 0 and targets is None:
+        raise ValueError("value clipping needs the old values: pass targets=ppo_targets(...) from the params the "
+                         "update started from")
     log_ratio = inputs.log_pi_tm1 - inputs.log_mu_tm1
     ratio = jnp.exp(log_ratio)
-    out = _batched_vtrace(inputs, jax.lax.stop_gradient(ratio), lambda_, clip_rho_threshold, 1.0)
-    advantage = out.q_estimate - jax.lax.stop_gradient(inputs.v_tm1)
+    if targets is None:
+        targets = ppo_targets(inputs, lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
+                              entropy_cost=entropy_cost, entropy_in_returns=entropy_in_returns)
+    advantage = targets.advantage
     if normalize_advantages:
         advantage = (advantage - jnp.mean(advantage)) / (jnp.std(advantage) + 1e-8)
     clipped_ratio = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
     policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
-    value_loss = jnp.mean(0.5 * jnp.square(out.errors))
+    if value_clip_epsilon > 0:
+        value_loss = clipped_value_loss(inputs.v_tm1, targets, value_clip_epsilon)
+    else:
+        value_loss = jnp.mean(0.5 * jnp.square(targets.returns - inputs.v_tm1))
     entropy = jnp.mean(inputs.entropy_tm1)
     loss = policy_loss + baseline_cost * value_loss - entropy_cost * entropy
     metrics = {
