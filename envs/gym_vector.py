@@ -13,7 +13,7 @@ implementation, a `SyncVectorEnv` or an `AsyncVectorEnv` (one subprocess per env
    wrappers to it (`envs.atari` for "ALE/..." ids: the native ALE vector env has
    its own preprocessing and channels-first frames);
 2. otherwise one env is made and stepped for about `PROBE_SECONDS` with random
-   actions; when that step time, spread over the usable cores, saves more than a
+   actions; when that step's CPU time, spread over the usable cores, saves more than a
    subprocess round trip per env (`ASYNC_OVERHEAD_S`, measured in
    benchmarks/README.md) the envs run in subprocesses (`AsyncVectorEnv`),
    else in this process (`SyncVectorEnv`).
@@ -77,7 +77,12 @@ def usable_cores() -> int:
 
 
 def probe_step_seconds(make_one: Callable[[], gym.Env], seconds: float = PROBE_SECONDS) -> float:
-    """Mean seconds per `step` of one env with random actions, resets excluded."""
+    """Mean CPU seconds per `step` of one env with random actions, resets excluded.
+
+    CPU time of this thread, not wall-clock: on a machine busy with the host or other
+    workers a wall-clock probe would call a fast env slow. (An env that waits on
+    I/O rather than computing measures fast here: force `--vector async` for it.)
+    """
     env = make_one()
     try:
         env.action_space.seed(0)
@@ -86,9 +91,9 @@ def probe_step_seconds(make_one: Callable[[], gym.Env], seconds: float = PROBE_S
         stepping, steps, deadline = 0.0, 0, time.perf_counter() + seconds
         while steps < PROBE_MAX_STEPS and time.perf_counter() < deadline:
             action = env.action_space.sample()
-            start = time.perf_counter()
+            start = time.thread_time()
             _, _, terminated, truncated, _ = env.step(action)
-            stepping += time.perf_counter() - start
+            stepping += time.thread_time() - start
             steps += 1
             if terminated or truncated:
                 env.reset()

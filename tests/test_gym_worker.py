@@ -184,7 +184,7 @@ def test_auto_uses_subprocesses_when_the_measured_step_pays_for_them(step_s, cor
 
 
 class _SlowEnv(gym.Env):
-    """A Discrete env whose step takes at least 2 ms (a stand-in for an emulator)."""
+    """A Discrete env whose step computes for at least 2 ms of CPU time (a stand-in for an emulator)."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
@@ -194,7 +194,9 @@ class _SlowEnv(gym.Env):
         return np.zeros(2, np.float32), {}
 
     def step(self, action):
-        time.sleep(0.002)
+        start = time.thread_time()
+        while time.thread_time() - start < 0.002:
+            pass
         return np.zeros(2, np.float32), 0.0, False, False, {}
 
 
