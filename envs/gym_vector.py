@@ -9,9 +9,8 @@ implementation, a `SyncVectorEnv` or an `AsyncVectorEnv` (one subprocess per env
 
 1. an env whose registration has a `vector_entry_point` (gymnasium 1.x:
    `gym.make_vec(id, n, vectorization_mode="vector_entry_point")`, e.g. CartPole's
-   numpy-vectorised class) is stepped natively, unless the worker applies its own
-   wrappers to it (`envs.atari` for "ALE/..." ids: the native ALE vector env has
-   its own preprocessing and channels-first frames);
+   numpy-vectorised class) is stepped natively; for "ALE/..." ids that is ale_py's
+   vector env set to `envs.atari`'s preprocessing (`make_atari_vector_env`);
 2. otherwise one env is made and stepped for about `PROBE_SECONDS` with random
    actions; when that step's CPU time, spread over the usable cores, saves more than a
    subprocess round trip per env (`ASYNC_OVERHEAD_S`, measured in
@@ -35,7 +34,7 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from envs.atari import is_atari, make_atari_env
+from envs.atari import is_atari, make_atari_env, make_atari_vector_env
 
 VECTOR_MODES = ("auto", "native", "sync", "async")
 PROBE_SECONDS = 0.2  # how long "auto" steps one env to time it
@@ -61,12 +60,18 @@ def make_one_fn(env_id: str) -> Callable[[], gym.Env]:
 
 
 def has_native_vector_env(env_id: str) -> bool:
-    """True when the registration has a vector entry point and the worker adds no wrappers of its own."""
+    """True when the env's registration has a vector entry point."""
+    if is_atari(env_id):
+        try:
+            import ale_py
+        except ImportError:
+            return False  # make_one_fn's env will say what is missing
+        gym.register_envs(ale_py)
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:
         return False
-    return spec.vector_entry_point is not None and not is_atari(env_id)
+    return spec.vector_entry_point is not None
 
 
 def usable_cores() -> int:
@@ -130,8 +135,8 @@ def make_vector_env(env_id: str, num_envs: int, mode: str = "auto") -> tuple[gym
             choice = choose_mode(num_envs, native, lambda: probe_step_seconds(make_one), usable_cores())
         elif mode == "native" and not native:
             raise UnsupportedEnv(
-                f"{env_id} has no native vector env the worker can use (no vector entry point, or the worker "
-                f"preprocesses it itself): use --vector sync or async"
+                f"{env_id} has no native vector env (its registration has no vector entry point): "
+                f"use --vector sync or async"
             )
         else:
             choice = VectorChoice(mode, "forced by the vector mode flag")
@@ -142,6 +147,8 @@ def make_vector_env(env_id: str, num_envs: int, mode: str = "auto") -> tuple[gym
 
 def _build(env_id: str, num_envs: int, mode: str, make_one: Callable[[], gym.Env]) -> gym.vector.VectorEnv:
     same_step = gym.vector.AutoresetMode.SAME_STEP
+    if mode == "native" and is_atari(env_id):
+        return make_atari_vector_env(env_id, num_envs, num_threads=min(num_envs, usable_cores()))
     if mode == "native":
         return gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point")
     if mode == "sync":

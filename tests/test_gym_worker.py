@@ -4,6 +4,7 @@ vector env kind, and how "auto" chooses native, sync or async from what it measu
 from __future__ import annotations
 
 import functools
+import importlib.util
 import time
 
 import gymnasium as gym
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from envs import gym_vector
+from envs.atari import make_atari_env, make_atari_vector_env
 from envs.gym_vector import UnsupportedEnv, VectorChoice, choose_mode, make_vector_env, probe_step_seconds
 from envs.gym_worker import GymVectorGame
 
@@ -161,6 +163,31 @@ def test_reset_reseeds_and_a_second_reset_starts_fresh_episodes():
             game.step(np.zeros(NUM_ENVS, np.int64))
     finally:
         game.close()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ale_py") is None or importlib.util.find_spec("cv2") is None,
+    reason="Atari needs ale-py and opencv-python-headless",
+)
+def test_native_atari_vector_env_shows_the_wrapped_envs_frames():
+    # No no-op starts and no sticky actions, so both play the same game from the same seed.
+    native = make_atari_vector_env("ALE/Pong-v5", 2, num_threads=1, noop_max=0, repeat_action_probability=0.0)
+    wrapped = [make_atari_env("ALE/Pong-v5", noop_max=0, repeat_action_probability=0.0) for _ in range(2)]
+    try:
+        assert native.single_observation_space.shape == (84, 84, 4) and native.metadata["autoreset_mode"] == SAME
+        frames, _ = native.reset(seed=3)
+        expected = [env.reset(seed=3 + index)[0] for index, env in enumerate(wrapped)]
+        np.testing.assert_array_equal(frames[:, :, :, -1], np.stack(expected)[:, :, :, -1])
+        for step in range(12):
+            actions = np.array([step % 6, (step + 3) % 6])
+            frames, rewards, *_ = native.step(actions)
+            expected = [env.step(int(action))[0] for env, action in zip(wrapped, actions)]
+            newest = slice(None) if step >= 3 else slice(-1 - step, None)  # ALE pads a new stack with black frames
+            np.testing.assert_array_equal(frames[..., newest], np.stack(expected)[..., newest])
+    finally:
+        native.close()
+        for env in wrapped:
+            env.close()
 
 
 # --- how "auto" chooses ---------------------------------------------------------------------------

@@ -352,7 +352,7 @@ def test_gym_worker_process_atari_observations():
     assert code == 0, output
     (session,) = backend.sessions
     assert session.spec.observation_shape == (84, 84, 4) and session.spec.observation_dtype == np.uint8
-    assert session.spec.num_actions == 6 and session.steps == 5
+    assert session.spec.num_actions == 6 and session.steps == 5 and "native vector env" in output
     observation = session.last_step.observation
     assert observation.shape == (2, 1, 84, 84, 4) and observation.dtype == np.uint8 and observation.any()
 
