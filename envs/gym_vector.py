@@ -32,7 +32,6 @@ import time
 from typing import Callable
 
 import gymnasium as gym
-import numpy as np
 
 from envs.atari import is_atari, make_atari_env, make_atari_vector_env
 
@@ -162,8 +161,3 @@ def autoreset_mode(envs: gym.vector.VectorEnv) -> gym.vector.AutoresetMode:
     """The vector env's autoreset mode; gymnasium's default (next step) when it does not say."""
     return gym.vector.AutoresetMode(envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP))
 
-
-def random_actions(envs: gym.vector.VectorEnv, rng: np.random.Generator) -> np.ndarray:
-    """[num_envs] uniform actions of a Discrete single action space (benchmarks and tests)."""
-    space = envs.single_action_space
-    return rng.integers(int(space.start), int(space.start) + int(space.n), size=envs.num_envs)
