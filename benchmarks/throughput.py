@@ -1,14 +1,17 @@
-"""Env steps/s through the full gRPC path, inference-only and with the learner, beside the in-process limit.
+"""Env steps/s through the full gRPC path, inference-only and with the learner, beside the in-process limits.
 
-    python -m benchmarks.throughput                      # the full table (about 4 minutes)
+    python -m benchmarks.throughput                      # the full table (about 8 minutes)
     python -m benchmarks.throughput --workers 1 --envs 64 --seconds 5
 
-For each envs-per-worker count the in-process limit steps the same gymnasium
-vector env with the same jitted policy in one process, no gRPC. The gRPC rows
-run the host in this process and W worker processes (`python -m envs.gym_worker`),
-count env steps at the host over a window after a warm-up (and, with the
-learner, after its first update), and report the median of the per-second rates
-in that window.
+For each envs-per-worker count two in-process limits step a vector env with the
+host's jitted policy in one process, no gRPC: gymnasium's `SyncVectorEnv` of
+single envs, and the env's native vectorised class where it has one
+(`gym.make_vec(..., vectorization_mode="vector_entry_point")`, e.g. CartPole's).
+The percentages are of the faster of the two, the honest limit. The gRPC rows run
+the host in this process and W worker processes (`python -m envs.gym_worker
+--vector MODE`, auto by default: the native env where there is one), count env
+steps at the host over a window after a warm-up (and, with the learner, after
+its first update), and report the median of the per-second rates in that window.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 import jax
 import numpy as np
 
-from envs.gym_worker import make_vector_env
+from envs.gym_vector import has_native_vector_env, make_vector_env
 from seedleague.host.host import Host
 from seedleague.host.policy import InferencePolicy
 from seedleague.metrics import Metrics
@@ -32,10 +35,10 @@ from seedleague.rl.networks import make_network
 from seedleague.testing.server_thread import ServerThread
 
 
-def in_process_rate(env_id: str, num_envs: int, seconds: float) -> float:
-    """Steps/s of a sync vector env driven by the host's jitted policy, in this process."""
+def in_process_rate(env_id: str, num_envs: int, seconds: float, mode: str) -> float:
+    """Steps/s of the `mode` vector env ("sync", "native") driven by the host's jitted policy, in this process."""
     preset = preset_for(env_id).host
-    envs = make_vector_env(env_id, num_envs)  # exactly what the worker steps
+    envs, _ = make_vector_env(env_id, num_envs, mode)  # what `envs.gym_worker --vector MODE` steps
     shape = envs.single_observation_space.shape
     network = make_network(preset.network, shape, np.float32, int(envs.single_action_space.n))
     policy = InferencePolicy(network, network.init(jax.random.key(0)), 0, seed=0)
@@ -68,7 +71,9 @@ def in_process_rate(env_id: str, num_envs: int, seconds: float) -> float:
     return statistics.median(rates)
 
 
-def grpc_rate(env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float) -> dict:
+def grpc_rate(
+    env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str
+) -> dict:
     """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each."""
     preset = preset_for(env_id).host
     config = dataclasses.replace(preset, learn=learn, seed=0)
@@ -76,7 +81,7 @@ def grpc_rate(env_id: str, workers: int, num_envs: int, learn: bool, seconds: fl
     host = Host(config, metrics)
     server = ServerThread(host).start()
     command = [sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env", env_id,
-               "--num-envs", str(num_envs)]
+               "--num-envs", str(num_envs), "--vector", vector]
     procs = [subprocess.Popen(command + ["--seed", str(i)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(workers)]
     try:
@@ -117,20 +122,28 @@ def main(argv=None) -> int:
     parser.add_argument("--envs", default="16,64,256", help="comma-separated envs-per-worker counts")
     parser.add_argument("--seconds", type=float, default=6.0, help="measurement window per row")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds after the first step before measuring")
+    parser.add_argument("--vector", default="auto", choices=["auto", "native", "sync", "async"],
+                        help="the workers' --vector (default auto: the native vector env where there is one)")
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     envs = [int(e) for e in args.envs.split(",")]
-    print(f"{args.env}, {jax.devices()[0].platform} JAX, median env steps/s over {args.seconds:g} s windows\n")
-    print("| envs/worker | in-process limit | workers | inference only | % of limit | with learner | % of limit | learner updates/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    native = has_native_vector_env(args.env)
+    print(f"{args.env}, {jax.devices()[0].platform} JAX, workers --vector {args.vector}, "
+          f"median env steps/s over {args.seconds:g} s windows; % of the faster in-process limit\n")
+    print("| envs/worker | limit: sync vector env | limit: native vector env | workers | inference only | % of limit "
+          "| with learner | % of limit | learner updates/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_envs in envs:
-        limit = in_process_rate(args.env, num_envs, args.seconds)
+        sync_limit = in_process_rate(args.env, num_envs, args.seconds, "sync")
+        native_limit = in_process_rate(args.env, num_envs, args.seconds, "native") if native else None
+        limit = max(sync_limit, native_limit or 0.0)
+        native_text = f"{native_limit:,.0f}" if native_limit else "none"
         for count in workers:
-            infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup)
-            learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup)
-            print(f"| {num_envs} | {limit:,.0f} | {count} | {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% "
-                  f"| {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |",
-                  flush=True)
+            infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup, args.vector)
+            learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup, args.vector)
+            print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {infer['rate']:,.0f} "
+                  f"| {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% "
+                  f"| {learn['learner_steps_per_s']:.0f} |", flush=True)
     return 0
 
 

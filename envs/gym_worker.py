@@ -1,14 +1,31 @@
 """The gym env worker: steps `num_envs` copies of any gymnasium env (Discrete
 actions) and lets a seedleague host choose every action.
 
-    python -m envs.gym_worker --address 127.0.0.1:50051 --env CartPole-v1 --num-envs 32
+    python -m envs.gym_worker --address 127.0.0.1:50051 --env CartPole-v1 --num-envs 64
+    python -m envs.gym_worker --address 127.0.0.1:50051 --env ALE/Pong-v5 --num-envs 8 --vector async
     SEEDLEAGUE_TOKEN=... python -m envs.gym_worker --address host:50051 --tls-ca ca.pem --env CartPole-v1
 
-Data path: vector env (same-step autoreset, as the protocol wants) -> WorkerClient
-.step -> host -> actions -> vector env. The worker is deliberately thin: the host
-computes episode returns and all learning statistics. On a lost connection it
-backs off, reconnects and starts fresh episodes; when the host refuses it, it
-exits non-zero with the host's message; SIGTERM/SIGINT stop it cleanly (exit 0).
+`GymVectorGame` wraps a gymnasium vector env as a `worker_loop.VectorGame`, and
+`worker_loop.run_game_worker` runs it: handshake, lockstep steps, reconnects with
+fresh episodes, SIGTERM/SIGINT (exit 0), refusals (exit 2). Which vector env
+(native, sync or async) is `envs.gym_vector`'s choice, logged at start; `--vector`
+forces one. The host computes episode returns and all learning statistics.
+
+Episode boundaries reach the host as the protocol says (docs/protocol.md section 5)
+whatever the vector env's autoreset mode:
+
+- same step (sync and async envs): the message with the done flag carries the final
+  reward and already the next episode's first observation; passed through as is;
+- disabled: the ended envs are reset at once (`reset_mask`), giving the same;
+- next step (gymnasium's default, e.g. CartPole's native vector env): the env
+  reports its final observation with the done flag and restarts on the following
+  step, ignoring that step's action. The message with the done flag carries the
+  final reward and the final observation with `acting` false for that env; the
+  next message carries the first observation of the new episode, reward 0, and
+  `acting` true. The host starts the new episode at that acting row (the unroll
+  store marks it `first`), so every acted step of every episode is recorded once.
+  The restart costs one env slot per episode.
+
 Never imports jax.
 """
 
@@ -16,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import logging
 import sys
 import threading
@@ -25,46 +41,33 @@ from typing import Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
-from envs.atari import is_atari, make_atari_env
+from envs.gym_vector import VECTOR_MODES, UnsupportedEnv, VectorChoice, autoreset_mode, make_vector_env
 from envs.worker_loop import (
-    RateLog,
+    GameStep,
+    GameWorkerConfig,
     WorkerStats,
-    add_connection_arguments,
-    budget_spent,
-    client_config_from_args,
-    closed_when_set,
-    serve,
-    stop_on_signals,
+    add_game_worker_arguments,
+    game_worker_main,
+    positive_int,
+    run_game_worker,
 )
 from seedleague.protocol import codec
-from seedleague.protocol.client import Backoff, ClientConfig, HostRefused, WorkerClient, default_worker_name
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.security import ClientSecurity
 
 log = logging.getLogger("envs.gym_worker")
 
-
-class UnsupportedEnv(ValueError):
-    """The env id cannot be made, or its spaces have no protocol equivalent."""
+__all__ = ["GymVectorGame", "UnsupportedEnv", "WorkerConfig", "env_spec", "make_gym_game", "run_worker"]
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """One gym worker process: which env, how many copies, which host."""
+    """One gym worker process: which env, how many copies, how they are vectorised, and the loop around them."""
 
-    env_id: str
-    num_envs: int
-    address: str
-    seed: int = 0
-    max_steps: int = 0  # env steps (all envs together) before exiting, rounded up to whole batches; 0 = unlimited
-    worker_name: str = dataclasses.field(default_factory=default_worker_name)
-    max_message_bytes: int = 64 * 2**20
-    backoff_initial_s: float = 0.1
-    backoff_max_s: float = 5.0
-    connect_timeout_s: float = 10.0
-    log_interval_s: float = 10.0  # how often steps/s is logged
-    security: ClientSecurity = ClientSecurity()  # token and TLS CA; default plaintext, no token
+    env_id: str  # gymnasium env id, e.g. "CartPole-v1" or "ALE/Pong-v5"
+    num_envs: int  # env copies stepped together, one message per step
+    loop: GameWorkerConfig  # the host's address and connection (ClientConfig), seed, max_steps, log interval
+    vector: str = "auto"  # "auto" (measured, envs.gym_vector), "native", "sync" or "async"
 
     def __post_init__(self):
         problems = []
@@ -72,32 +75,12 @@ class WorkerConfig:
             problems.append("env_id must name a gymnasium env, e.g. 'CartPole-v1'")
         if self.num_envs < 1:
             problems.append(f"num_envs must be >= 1, got {self.num_envs}")
-        if self.max_steps < 0:
-            problems.append(f"max_steps must be >= 0 (0 = unlimited), got {self.max_steps}")
-        if self.log_interval_s <= 0:
-            problems.append(f"log_interval_s must be > 0, got {self.log_interval_s}")
+        if self.vector not in VECTOR_MODES:
+            problems.append(f"vector must be one of {', '.join(VECTOR_MODES)}, got {self.vector!r}")
+        if not isinstance(self.loop, GameWorkerConfig):
+            problems.append(f"loop must be a GameWorkerConfig, got {type(self.loop).__name__}")
         if problems:
             raise ValueError("bad worker config: " + "; ".join(problems))
-        self.client_config()  # Validates the connection fields.
-
-    def client_config(self) -> ClientConfig:
-        return ClientConfig(**_connection_fields(self))
-
-
-def _connection_fields(config) -> dict:
-    """The ClientConfig fields (address, backoff, security, ...) of `config`, which has them all."""
-    return {field.name: getattr(config, field.name) for field in dataclasses.fields(ClientConfig)}
-
-
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
-    """`num_envs` copies in one process, autoreset on the same step (the protocol's semantics)."""
-    make_one = functools.partial(make_atari_env if is_atari(env_id) else gym.make, env_id)
-    try:
-        return gym.vector.SyncVectorEnv(
-            [make_one] * num_envs, copy=False, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-        )
-    except gym.error.Error as error:
-        raise UnsupportedEnv(f"cannot make {env_id!r}: {error}") from None
 
 
 def protocol_dtype(dtype: np.dtype) -> np.dtype:
@@ -132,99 +115,120 @@ def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> EnvSpec:
     )
 
 
-def run_worker(config: WorkerConfig, stop: Optional[threading.Event] = None) -> WorkerStats:
-    """Step envs for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
-    stop = stop if stop is not None else threading.Event()
-    envs = make_vector_env(config.env_id, config.num_envs)
+class GymVectorGame:
+    """A gymnasium vector env as a `worker_loop.VectorGame` with one seat per env.
+
+        game = make_gym_game("CartPole-v1", num_envs=64)     # or GymVectorGame("CartPole-v1", envs)
+        step = game.reset(seed=0)          # GameStep: observation [E, 1, 4], reward [E, 1], flags [E]
+        step = game.step(actions)          # actions [E, 1] int in [0, n)
+
+    The returned arrays are views of the vector env's buffers, overwritten by the
+    next call. Any autoreset mode maps onto the protocol (module docstring).
+    Raises UnsupportedEnv for spaces the protocol cannot carry.
+    """
+
+    def __init__(self, env_id: str, envs: gym.vector.VectorEnv, choice: Optional[VectorChoice] = None):
+        self.envs = envs
+        self.choice = choice
+        self.spec = env_spec(env_id, envs)
+        self.autoreset = autoreset_mode(envs)
+        num_envs = envs.num_envs
+        self._offset = int(envs.single_action_space.start)
+        next_step = self.autoreset == gym.vector.AutoresetMode.NEXT_STEP
+        self._acting = np.ones((num_envs, 1), bool) if next_step else None  # False: restarting, action ignored
+        self._no_reward = np.zeros(num_envs, np.float32)
+        self._not_ended = np.zeros(num_envs, bool)
+        self.episodes = 0  # episodes ended (terminated or truncated), over all envs
+
+    def reset(self, seed: Optional[int] = None) -> GameStep:
+        """Fresh episodes in every env; `seed` seeds them (sync and async: env e gets seed + e)."""
+        observation, _ = self.envs.reset(seed=seed)
+        if self._acting is not None:
+            self._acting.fill(True)
+        return self._game_step(observation, self._no_reward, self._not_ended, self._not_ended)
+
+    def step(self, actions: np.ndarray) -> GameStep:
+        """Apply `actions` [E, 1]; ended envs restart as the autoreset mode allows (module docstring)."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.spec.num_envs, 1):
+            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, 1)}")
+        chosen = actions[:, 0]
+        if self._acting is not None:  # a restarting env ignores its action: keep it in range all the same
+            chosen = np.where(self._acting[:, 0], chosen, 0)
+        observation, reward, terminated, truncated, _ = self.envs.step(chosen + self._offset if self._offset else chosen)
+        ended = terminated | truncated
+        if ended.any():
+            self.episodes += int(ended.sum())
+            if self.autoreset == gym.vector.AutoresetMode.DISABLED:
+                # reset() clears the env's own flag buffers, which may be the arrays we were given.
+                terminated, truncated = terminated.copy(), truncated.copy()
+                observation, _ = self.envs.reset(options={"reset_mask": ended})
+        if self._acting is not None:
+            np.logical_not(ended, out=self._acting[:, 0])
+        return self._game_step(observation, reward, terminated, truncated)
+
+    def summary(self) -> str:
+        mode = f"{self.choice.mode} vector env" if self.choice else type(self.envs).__name__
+        return f"{self.episodes} episodes played ({mode}, autoreset {self.autoreset.value})"
+
+    def close(self) -> None:
+        self.envs.close()
+
+    def _game_step(self, observation, reward, terminated, truncated) -> GameStep:
+        return GameStep(
+            observation=observation[:, None],  # views: [E, *obs] -> [E, 1, *obs]
+            reward=np.asarray(reward)[:, None],
+            terminated=terminated,
+            truncated=truncated,
+            acting=self._acting,
+        )
+
+
+def make_gym_game(env_id: str, num_envs: int, vector: str = "auto") -> GymVectorGame:
+    """Build the vector env (`envs.gym_vector.make_vector_env`) and wrap it; logs the choice. Raises UnsupportedEnv."""
+    envs, choice = make_vector_env(env_id, num_envs, vector)
     try:
-        client = WorkerClient(config.client_config(), env_spec(config.env_id, envs))
-        with closed_when_set(stop, client):
-            return _serve(config, envs, client, stop)
-    finally:
+        game = GymVectorGame(env_id, envs, choice)
+    except BaseException:
         envs.close()
+        raise
+    log.info("%s x %d: %s vector env (%s), autoreset %s", env_id, num_envs, choice.mode, choice.reason,
+             game.autoreset.value)
+    return game
 
 
-def _serve(
-    config: WorkerConfig, envs: gym.vector.VectorEnv, client: WorkerClient, stop: threading.Event
-) -> WorkerStats:
-    """Connect, step, and on a lost connection back off and start over with fresh episodes."""
-
-    def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
-        _run_session(config, envs, client, stop, stats, seed, backoff)
-
-    return serve(client, stop, run_session, seed=config.seed, max_steps=config.max_steps, logger=log)
-
-
-def _run_session(
-    config: WorkerConfig,
-    envs: gym.vector.VectorEnv,
-    client: WorkerClient,
-    stop: threading.Event,
-    stats: WorkerStats,
-    seed: Optional[int],
-    backoff: Backoff,
-) -> None:
-    """The hot loop: observation -> host -> actions -> env step, all envs at once."""
-    observation, _ = envs.reset(seed=seed)
-    reward = np.zeros(envs.num_envs, np.float32)
-    terminated = np.zeros(envs.num_envs, bool)
-    truncated = np.zeros(envs.num_envs, bool)
-    offset = int(envs.single_action_space.start)
-    rate = RateLog(config.log_interval_s, stats.env_steps, log)
-    while not stop.is_set() and not budget_spent(config.max_steps, stats):
-        actions = client.step(observation, reward, terminated, truncated)[:, 0]
-        backoff.reset()
-        observation, reward, terminated, truncated, _ = envs.step(actions + offset if offset else actions)
-        stats.steps += 1
-        stats.env_steps += envs.num_envs
-        rate.tick(stats.env_steps, client.policy_version)
+def run_worker(config: WorkerConfig, stop: Optional[threading.Event] = None) -> WorkerStats:
+    """Step envs for the host until `stop` is set or `max_steps` is reached. Raises HostRefused, UnsupportedEnv."""
+    game = make_gym_game(config.env_id, config.num_envs, config.vector)
+    try:
+        return run_game_worker(game, config.loop, stop, log)
+    finally:
+        game.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The worker's flags; `config_from_args` maps them onto a WorkerConfig."""
-    defaults = {f.name: f.default for f in dataclasses.fields(WorkerConfig)}
+    """The worker's flags."""
     parser.add_argument("--address", required=True, help="host address, host:port")
     parser.add_argument("--env", dest="env_id", required=True, help="gymnasium env id, e.g. CartPole-v1 or ALE/Pong-v5")
-    parser.add_argument("--num-envs", type=int, default=32, help="env copies stepped together (default 32)")
-    parser.add_argument("--seed", type=int, default=defaults["seed"], help="seed of the first reset")
+    parser.add_argument("--num-envs", type=positive_int, default=32, help="env copies stepped together (default 32)")
     parser.add_argument(
-        "--max-steps", type=int, default=0, help="exit after this many env steps, all envs together (0 = no limit)"
+        "--vector", choices=VECTOR_MODES, default="auto",
+        help="vector env: native (the env's own vectorised class), sync (one process), async (a subprocess per "
+             "env), or auto: native if the env has one, else async when a timed probe step says subprocesses "
+             "pay on the usable cores (default auto)",
     )
-    add_connection_arguments(parser)  # --worker-name, --max-message-bytes, backoff, timeouts, --token, --tls-ca
-
-
-def config_from_args(args: argparse.Namespace) -> WorkerConfig:
-    """WorkerConfig from flags added by `add_arguments`; raises ValueError naming what to change."""
-    return WorkerConfig(
-        env_id=args.env_id,
-        num_envs=args.num_envs,
-        seed=args.seed,
-        max_steps=args.max_steps,
-        log_interval_s=args.log_interval,
-        **_connection_fields(client_config_from_args(args)),
-    )
+    add_game_worker_arguments(parser)  # --seed, --max-steps, connection and security flags, --log-level
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry point; returns the exit status (0 done or stopped, 2 refused or unusable env)."""
+    """CLI entry point; returns the exit status (0 done or stopped, 2 bad flags, refused or unusable env)."""
     parser = argparse.ArgumentParser(prog="python -m envs.gym_worker", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ValueError as error:
-        parser.error(str(error))
-    stop = threading.Event()
-    stop_on_signals(stop, log)
-    try:
-        stats = run_worker(config, stop)
-    except (HostRefused, UnsupportedEnv) as error:
-        log.error("%s", error)
-        return 2
-    log.info("stopped: %s", stats)
-    return 0
+
+    def make_game(args: argparse.Namespace) -> GymVectorGame:
+        return make_gym_game(args.env_id, args.num_envs, args.vector)
+
+    return game_worker_main(parser, argv, make_game, UnsupportedEnv, log)
 
 
 if __name__ == "__main__":

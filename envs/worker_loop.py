@@ -10,8 +10,9 @@ A `VectorGame` is a plain object stepped without gRPC: `reset(seed)` and
 same-step autoreset already applied (docs/protocol.md section 5). The worker
 modules own their games; this module owns what happens around them: handshake,
 lockstep steps, backoff and fresh episodes after a lost connection, SIGTERM/SIGINT
-(exit 0), and `HostRefused` (exit 2). `envs.gym_worker` uses the same `serve`
-loop, signals and flags with its gymnasium vector env. Never imports jax.
+(exit 0), and `HostRefused` (exit 2). Every Python worker is a `VectorGame` run
+here: `envs.gym_worker` (gymnasium vector envs), `envs.openspiel_worker`,
+`envs.pettingzoo_worker`. Never imports jax.
 """
 
 from __future__ import annotations

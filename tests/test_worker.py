@@ -14,7 +14,9 @@ import grpc
 import numpy as np
 import pytest
 
-from envs.gym_worker import UnsupportedEnv, WorkerConfig, env_spec, make_vector_env, run_worker
+from envs.gym_vector import make_vector_env
+from envs.gym_worker import UnsupportedEnv, WorkerConfig, env_spec, run_worker
+from envs.worker_loop import GameWorkerConfig
 from seedleague.protocol.client import (
     Backoff,
     ClientConfig,
@@ -185,18 +187,22 @@ def test_close_from_another_thread_unblocks_connect():
 # --- the gym worker, in-process -----------------------------------------------------------------
 
 
+def _loop(address: str) -> GameWorkerConfig:
+    return GameWorkerConfig(client=ClientConfig(address, backoff_initial_s=0.05))
+
+
 def test_worker_config_names_bad_fields():
-    with pytest.raises(ValueError, match="num_envs.*max_steps"):
-        WorkerConfig(env_id="CartPole-v1", num_envs=0, address="127.0.0.1:1", max_steps=-1)
+    with pytest.raises(ValueError, match="num_envs.*vector.*loop"):
+        WorkerConfig(env_id="CartPole-v1", num_envs=0, loop=None, vector="fast")
     with pytest.raises(ValueError, match="address"):
-        WorkerConfig(env_id="CartPole-v1", num_envs=1, address="nowhere")
+        WorkerConfig(env_id="CartPole-v1", num_envs=1, loop=_loop("nowhere"))
 
 
 def test_env_spec_of_cartpole_and_unsupported_envs():
-    envs = make_vector_env("CartPole-v1", 2)
+    envs, _ = make_vector_env("CartPole-v1", 2, "sync")
     assert env_spec("CartPole-v1", envs) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=2)
     envs.close()
-    envs = make_vector_env("Pendulum-v1", 1)
+    envs, _ = make_vector_env("Pendulum-v1", 1, "sync")
     with pytest.raises(UnsupportedEnv, match="Discrete only"):
         env_spec("Pendulum-v1", envs)
     envs.close()
@@ -208,7 +214,7 @@ def test_run_worker_in_process_stops_on_event():
     backend = FakeBackend()
     stop = threading.Event()
     with ServerThread(backend) as server:
-        config = WorkerConfig(env_id="CartPole-v1", num_envs=4, address=server.address)
+        config = WorkerConfig(env_id="CartPole-v1", num_envs=4, loop=_loop(server.address))
         threading.Timer(0.5, stop.set).start()
         stats = run_worker(config, stop)
     assert stats.steps > 10 and stats.env_steps == 4 * stats.steps and stats.sessions == 1
@@ -241,35 +247,53 @@ def _finish(worker: subprocess.Popen, timeout_s: float = 30) -> tuple[int, str]:
 
 
 class _CartPoleChecks:
-    """on_step hook: same-step autoreset semantics as seen by the host."""
+    """on_step hook: CartPole's episode boundaries as the host sees them, in any autoreset mode.
+
+    Same-step: an ended env shows a fresh reset at once. Next-step: it shows its
+    final observation with `acting` false, then a fresh reset with reward 0.
+    """
 
     def __init__(self):
         self.problems: list[str] = []
+        self._acted = None  # [E] bool: acting on the previous message
 
     def __call__(self, session, step) -> None:
-        if session.steps == 1:
+        acting = np.ones(step.terminated.shape, bool) if step.acting is None else step.acting[:, 0]
+        acted, self._acted = self._acted, acting
+        if acted is None:
             return  # First message of the stream: first observations, flags ignored.
-        if not (step.reward == 1.0).all():
-            self.problems.append(f"step {step.sequence}: CartPole reward other than 1: {step.reward.ravel()}")
-        ended = step.terminated | step.truncated
-        if ended.any() and np.abs(step.observation[ended]).max() > 0.05:
-            self.problems.append(f"step {step.sequence}: an ended env's observation is not a fresh reset")
+        where, reward, ended = f"step {step.sequence}", step.reward[:, 0], step.terminated | step.truncated
+        cart, pole = step.observation[:, 0, 0], step.observation[:, 0, 2]
+        fresh = np.abs(step.observation[:, 0]).max(axis=-1) <= 0.05
+        if not (reward[acted] == 1.0).all():
+            self.problems.append(f"{where}: CartPole reward other than 1 after an action: {reward}")
+        if not (reward[~acted] == 0.0).all() or (ended & ~acted).any():
+            self.problems.append(f"{where}: a reward or an episode end without an action")
+        if (ended & acting & ~fresh).any() or (~acted & ~fresh).any():
+            self.problems.append(f"{where}: an env starting an episode does not show a fresh reset")
+        if (~acting & ~ended).any():
+            self.problems.append(f"{where}: an env that did not end is not acting")
+        shows_end = (np.abs(cart) > 2.4) | (np.abs(pole) > 0.2095)
+        if (~acting & step.terminated & ~shows_end).any():
+            self.problems.append(f"{where}: a terminated env's final observation is inside the bounds")
 
 
-def test_gym_worker_process_steps_cartpole():
+@pytest.mark.parametrize("vector", ["auto", "sync"])  # auto: CartPole's native vector env, next-step autoreset
+def test_gym_worker_process_steps_cartpole(vector):
     checks = _CartPoleChecks()
     backend = FakeBackend(on_step=checks)
     with ServerThread(backend) as server:
-        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "8", "--max-steps", "2400")
+        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "8", "--max-steps", "2400",
+                        "--vector", vector)
         code, output = _finish(worker)
     assert code == 0, output
     (session,) = backend.sessions
     assert session.spec == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
     assert session.steps == 300 and backend.violations == [] and checks.problems == []
-    assert session.episodes >= 50  # Random CartPole episodes last ~22 steps: 2400 env steps.
+    assert session.episodes >= 40  # Random CartPole episodes last ~22 steps: 2400 env steps.
     assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
     assert min(session.episode_lengths) >= 8
-    assert "stopped" in output
+    assert ("native vector env" if vector == "auto" else "sync vector env") in output and "stopped" in output
 
 
 def test_gym_worker_reconnects_after_host_restart():
@@ -328,7 +352,7 @@ def test_gym_worker_process_atari_observations():
     assert code == 0, output
     (session,) = backend.sessions
     assert session.spec.observation_shape == (84, 84, 4) and session.spec.observation_dtype == np.uint8
-    assert session.spec.num_actions == 6 and session.steps == 5
+    assert session.spec.num_actions == 6 and session.steps == 5 and "native vector env" in output
     observation = session.last_step.observation
     assert observation.shape == (2, 1, 84, 84, 4) and observation.dtype == np.uint8 and observation.any()
 

@@ -79,6 +79,7 @@ class FakeSession:
         self.episode_lengths = collections.deque(maxlen=self.history)
         self._return = np.zeros((self.spec.num_envs, self.spec.num_seats), np.float64)
         self._length = np.zeros(self.spec.num_envs, np.int64)
+        self._acted = np.ones(self.spec.num_envs, bool)  # some seat of the env acted on the previous step
 
     @property
     def env_steps(self) -> int:
@@ -88,7 +89,7 @@ class FakeSession:
         """Account one accepted step; the first step of a stream only carries first observations."""
         if self.steps > 0:
             self._return += step.reward
-            self._length += 1
+            self._length += self._acted  # an env restarting without an action (next-step autoreset) adds none
             for env in np.flatnonzero(step.terminated | step.truncated):
                 self.episode_returns.append(tuple(self._return[env].tolist()))
                 self.episode_lengths.append(int(self._length[env]))
@@ -96,6 +97,7 @@ class FakeSession:
                 self._length[env] = 0
                 self.episodes += 1
         self.steps += 1
+        self._acted = np.ones(self.spec.num_envs, bool) if step.acting is None else step.acting.any(axis=1)
         self.last_step = step
 
 
