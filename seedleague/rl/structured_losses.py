@@ -51,23 +51,24 @@ def structured_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array,
     the learner refuses NeuRD for such specs.
     """
     _check(heads, outputs, values, batch)
-    pi_tm1, pi_t = _rows(outputs, slice(None, -1)), _rows(outputs, slice(1, None))
-    mu_tm1 = {name: x.astype(jnp.float32) for name, x in _rows(batch.behaviour_params, slice(None, -1)).items()}
-    a_tm1 = _rows(batch.action, slice(None, -1))
-    legal_tm1, legal_t = _rows(batch.legal_mask, slice(None, -1)), _rows(batch.legal_mask, slice(1, None))
+    # Each term slices the outputs itself, as losses.loss_inputs does, so that one discrete head sums its
+    # gradients in v1's order and gives v1's gradients bit for bit.
+    tm1, t = (lambda tree: _rows(tree, slice(None, -1))), (lambda tree: _rows(tree, slice(1, None)))
+    mu_tm1 = {name: x.astype(jnp.float32) for name, x in tm1(batch.behaviour_params).items()}
+    a_tm1, legal_tm1 = tm1(batch.action), tm1(batch.legal_mask)
     name, head = next(iter(heads.distributions.items()))
     if len(heads.spec.heads) == 1 and isinstance(head, Categorical):
-        legal = legal_tm1.get(name, jnp.ones(pi_tm1[name].shape, bool))
-        logit_tm1 = losses.centred_logit(pi_tm1[name], a_tm1[name], legal)
+        legal = legal_tm1.get(name, jnp.ones(tm1(outputs)[name].shape, bool))
+        logit_tm1 = losses.centred_logit(tm1(outputs)[name], a_tm1[name], legal)
     else:
         logit_tm1 = jnp.full(values[:, :-1].shape, jnp.nan, jnp.float32)
     return losses.LossInputs(
-        log_pi_tm1=heads.log_prob(pi_tm1, a_tm1, legal_tm1),
+        log_pi_tm1=heads.log_prob(tm1(outputs), a_tm1, legal_tm1),
         logit_tm1=logit_tm1,
         log_mu_tm1=heads.log_prob(mu_tm1, a_tm1, legal_tm1),
-        entropy_tm1=heads.entropy(pi_tm1, legal_tm1),
-        entropy_t=jax.lax.stop_gradient(heads.entropy(pi_t, legal_t)),
-        kl_tm1=heads.kl(pi_tm1, mu_tm1, legal_tm1),
+        entropy_tm1=heads.entropy(tm1(outputs), legal_tm1),
+        entropy_t=jax.lax.stop_gradient(heads.entropy(t(outputs), t(batch.legal_mask))),
+        kl_tm1=heads.kl(tm1(outputs), mu_tm1, legal_tm1),
         **losses.value_inputs(values, batch, discount),
     )
 

@@ -9,7 +9,7 @@ Like `seedleague.rl.networks` it hands out pure functions and holds no params:
     outputs, value, core = network.apply(params, observation, first, core)
     #   observation {key: [B, T, *shape]} over observation_spec.arrays(), first [B, T] bool
     #   ->  outputs {head: [B, T, P_head]} (network.heads' distribution params), value [B, T]
-    action = network.heads.sample({h: o[:, 0] for h, o in outputs.items()}, legal, rng)
+    action, behaviour, core = act(network, params, observation_t, first_t, core, legal, rng)  # inference, T = 1
 
 The model: one encoder per named observation (seedleague.rl.encoders),
 concatenated, the dense torso, the optional LSTM core, then one dense layer per
@@ -184,6 +184,19 @@ def make_structured_network(config: StructuredNetworkConfig, observation_spec: O
         heads=heads,
         observation_spec=observation_spec,
     )
+
+
+def act(network: StructuredNetwork, params: Params, observation: dict, first: jax.Array, core_state: CoreState,
+        legal: dict, rng: jax.Array, greedy: bool = False) -> tuple[dict, dict, CoreState]:
+    """One inference step for N agents (what seedleague.host.policy does for v1): observation {key: [N, *shape]},
+    first [N], legal {discrete head: [N, n]} -> (actions {head: [N] or [N, d]}, the distribution params that
+    acted {head: [N, P]}, the next core state). Greedy takes every head's mode. Jit it with `network` and
+    `greedy` static."""
+    outputs, _, core_state = network.apply(params, {key: x[:, None] for key, x in observation.items()},
+                                           jnp.asarray(first)[:, None], core_state)
+    outputs = {name: x[:, 0] for name, x in outputs.items()}
+    action = network.heads.mode(outputs, legal) if greedy else network.heads.sample(outputs, legal, rng)
+    return action, outputs, core_state
 
 
 def all_legal(action_spec: ActionSpec, batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
