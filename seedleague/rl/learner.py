@@ -14,6 +14,11 @@ serves for inference:
 `make_sharded_update(config, network, mesh)` is the same update, data-parallel
 over the devices of a mesh (seedleague.rl.sharding).
 
+A structured network (named observations, several action heads;
+seedleague.rl.structured_network) trains the same way on a `StructuredUnroll`:
+the losses see the joint log-probabilities, entropies and KLs of its heads
+(seedleague.rl.structured_losses).
+
 `state.step` is the policy version: the number of updates applied to the params.
 Actors tag their unrolls with the version that acted, so `policy_lag` in the
 metrics is how many updates old the data was (Cleanba, Huang et al. 2023).
