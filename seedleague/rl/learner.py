@@ -14,6 +14,11 @@ serves for inference:
 `make_sharded_update(config, network, mesh)` is the same update, data-parallel
 over the devices of a mesh (seedleague.rl.sharding).
 
+A structured network (named observations, several action heads;
+seedleague.rl.structured_network) trains the same way on a `StructuredUnroll`:
+the losses see the joint log-probabilities, entropies and KLs of its heads
+(seedleague.rl.structured_losses).
+
 `state.step` is the policy version: the number of updates applied to the params.
 Actors tag their unrolls with the version that acted, so `policy_lag` in the
 metrics is how many updates old the data was (Cleanba, Huang et al. 2023).
@@ -30,9 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seedleague.rl import losses, sharding
+from seedleague.rl import losses, sharding, structured_losses
 from seedleague.rl.networks import Network
-from seedleague.rl.types import Unroll
+from seedleague.rl.structured_network import StructuredNetwork
+from seedleague.rl.structured_spec import is_v1_shaped
+from seedleague.rl.types import StructuredUnroll, Unroll
 
 _LOSSES = ("vtrace", "ppo", "mmd")
 
@@ -305,24 +312,43 @@ def _averaged(config: LearnerConfig, average: Any, step: jax.Array, progress: ja
     return ParamAverage(mean, count)
 
 
-def _fixed_targets(config: LearnerConfig, network: Network, params: Any, batch: Unroll,
+def _loss_inputs(network: Network | StructuredNetwork, outputs: Any, values: jax.Array,
+                 batch: Unroll | StructuredUnroll, discount: float) -> losses.LossInputs:
+    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `StructuredUnroll`."""
+    if isinstance(batch, StructuredUnroll):
+        return structured_losses.structured_loss_inputs(network.heads, outputs, values, batch, discount)
+    return losses.loss_inputs(outputs, values, batch, discount)
+
+
+def _magnet_kl(network: Network | StructuredNetwork, outputs: Any, magnet_outputs: Any,
+               batch: Unroll | StructuredUnroll) -> jax.Array:
+    """Mean KL(pi || magnet) over rows 0..T-1 (no gradient into the magnet)."""
+    magnet_outputs = jax.lax.stop_gradient(magnet_outputs)
+    if isinstance(batch, StructuredUnroll):
+        rows = lambda tree: {name: x[:, :-1] for name, x in tree.items()}
+        return jnp.mean(network.heads.kl(rows(outputs), rows(magnet_outputs), rows(batch.legal_mask)))
+    return jnp.mean(losses.masked_kl(outputs[:, :-1], magnet_outputs[:, :-1], batch.legal_mask[:, :-1]))
+
+
+def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, params: Any,
+                   batch: Unroll | StructuredUnroll,
                    progress: jax.Array) -> Optional[losses.PPOTargets]:
     """PPO's advantages and value targets under `params` (the update's starting ones) when
     `fixed_targets` holds them over the epochs; None: each minibatch recomputes its own."""
     if not config.fixed_targets:
         return None
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
-    inputs = losses.loss_inputs(logits, values, batch, config.discount)
+    inputs = _loss_inputs(network, logits, values, batch, config.discount)
     return losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
                               entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
                               entropy_in_returns=config.entropy_in_returns)
 
 
-def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, progress: jax.Array, magnet: Any,
-          targets: Optional[losses.PPOTargets] = None):
+def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll,
+          progress: jax.Array, magnet: Any, targets: Optional[losses.PPOTargets] = None):
     """Scalar loss and its metrics for one batch under `params`, at anneal `progress`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
-    inputs = losses.loss_inputs(logits, values, batch, config.discount)
+    inputs = _loss_inputs(network, logits, values, batch, config.discount)
     common = dict(
         lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
@@ -341,8 +367,7 @@ def _loss(config: LearnerConfig, network: Network, params: Any, batch: Unroll, p
                                            neurd_bound=config.neurd_bound, **common)
     if config.magnet_cost > 0:
         magnet_logits, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
-        magnet_kl = jnp.mean(losses.masked_kl(
-            logits[:, :-1], jax.lax.stop_gradient(magnet_logits[:, :-1]), batch.legal_mask[:, :-1]))
+        magnet_kl = _magnet_kl(network, logits, magnet_logits, batch)
         loss, metrics = loss + config.magnet_cost * magnet_kl, dict(metrics, magnet_kl=magnet_kl)
     return loss, metrics
 
@@ -374,7 +399,7 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress
     """`epochs` passes over `batch` (and its fixed `targets`, if any) in minibatches:
     (params, opt_state, rng, mean metrics over the steps)."""
     rng, shuffle = jax.random.split(state.rng)
-    rows = _minibatch_rows(config, batch.action.shape[0], shuffle)
+    rows = _minibatch_rows(config, batch.first.shape[0], shuffle)
 
     def step(carry, ids):
         params, opt_state = carry
@@ -432,7 +457,16 @@ def make_update(
     MMD clip_fraction, for MMD kl; with several steps per update, each is the
     mean over the steps.
     """
+    _check_network(config, network)
     return _with_seconds(jax.jit(functools.partial(_update, config, network), donate_argnums=0))
+
+
+def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) -> None:
+    """Refuse settings the network's action spec cannot support."""
+    if (config.neurd_bound is not None and isinstance(network, StructuredNetwork)
+            and not is_v1_shaped(network.observation_spec, network.heads.spec)):
+        raise ValueError("neurd_bound (NeuRD) is defined for a single discrete action head; this network has heads "
+                         f"{[h.name for h in network.heads.spec.heads]}: leave neurd_bound unset")
 
 
 def _with_seconds(jitted: Callable) -> Callable:
@@ -460,6 +494,7 @@ def make_sharded_update(
     """
     if mesh.size == 1:
         return make_update(config, network)
+    _check_network(config, network)
     state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
     return _with_seconds(jax.jit(
         functools.partial(_update, config, network),

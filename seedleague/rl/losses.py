@@ -158,10 +158,6 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
     legal_tm1 = batch.legal_mask[:, :-1]
     mu_logits_tm1 = batch.behaviour_logits[:, :-1].astype(jnp.float32)
     a_tm1 = batch.action[:, :-1]
-    v_tm1, v_t = values[:, :-1], jax.lax.stop_gradient(values[:, 1:])
-    r_t, discount_t = rewards_and_discounts(
-        batch.reward[:, :-1], batch.terminated[:, :-1], batch.truncated[:, :-1], v_tm1, discount
-    )
     return LossInputs(
         log_pi_tm1=masked_log_prob(logits[:, :-1], a_tm1, legal_tm1),
         logit_tm1=centred_logit(logits[:, :-1], a_tm1, legal_tm1),
@@ -169,11 +165,18 @@ def loss_inputs(logits: jax.Array, values: jax.Array, batch: Unroll, discount: f
         entropy_tm1=masked_entropy(logits[:, :-1], legal_tm1),
         entropy_t=jax.lax.stop_gradient(masked_entropy(logits[:, 1:], batch.legal_mask[:, 1:])),
         kl_tm1=masked_kl(logits[:, :-1], mu_logits_tm1, legal_tm1),
-        v_tm1=v_tm1,
-        v_t=v_t,
-        r_t=r_t,
-        discount_t=discount_t,
+        **value_inputs(values, batch, discount),
     )
+
+
+def value_inputs(values: jax.Array, batch, discount: float) -> dict[str, jax.Array]:
+    """The value half of `LossInputs` (v_tm1, v_t, r_t, discount_t) from values [B, T+1] and the batch's
+    reward, terminated and truncated rows; shared by every policy parameterisation."""
+    v_tm1, v_t = values[:, :-1], jax.lax.stop_gradient(values[:, 1:])
+    r_t, discount_t = rewards_and_discounts(
+        batch.reward[:, :-1], batch.terminated[:, :-1], batch.truncated[:, :-1], v_tm1, discount
+    )
+    return dict(v_tm1=v_tm1, v_t=v_t, r_t=r_t, discount_t=discount_t)
 
 
 # --- Losses ----------------------------------------------------------------------

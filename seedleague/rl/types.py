@@ -26,3 +26,19 @@ class Unroll(NamedTuple):
     truncated: jax.Array  # [B, T+1] bool: action t hit a time limit (bootstrap the value)
     policy_version: jax.Array  # [B, T+1] int32: learner step of the params that acted
     core_state: Any  # pytree of [B, ...]: recurrent state before row 0 (() without a core)
+
+
+class StructuredUnroll(NamedTuple):
+    """`Unroll` for structured specs (seedleague.rl.structured_spec): the same rows, with a dict where v1 has
+    the one observation, action, behaviour logits or legal mask."""
+
+    observation: dict  # {key: [B, T+1, *shape]} over ObservationSpec.arrays() (entity masks included)
+    first: jax.Array  # [B, T+1] bool, as Unroll.first
+    action: dict  # {head: [B, T+1] int32 for a discrete head, [B, T+1, d] float32 for a continuous one}
+    behaviour_params: dict  # {head: [B, T+1, P_head] float32}: the distribution params that acted
+    legal_mask: dict  # {discrete head with a legal mask: [B, T+1, n] bool}; other heads: every action legal
+    reward: jax.Array  # [B, T+1] float32, as Unroll.reward (one reward per step for the whole action)
+    terminated: jax.Array  # [B, T+1] bool
+    truncated: jax.Array  # [B, T+1] bool
+    policy_version: jax.Array  # [B, T+1] int32
+    core_state: Any  # pytree of [B, ...]
