@@ -190,13 +190,59 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+class ThreadProfiles:
+    """cProfile of the host's event loop thread and batcher thread in CPU time (`time.thread_time`), each
+    switched on at its thread's first call into the host after `start` and off at its first call after `stop`.
+    Deterministic profiling slows what it profiles; read the shares, not the absolute times."""
+
+    def __init__(self, host):
+        import cProfile
+
+        self.profiles = {"event loop": cProfile.Profile(time.thread_time), "batcher": cProfile.Profile(time.thread_time)}
+        self._on, self._state = False, {"event loop": None, "batcher": None}
+        step, run_batch = host.step, host.batcher._run_batch
+
+        async def profiled_step(message):
+            self._switch("event loop")
+            return await step(message)
+
+        def profiled_run_batch(requests):
+            self._switch("batcher")
+            return run_batch(requests)
+
+        host.step, host.batcher._run_batch = profiled_step, profiled_run_batch
+
+    def _switch(self, thread: str) -> None:
+        if self._on and self._state[thread] is None:
+            self.profiles[thread].enable()
+            self._state[thread] = True
+        elif not self._on and self._state[thread]:
+            self.profiles[thread].disable()
+            self._state[thread] = False
+
+    def start(self) -> None:
+        self._on = True
+
+    def stop(self) -> None:
+        self._on = False
+
+    def write(self, path: str) -> None:
+        import pstats
+
+        with open(path, "w") as out:
+            for thread, profile in self.profiles.items():
+                out.write(f"===== {thread} thread, CPU time\n")
+                pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(35)
+
+
 def _profiler(path: str, seconds: float) -> subprocess.Popen:
-    """py-spy sampling this process (every thread, native frames too) for `seconds`, as collapsed stacks."""
+    """py-spy sampling this process for `seconds`, as collapsed stacks: only a thread that holds the GIL (the
+    Python work; gRPC's and XLA's own threads show in `--threads`), with its native frames."""
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.path.exists(spy):
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy (a tool, not a dependency)")
     command = [spy, "record", "--pid", str(os.getpid()), "--duration", str(max(1, int(seconds))), "--rate", "250",
-               "--native", "--format", "raw", "--output", path]
+               "--gil", "--native", "--format", "raw", "--output", path]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
@@ -222,12 +268,17 @@ def row(name: str, workers: int, num_envs: int, seconds: float, warmup: float, n
             child.stdin.flush()
         time.sleep(warmup)
         metrics.report()  # resets the forward-pass means
-        spy = _profiler(profile, seconds) if profile else None
+        spy = _profiler(profile, seconds) if profile and not profile.endswith(".pstats.txt") else None
+        profiles = ThreadProfiles(host) if profile and spy is None else None
+        if profiles is not None:
+            profiles.start()
         threads0 = thread_cpu()
         t0, cpu0, steps0, batches0 = time.monotonic(), time.process_time(), metrics.env_steps, host.batcher.batches
         time.sleep(seconds)
         t1, cpu1, steps1, batches1 = time.monotonic(), time.process_time(), metrics.env_steps, host.batcher.batches
         threads1 = thread_cpu()
+        if profiles is not None:
+            profiles.stop()
         report = metrics.report()
         latencies = []
         for child in children:
@@ -238,6 +289,8 @@ def row(name: str, workers: int, num_envs: int, seconds: float, warmup: float, n
             child.wait(30)
         if spy is not None:
             spy.wait(60)
+        if profiles is not None:
+            profiles.write(profile)
     finally:
         for child in children:
             if child.poll() is None:
@@ -287,8 +340,9 @@ def main(argv=None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="synthetic worker processes the workers are spread over")
     parser.add_argument("--worker-cpus", help="pin the worker processes to these CPUs, e.g. 1 (the host: taskset)")
     parser.add_argument("--threads", action="store_true", help="after each row, its host CPU by thread")
-    parser.add_argument("--profile", help="sample the host with py-spy during the window of the (single) row into "
-                        "this file, as collapsed stacks")
+    parser.add_argument("--profile", help="profile the host during the window of the (single) row into this file: "
+                        "NAME.pstats.txt: cProfile of the event loop and batcher threads in CPU time; any other name: "
+                        "py-spy samples (wall-clock, GIL holder only) as collapsed stacks")
     parser.add_argument("--drive", help=argparse.SUPPRESS)  # child mode: the host's address
     parser.add_argument("--drive-workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)
