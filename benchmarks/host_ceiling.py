@@ -155,7 +155,7 @@ def _compile_buckets(host, workload: Workload, num_envs: int, workers: int) -> N
     config = host.config.batcher
     largest = config.bucket(min(workers * num_envs, config.max_batch_size))
     size = config.bucket(num_envs)
-    policy, network = host.model.policy, host.model.network
+    policy, network = host.pipeline.policy, host.pipeline.network
     while size <= largest:
         observation = np.zeros((size,) + workload.observation_shape, workload.observation_dtype)
         policy.act(observation, np.ones(size, bool), network.initial_state(size), np.ones((size, workload.num_actions), bool))
