@@ -232,7 +232,7 @@ class ThreadProfiles:
         with open(path, "w") as out:
             for thread, profile in self.profiles.items():
                 out.write(f"===== {thread} thread, CPU time\n")
-                pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(35)
+                pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(60)
 
 
 def _profiler(path: str, seconds: float) -> subprocess.Popen:
