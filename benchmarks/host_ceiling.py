@@ -1,6 +1,6 @@
 """The host ceiling: the host's own CPU per env step, driven by synthetic workers with no env cost.
 
-    taskset -c 0 .venv/bin/python -m benchmarks.host_ceiling --worker-cpus 1            # the grid (~6 minutes)
+    taskset -c 0 .venv/bin/python -m benchmarks.host_ceiling --worker-cpus 1            # the grid (the Atari CNN rows take minutes each on a CPU)
     taskset -c 0 .venv/bin/python -m benchmarks.host_ceiling --worker-cpus 1 --quick    # four rows per workload
     taskset -c 0 .venv/bin/python -m benchmarks.host_ceiling --worker-cpus 1 --workloads cartpole --workers 16 --envs 256
 
