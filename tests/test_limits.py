@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import gc
 import queue
+import threading
 import time
 import types
 import uuid
@@ -395,3 +397,56 @@ def test_an_idle_timeout_of_zero_waits_forever():
         assert next(call).sequence == 1
         pending.put(None)
         assert list(call) == []
+
+
+class SlowStep(Limited):
+    """A Limited backend whose first step is held until `release` is set: the host, not the worker, is slow."""
+
+    def __init__(self, limits: SessionLimits):
+        super().__init__(limits)
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    async def step(self, step):
+        if step.sequence == 0:
+            self.holding.set()
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        return await self._inner.step(step)
+
+
+def test_time_the_host_holds_a_step_does_not_count_against_the_idle_deadline():
+    backend = SlowStep(SessionLimits(stream_idle_timeout_s=0.3))
+    spec = EnvSpec("v", (3,), np.float32, 2, 1)
+    with ServerThread(backend) as server, grpc.insecure_channel(server.address) as channel:
+        stub = env_pb2_grpc.EnvServiceStub(channel)
+        sid = stub.Handshake(codec.encode_handshake(spec, "patient"), timeout=5).session_id
+        pending = queue.SimpleQueue()
+        call = stub.Stream(iter(pending.get, None), timeout=10)
+        pending.put(codec.encode_step(zero_step(spec, sid, 0)))
+        assert backend.holding.wait(5)
+        time.sleep(1.0)  # the host holds the step for over three idle timeouts
+        backend.release.set()
+        assert next(call).sequence == 0
+        pending.put(codec.encode_step(zero_step(spec, sid, 1)))
+        assert next(call).sequence == 1
+        pending.put(None)
+        assert list(call) == []
+
+
+def test_the_registry_counts_attached_sessions_through_attach_close_and_double_close():
+    from seedleague.host.sessions import Session, SessionRegistry
+
+    registry = SessionRegistry(SessionLimits())
+    spec = EnvSpec("v", (3,), np.float32, 2, 4)
+    make = lambda sid: Session(sid, spec, "w", 0, lambda n: ())
+    a, b, c = (registry.open(spec, "w", make) for _ in range(3))
+    registry.attach(a.id)
+    registry.attach(b.id)
+    with pytest.raises(ProtocolError, match="already has a stream"):
+        registry.attach(a.id)
+    assert registry.attached_count() == 2
+    registry.close(c.id)  # never attached
+    registry.close(a.id)
+    registry.close(a.id)  # closed twice (stream end after a stop): counted once
+    assert registry.attached_count() == 1 and len(registry) == 1

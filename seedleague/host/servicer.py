@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Protocol, TypeVar
+from typing import Awaitable, Optional, Protocol, TypeVar
 
 import grpc
 
@@ -116,8 +116,9 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         """
         session_id, reason = None, "stream ended"
         self._open_streams += 1
+        idle = _IdleDeadline(self._limits.stream_idle_timeout_s)
         try:
-            while (message := await self._idle(context.read(), "sent no StepBatch")) is not grpc.aio.EOF:
+            while (message := await idle.wait(context.read(), "sent no StepBatch")) is not grpc.aio.EOF:
                 if self._draining:
                     reason = "the host is stopping"
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping; reconnect to its next run")
@@ -130,7 +131,7 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
                         INVALID_ARGUMENT, f"stream belongs to session {session_id!r}, message names {step.session_id!r}"
                     )
                 actions = await self._backend.step(step)
-                await self._idle(context.write(codec.encode_actions(actions)), "read no ActionBatch")
+                await idle.wait(context.write(codec.encode_actions(actions)), "read no ActionBatch")
         except ProtocolError as error:
             details = codec.clip(error.message)
             reason = f"{error.code}: {details}"
@@ -139,6 +140,7 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         except asyncio.CancelledError:  # the worker went away; the RPC is over, nothing to answer
             reason = "cancelled"
         finally:
+            idle.close()
             self._open_streams -= 1
             if session_id is not None:
                 self._backend.close_session(session_id, reason)
@@ -152,17 +154,54 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         while self._open_streams and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
 
-    async def _idle(self, waiting: Awaitable[T], what: str) -> T:
-        """`waiting`'s result, or DEADLINE_EXCEEDED once the worker has been quiet for the idle timeout."""
-        timeout = self._limits.stream_idle_timeout_s
-        if not timeout:
+
+
+class _IdleDeadline:
+    """A stream's idle deadline (`SessionLimits.stream_idle_timeout_s`; 0: none): `wait` raises
+    DEADLINE_EXCEEDED once the worker has been quiet that long. It counts only time spent waiting on
+    the worker, never the host's.
+
+    One timer per stream, re-armed only when it fires, rather than an `asyncio.timeout` per wait, which
+    made and cancelled two timers per message (the profile: benchmarks/README.md, "The host ceiling")."""
+
+    def __init__(self, timeout_s: float):
+        self._timeout = timeout_s
+        self._waiting_since: Optional[float] = None  # loop time the current wait on the worker began
+        self._expired = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_at(self._loop.time() + timeout_s, self._check) if timeout_s else None
+
+    async def wait(self, waiting: Awaitable[T], what: str) -> T:
+        """`waiting`'s result, or ProtocolError(DEADLINE_EXCEEDED) if the worker `what` for the timeout."""
+        if self._timer is None:
             return await waiting
+        self._waiting_since = self._loop.time()
         try:
-            async with asyncio.timeout(timeout):  # no extra task per message, unlike wait_for
-                return await waiting
-        except TimeoutError:
+            return await waiting
+        except asyncio.CancelledError:
+            if not self._expired:
+                raise
+            self._task.uncancel()
             raise ProtocolError(
                 DEADLINE_EXCEEDED,
-                f"worker {what} for {timeout:g} s (SessionLimits.stream_idle_timeout_s): session closed, "
+                f"worker {what} for {self._timeout:g} s (SessionLimits.stream_idle_timeout_s): session closed, "
                 "handshake again",
             ) from None
+        finally:
+            self._waiting_since = None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _check(self) -> None:
+        """Timer callback: cancel the stream's task if its current wait has lasted the timeout, else re-arm
+        for the moment it would (or a full timeout from now, while the host has the step)."""
+        since = self._waiting_since
+        now = self._loop.time()
+        if since is not None and now - since >= self._timeout:
+            self._expired, self._timer = True, None
+            self._task.cancel()
+            return
+        self._timer = self._loop.call_at((now if since is None else since) + self._timeout, self._check)

@@ -133,22 +133,32 @@ class Session:
                 initial_state(self.num_agents),
             )
         self._fresh = True
+        self._all_acting = np.ones(self.num_agents, bool)  # `acting` of a step that sends none
+        self._all_acting.flags.writeable = False
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
     def flatten(self, step: StepBatch) -> AgentStep:
-        """[E, S, ...] tensors -> [N, ...] agents; the stream's first step starts every episode."""
+        """[E, S, ...] tensors -> [N, ...] agents; the stream's first step starts every episode. With one
+        seat the step's own (read-only) arrays are used as they are, and an absent `acting` is one shared
+        read-only array: no copy of any per-env array."""
         seats, n = self.spec.num_seats, self.num_agents
-        ended = step.terminated | step.truncated
         fresh, self._fresh = self._fresh, False
+        if fresh:
+            first, reward = np.ones(n, bool), np.zeros(n, np.float32)
+            terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
+        else:
+            terminated = step.terminated if seats == 1 else np.repeat(step.terminated, seats)
+            truncated = step.truncated if seats == 1 else np.repeat(step.truncated, seats)
+            first, reward = terminated | truncated, step.reward.reshape(n)
         return AgentStep(
             session=self,
             observation=step.observation.reshape((n,) + self.spec.observation_shape),
-            first=np.ones(n, bool) if fresh else np.repeat(ended, seats),
-            reward=np.zeros(n, np.float32) if fresh else step.reward.reshape(n),
-            terminated=np.zeros(n, bool) if fresh else np.repeat(step.terminated, seats),
-            truncated=np.zeros(n, bool) if fresh else np.repeat(step.truncated, seats),
-            acting=np.ones(n, bool) if step.acting is None else step.acting.reshape(n),
+            first=first,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            acting=self._all_acting if step.acting is None else step.acting.reshape(n),
             legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
         )
 
@@ -171,6 +181,7 @@ class SessionRegistry:
         self.limits = limits
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self._attached = 0  # sessions with a stream: the batcher asks for it before every request it waits for
 
     def open(self, spec: EnvSpec, worker_name: str, make: Callable[[str], Session]) -> Session:
         check_capacity(spec, self.limits, open_sessions=0)
@@ -189,6 +200,7 @@ class SessionRegistry:
             if session.attached:
                 raise ProtocolError(FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
             session.attached = True
+            self._attached += 1
             return session
 
     def get(self, session_id: str) -> Session:
@@ -200,12 +212,15 @@ class SessionRegistry:
     def close(self, session_id: str) -> Optional[Session]:
         with self._lock:
             session = self._sessions.pop(session_id, None)
+            if session is not None and session.attached:
+                self._attached -= 1
         if session is not None:
             session.closed = True
         return session
 
     def attached_count(self) -> int:
-        return sum(1 for s in list(self._sessions.values()) if s.attached)
+        """Open sessions with a stream, in O(1)."""
+        return self._attached
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -38,6 +38,7 @@ _DTYPES = {
     pb.BOOL: np.dtype("?"),
 }
 _ENUMS = {dtype.newbyteorder("="): enum for enum, dtype in _DTYPES.items()}
+_BOOL = _DTYPES[pb.BOOL]
 
 # Largest tensor decode accepts, in elements (and largest single dimension); bounds the
 # memory a hostile shape can claim.
@@ -78,13 +79,14 @@ def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
     dtype = enum_to_dtype(tensor.dtype, what)
     shape = _shape(tensor.shape, what)
     elements = math.prod(shape)
-    span = math.prod(d for d in shape if d)  # numpy refuses a shape whose other dims overflow, even beside a 0
-    if span > MAX_TENSOR_ELEMENTS:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"{what} shape {shape} has {elements} elements{'' if elements else f' (spans {span})'}, "
-            f"limit {MAX_TENSOR_ELEMENTS}",
-        )
+    if elements > MAX_TENSOR_ELEMENTS or not elements:
+        span = math.prod(d for d in shape if d)  # numpy refuses a shape whose other dims overflow, even beside a 0
+        if span > MAX_TENSOR_ELEMENTS:
+            raise ProtocolError(
+                RESOURCE_EXHAUSTED,
+                f"{what} shape {shape} has {elements} elements{'' if elements else f' (spans {span})'}, "
+                f"limit {MAX_TENSOR_ELEMENTS}",
+            )
     data = tensor.data  # one copy out of the message
     expected = elements * dtype.itemsize
     if len(data) != expected:
@@ -92,9 +94,9 @@ def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
             INVALID_ARGUMENT,
             f"{what} has {len(data)} data bytes but shape {shape} of {dtype.name} needs {expected}",
         )
-    array = np.frombuffer(data, dtype=dtype).reshape(shape)
-    if dtype == np.dtype("?") and array.size and array.view(np.uint8).max() > 1:
+    if dtype is _BOOL and data.translate(None, b"\x00\x01"):  # any byte left is neither 0 nor 1
         raise ProtocolError(INVALID_ARGUMENT, f"{what} is BOOL but holds bytes other than 0 and 1")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
 
@@ -103,7 +105,7 @@ def _shape(dims, what: str) -> tuple[int, ...]:
     if len(dims) > MAX_RANK:
         raise ProtocolError(INVALID_ARGUMENT, f"{what} has {len(dims)} dimensions, at most {MAX_RANK}")
     shape = tuple(dims)
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}")
     return shape
 
