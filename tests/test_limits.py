@@ -365,14 +365,19 @@ def test_idle_streams_are_ended_with_deadline_exceeded_and_their_sessions_closed
         once.put(None)
 
 
+def _open_stream(channel, spec: EnvSpec, name: str):
+    """Handshake as `name` and open the lockstep stream: (session id, queue feeding the stream, the call)."""
+    stub = env_pb2_grpc.EnvServiceStub(channel)
+    sid = stub.Handshake(codec.encode_handshake(spec, name), timeout=5).session_id
+    pending = queue.SimpleQueue()
+    return sid, pending, stub.Stream(iter(pending.get, None), timeout=10)
+
+
 def test_a_slow_but_steady_worker_is_not_cut_off():
     backend = Limited(SessionLimits(stream_idle_timeout_s=0.5))
     spec = EnvSpec("v", (3,), np.float32, 2, 1)
     with ServerThread(backend) as server, grpc.insecure_channel(server.address) as channel:
-        stub = env_pb2_grpc.EnvServiceStub(channel)
-        sid = stub.Handshake(codec.encode_handshake(spec, "slow"), timeout=5).session_id
-        pending = queue.SimpleQueue()
-        call = stub.Stream(iter(pending.get, None), timeout=10)
+        sid, pending, call = _open_stream(channel, spec, "slow")
         for sequence in range(5):  # 0.3 s between steps: 1.5 s in all, each gap under the deadline
             pending.put(codec.encode_step(zero_step(spec, sid, sequence)))
             assert next(call).sequence == sequence
@@ -381,15 +386,11 @@ def test_a_slow_but_steady_worker_is_not_cut_off():
         assert list(call) == []
 
 
-
 def test_an_idle_timeout_of_zero_waits_forever():
     backend = Limited(SessionLimits(stream_idle_timeout_s=0))
     spec = EnvSpec("v", (3,), np.float32, 2, 1)
     with ServerThread(backend) as server, grpc.insecure_channel(server.address) as channel:
-        stub = env_pb2_grpc.EnvServiceStub(channel)
-        sid = stub.Handshake(codec.encode_handshake(spec, "patient"), timeout=5).session_id
-        pending = queue.SimpleQueue()
-        call = stub.Stream(iter(pending.get, None), timeout=10)
+        sid, pending, call = _open_stream(channel, spec, "patient")
         pending.put(codec.encode_step(zero_step(spec, sid, 0)))
         assert next(call).sequence == 0
         time.sleep(1.0)
@@ -419,10 +420,7 @@ def test_time_the_host_holds_a_step_does_not_count_against_the_idle_deadline():
     backend = SlowStep(SessionLimits(stream_idle_timeout_s=0.3))
     spec = EnvSpec("v", (3,), np.float32, 2, 1)
     with ServerThread(backend) as server, grpc.insecure_channel(server.address) as channel:
-        stub = env_pb2_grpc.EnvServiceStub(channel)
-        sid = stub.Handshake(codec.encode_handshake(spec, "patient"), timeout=5).session_id
-        pending = queue.SimpleQueue()
-        call = stub.Stream(iter(pending.get, None), timeout=10)
+        sid, pending, call = _open_stream(channel, spec, "patient")
         pending.put(codec.encode_step(zero_step(spec, sid, 0)))
         assert backend.holding.wait(5)
         time.sleep(1.0)  # the host holds the step for over three idle timeouts
