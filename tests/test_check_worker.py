@@ -209,3 +209,20 @@ def test_the_fake_host_refuses_what_the_host_refuses_and_records_it():
         assert [v.split(":")[1].strip() for v in backend.violations] == ["RESOURCE_EXHAUSTED"] * 2
     finally:
         server.stop()
+
+
+def test_a_refusal_is_attributed_by_the_field_it_names_not_by_words_in_its_message():
+    from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
+    from seedleague.protocol.specs import StepBatch, check_step
+
+    spec = EnvSpec("x", (3,), np.float32, num_actions=2, num_envs=2)
+    step = StepBatch("s", 1, np.zeros((2, 1, 3), np.float32), np.full((2, 1), np.nan, np.float32),
+                     np.zeros(2, bool), np.zeros(2, bool))
+    with pytest.raises(ProtocolError) as refused:
+        check_step(spec, step)
+    assert refused.value.field == "reward"
+    found = cw.Violation("s", 1, refused.value.code, refused.value.message, refused.value.field)
+    assert found.check == cw.REWARDS
+    # A stream-level refusal whose text happens to mention a field stays a stream refusal.
+    stream = cw.Violation("s", 1, INVALID_ARGUMENT, "stream belongs to session 'a', observation of 'b'")
+    assert stream.check == cw.STREAM

@@ -135,7 +135,8 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         except ProtocolError as error:
             details = codec.clip(error.message)
             reason = f"{error.code}: {details}"
-            log.warning("ending stream of session %s: %s", codec.clip(repr(session_id), 64), reason)
+            log.warning("ending stream of session %s: %s", codec.clip(repr(session_id), 64), reason,
+                        extra={"field": error.field})
             await context.abort(grpc.StatusCode[error.code], details)
         except asyncio.CancelledError:  # the worker went away; the RPC is over, nothing to answer
             reason = "cancelled"

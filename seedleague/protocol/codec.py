@@ -60,7 +60,7 @@ def enum_to_dtype(enum: int, what: str = "tensor") -> np.dtype:
     try:
         return _DTYPES[enum]
     except KeyError:
-        raise ProtocolError(INVALID_ARGUMENT, f"{what} has unknown dtype enum value {enum}") from None
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has unknown dtype enum value {enum}", what) from None
 
 
 def encode_tensor(array: np.ndarray, out: Optional[pb.Tensor] = None) -> pb.Tensor:
@@ -85,17 +85,17 @@ def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,
                 f"{what} shape {shape} has {elements} elements{'' if elements else f' (spans {span})'}, "
-                f"limit {MAX_TENSOR_ELEMENTS}",
+                f"limit {MAX_TENSOR_ELEMENTS}", what,
             )
     data = tensor.data  # one copy out of the message
     expected = elements * dtype.itemsize
     if len(data) != expected:
         raise ProtocolError(
             INVALID_ARGUMENT,
-            f"{what} has {len(data)} data bytes but shape {shape} of {dtype.name} needs {expected}",
+            f"{what} has {len(data)} data bytes but shape {shape} of {dtype.name} needs {expected}", what,
         )
     if dtype is _BOOL and data.translate(None, b"\x00\x01"):  # any byte left is neither 0 nor 1
-        raise ProtocolError(INVALID_ARGUMENT, f"{what} is BOOL but holds bytes other than 0 and 1")
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} is BOOL but holds bytes other than 0 and 1", what)
     array = np.frombuffer(data, dtype=dtype).reshape(shape)
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
@@ -103,10 +103,10 @@ def decode_tensor(tensor: pb.Tensor, what: str = "tensor") -> np.ndarray:
 def _shape(dims, what: str) -> tuple[int, ...]:
     """A wire shape as a tuple, refused before it is copied if it has too many dimensions."""
     if len(dims) > MAX_RANK:
-        raise ProtocolError(INVALID_ARGUMENT, f"{what} has {len(dims)} dimensions, at most {MAX_RANK}")
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has {len(dims)} dimensions, at most {MAX_RANK}", what)
     shape = tuple(dims)
     if shape and min(shape) < 0:
-        raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}")
+        raise ProtocolError(INVALID_ARGUMENT, f"{what} has a negative dimension in shape {shape}", what)
     return shape
 
 
@@ -173,7 +173,7 @@ def decode_step(message: pb.StepBatch) -> StepBatch:
 
     for field in ("observation", "reward", "terminated", "truncated"):
         if not message.HasField(field):
-            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor")
+            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor", field)
     return StepBatch(
         session_id=message.session_id,
         sequence=message.sequence,

@@ -97,17 +97,17 @@ def zero_step(spec: EnvSpec, session_id: str = "", sequence: int = 0, acting: bo
 
 def _expect(name: str, array: Optional[np.ndarray], shape: tuple, dtype: np.dtype) -> None:
     if array is None:
-        raise ProtocolError(INVALID_ARGUMENT, f"{name} is missing")
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} is missing", name)
     if array.dtype != dtype:
-        raise ProtocolError(INVALID_ARGUMENT, f"{name} has dtype {array.dtype}, expected {np.dtype(dtype)}")
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has dtype {array.dtype}, expected {np.dtype(dtype)}", name)
     if array.shape != shape:
-        raise ProtocolError(INVALID_ARGUMENT, f"{name} has shape {array.shape}, expected {shape}")
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has shape {array.shape}, expected {shape}", name)
 
 
 def _expect_finite(name: str, array: np.ndarray) -> None:
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
-        raise ProtocolError(INVALID_ARGUMENT, f"{name} has a non-finite value (NaN or inf) at index {bad}")
+        raise ProtocolError(INVALID_ARGUMENT, f"{name} has a non-finite value (NaN or inf) at index {bad}", name)
 
 
 def check_step(spec: EnvSpec, step: StepBatch) -> None:
@@ -127,6 +127,8 @@ def check_step(spec: EnvSpec, step: StepBatch) -> None:
         stuck = acting & ~step.legal_mask.any(axis=-1)
         if stuck.any():
             env, seat = np.argwhere(stuck)[0].tolist()
-            raise ProtocolError(INVALID_ARGUMENT, f"legal_mask has no legal action for acting env {env} seat {seat}")
+            raise ProtocolError(INVALID_ARGUMENT, f"legal_mask has no legal action for acting env {env} seat {seat}",
+                                "legal_mask")
     elif step.legal_mask is not None:
-        raise ProtocolError(INVALID_ARGUMENT, "legal_mask sent but the handshake declared has_legal_mask=false")
+        raise ProtocolError(INVALID_ARGUMENT, "legal_mask sent but the handshake declared has_legal_mask=false",
+                            "legal_mask")

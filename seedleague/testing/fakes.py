@@ -157,7 +157,7 @@ class FakeBackend:
         try:
             check_step(session.spec, step)
         except ProtocolError as error:
-            self._refuse(session.session_id, error.code, error.message)
+            self._refuse(session.session_id, error.code, error.message, error.field)
         session.record(step)
         if self._on_step is not None:
             self._on_step(session, step)
@@ -177,7 +177,7 @@ class FakeBackend:
         try:
             check_capacity(spec, config.limits, open_sessions)
         except ProtocolError as error:
-            self._refuse("handshake", error.code, error.message)
+            self._refuse("handshake", error.code, error.message, error.field)
         if config.observation_shape is not None and spec.observation_shape != config.observation_shape:
             self._refuse(
                 "handshake",
@@ -200,10 +200,10 @@ class FakeBackend:
                     f"{spec.num_envs} more envs would exceed the host's limit of {config.max_envs} ({open_envs} open)",
                 )
 
-    def _refuse(self, where: str, code: str, message: str) -> None:
+    def _refuse(self, where: str, code: str, message: str, field: Optional[str] = None) -> None:
         """Record the violation, then raise it for the servicer to turn into a status."""
         self.violations.append(f"{where}: {code}: {message}")
-        raise ProtocolError(code, message)
+        raise ProtocolError(code, message, field)
 
 
 class FakeLeague:

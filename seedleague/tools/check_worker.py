@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -53,14 +52,14 @@ SHUTDOWN = "clean shutdown"
 CHECKS = (HANDSHAKE, STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS, EPISODES, RECONNECT, SHUTDOWN)
 
 # Which check a refused message belongs to, by the first field its error names.
-_FIELD_CHECKS = (
-    ("legal_mask", LEGAL_MASKS),
-    ("acting", LEGAL_MASKS),
-    ("observation", OBSERVATIONS),
-    ("reward", REWARDS),
-    ("terminated", REWARDS),
-    ("truncated", REWARDS),
-)
+_FIELD_CHECKS = {  # the StepBatch field a refusal names (ProtocolError.field) -> the check it fails
+    "legal_mask": LEGAL_MASKS,
+    "acting": LEGAL_MASKS,
+    "observation": OBSERVATIONS,
+    "reward": REWARDS,
+    "terminated": REWARDS,
+    "truncated": REWARDS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +144,13 @@ class Violation:
     sequence: Optional[int]  # the refused StepBatch's sequence, when known
     code: str
     message: str
+    field: Optional[str] = None  # the field at fault, from ProtocolError.field; None: the stream as a whole
 
     @property
     def check(self) -> str:
         if self.where == HANDSHAKE:
             return HANDSHAKE
-        return next((check for field, check in _FIELD_CHECKS if re.search(rf"\b{field}\b", self.message)), STREAM)
+        return _FIELD_CHECKS.get(self.field, STREAM)
 
     def describe(self) -> str:
         step = f"step {self.sequence}" if self.sequence is not None else "a message"
@@ -187,7 +187,7 @@ class CheckingBackend(FakeBackend):
         try:
             super().attach(session_id)
         except ProtocolError as error:
-            self.add(Violation(session_id, 0, error.code, error.message))
+            self.add(Violation(session_id, 0, error.code, error.message, error.field))
             raise
 
     async def step(self, step: StepBatch) -> ActionBatch:
@@ -195,7 +195,7 @@ class CheckingBackend(FakeBackend):
             check_message_size(self, step)
             actions = await super().step(step)
         except ProtocolError as error:
-            self.add(Violation(step.session_id, step.sequence, error.code, error.message))
+            self.add(Violation(step.session_id, step.sequence, error.code, error.message, error.field))
             raise
         ended = step.terminated | step.truncated
         if step.sequence > 0 and ended.any() and self.first_episode_end is None:
@@ -224,10 +224,12 @@ class ServicerRefusals(logging.Handler):
             self._backend.add(Violation(HANDSHAKE, None, "refused", str(args[1])))
         elif record.msg.startswith("ending stream") and len(args) == 2:
             code, _, message = str(args[1]).partition(": ")
+            field = getattr(record, "field", None)  # the servicer logs the refusal's ProtocolError.field
             if args[0] is None:  # The stream's first message did not decode: its session is unknown.
-                self._backend.add(Violation("(first message, session unknown)", 0, code, message))
+                self._backend.add(Violation("(first message, session unknown)", 0, code, message, field))
             else:
-                self._backend.add(Violation(str(args[0]), _accepted_steps(self._backend, args[0]), code, message))
+                self._backend.add(Violation(str(args[0]), _accepted_steps(self._backend, args[0]), code, message,
+                                            field))
 
     def __enter__(self) -> "ServicerRefusals":
         logging.getLogger(self.LOGGER).addHandler(self)
