@@ -288,7 +288,7 @@ class _Run:
 
 
 class _Interrupted(Exception):
-    pass
+    """SIGTERM or Ctrl-C reached the launcher: every wait loop ends and the launch tears down."""
 
 
 def launch(config: RayLaunchConfig) -> dict:

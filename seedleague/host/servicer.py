@@ -156,7 +156,6 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
             await asyncio.sleep(0.01)
 
 
-
 class _IdleDeadline:
     """A stream's idle deadline (`SessionLimits.stream_idle_timeout_s`; 0: none): `wait` raises
     DEADLINE_EXCEEDED once the worker has been quiet that long. It counts only time spent waiting on
