@@ -1,6 +1,6 @@
 """Learner updates/s and samples/s: `make_update` on a synthetic batch of each preset's shape.
 
-    python -m benchmarks.learner_rate                         # CartPole, Kuhn poker and Atari presets
+    python -m benchmarks.learner_rate                         # CartPole, Kuhn poker, connect_four and Atari presets
     python -m benchmarks.learner_rate --workloads atari --seconds 20
 
 The batch lives on the device before timing, as the host's replay keeps it, so
@@ -45,15 +45,19 @@ def synthetic_batch(workload: Workload, batch: int, unroll_length: int, seed: in
     )
 
 
-def update_times(workload: Workload, seconds: float, min_updates: int = 5) -> tuple[np.ndarray, int, int]:
-    """(seconds per update after the compile, batch size, unroll length) with the preset's learner."""
+def update_times(workload: Workload, seconds: float, min_updates: int = 5) -> tuple[np.ndarray, float, int, int]:
+    """(seconds per update after the compile, seconds of the first call (the compile), batch size, unroll length)
+    with the preset's learner."""
     host = workload.host()
     network = workload.network()
     state = init_train_state(host.learner, network, jax.random.key(0))
     update = make_update(host.learner, network)
     batch = jax.device_put(synthetic_batch(workload, host.batch_size, host.unroll_length))
-    for _ in range(2):
-        state, metrics = update(state, batch)
+    start = time.perf_counter()
+    state, metrics = update(state, batch)
+    jax.block_until_ready(metrics)
+    first_call = time.perf_counter() - start
+    state, metrics = update(state, batch)
     jax.block_until_ready(metrics)
     times = []
     end = time.perf_counter() + seconds
@@ -62,14 +66,15 @@ def update_times(workload: Workload, seconds: float, min_updates: int = 5) -> tu
         state, metrics = update(state, batch)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
-    return np.asarray(times), host.batch_size, host.unroll_length
+    return np.asarray(times), first_call, host.batch_size, host.unroll_length
 
 
 def measure(workload: Workload, seconds: float) -> dict:
-    times, batch, unroll = update_times(workload, seconds)
+    times, first_call, batch, unroll = update_times(workload, seconds)
     median = float(np.median(times))
     return dict(workload=workload.name, batch=batch, unroll=unroll, network=_describe(workload),
-                updates_per_s=1 / median, samples_per_s=batch * unroll / median, updates=len(times))
+                steps=workload.host().learner.steps_per_update, updates_per_s=1 / median,
+                samples_per_s=batch * unroll / median, updates=len(times), first_call_s=first_call)
 
 
 def _describe(workload: Workload) -> str:
@@ -78,16 +83,18 @@ def _describe(workload: Workload) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | network | batch x unroll | updates/s | samples/s | updates timed |",
-             "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['workload']} | {r['network']} | {r['batch']} x {r['unroll']} | {r['updates_per_s']:,.1f} "
-              f"| {r['samples_per_s']:,.0f} | {r['updates']} |" for r in rows]
+    lines = ["| workload | network | batch x unroll | gradient steps per update | updates/s | samples/s "
+             "| updates timed | first call (compile) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['workload']} | {r['network']} | {r['batch']} x {r['unroll']} | {r['steps']} "
+              f"| {r['updates_per_s']:,.1f} | {r['samples_per_s']:,.0f} | {r['updates']} | {r['first_call_s']:.1f} s |"
+              for r in rows]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="cartpole,kuhn,atari", help=f"comma-separated, of {','.join(WORKLOADS)}")
+    parser.add_argument("--workloads", default="cartpole,kuhn,connect_four,atari", help=f"comma-separated, of {','.join(WORKLOADS)}")
     parser.add_argument("--seconds", type=float, default=5.0, help="timing window per workload (at least 5 updates)")
     args = parser.parse_args(argv)
     print(f"learner update rate, {jax.devices()[0].platform} JAX, median over the window\n")

@@ -46,6 +46,9 @@ WORKLOADS = {
     "cartpole": Workload("CartPole-v1", "CartPole-v1", (4,), "float32", 2),
     # OpenSpiel Kuhn poker: information state tensor of 11 floats, pass/bet, two seats with legal masks.
     "kuhn": Workload("Kuhn poker", "openspiel:kuhn_poker", (11,), "float32", 2, num_seats=2, has_legal_mask=True),
+    # OpenSpiel connect_four: 3 board planes and 2 seat planes of 6x7, 7 columns, two seats; the board torso.
+    "connect_four": Workload("connect_four", "openspiel:connect_four", (5, 6, 7), "float32", 7, num_seats=2,
+                             has_legal_mask=True),
     # ALE Pong-v5 after envs/atari.py: 4 stacked 84x84 grayscale frames (uint8, HWC), 6 actions; Nature CNN.
     "atari": Workload("Atari Pong", "ALE/Pong-v5", (84, 84, 4), "uint8", 6),
 }

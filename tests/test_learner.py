@@ -335,3 +335,57 @@ def test_a_magnet_with_an_interval_is_replaced_by_the_params_after_every_interva
     jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
     with pytest.raises(ValueError, match="exclude each other"):
         LearnerConfig(magnet_cost=0.5, magnet_interval=2, magnet_rate=0.1)
+
+
+@pytest.mark.parametrize("torso, lstm_size, convolves", [("board", 0, True), ("board", 8, True), ("mlp", 0, False),
+                                                         ("mlp", 8, False)])
+def test_convolutional_networks_are_recognised_through_nested_jaxprs(torso, lstm_size, convolves):
+    # XLA:CPU runs a convolution inside the minibatch loop several times slower, so such networks unroll it.
+    from seedleague.rl.learner import _convolves
+
+    shape = (3, 6, 7) if torso == "board" else (5,)
+    network = make_network(NetworkConfig(torso=torso, hidden_sizes=(16,), lstm_size=lstm_size), shape, np.float32, 3)
+    params = network.init(jax.random.key(0))
+    batch = Unroll(observation=jnp.zeros((2, 4) + shape), first=jnp.zeros((2, 4), bool), action=None,
+                   behaviour_logits=None, legal_mask=None, reward=None, terminated=None, truncated=None,
+                   policy_version=None, core_state=network.initial_state(2))
+    assert _convolves(network, params, batch) is convolves
+
+
+def _loops(jaxpr) -> list:
+    """The scan and while equations in `jaxpr` and in the jaxprs nested in it."""
+    found = []
+    for equation in jaxpr.eqns:
+        if equation.primitive.name in ("scan", "while"):
+            found.append(equation)
+        for value in equation.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    found += _loops(inner)
+    return found
+
+
+@pytest.mark.parametrize("torso, loops", [("board", False), ("mlp", True)])
+def test_minibatch_steps_of_a_convolutional_network_are_unrolled_on_cpu(torso, loops):
+    import functools
+
+    from seedleague.rl.learner import _has_convolution, _update
+
+    config = LearnerConfig(loss="ppo", epochs=2, minibatches=2)
+    shape = (2, 3, 3) if torso == "board" else (5,)
+    network = make_network(NetworkConfig(torso=torso, hidden_sizes=(8,)), shape, np.float32, 3)
+    rows = (4, 3)
+    batch = Unroll(observation=np.zeros(rows + shape, np.float32), first=np.zeros(rows, bool),
+                   action=np.zeros(rows, np.int32), behaviour_logits=np.zeros(rows + (3,), np.float32),
+                   legal_mask=np.ones(rows + (3,), bool), reward=np.zeros(rows, np.float32),
+                   terminated=np.zeros(rows, bool), truncated=np.zeros(rows, bool),
+                   policy_version=np.zeros(rows, np.int32), core_state=())
+    state = init_train_state(config, network, jax.random.key(0))
+    jaxpr = jax.make_jaxpr(functools.partial(_update, config, network))(state, batch).jaxpr
+    # A scan lowers to a loop unless it is unrolled over its whole length.
+    loops_left = [loop for loop in _loops(jaxpr) if loop.primitive.name == "while"
+                  or loop.params["unroll"] is not True and loop.params["unroll"] < loop.params["length"]]
+    assert any(loop.primitive.name == "scan" and loop.params["length"] == 4 for loop in loops_left) is loops
+    body = lambda loop: loop.params["jaxpr" if loop.primitive.name == "scan" else "body_jaxpr"].jaxpr
+    assert not any(_has_convolution(body(loop)) for loop in loops_left)

@@ -408,8 +408,32 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress
                                                     minibatch_targets)
         return (params, opt_state), metrics
 
-    (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), rows)
+    unroll = jax.default_backend() == "cpu" and _convolves(network, state.params, batch)
+    (params, opt_state), metrics = jax.lax.scan(step, (state.params, state.opt_state), rows, unroll=unroll)
     return params, opt_state, rng, jax.tree.map(jnp.mean, metrics)
+
+
+def _convolves(network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll) -> bool:
+    """Whether the network's forward pass has a convolution. XLA:CPU runs a convolution inside a loop
+    several times slower than the same convolution outside one (the board torso's 16 minibatch steps: 2.5 s
+    in a loop, 0.32 s unrolled; benchmarks/README.md), so on CPU the minibatch steps of such a network are
+    unrolled, at the cost of a longer compile."""
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          (params, batch.observation, batch.first, batch.core_state))
+    return _has_convolution(jax.make_jaxpr(network.apply)(*shapes).jaxpr)
+
+
+def _has_convolution(jaxpr: jax.extend.core.Jaxpr) -> bool:
+    """Whether `jaxpr` or any jaxpr nested in its equations (scans, calls) convolves."""
+    for equation in jaxpr.eqns:
+        if equation.primitive.name == "conv_general_dilated":
+            return True
+        for value in equation.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr holds its Jaxpr
+                if isinstance(inner, jax.extend.core.Jaxpr) and _has_convolution(inner):
+                    return True
+    return False
 
 
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
