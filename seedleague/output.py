@@ -157,8 +157,13 @@ def resolve(run_dir: str) -> Output:
                 "--learner.average-from or --learner.average-tail, or has not reached it): the output is the final params instead")
         log.warning("%s", note)
         return dataclasses.replace(final, note=note)
-    note = ("this game's exploitability cannot be measured (not an OpenSpiel imperfect-information game), so "
-            "nothing is selected: the output is the param average") if config.source == "selected" else ""
+    note = ""
+    if config.source == "selected":
+        from seedleague import checkpoint_meta
+        from seedleague.eval.output_selection import unmeasurable
+
+        why = unmeasurable(checkpoint_meta.read(os.path.join(run_dir, "checkpoints"), step).spec.env_name)
+        note = f"this game's exploitability cannot be measured ({why}), so nothing is selected: the output is the param average"
     return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),), note)
 
 

@@ -114,3 +114,24 @@ def test_a_game_whose_exploitability_cannot_be_measured_gets_the_param_average(t
     assert not (run / output_selection.FILE).exists()
     np.testing.assert_allclose(load_trained(str(run)).action_probabilities(np.zeros((1, 4), np.float32)).sum(), 1.0,
                                rtol=1e-6)
+
+
+def test_histories_counts_every_node_of_the_tree_and_stops_at_the_cap():
+    # Kuhn by hand: 1 chance node deals the first card, 3 chance nodes the second, then 6 deals, each with the
+    # betting nodes "", p, b, pp, pb, bp, bb, pbp, pbb (9, the deal's own node included): 1 + 3 + 6 * 9 = 58.
+    game = output_selection.game_of("openspiel:kuhn_poker")
+    assert output_selection.histories(game, cap=1000) == 58
+    assert output_selection.histories(game, cap=58) == 58
+    assert output_selection.histories(game, cap=57) is None
+
+
+def test_a_game_too_large_to_measure_gets_the_param_average_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(output_selection, "MAX_HISTORIES", 57)
+    output_selection.unmeasurable.cache_clear()
+    try:
+        run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "bet"))
+        resolved = output.resolve(run)
+    finally:
+        output_selection.unmeasurable.cache_clear()
+    assert resolved.members[0].average and "more than 57 histories" in resolved.note, resolved.note
+    assert not os.path.exists(os.path.join(run, output_selection.FILE))  # nothing was measured

@@ -16,13 +16,15 @@ output (seedleague.output) measures all of them and hands over the least exploit
 The meta-game is solved over the newest `POPULATION` snapshots with exact payoffs
 (seedleague.eval.metagame). `select` caches its choice in `<run_dir>/output_selection.json`,
 valid while the newest checkpoint and snapshot are the same, so loading the output again is
-cheap. Where exploitability cannot be measured (not an OpenSpiel imperfect-information game:
-`game_of` gives None) `select` returns None and the output is the param average.
+cheap. Where exploitability cannot be measured (`unmeasurable` says why: not an OpenSpiel
+imperfect-information game, or a game tree too large to measure in minutes) `select` returns
+None and the output is the param average.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 
 FILE = "output_selection.json"
 POPULATION = 32  # newest snapshots in the meta-game; the end of the run, where the anneal has settled
+# Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores: liars_dice's
+# 294,883 histories select in 54-226 s; oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 had taken 6.7 GB and
+# not finished after 20 minutes (benchmarks/README.md).
+MAX_HISTORIES = 500_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,34 @@ def game_of(env_name: str):
 
     game = load_game(name)
     return game if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION else None
+
+
+def histories(game, cap: int) -> Optional[int]:
+    """The number of histories (tree nodes, chance and terminal ones included) of `game`, or None when there
+    are more than `cap`; stops counting at the cap, so it costs at most `cap` steps."""
+    stack, count = [game.new_initial_state()], 0
+    while stack:
+        state = stack.pop()
+        count += 1
+        if count > cap:
+            return None
+        if state.is_terminal():
+            continue
+        actions = [a for a, _ in state.chance_outcomes()] if state.is_chance_node() else state.legal_actions()
+        stack.extend(state.child(a) for a in actions)
+    return count
+
+
+@functools.lru_cache(maxsize=16)
+def unmeasurable(env_name: str) -> str:
+    """Why no candidate of a run on `env_name` can be measured exactly ("" when they can)."""
+    game = game_of(env_name)
+    if game is None:
+        return "not an OpenSpiel imperfect-information game"
+    if histories(game, MAX_HISTORIES) is None:
+        return (f"its game tree has more than {MAX_HISTORIES:,} histories, too many to measure every candidate "
+                "exactly in minutes (`seedleague eval` still measures one policy)")
+    return ""
 
 
 def _stamp(checkpoint: int, snapshot_keys: list[str]) -> dict:
@@ -114,9 +148,9 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
     if hit is not None:
         return hit
     final = load_policy(run_dir, checkpoint, seed=seed)
-    game = game_of(final.spec.env_name)
-    if game is None:
+    if unmeasurable(final.spec.env_name):
         return None
+    game = game_of(final.spec.env_name)
     start = time.perf_counter()
     candidates: dict[str, tuple[tuple[Member, ...], float]] = {
         "final": ((Member(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
