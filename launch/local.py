@@ -256,12 +256,23 @@ def run(config: RunConfig) -> dict:
 
 
 def _describe_output(run_dir: str, config: OutputConfig) -> dict:
-    """summary.json's "output": what seedleague.api.load_trained gives for this run now, or why nothing yet."""
+    """summary.json's "output": what seedleague.api.load_trained gives for this run now, or why nothing yet.
+
+    Choosing a `selected` output measures its candidates (up to minutes); the final checkpoint is written
+    by then, so SIGINT or SIGTERM here skips the choice, which `load_trained` makes later."""
+    kind = "mixture" if config.source in output.MIXTURES else "policy"
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         return output.resolve(run_dir).describe()
     except (FileNotFoundError, ValueError) as error:
-        return dict(source=config.source, kind="mixture" if config.source in output.MIXTURES else "policy",
-                    error=str(error))
+        return dict(source=config.source, kind=kind, error=str(error))
+    except KeyboardInterrupt:
+        note = ("interrupted while choosing the output; the checkpoints are written, and seedleague.api.load_trained "
+                "(or serve, export, report) chooses it when first asked")
+        print(f"\n{note}", file=sys.stderr, flush=True)
+        return dict(source=config.source, kind=kind, note=note)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _League:

@@ -49,3 +49,26 @@ def test_an_interrupt_during_host_shutdown_still_stops_the_league(tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         local.run(local.RunConfig(run_dir=str(tmp_path / "run")))
     assert FakeLeague.last.stopped
+
+
+def test_sigterm_while_the_output_is_chosen_skips_the_choice_and_says_so(monkeypatch, tmp_path, capsys):
+    import os
+    import signal
+    import threading
+
+    from seedleague import output
+
+    def slow_choice(run_dir):  # measuring candidates: SIGTERM arrives meanwhile
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(60)  # the handler interrupts this wait
+        raise AssertionError("SIGTERM did not interrupt the choice")
+
+    monkeypatch.setattr(output, "resolve", slow_choice)
+    before = signal.signal(signal.SIGTERM, local._already_stopping)
+    try:
+        described = local._describe_output(str(tmp_path), output.OutputConfig("selected"))
+        assert signal.getsignal(signal.SIGTERM) is local._already_stopping  # restored for what follows
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert described["source"] == "selected" and "interrupted while choosing the output" in described["note"]
+    assert "load_trained" in capsys.readouterr().err
