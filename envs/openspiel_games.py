@@ -4,7 +4,8 @@ OpenSpiel env worker, `seedleague eval` and the Python policy API.
 A seat's observation is its information-state tensor (the full private history,
 so a feed-forward policy is enough for perfect recall), or, for games that
 provide no information state, the observation tensor followed by one constant
-plane per player that marks whose view it is. OpenSpiel's observation tensors of
+plane per player that marks whose view it is (and, for imperfect-information games,
+the move number: `shows_the_clock`). OpenSpiel's observation tensors of
 board games (tic_tac_toe, connect_four, ...) are absolute, the same for both
 players (plane 0 = player 0's pieces), so without the seat planes a network would
 have to infer its own colour from the parity of the pieces on the board.
@@ -56,11 +57,30 @@ def load_game(name: str) -> pyspiel.Game:
     return game
 
 
+def shows_the_clock(game: pyspiel.Game) -> bool:
+    """Whether a seat's observation carries the move number: an imperfect-information game without an
+    information-state tensor, whose observation tensor alone forgets the history (in the turn-based
+    form of oshi_zumo(coins=6,size=2,horizon=6), 394,824 information states share 324 tensors, and
+    states that differ only in the moves left look the same), so a feed-forward policy could not tell
+    an early position from a late one."""
+    kind = game.get_type()
+    return (not kind.provides_information_state_tensor
+            and kind.information == pyspiel.GameType.Information.IMPERFECT_INFORMATION)
+
+
+def _clock_size(game: pyspiel.Game, rank: int) -> int:
+    """Entries the clock adds: a one-hot of the move number (0..max_game_length) after a flat
+    observation, one plane of move number / max_game_length after board planes."""
+    if not shows_the_clock(game):
+        return 0
+    return game.max_game_length() + 1 if rank == 1 else 1
+
+
 def observation_shape(game: pyspiel.Game) -> tuple[int, ...]:
     if game.get_type().provides_information_state_tensor:
         return tuple(game.information_state_tensor_shape())
     planes, *rest = game.observation_tensor_shape()
-    return (planes + game.num_players(), *rest)
+    return (planes + game.num_players() + _clock_size(game, 1 + len(rest)), *rest)
 
 
 class Encoder:
@@ -72,7 +92,10 @@ class Encoder:
         self.shape = observation_shape(game)
         self.num_actions = game.num_distinct_actions()
         self._information_state = game.get_type().provides_information_state_tensor
-        self._board_planes = None if self._information_state else self.shape[0] - game.num_players()
+        self._clock = _clock_size(game, len(self.shape))
+        self._max_moves = max(1, game.max_game_length())
+        self._seats = game.num_players()
+        self._board_planes = None if self._information_state else self.shape[0] - self._seats - self._clock
 
     def observation(self, state: pyspiel.State, player: int, out: np.ndarray) -> None:
         """out[...] = `player`'s observation of `state`; `out` is a float32 array shaped `self.shape`."""
@@ -83,6 +106,12 @@ class Encoder:
         out[:planes].flat[:] = state.observation_tensor(player)
         out[planes:] = 0.0
         out[planes + player] = 1.0  # whose view this is
+        if self._clock:
+            moves = min(state.move_number(), self._max_moves)
+            if len(self.shape) == 1:
+                out[planes + self._seats + moves] = 1.0
+            else:
+                out[planes + self._seats] = moves / self._max_moves
 
 
 def encode(state: pyspiel.State, player: int) -> np.ndarray:

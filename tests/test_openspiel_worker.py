@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from envs.openspiel_games import encode
+from envs.openspiel_games import encode, load_game, observation_shape, shows_the_clock
 from envs.openspiel_worker import ILLEGAL_LOG_EVERY, OpenSpielVectorGame
 from seedleague.testing.fakes import random_legal_actions
 from seedleague.tools import check_worker as cw
@@ -93,6 +93,28 @@ def test_board_observations_say_whose_view_they_are(name):
         np.testing.assert_array_equal(view[-2:].reshape(2, -1).min(axis=1), np.eye(2)[player])
         np.testing.assert_array_equal(view[-2:].reshape(2, -1).max(axis=1), np.eye(2)[player])
     assert not np.array_equal(views[0], views[1])
+
+
+OSHI = "turn_based_simultaneous_game(game=oshi_zumo(coins=6,size=2,horizon=6))"
+
+
+def test_an_imperfect_information_game_without_an_information_state_shows_the_move_number():
+    # The turn-based oshi_zumo has only an observation tensor (25 floats: coins and the wrestler's square),
+    # which looks the same with 1 and with 5 rounds left; the encoding appends the seat planes and a one-hot
+    # of the move number, 0..max_game_length (12 here).
+    game = load_game(OSHI)
+    assert shows_the_clock(game) and not shows_the_clock(load_game("connect_four"))
+    assert observation_shape(game) == (25 + 2 + 13,)
+    state = game.new_initial_state()
+    for action in (0, 0, 0):  # round 1 (both bid 0), then seat 0's bid of round 2
+        state.apply_action(action)
+    view = encode(state, 1)
+    np.testing.assert_array_equal(view[:25], state.observation_tensor(1))
+    np.testing.assert_array_equal(view[25:27], [0, 1])
+    np.testing.assert_array_equal(view[27:], np.eye(13)[3])
+    again = game.new_initial_state()
+    again.apply_action(0)
+    assert np.array_equal(encode(again, 1)[:27], view[:27]) and not np.array_equal(encode(again, 1), view)
 
 
 def test_chance_is_sampled_with_the_seeded_generator():
