@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.extend import core as jax_core
 
 from seedleague.rl import losses, sharding, structured_losses
 from seedleague.rl.networks import Network
@@ -423,7 +424,7 @@ def _convolves(network: Network | StructuredNetwork, params: Any, batch: Unroll 
     return _has_convolution(jax.make_jaxpr(network.apply)(*shapes).jaxpr)
 
 
-def _has_convolution(jaxpr: jax.extend.core.Jaxpr) -> bool:
+def _has_convolution(jaxpr: jax_core.Jaxpr) -> bool:
     """Whether `jaxpr` or any jaxpr nested in its equations (scans, calls) convolves."""
     for equation in jaxpr.eqns:
         if equation.primitive.name == "conv_general_dilated":
@@ -431,7 +432,7 @@ def _has_convolution(jaxpr: jax.extend.core.Jaxpr) -> bool:
         for value in equation.params.values():
             for inner in value if isinstance(value, (tuple, list)) else (value,):
                 inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr holds its Jaxpr
-                if isinstance(inner, jax.extend.core.Jaxpr) and _has_convolution(inner):
+                if isinstance(inner, jax_core.Jaxpr) and _has_convolution(inner):
                     return True
     return False
 
