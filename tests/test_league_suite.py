@@ -99,6 +99,23 @@ def test_board_scores_split_a_mixtures_games_by_weight():
     assert output_score.format_score(board) == "random 3/0/1, mcts100 0/1/1"
 
 
+def test_a_game_without_an_information_state_tensor_is_scored_by_exact_exploitability(tmp_path):
+    # its observation (tensor, seat planes and the move number) differs, the information states do not
+    from open_spiel.python import policy as openspiel_policy
+    from open_spiel.python.algorithms import exploitability
+
+    from envs.openspiel_games import load_game
+
+    oshi = load_game("turn_based_simultaneous_game(game=oshi_zumo(coins=3,size=1,horizon=3))")
+    assert not oshi.get_type().provides_information_state_tensor
+    assert output_score.game_kind(oshi) == output_score.EXPLOITABILITY
+    save_checkpoint(tmp_path, env_of(oshi), step=1, uniform=True)
+    scored = output_score.score(oshi, api.load_policy(str(tmp_path)))
+    expected = exploitability.exploitability(oshi, openspiel_policy.UniformRandomPolicy(oshi))
+    assert expected > 0.1
+    assert scored[output_score.EXPLOITABILITY] == pytest.approx(expected, abs=1e-6)
+
+
 def test_a_board_game_is_scored_against_random_and_mcts(tmp_path):
     from envs.openspiel_games import load_game
 

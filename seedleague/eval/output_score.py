@@ -42,15 +42,11 @@ class BoardBudget:
 
 
 def game_kind(game: pyspiel.Game) -> str:
-    """EXPLOITABILITY where exact exploitability applies (imperfect information, information-state
-    tensor), BOARD for perfect-information games; ValueError for anything else."""
-    kind = game.get_type()
-    if kind.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
+    """EXPLOITABILITY for imperfect-information games (exact, over the game's information states, with
+    or without an information-state tensor), BOARD for perfect-information games."""
+    if game.get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION:
         return BOARD
-    if kind.provides_information_state_tensor:
-        return EXPLOITABILITY
-    raise ValueError(f"{kind.short_name}: neither perfect information nor an information-state tensor; "
-                     "there is no exploitability and no board-game opponent to score it with")
+    return EXPLOITABILITY
 
 
 def _members(output: Output) -> tuple[list[Policy], np.ndarray]:
