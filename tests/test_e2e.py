@@ -109,8 +109,7 @@ def _signal_a_stopping_run(run_dir: str, log_path) -> str:
                                           "--run-dir", run_dir, "--max-seconds", "120"] + TINY,
                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     try:
-        # after the first update: a stop during it (the compile) writes no checkpoint (test_learner_loop)
-        wait_for(lambda: "| update " in log_path.read_text(), 90, "the run's first learner update")
+        wait_for(lambda: "| batch" in log_path.read_text(), 90, "the run to serve its worker")
         deadline = time.monotonic() + 60
         summary_path = os.path.join(run_dir, "summary.json")
         # every stage of stopping gets one, up to the summary (the interpreter's own exit then resets signals)

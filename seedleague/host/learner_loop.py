@@ -55,7 +55,6 @@ class LearnerLoop:
         self.state = state
         self._layout = layout
         self._step = int(sharding.local_value(state.step))
-        self._updates = 0  # by this loop, since it started
         self._replay = replay
         self._policy = policy
         self._metrics = metrics
@@ -68,8 +67,6 @@ class LearnerLoop:
         self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
         self._state_lock = threading.Lock()
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
-        self._first_update = threading.Event()  # set while the first update (the compile) runs
-        self._abandoned = False  # stop() returned without waiting for the first update
         self.error: Optional[BaseException] = None
 
     @property
@@ -81,19 +78,9 @@ class LearnerLoop:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop after the current update and write a final checkpoint.
-
-        Stopped during its first update (the compile: tens of seconds for a convolutional
-        network on CPU), the loop has trained nothing since it started, so it neither waits
-        for that update nor writes a checkpoint: the newest one (if any) already holds its state."""
+        """Stop after the current update and write a final checkpoint."""
         self._stop.set()
         self._replay.close()
-        lockstep = self._layout is not None and self._layout.multi_process  # the others wait for this one's update
-        if self._first_update.is_set() and self._thread.is_alive() and not lockstep:
-            log.warning("stopping during the learner's first update (its compile): nothing was trained, so no "
-                        "checkpoint is written for step %d", self._step)
-            self._abandoned = True  # the thread, when its compile ends, publishes, records and saves nothing
-            return
         self._thread.join(timeout=60)
         self.save()
 
@@ -162,7 +149,7 @@ class LearnerLoop:
                     continue
                 self._learn(batch, waited)
                 batch = None
-                if save and not self._abandoned:  # with several processes every one saves the same step (a collective write)
+                if save:  # with several processes every one saves the same step (a collective write)
                     self.save()
                     last_save = time.monotonic()
         except BaseException as error:  # surfaced by the host, which stops the run
@@ -172,14 +159,8 @@ class LearnerLoop:
     def _learn(self, batch: Any, waited: float) -> None:
         """One update, then publish its params and record its metrics."""
         started = time.perf_counter()
-        if self._updates == 0:
-            self._first_update.set()
         with self._state_lock:
             self.state, metrics = self._update(self.state, batch, np.float32(self._clock()))
-            self._updates += 1
-            self._first_update.clear()
-            if self._abandoned:
-                return
             params = self._params_copy(self.state)
             version = int(sharding.local_value(self.state.step))
         self._step = version
