@@ -66,6 +66,15 @@ def test_each_fault_fails_its_check(fault, check, evidence):
     assert "checks did not pass" in report.format()
 
 
+def test_a_v2_worker_passes_and_a_missing_tensor_fails_the_observation_check_naming_it():
+    report = cw.check_worker([*BROKEN, "--address", "{address}", "--protocol", "2"], FAST)
+    assert report.passed, report.format()
+    assert "protocol v2" in report.result(cw.HANDSHAKE).detail and "progress float32[3]" in report.format()
+    report = cw.check_worker([*BROKEN, "--address", "{address}", "--protocol", "2", "--fault", "missing-tensor"], FAST)
+    assert [r.name for r in report.results if r.status == "FAIL"] == [cw.OBSERVATIONS], report.format()
+    assert "observation tensor 'progress' is missing" in report.result(cw.OBSERVATIONS).detail, report.format()
+
+
 def test_command_line_exit_codes(capsys):
     assert cw.main(["--steps", "5"]) == 2
     assert "no worker command" in capsys.readouterr().err

@@ -34,6 +34,7 @@ from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.protocol.specs_v2 import StructuredEnvSpec
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -79,6 +80,8 @@ class Host:
     # -- EnvBackend ---------------------------------------------------------------------------
 
     def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+        if isinstance(spec, StructuredEnvSpec):
+            raise ProtocolError(FAILED_PRECONDITION, "this host does not train protocol v2 specs yet; use protocol v1")
         if spec.num_agents > self.config.batcher.max_batch_size:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,
