@@ -105,6 +105,24 @@ def test_a_step_missing_a_tensor_is_refused_naming_it_and_nothing_reaches_replay
     assert host.metrics.env_steps == 0 and host.pipeline.replay.size == 0
 
 
+def test_episode_stats_reach_the_metrics_as_running_means(served):
+    host, server = served
+    spec = StructuredEnvSpec("stats", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+                             ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=2, episode_stats=("win",))
+    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client.connect()
+    observation = {"obs": np.zeros((2, 3), np.float32)}
+    try:
+        client.step(observation, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
+        client.step(observation, np.zeros(2), np.array([True, True]), np.zeros(2, bool),
+                    episode_stats={"win": np.array([1.0, 0.0])})
+        client.step(observation, np.zeros(2), np.array([False, True]), np.zeros(2, bool),
+                    episode_stats={"win": np.array([5.0, 1.0])})  # env 0's 5.0 ends no episode: not counted
+    finally:
+        client.close()
+    assert host.metrics.report()["episode_stats/win"] == pytest.approx(2 / 3)
+
+
 def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     host, server = served
     spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
@@ -135,3 +153,41 @@ def test_bootstrap_adds_the_discounted_value_of_the_final_observation_by_hand():
     np.testing.assert_allclose(reward, [1.0, 2.0 + 0.9 * 5.0, 3.0])  # row 2 is not the learner's: unchanged
     assert terminated.tolist() == [False, True, False] and truncated.tolist() == [False, False, True]
     assert seen["rows"] == 4  # padded to the bucket
+
+
+def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
+    import dataclasses
+
+    from seedleague.api import load_policy
+    from seedleague.checkpoint import CheckpointConfig
+    from seedleague.structured_policy import StructuredPolicy
+
+    config = dataclasses.replace(CONFIG, checkpoint=CheckpointConfig(directory=str(tmp_path / "checkpoints"),
+                                                                     interval_s=3600))
+    host = Host(config, Metrics())
+    server = ServerThread(host).start()
+    client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+    try:
+        client.connect()
+        step = zero_structured_step(SPEC)
+        for _ in range(12):
+            client.step(step.observation, np.ones((3, 1)), np.zeros(3, bool), np.zeros(3, bool), step.legal_mask)
+        assert _wait(lambda: host.pipeline.learner.step >= 1)
+    finally:
+        client.close()
+        server.stop()
+        host.stop()  # writes the final checkpoint
+    resumed = Host(config, Metrics(), resume=True)
+    try:
+        assert resumed.pipeline.spec.observation == SPEC.observation and resumed.pipeline.learner.step >= 1
+    finally:
+        resumed.stop()
+    policy = load_policy(str(tmp_path / "checkpoints"))
+    assert isinstance(policy, StructuredPolicy) and policy.step >= 1
+    observation = {k: v[:, 0] for k, v in step.observation.items()}
+    legal = {"move": np.array([[False, True, False]] * 3)}
+    actions = policy.act(observation, legal)
+    assert actions["move"].tolist() == [1, 1, 1] and actions["aim"].shape == (3, 2)
+    assert ((actions["aim"] >= [-1.0, 0.0]) & (actions["aim"] <= [1.0, 2.0])).all()
+    single = policy.act({k: v[0] for k, v in observation.items()}, greedy=True)
+    assert single["aim"].shape == (2,) and np.shape(policy.value(observation)) == (3,)

@@ -125,6 +125,7 @@ class Host:
         check_version(wire, step)
         if isinstance(step, StructuredStepBatch):  # protocol v2: nothing of a refused step goes further
             check_structured_step(wire, step)
+            structured.record_episode_stats(self.metrics, step)
             agents = session.flatten(step if session.structured else structured.as_v1_step(step, wire))
             structured.attach_final_v1(agents, step, wire)
         else:

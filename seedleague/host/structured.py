@@ -5,7 +5,8 @@ stats or teams) runs on the v1 model and data path: `as_v1_step` and
 `as_structured_actions` translate at the edge, so such a worker costs what a v1
 worker costs. Any other v2 spec builds the structured network: `batch_inputs`
 concatenates a batch's named tensors and legal masks, `split_actions` cuts the
-answer back into [E, S, ...] per head. For both, `bootstrap` folds the value of a
+answer back into [E, S, ...] per head; `record_episode_stats` logs the episode
+statistics a worker declares. For both, `bootstrap` folds the value of a
 truncated episode's final observation into its last reward:
 
     r_T += gamma * V(s_final),  and the step counts as terminated,
@@ -54,6 +55,18 @@ def as_structured_actions(answer: ActionBatch, spec: StructuredEnvSpec) -> Struc
     session's dict as it is."""
     action = answer.action if isinstance(answer.action, dict) else {spec.action.heads[0].name: answer.action}
     return StructuredActionBatch(answer.sequence, action, answer.policy_version)
+
+
+def record_episode_stats(metrics: Any, step: StructuredStepBatch) -> None:
+    """Each declared stat of every episode `step` ends, per seat, as a running mean "episode_stats/<name>" (the
+    progress line and TensorBoard). The first step of a stream ends no episode."""
+    if not step.episode_stats or step.sequence == 0:
+        return
+    ended = step.terminated | step.truncated
+    if ended.any():
+        for name, values in step.episode_stats.items():
+            for value in values[ended].ravel():
+                metrics.record(**{f"episode_stats/{name}": float(value)})
 
 
 def batch_inputs(spec: StructuredEnvSpec, agents: list[AgentStep]) -> tuple[dict, dict]:
