@@ -126,11 +126,12 @@ class StructuredSpaces:
         self._decode = decode
 
     @classmethod
-    def of(cls, env_id: str, envs: gym.vector.VectorEnv) -> Optional["StructuredSpaces"]:
-        """None for a Box observation with a Discrete action (v1 carries those unchanged); else the v2 spaces.
-        Raises UnsupportedEnv for spaces neither version carries."""
+    def of(cls, env_id: str, envs: gym.vector.VectorEnv, force: bool = False) -> Optional["StructuredSpaces"]:
+        """None for a Box observation with a Discrete action (v1 carries those unchanged) unless `force`; else the
+        v2 spaces. Raises UnsupportedEnv for spaces neither version carries."""
         observation_space, action_space = envs.single_observation_space, envs.single_action_space
-        if isinstance(observation_space, gym.spaces.Box) and isinstance(action_space, gym.spaces.Discrete):
+        v1 = isinstance(observation_space, gym.spaces.Box) and isinstance(action_space, gym.spaces.Discrete)
+        if v1 and not force:
             return None
         leaves = _observation_leaves(env_id, observation_space, ())
         heads, decode = _action_leaf(env_id, action_space, "action")

@@ -86,10 +86,12 @@ class WorkerConfig:
 
 
 def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> EnvSpec:
-    """The EnvSpec a worker stepping `envs` declares in its handshake (one seat per env)."""
+    """The v1 EnvSpec a worker stepping `envs` (a Box observation, a Discrete action) declares in its handshake
+    (one seat per env)."""
     action_space = envs.single_action_space
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise UnsupportedEnv(f"{env_id} has action space {action_space}; the gym worker supports Discrete only")
+        raise UnsupportedEnv(f"{env_id} has action space {action_space}; a protocol v1 spec takes Discrete only "
+                             "(GymVectorGame declares a v2 spec for other spaces: envs.gym_spaces)")
     observation_space = envs.single_observation_space
     if observation_space.shape is None or observation_space.dtype is None:
         raise UnsupportedEnv(
@@ -117,10 +119,13 @@ class GymVectorGame:
     Raises UnsupportedEnv for spaces the protocol cannot carry.
     """
 
-    def __init__(self, env_id: str, envs: gym.vector.VectorEnv, choice: Optional[VectorChoice] = None):
+    def __init__(self, env_id: str, envs: gym.vector.VectorEnv, choice: Optional[VectorChoice] = None,
+                 protocol: int = 0):
+        """`protocol`: 0 speaks v1 where v1 carries the spaces (a Box observation, a Discrete action), else v2;
+        2 speaks v2 always (a v1-shaped v2 spec, e.g. to measure the v2 path's cost)."""
         self.envs = envs
         self.choice = choice
-        self.spaces = StructuredSpaces.of(env_id, envs)  # None: a Box + Discrete env, which speaks v1
+        self.spaces = StructuredSpaces.of(env_id, envs, force=protocol == 2)  # None: speaks v1
         self.spec = env_spec(env_id, envs) if self.spaces is None else self.spaces.spec
         self.autoreset = autoreset_mode(envs)
         num_envs = envs.num_envs
@@ -200,11 +205,11 @@ class GymVectorGame:
         )
 
 
-def make_gym_game(env_id: str, num_envs: int, vector: str = "auto") -> GymVectorGame:
+def make_gym_game(env_id: str, num_envs: int, vector: str = "auto", protocol: int = 0) -> GymVectorGame:
     """Build the vector env (`envs.gym_vector.make_vector_env`) and wrap it; logs the choice. Raises UnsupportedEnv."""
     envs, choice = make_vector_env(env_id, num_envs, vector)
     try:
-        game = GymVectorGame(env_id, envs, choice)
+        game = GymVectorGame(env_id, envs, choice, protocol)
     except BaseException:
         envs.close()
         raise
@@ -233,6 +238,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "env), or auto: native if the env has one, else async when a timed probe step says subprocesses "
              "pay on the usable cores (default auto)",
     )
+    parser.add_argument(
+        "--protocol", type=int, choices=(0, 2), default=0,
+        help="0: protocol v1 where it carries the env's spaces (a Box observation, a Discrete action), else v2; "
+             "2: v2 always (default 0)",
+    )
     add_game_worker_arguments(parser)  # --seed, --max-steps, connection and security flags, --log-level
 
 
@@ -242,7 +252,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_arguments(parser)
 
     def make_game(args: argparse.Namespace) -> GymVectorGame:
-        return make_gym_game(args.env_id, args.num_envs, args.vector)
+        return make_gym_game(args.env_id, args.num_envs, args.vector, args.protocol)
 
     return game_worker_main(parser, argv, make_game, UnsupportedEnv, log)
 

@@ -16,11 +16,12 @@ from seedleague.testing import move_fire
 from envs.gym_spaces import StructuredSpaces
 from envs.gym_vector import UnsupportedEnv
 from envs.gym_worker import WorkerConfig, make_gym_game, run_worker
-from envs.worker_loop import GameWorkerConfig
+from envs.worker_loop import GameWorkerConfig, run_game_worker
 from seedleague.host.host import Host
 from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
 from seedleague.protocol.client import ClientConfig
+from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import ContinuousHead, DiscreteHead, StructuredEnvSpec
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
@@ -77,6 +78,21 @@ def test_pendulum_speaks_v2_and_sends_the_final_observation_of_every_truncated_e
     assert len(ends) == 1 and ends[0].final_observation["observation"].shape == (2, 1, 3)
     # The final observation is the state the last action led to, not the next episode's first.
     assert not np.allclose(ends[0].final_observation["observation"], ends[0].observation["observation"])
+
+
+def test_protocol_2_forces_a_v1_shaped_v2_spec_which_the_host_runs_on_the_v1_model():
+    host = Host(dataclasses.replace(preset_for("CartPole-v1").host, batch_size=2), Metrics())
+    with ServerThread(host) as server:
+        game = make_gym_game("CartPole-v1", 4, "native", protocol=2)
+        try:
+            assert isinstance(game.spec, StructuredEnvSpec)
+            run = GameWorkerConfig(ClientConfig(server.address), max_steps=4 * 600)
+            stats = run_game_worker(game, run)
+        finally:
+            game.close()
+            host.stop()
+    assert stats.env_steps >= 4 * 600 and host.metrics.episodes > 0
+    assert host.pipeline.spec == EnvSpec("CartPole-v1", (4,), np.float32, 2, 4)
 
 
 def test_move_fire_trains_through_the_host_over_a_real_socket():
