@@ -102,6 +102,18 @@ def test_the_preset_comes_from_the_spec_alone():
     assert frames.host.network.torso == "conv"
 
 
+def test_protocol_v2_specs_get_the_continuous_control_preset_for_a_box_head_and_v1_settings_when_v1_shaped():
+    from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                              StructuredEnvSpec, TensorSpec)
+
+    observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
+    box = StructuredEnvSpec("any name", observation, ActionSpec((ContinuousHead("u", (-2.0,), (2.0,)),)), 8)
+    assert presets.preset_for_spec(box).host == presets.preset_for("Pendulum-v1").host  # by its spaces, not name
+    assert presets.preset_for_spec(box).host.learner.epochs == 10
+    v1_shaped = StructuredEnvSpec("x", observation, ActionSpec((DiscreteHead("a", 2),)), 8, num_seats=2)
+    assert presets.preset_for_spec(v1_shaped).host.learner == presets.GAME_RECIPE  # a v1 game, in the league
+
+
 def test_worker_command_templates_get_the_address_and_a_seed():
     spec = WorkerSpec(2, templates=(("./w", "--host={address}", "--seed", "{seed}"),))
     assert spec.argv(1, "127.0.0.1:5", 1003) == ["./w", "--host=127.0.0.1:5", "--seed", "1003"]
