@@ -137,6 +137,29 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     assert host.pipeline.spec == EnvSpec("v1-shaped", (3,), np.float32, 2, 2)  # v1's network and data path
 
 
+def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served):
+    host, server = served
+    spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+                             ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
+    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client.connect()
+    inserted, insert = [], host.pipeline.replay.insert
+    host.pipeline.replay.insert = lambda rows, timeout=None: inserted.append(rows) or insert(rows, timeout)
+    observation = {"obs": np.ones((2, 3), np.float32)}
+    try:
+        for sequence in range(12):
+            truncated = np.array([sequence == 3, False])
+            final = {"obs": np.full((1, 3), 2.0, np.float32)} if truncated.any() else {}
+            client.step(observation, np.ones(2), np.zeros(2, bool), truncated, final_observation=final)
+        assert _wait(lambda: len(inserted) >= 1)
+    finally:
+        client.close()
+    rows = inserted[0]  # env 0's first unroll: its episode was cut off after its third action (row 2)
+    assert rows.observation.shape == (2, 5, 3) and not rows.truncated.any()
+    assert rows.terminated[0].tolist() == [False, False, True, False, False]
+    assert rows.reward[0, 2] != 1.0 and rows.reward[0, :2].tolist() == [1.0, 1.0]  # 1 + gamma * V(final)
+
+
 def test_bootstrap_adds_the_discounted_value_of_the_final_observation_by_hand():
     agents = AgentStep(session=None, observation=None, first=np.zeros(3, bool), reward=None, terminated=None,
                        truncated=None, acting=np.ones(3, bool), legal_mask=None,
