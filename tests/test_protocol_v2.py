@@ -229,3 +229,17 @@ def _v1_handlers(servicer: EnvServicer) -> dict:
             servicer.Stream, request_deserializer=codec.lenient_parser(pb1.StepBatch),
             response_serializer=pb1.ActionBatch.SerializeToString),
     }
+
+
+def test_bytes_that_are_no_v2_message_and_an_oversized_spec_are_refused_with_invalid_argument(server):
+    with grpc.insecure_channel(server.address) as channel:
+        handshake = channel.unary_unary("/seedleague.v2.EnvService/Handshake")  # raw bytes in and out
+        with pytest.raises(grpc.RpcError) as error:
+            handshake(b"\xff\xff\xff", timeout=10)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a valid" in error.value.details()
+        request = codec_v2.encode_handshake(SPEC, "raw")
+        for i in range(300):
+            request.spec.episode_stats.append(f"s{i}")
+        with pytest.raises(grpc.RpcError) as error:
+            env_pb2_grpc.EnvServiceStub(channel).Handshake(request, timeout=10)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "302 episode stats" in error.value.details()
