@@ -203,8 +203,20 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
     resumed = Host(config, Metrics(), resume=True)
     try:
         assert resumed.pipeline.spec.observation == SPEC.observation and resumed.pipeline.learner.step >= 1
+        saved_step = resumed.pipeline.learner.step
     finally:
         resumed.stop()
+    serving = Host(dataclasses.replace(config, learn=False), Metrics(), resume=True)  # what `seedleague serve` runs
+    with ServerThread(serving) as server:
+        client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+        client.connect()
+        try:
+            served = client.step(step.observation, np.zeros((3, 1)), np.zeros(3, bool), np.zeros(3, bool),
+                                 step.legal_mask)
+        finally:
+            client.close()
+            serving.stop()
+    assert client.policy_version == saved_step and served["aim"].shape == (3, 1, 2)
     policy = load_policy(str(tmp_path / "checkpoints"))
     assert isinstance(policy, StructuredPolicy) and policy.step >= 1
     observation = {k: v[:, 0] for k, v in step.observation.items()}
