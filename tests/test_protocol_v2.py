@@ -243,3 +243,15 @@ def test_bytes_that_are_no_v2_message_and_an_oversized_spec_are_refused_with_inv
         with pytest.raises(grpc.RpcError) as error:
             env_pb2_grpc.EnvServiceStub(channel).Handshake(request, timeout=10)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "302 episode stats" in error.value.details()
+
+
+def test_a_v1_shaped_spec_is_v1_unless_it_declares_stats_or_teams_of_several_seats():
+    from seedleague.protocol.specs_v2 import v1_of_structured
+
+    observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
+    action = ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),))
+    two = StructuredEnvSpec("g", observation, action, num_envs=2, num_seats=2)
+    assert v1_of_structured(two) == EnvSpec("g", (3,), np.float32, 4, 2, 2, has_legal_mask=True)
+    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, seat_team=(0, 1))) is not None
+    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 4, seat_team=(0, 0, 1, 1))) is None
+    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, episode_stats=("win",))) is None

@@ -109,8 +109,9 @@ def structured_of_v1(spec: EnvSpec) -> StructuredEnvSpec:
 
 def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
     """The v1 spec a v2 spec is, when it is v1-shaped (one unmasked tensor, one discrete head) and carries
-    nothing v1 lacks (stats, teams); else None."""
-    if not is_v1_shaped(spec.observation, spec.action) or spec.episode_stats or spec.seat_team:
+    nothing v1 lacks (stats, teams of more than one seat); else None."""
+    teams = spec.seat_team and spec.seat_team != tuple(range(spec.num_seats))  # one seat per team: v1's seats
+    if not is_v1_shaped(spec.observation, spec.action) or spec.episode_stats or teams:
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
