@@ -42,6 +42,14 @@ def test_gym_worker_passes_every_check():
     assert "not declared" in report.result(cw.LEGAL_MASKS).detail
 
 
+def test_the_gym_worker_on_pendulum_passes_every_check_on_protocol_v2():
+    command = [sys.executable, "-m", "envs.gym_worker", "--address", "{address}", "--env", "Pendulum-v1", "--num-envs",
+               "2", "--vector", "sync", "--backoff-initial", "0.05", "--backoff-max", "0.3"]
+    report = cw.check_worker(command, cw.CheckConfig(steps=210, timeout_s=30.0, shutdown_timeout_s=5.0))
+    assert report.passed, report.format()  # the fake host refuses a truncation without its final observation
+    assert "protocol v2" in report.result(cw.HANDSHAKE).detail and "box[-2.0]..[2.0]" in report.format()
+
+
 def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
     script = f'exec "$0" "$1" --address "${cw.ADDRESS_ENV}" --fault none'
     report = cw.check_worker(["sh", "-c", script, *BROKEN], FAST)
