@@ -20,7 +20,7 @@ from seedleague.league.types import Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import ContinuousHead, StructuredEnvSpec, v1_of_structured
+from seedleague.protocol.specs_v2 import ContinuousHead, StructuredEnvSpec, v1_model_of
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -268,9 +268,9 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     planes; [H, W, C] uint8 frames get the two-player Atari settings. One seat: the conv
     settings for [H, W, C] frames, else the classic-control ones."""
     if isinstance(spec, StructuredEnvSpec):
-        if v1_of_structured(spec) is None:  # league play takes v1-shaped specs for now (the host refuses others)
+        if v1_model_of(spec) is None:  # league play takes v1-shaped specs for now (the host refuses others)
             return _continuous_control() if has_continuous_actions(spec) else _classic_control()
-        spec = v1_of_structured(spec)
+        spec = v1_model_of(spec)
     if spec.num_seats >= 2:
         return _pettingzoo() if _shows_pixels(spec) else _game(board=len(spec.observation_shape) == 3)
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()

@@ -35,7 +35,7 @@ from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
 from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
-                                          check_structured_step, check_version, v1_of_structured)
+                                          check_structured_step, check_version, v1_model_of)
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -81,10 +81,11 @@ class Host:
     # -- EnvBackend ---------------------------------------------------------------------------
 
     def open_session(self, spec: EnvSpec | StructuredEnvSpec, worker_name: str) -> str:
-        """A v2 spec that v1 can say runs on the v1 model (its session keeps the v2 spec as `wire_spec`)."""
+        """A v2 spec of one tensor and one discrete head runs on the v1 model (its session keeps the v2 spec as
+        `wire_spec`, whose teams seat league games)."""
         wire_spec = spec
         if isinstance(spec, StructuredEnvSpec):
-            spec = v1_of_structured(spec) or spec
+            spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
             if isinstance(spec, StructuredEnvSpec) and self._league_api is not None:
                 raise ProtocolError(FAILED_PRECONDITION, "league play takes protocol v1 specs (or v2 specs of one "
                                     "observation tensor and one discrete head) for now; train this spec without a league")
@@ -104,7 +105,7 @@ class Host:
             seating = None
             if pipeline.opponents() is not None:
                 seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32),
-                                  every_seat=pipeline.mixture is not None)
+                                  every_seat=pipeline.mixture is not None, teams=getattr(wire_spec, "seat_team", None))
             session = Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating,
                               heads=getattr(pipeline.network, "heads", None))
             session.wire_spec = wire_spec

@@ -1,7 +1,8 @@
 """What the host does differently for protocol v2 sessions, kept out of the wiring in host.py.
 
-A v2 session whose spec is v1-shaped (one unmasked tensor, one discrete head, no
-stats or teams) runs on the v1 model and data path: `as_v1_step` and
+A v2 session whose spec is v1-shaped (one unmasked tensor, one discrete head;
+`specs_v2.v1_model_of`) runs on the v1 model and data path (its teams seat league
+games, seedleague.host.seating): `as_v1_step` and
 `as_structured_actions` translate at the edge, so such a worker costs what a v1
 worker costs. Any other v2 spec builds the structured network: `batch_inputs`
 concatenates a batch's named tensors and legal masks, `split_actions` cuts the

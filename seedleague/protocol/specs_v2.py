@@ -118,6 +118,17 @@ def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
                    head.has_legal_mask)
 
 
+def v1_model_of(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
+    """The v1 spec whose model and data path serve a v2 spec of one unmasked tensor and one discrete head; its
+    teams and episode stats (which v1's spec cannot say) the host reads from the v2 spec and steps. None: the
+    structured model."""
+    if not is_v1_shaped(spec.observation, spec.action):
+        return None
+    tensor, head = spec.observation.tensors[0], spec.action.heads[0]
+    return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
+                   head.has_legal_mask)
+
+
 @dataclasses.dataclass
 class StructuredStepBatch:
     """One step of all a v2 worker's envs, decoded: dicts where v1 has one tensor. See the v2 proto."""
@@ -284,5 +295,5 @@ def random_structured_actions(rng: np.random.Generator, spec: StructuredEnvSpec,
 
 __all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
            "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "StructuredEnvSpec", "StructuredStepBatch",
-           "StructuredActionBatch", "AnySpec", "structured_of_v1", "v1_of_structured", "zero_structured_step",
+           "StructuredActionBatch", "AnySpec", "structured_of_v1", "v1_of_structured", "v1_model_of", "zero_structured_step",
            "check_structured_step", "check_structured_actions", "check_version", "random_structured_actions"]
