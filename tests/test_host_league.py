@@ -358,8 +358,10 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
     client.connect()
     observation = {"obs": np.zeros((NUM_ENVS, 4, 2), np.float32)}
     try:
-        for turn in range(3 * 60):  # every second step ends every env's episode: team 0 wins, team 1 loses
-            ended = turn % 2 == 1
+        client.step(observation, np.zeros((NUM_ENVS, 4)), np.zeros(NUM_ENVS, bool), np.zeros(NUM_ENVS, bool))
+        assert wait_for(lambda: any(s.key == "p:000000" for s in league.added)), "no initial snapshot"
+        for turn in range(1, 2000):  # every second step ends every env's episode: team 0 wins, team 1 loses
+            ended = turn % 2 == 0
             reward = np.zeros((NUM_ENVS, 4), np.float32)
             if ended:
                 reward[:, :2], reward[:, 2:] = 1.0, -1.0
