@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PROTOS := $(wildcard proto/seedleague/v1/*.proto)
+PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
 .PHONY: install install-gpu proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
@@ -55,7 +55,7 @@ chaos: install
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi envs/node/node_modules
+	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi seedleague/v2/*_pb2*.py seedleague/v2/*_pb2*.pyi envs/node/node_modules
 
 ## cpp-deps: Debian packages for the C++ worker (gRPC, protobuf, protoc plugin); needs root.
 cpp-deps:

@@ -2,6 +2,7 @@
 
     python -m benchmarks.throughput                      # the full table (about 8 minutes)
     python -m benchmarks.throughput --workers 1 --envs 64 --seconds 5
+    python -m benchmarks.throughput --protocols 1,2      # CartPole's workers on protocol v1, then on v2
 
 For each envs-per-worker count two in-process limits step a vector env with the
 host's jitted policy in one process, no gRPC: gymnasium's `SyncVectorEnv` of
@@ -12,6 +13,8 @@ the host in this process and W worker processes (`python -m envs.gym_worker
 --vector MODE`, auto by default: the native env where there is one), count env
 steps at the host over a window after a warm-up (and, with the learner, after
 its first update), and report the median of the per-second rates in that window.
+`--protocols 1,2` measures each gRPC row with the workers on protocol v1 and on v2
+(`envs.gym_worker --protocol 2`: the same workload as a v1-shaped v2 spec).
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def in_process_rate(env_id: str, num_envs: int, seconds: float, mode: str) -> fl
 
 
 def grpc_rate(
-    env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str
+    env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str,
+    protocol: int = 0,
 ) -> dict:
     """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each."""
     preset = preset_for(env_id).host
@@ -81,7 +85,7 @@ def grpc_rate(
     host = Host(config, metrics)
     server = ServerThread(host).start()
     command = [sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env", env_id,
-               "--num-envs", str(num_envs), "--vector", vector]
+               "--num-envs", str(num_envs), "--vector", vector, "--protocol", str(protocol)]
     procs = [subprocess.Popen(command + ["--seed", str(i)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(workers)]
     try:
@@ -124,26 +128,30 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds after the first step before measuring")
     parser.add_argument("--vector", default="auto", choices=["auto", "native", "sync", "async"],
                         help="the workers' --vector (default auto: the native vector env where there is one)")
+    parser.add_argument("--protocols", default="1", help="comma-separated worker protocol versions (1, 2)")
     args = parser.parse_args(argv)
+    protocols = [int(p) for p in args.protocols.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     envs = [int(e) for e in args.envs.split(",")]
     native = has_native_vector_env(args.env)
     print(f"{args.env}, {jax.devices()[0].platform} JAX, workers --vector {args.vector}, "
           f"median env steps/s over {args.seconds:g} s windows; % of the faster in-process limit\n")
-    print("| envs/worker | limit: sync vector env | limit: native vector env | workers | inference only | % of limit "
-          "| with learner | % of limit | learner updates/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| envs/worker | limit: sync vector env | limit: native vector env | workers | protocol | inference only "
+          "| % of limit | with learner | % of limit | learner updates/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_envs in envs:
         sync_limit = in_process_rate(args.env, num_envs, args.seconds, "sync")
         native_limit = in_process_rate(args.env, num_envs, args.seconds, "native") if native else None
         limit = max(sync_limit, native_limit or 0.0)
         native_text = f"{native_limit:,.0f}" if native_limit else "none"
         for count in workers:
-            infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup, args.vector)
-            learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup, args.vector)
-            print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {infer['rate']:,.0f} "
-                  f"| {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% "
-                  f"| {learn['learner_steps_per_s']:.0f} |", flush=True)
+            for protocol in protocols:
+                version = 2 if protocol == 2 else 0
+                infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup, args.vector, version)
+                learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup, args.vector, version)
+                print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {protocol} | {infer['rate']:,.0f} "
+                      f"| {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} "
+                      f"| {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |", flush=True)
     return 0
 
 

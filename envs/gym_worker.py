@@ -1,5 +1,8 @@
-"""The gym env worker: steps `num_envs` copies of any gymnasium env (Discrete
-actions) and lets a seedleague host choose every action.
+"""The gym env worker: steps `num_envs` copies of any gymnasium env and lets a
+seedleague host choose every action. A Box observation with a Discrete action speaks
+protocol v1 as it always has; Dict observations and Box, MultiDiscrete, Tuple or Dict
+actions speak protocol v2 (named tensors and action heads, `envs.gym_spaces`), and
+send the final observation of every truncated episode.
 
     python -m envs.gym_worker --address 127.0.0.1:50051 --env CartPole-v1 --num-envs 64
     python -m envs.gym_worker --address 127.0.0.1:50051 --env ALE/Pong-v5 --num-envs 8 --vector async
@@ -41,6 +44,7 @@ from typing import Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
+from envs.gym_spaces import StructuredSpaces, protocol_dtype
 from envs.gym_vector import VECTOR_MODES, UnsupportedEnv, VectorChoice, autoreset_mode, make_vector_env
 from envs.worker_loop import (
     GameStep,
@@ -51,8 +55,6 @@ from envs.worker_loop import (
     positive_int,
     run_game_worker,
 )
-from seedleague.protocol import codec
-from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.gym_worker")
@@ -83,23 +85,13 @@ class WorkerConfig:
             raise ValueError("bad worker config: " + "; ".join(problems))
 
 
-def protocol_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype observations travel as: float64 becomes float32, others must exist in the protocol."""
-    dtype = np.dtype(dtype)
-    if dtype == np.float64:
-        return np.dtype(np.float32)
-    try:
-        codec.dtype_to_enum(dtype)
-    except ProtocolError as error:
-        raise UnsupportedEnv(error.message) from None
-    return dtype
-
-
 def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> EnvSpec:
-    """The EnvSpec a worker stepping `envs` declares in its handshake (one seat per env)."""
+    """The v1 EnvSpec a worker stepping `envs` (a Box observation, a Discrete action) declares in its handshake
+    (one seat per env)."""
     action_space = envs.single_action_space
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise UnsupportedEnv(f"{env_id} has action space {action_space}; the gym worker supports Discrete only")
+        raise UnsupportedEnv(f"{env_id} has action space {action_space}; a protocol v1 spec takes Discrete only "
+                             "(GymVectorGame declares a v2 spec for other spaces: envs.gym_spaces)")
     observation_space = envs.single_observation_space
     if observation_space.shape is None or observation_space.dtype is None:
         raise UnsupportedEnv(
@@ -127,13 +119,17 @@ class GymVectorGame:
     Raises UnsupportedEnv for spaces the protocol cannot carry.
     """
 
-    def __init__(self, env_id: str, envs: gym.vector.VectorEnv, choice: Optional[VectorChoice] = None):
+    def __init__(self, env_id: str, envs: gym.vector.VectorEnv, choice: Optional[VectorChoice] = None,
+                 protocol: int = 0):
+        """`protocol`: 0 speaks v1 where v1 carries the spaces (a Box observation, a Discrete action), else v2;
+        2 speaks v2 always (a v1-shaped v2 spec, e.g. to measure the v2 path's cost)."""
         self.envs = envs
         self.choice = choice
-        self.spec = env_spec(env_id, envs)
+        self.spaces = StructuredSpaces.of(env_id, envs, force=protocol == 2)  # None: speaks v1
+        self.spec = env_spec(env_id, envs) if self.spaces is None else self.spaces.spec
         self.autoreset = autoreset_mode(envs)
         num_envs = envs.num_envs
-        self._offset = int(envs.single_action_space.start)
+        self._offset = int(envs.single_action_space.start) if self.spaces is None else 0
         next_step = self.autoreset == gym.vector.AutoresetMode.NEXT_STEP
         self._acting = np.ones((num_envs, 1), bool) if next_step else None  # False: restarting, action ignored
         self._no_reward = np.zeros(num_envs, np.float32)
@@ -148,7 +144,10 @@ class GymVectorGame:
         return self._game_step(observation, self._no_reward, self._not_ended, self._not_ended)
 
     def step(self, actions: np.ndarray) -> GameStep:
-        """Apply `actions` [E, 1]; ended envs restart as the autoreset mode allows (module docstring)."""
+        """Apply `actions` [E, 1] (protocol v2: {head: [E, 1, ...]}); ended envs restart as the autoreset mode
+        allows (module docstring)."""
+        if self.spaces is not None:
+            return self._step_structured(actions)
         actions = np.asarray(actions)
         if actions.shape != (self.spec.num_envs, 1):
             raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, 1)}")
@@ -167,6 +166,27 @@ class GymVectorGame:
             np.logical_not(ended, out=self._acting[:, 0])
         return self._game_step(observation, reward, terminated, truncated)
 
+    def _step_structured(self, actions: dict) -> GameStep:
+        """`step` for v2 spaces; a truncated episode's final observation goes with the step that reports it."""
+        observation, reward, terminated, truncated, info = self.envs.step(self.spaces.env_action(actions))
+        ended = terminated | truncated
+        final = None
+        if ended.any():
+            self.episodes += int(ended.sum())
+            cut = np.flatnonzero(truncated & ~terminated)
+            if cut.size and self.autoreset == gym.vector.AutoresetMode.SAME_STEP:
+                final = self.spaces.final_observation([info["final_obs"][e] for e in cut])
+            elif cut.size:  # next step or disabled: the returned observation is the final one
+                final = {k: v[cut] for k, v in self.spaces.observation(observation).items()}
+            if self.autoreset == gym.vector.AutoresetMode.DISABLED:
+                terminated, truncated = terminated.copy(), truncated.copy()
+                observation, _ = self.envs.reset(options={"reset_mask": ended})
+        if self._acting is not None:
+            np.logical_not(ended, out=self._acting[:, 0])
+        step = self._game_step(observation, reward, terminated, truncated)
+        step.final_observation = final
+        return step
+
     def summary(self) -> str:
         mode = f"{self.choice.mode} vector env" if self.choice else type(self.envs).__name__
         return f"{self.episodes} episodes played ({mode}, autoreset {self.autoreset.value})"
@@ -176,7 +196,8 @@ class GymVectorGame:
 
     def _game_step(self, observation, reward, terminated, truncated) -> GameStep:
         return GameStep(
-            observation=observation[:, None],  # views: [E, *obs] -> [E, 1, *obs]
+            # views: [E, *obs] -> [E, 1, *obs]; protocol v2: {name: [E, 1, *shape]}
+            observation=observation[:, None] if self.spaces is None else self.spaces.observation(observation),
             reward=np.asarray(reward)[:, None],
             terminated=terminated,
             truncated=truncated,
@@ -184,11 +205,11 @@ class GymVectorGame:
         )
 
 
-def make_gym_game(env_id: str, num_envs: int, vector: str = "auto") -> GymVectorGame:
+def make_gym_game(env_id: str, num_envs: int, vector: str = "auto", protocol: int = 0) -> GymVectorGame:
     """Build the vector env (`envs.gym_vector.make_vector_env`) and wrap it; logs the choice. Raises UnsupportedEnv."""
     envs, choice = make_vector_env(env_id, num_envs, vector)
     try:
-        game = GymVectorGame(env_id, envs, choice)
+        game = GymVectorGame(env_id, envs, choice, protocol)
     except BaseException:
         envs.close()
         raise
@@ -217,6 +238,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "env), or auto: native if the env has one, else async when a timed probe step says subprocesses "
              "pay on the usable cores (default auto)",
     )
+    parser.add_argument(
+        "--protocol", type=int, choices=(0, 2), default=0,
+        help="0: protocol v1 where it carries the env's spaces (a Box observation, a Discrete action), else v2; "
+             "2: v2 always (default 0)",
+    )
     add_game_worker_arguments(parser)  # --seed, --max-steps, connection and security flags, --log-level
 
 
@@ -226,7 +252,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_arguments(parser)
 
     def make_game(args: argparse.Namespace) -> GymVectorGame:
-        return make_gym_game(args.env_id, args.num_envs, args.vector)
+        return make_gym_game(args.env_id, args.num_envs, args.vector, args.protocol)
 
     return game_worker_main(parser, argv, make_game, UnsupportedEnv, log)
 

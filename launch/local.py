@@ -26,7 +26,7 @@ from typing import Optional
 
 from seedleague import grpc_server, output
 from seedleague.host.host import Host, HostConfig
-from seedleague.host.servicer import SERVICE_NAME, EnvServicer
+from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
@@ -359,7 +359,7 @@ class _League:
 async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, league: _League) -> dict:
     servicer = EnvServicer(host)
     server, port = await grpc_server.start_server(
-        config.host.address, [servicer.register], [SERVICE_NAME], config.host.max_message_bytes, config.security
+        config.host.address, [servicer.register], SERVICE_NAMES, config.host.max_message_bytes, config.security
     )
     address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
     print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)

@@ -27,7 +27,7 @@ from launch.child import ChildExited, ChildNotReady, log_tail
 from launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
-from seedleague.host.servicer import SERVICE_NAME, EnvServicer
+from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol.errors import FAILED_PRECONDITION, UNAVAILABLE, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch
 from seedleague.security import ServerSecurity
@@ -73,7 +73,7 @@ class SpecProbe:
 
 def _serving(address: str, security: ServerSecurity) -> tuple[ThreadedServer, SpecProbe]:
     backend = SpecProbe()
-    server = ThreadedServer(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME],
+    server = ThreadedServer(address, lambda: [EnvServicer(backend).register], SERVICE_NAMES,
                             backend.max_message_bytes, security, thread_name="seedleague-spec-probe")
     return server.start(), backend
 

@@ -348,6 +348,9 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
     """Load a policy from `path`: a run directory (its `checkpoints/`), a Checkpointer
     directory, or a model-pool player directory (`<run>/pool/<player>`).
 
+    A run with a protocol v2 spec (named observations, several action heads) gives a
+    `seedleague.structured_policy.StructuredPolicy` (dicts in, one action per head out).
+
     step: which checkpoint step (learner step) to load; None loads the newest.
     seed: seeds the policy's own sampling generator (see `Policy.act`).
     average: load the learner's running mean of its params instead of its current
@@ -374,7 +377,7 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
             meta = dict(manager.restore(step, args=_meta_args())["meta"])
         source = f"{directory}/{step}"
         parsed = CheckpointMeta.from_json(meta, source, learner=False)
-        spec = PolicySpec.from_json(meta["spec"])
+        spec = parsed.spec if meta["spec"].get("protocol") == 2 else PolicySpec.from_json(meta["spec"])
         config = parsed.network or NetworkConfig()  # a meta without one is checked against the params' shapes
         if config.lstm_size:  # refused before reading any params
             raise _recurrent_error(source, config.lstm_size)
@@ -390,6 +393,11 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
             params = _restore_params(manager, step)
     finally:
         manager.close()
+    if not isinstance(spec, PolicySpec):  # a protocol v2 run: named observations, one action per head
+        from seedleague.structured_policy import StructuredPolicy, structured_network_for
+
+        _check_params(source, structured_network_for(config, spec), params)
+        return StructuredPolicy(config, params, spec, step=step, meta=meta, source=source, seed=seed)
     network = _network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
     _check_params(source, network, params)
     return Policy(config, params, spec, step=step, meta=meta, source=source, seed=seed)

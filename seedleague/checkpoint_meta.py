@@ -19,18 +19,45 @@ from typing import Optional
 import numpy as np
 
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, StructuredEnvSpec,
+                                          TensorSpec)
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
 _COUNTERS = ("env_steps", "agent_steps", "episodes", "wall_s", "returns")
 
 
-def spec_to_json(spec: EnvSpec) -> dict:
+def _head_to_json(head) -> dict:
+    if isinstance(head, DiscreteHead):
+        return dict(name=head.name, kind="discrete", num_actions=head.num_actions, has_legal_mask=head.has_legal_mask)
+    return dict(name=head.name, kind="continuous", low=list(head.low), high=list(head.high))
+
+
+def _head_from_json(data: dict):
+    if data["kind"] == "discrete":
+        return DiscreteHead(data["name"], data["num_actions"], data["has_legal_mask"])
+    return ContinuousHead(data["name"], tuple(data["low"]), tuple(data["high"]))
+
+
+def spec_to_json(spec: "EnvSpec | StructuredEnvSpec") -> dict:
+    """A spec as JSON; a protocol v2 spec records its named tensors and heads (and "protocol": 2)."""
+    if isinstance(spec, StructuredEnvSpec):
+        return dict(protocol=2, env_name=spec.env_name, episode_stats=list(spec.episode_stats),
+                    seat_team=list(spec.seat_team),
+                    observation=[dict(name=t.name, shape=list(t.shape), dtype=t.dtype.str, masked=t.masked)
+                                 for t in spec.observation.tensors],
+                    action=[_head_to_json(h) for h in spec.action.heads])
     return dict(env_name=spec.env_name, observation_shape=list(spec.observation_shape),
                 observation_dtype=spec.observation_dtype.str, num_actions=spec.num_actions)
 
 
-def spec_from_json(data: dict) -> EnvSpec:
+def spec_from_json(data: dict) -> "EnvSpec | StructuredEnvSpec":
+    if data.get("protocol") == 2:
+        observation = ObservationSpec(tuple(TensorSpec(t["name"], tuple(t["shape"]), np.dtype(t["dtype"]), t["masked"])
+                                            for t in data["observation"]))
+        action = ActionSpec(tuple(_head_from_json(h) for h in data["action"]))
+        return StructuredEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
+                                 tuple(data["episode_stats"]), tuple(data["seat_team"]))
     return EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
                    data["num_actions"], 1)
 
@@ -57,7 +84,7 @@ def learner_from_json(data: dict, source: str = "?") -> LearnerConfig:
 class CheckpointMeta:
     """A checkpoint's meta: the spec, the configs its state was built with, and the run's counters."""
 
-    spec: EnvSpec
+    spec: "EnvSpec | StructuredEnvSpec"  # a protocol v2 run's spec is structured
     network: Optional[NetworkConfig] = None  # None: the checkpoint predates recording it
     learner: Optional[LearnerConfig] = None
     env_steps: int = 0

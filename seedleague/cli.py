@@ -190,6 +190,7 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Env
     """The preset for the game the first worker declares (launch.probe), or ValueError: `train
     --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
     from launch import probe
+    from seedleague.tools.fake_host import describe_spec
 
     security = server_security_from_args(args)
     if workers.count:
@@ -198,9 +199,12 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Env
         spec = probe.probe_spec(workers, bind_host, os.path.join(args.run_dir, "logs"), security)
     else:
         spec, args.address = probe.await_spec(args.address, security)
-    print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
-          f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
-          flush=True)
+    if isinstance(spec, EnvSpec):
+        print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
+              f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
+              flush=True)
+    else:  # protocol v2: every named tensor and head
+        print(f"the worker's game: {describe_spec(spec)}", flush=True)
     return presets.preset_for_spec(spec), spec
 
 

@@ -20,6 +20,7 @@ from seedleague.league.types import Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import ContinuousHead, StructuredEnvSpec, v1_model_of
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -80,6 +81,54 @@ def _classic_control() -> Preset:
         workers=1,
         envs_per_worker=8,
     )
+
+
+def _continuous_control() -> Preset:
+    # Continuous action heads (a float Box): PPO as the standard implementations run it on continuous
+    # control (Schulman et al. 2017's MuJoCo settings, CleanRL's ppo_continuous_action: 2048-step
+    # rollouts, 10 epochs of 32 minibatches, gamma 0.99, GAE(0.95), no entropy bonus), scaled to one
+    # worker on two cores: 16 envs x 32-step unrolls = 512 steps per update, 10 epochs of 4 minibatches.
+    # The learning rate starts at 1e-3 (3e-4 left Pendulum flat for its first 100 s) and anneals to 1e-4
+    # over the run's time budget, so the Gaussian settles by the end of a run of any length.
+    # Measurements: benchmarks/README.md, "Continuous control: Pendulum-v1".
+    return Preset(
+        host=HostConfig(
+            unroll_length=32,
+            batch_size=16,
+            batcher=BatcherConfig(timeout_ms=2.0),
+            replay=ReplayConfig(capacity=64, samples_per_insert=1.0, sampler="fifo"),
+            network=NetworkConfig(torso="mlp", hidden_sizes=(64, 64)),
+            learner=LearnerConfig(loss="ppo", epochs=10, minibatches=4, fixed_targets=True, learning_rate=1e-3,
+                                  learning_rate_final=1e-4, entropy_cost=0.0, discount=0.99, lambda_=0.95),
+        ),
+        workers=1,
+        envs_per_worker=16,
+        anneal_over_budget=True,
+    )
+
+
+def has_continuous_actions(spec: "EnvSpec | StructuredEnvSpec") -> bool:
+    """Whether a spec's action has a continuous head (a protocol v2 spec with a float Box)."""
+    return isinstance(spec, StructuredEnvSpec) and any(isinstance(h, ContinuousHead) for h in spec.action.heads)
+
+
+def _gym_spec(env_id: str) -> "EnvSpec | StructuredEnvSpec | None":
+    """The spec a gym worker declares for `env_id` (one env made to read its spaces), or None when gymnasium cannot
+    make it here (the worker then says why)."""
+    import gymnasium as gym
+
+    from envs.gym_worker import GymVectorGame, UnsupportedEnv
+
+    try:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    except (gym.error.Error, ImportError, TypeError, ValueError):
+        return None
+    try:
+        return GymVectorGame(env_id, envs).spec
+    except UnsupportedEnv:
+        return None
+    finally:
+        envs.close()
 
 
 def _atari() -> Preset:
@@ -188,6 +237,11 @@ def step_bytes(spec: EnvSpec) -> int:
     """The tensor bytes of one StepBatch for `spec` (observation, reward, flags, legal mask, acting): a lower
     bound on its message size."""
     agents = spec.num_agents
+    if isinstance(spec, StructuredEnvSpec):  # every named tensor and legal mask, and acting
+        observation = sum(agents * int(np.prod(shape)) * np.dtype(dtype).itemsize
+                          for shape, dtype in spec.observation.arrays().values())
+        masks = sum(agents * h.num_actions for h in spec.action.discrete if h.has_legal_mask)
+        return observation + 4 * agents + 2 * spec.num_envs + masks + agents
     observation = agents * int(np.prod(spec.observation_shape)) * np.dtype(spec.observation_dtype).itemsize
     return observation + 4 * agents + 2 * spec.num_envs + agents * spec.num_actions * spec.has_legal_mask + agents
 
@@ -213,6 +267,10 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     rewards sum to zero over the seats): GAME_RECIPE, with the board torso for [C, H, W]
     planes; [H, W, C] uint8 frames get the two-player Atari settings. One seat: the conv
     settings for [H, W, C] frames, else the classic-control ones."""
+    if isinstance(spec, StructuredEnvSpec):
+        if v1_model_of(spec) is None:  # league play takes v1-shaped specs for now (the host refuses others)
+            return _continuous_control() if has_continuous_actions(spec) else _classic_control()
+        spec = v1_model_of(spec)
     if spec.num_seats >= 2:
         return _pettingzoo() if _shows_pixels(spec) else _game(board=len(spec.observation_shape) == 3)
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()
@@ -226,6 +284,9 @@ def preset_for(env_id: str) -> Preset:
         return _pettingzoo()
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         return _atari()
+    spec = _gym_spec(env_id)
+    if spec is not None and has_continuous_actions(spec):
+        return _continuous_control()
     preset = _classic_control()
     if env_id.startswith("CartPole-v1"):
         preset = dataclasses.replace(preset, target_return=475.0, max_seconds=600.0)

@@ -42,6 +42,14 @@ def test_gym_worker_passes_every_check():
     assert "not declared" in report.result(cw.LEGAL_MASKS).detail
 
 
+def test_the_gym_worker_on_pendulum_passes_every_check_on_protocol_v2():
+    command = [sys.executable, "-m", "envs.gym_worker", "--address", "{address}", "--env", "Pendulum-v1", "--num-envs",
+               "2", "--vector", "sync", "--backoff-initial", "0.05", "--backoff-max", "0.3"]
+    report = cw.check_worker(command, cw.CheckConfig(steps=210, timeout_s=30.0, shutdown_timeout_s=5.0))
+    assert report.passed, report.format()  # the fake host refuses a truncation without its final observation
+    assert "protocol v2" in report.result(cw.HANDSHAKE).detail and "box[-2.0]..[2.0]" in report.format()
+
+
 def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
     script = f'exec "$0" "$1" --address "${cw.ADDRESS_ENV}" --fault none'
     report = cw.check_worker(["sh", "-c", script, *BROKEN], FAST)
@@ -64,6 +72,15 @@ def test_each_fault_fails_its_check(fault, check, evidence):
     assert report.result(cw.HANDSHAKE).passed
     assert [r.name for r in report.results if r.status == "FAIL"] == [check], report.format()
     assert "checks did not pass" in report.format()
+
+
+def test_a_v2_worker_passes_and_a_missing_tensor_fails_the_observation_check_naming_it():
+    report = cw.check_worker([*BROKEN, "--address", "{address}", "--protocol", "2"], FAST)
+    assert report.passed, report.format()
+    assert "protocol v2" in report.result(cw.HANDSHAKE).detail and "progress float32[3]" in report.format()
+    report = cw.check_worker([*BROKEN, "--address", "{address}", "--protocol", "2", "--fault", "missing-tensor"], FAST)
+    assert [r.name for r in report.results if r.status == "FAIL"] == [cw.OBSERVATIONS], report.format()
+    assert "observation tensor 'progress' is missing" in report.result(cw.OBSERVATIONS).detail, report.format()
 
 
 def test_command_line_exit_codes(capsys):

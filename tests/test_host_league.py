@@ -326,3 +326,50 @@ def test_a_game_result_is_scored_from_the_learner_seats_return_sign():
     returns = np.array([1.0, -1.0, 0.5, 0.5, 0.0, 0.0], np.float32)  # env 1 pays both seats: not zero-sum
     assert results.not_zero_sum(spec, np.array([0, 2]), returns) is None
     assert "(env 1) ended with returns [0.5, 0.5]" in results.not_zero_sum(spec, np.array([1]), returns)
+
+
+def test_seating_with_teams_gives_the_learner_every_seat_of_one_team():
+    from seedleague.host.seating import Seating
+    from seedleague.league.types import Match
+
+    seating = Seating(3, 4, np.random.default_rng(0), teams=(0, 0, 1, 1))
+    seating.start(np.arange(3), [Match("p:000000", False)] * 3)
+    learning = seating.learning().reshape(3, 4)
+    teams = {tuple(row) for row in learning.tolist()}
+    assert teams <= {(True, True, False, False), (False, False, True, True)}
+    opponents = seating.opponents().reshape(3, 4)
+    assert ((opponents == "p:000000") == ~learning).all()
+    returns = np.array([1.0, 3.0, -2.0, -2.0] * 3)
+    np.testing.assert_allclose(seating.team_returns(returns), [[2.0, -2.0]] * 3)  # the mean over a team's seats
+    assert seating.learner_team.tolist() == [0 if row[0] else 1 for row in learning]
+
+
+def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_learner_team(league_host):
+    from seedleague.protocol.client import ClientConfig
+    from seedleague.protocol.client_v2 import StructuredWorkerClient
+    from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
+
+    league = FakeLeague(opponents=["p:000000"])
+    host, server = league_host(league)
+    spec = StructuredEnvSpec("2v2 duel", ObservationSpec((TensorSpec("obs", (2,), np.float32),)),
+                             ActionSpec((DiscreteHead("act", 2),)), num_envs=NUM_ENVS, num_seats=4,
+                             seat_team=(0, 0, 1, 1))
+    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client.connect()
+    observation = {"obs": np.zeros((NUM_ENVS, 4, 2), np.float32)}
+    try:
+        client.step(observation, np.zeros((NUM_ENVS, 4)), np.zeros(NUM_ENVS, bool), np.zeros(NUM_ENVS, bool))
+        assert wait_for(lambda: any(s.key == "p:000000" for s in league.added)), "no initial snapshot"
+        for turn in range(1, 2000):  # every second step ends every env's episode: team 0 wins, team 1 loses
+            ended = turn % 2 == 0
+            reward = np.zeros((NUM_ENVS, 4), np.float32)
+            if ended:
+                reward[:, :2], reward[:, 2:] = 1.0, -1.0
+            client.step(observation, reward, np.full(NUM_ENVS, ended), np.zeros(NUM_ENVS, bool))
+            if len(league.results) >= 30:
+                break
+    finally:
+        client.close()
+    assert wait_for(lambda: len(league.results) >= 30)
+    assert {r.outcome for r in league.results.values()} == {0.0, 1.0}  # the learner played both teams
+    assert host.pipeline.spec == EnvSpec("2v2 duel", (2,), np.float32, 2, NUM_ENVS, num_seats=4)  # the v1 model

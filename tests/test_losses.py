@@ -226,6 +226,21 @@ def test_ppo_loss_hand_example(maybe_jit):
 
 
 @MAYBE_JIT
+def test_ppo_loss_stays_finite_when_a_narrow_gaussian_makes_the_ratio_overflow(maybe_jit):
+    # log(pi / mu) = 200 overflows exp in float32; capped at MAX_LOG_RATIO = 20 the step with A = +1 takes the
+    # clipped branch (1.2) and the one with A = -1 the capped ratio, -e^20: the loss and its gradient stay finite.
+    def loss(log_pi):
+        inputs = _inputs(log_pi_tm1=log_pi, log_mu_tm1=[[0.0, 0.0]], entropy_tm1=[[0.0, 0.0]], v_tm1=[[0.0, 0.0]],
+                         v_t=[[0.0, 0.0]], r_t=[[1.0, -1.0]], discount_t=[[0.0, 0.0]])
+        return losses.ppo_loss(inputs, clip_epsilon=0.2)[0]
+
+    log_pi = jnp.array([[200.0, 200.0]])
+    value, grad = maybe_jit(jax.value_and_grad(loss))(log_pi)
+    np.testing.assert_allclose(value, -(1.2 - math.exp(20.0)) / 2 + 0.5 * 1.0, rtol=1e-7)  # value loss 0.5 * mean([1, 1])
+    assert np.isfinite(np.asarray(grad)).all() and (np.asarray(grad) == 0).all()  # both past the cap: no slope
+
+
+@MAYBE_JIT
 def test_clipped_value_loss_hand_example(maybe_jit):
     # eps = 0.2, V_old = [0, 1, 0], returns R = [1, 1.2, 1], current V = [0.5, 2.0, 0.1]:
     #   step 0: V moved 0.5 from V_old, clipped to 0.2: errors^2 unclipped 0.25, clipped 0.64 -> 0.64

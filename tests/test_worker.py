@@ -203,7 +203,7 @@ def test_env_spec_of_cartpole_and_unsupported_envs():
     assert env_spec("CartPole-v1", envs) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=2)
     envs.close()
     envs, _ = make_vector_env("Pendulum-v1", 1, "sync")
-    with pytest.raises(UnsupportedEnv, match="Discrete only"):
+    with pytest.raises(UnsupportedEnv, match="v1 spec takes Discrete only"):
         env_spec("Pendulum-v1", envs)
     envs.close()
     with pytest.raises(UnsupportedEnv, match="NoSuchGame"):

@@ -56,19 +56,20 @@ def test_a_worker_command_trains_a_league_with_the_game_recipe_until_ctrl_c(tmp_
 
 
 def test_a_refusing_worker_is_not_restarted_and_its_reason_reaches_the_console(tmp_path):
-    out = train(["--env", "Pendulum-v1", "--run-dir", str(tmp_path / "run"), "--max-seconds", "60"])
+    # Blackjack's observation is a Tuple, which neither protocol version carries (the worker says to flatten it).
+    out = train(["--env", "Blackjack-v1", "--run-dir", str(tmp_path / "run"), "--max-seconds", "60"])
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "supports Discrete only" in out.stderr  # the worker's own reason, from the tail of its log
+    assert "FlattenObservation" in out.stderr  # the worker's own reason, from the tail of its log
     assert "died" not in out.stderr
     log_text = open(tmp_path / "run" / "logs" / "worker-0.log").read()
-    assert log_text.count("supports Discrete only") == 1  # started once, never restarted
+    assert log_text.count("FlattenObservation") == 1  # started once, never restarted
 
 
 def test_a_worker_command_that_refuses_before_its_handshake_stops_the_run(tmp_path):
-    command = f"{sys.executable} -m envs.gym_worker --env Pendulum-v1 --address {{address}}"
+    command = f"{sys.executable} -m envs.gym_worker --env Blackjack-v1 --address {{address}}"
     out = train(["--worker-cmd", command, "--run-dir", str(tmp_path / "run")])
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "refused to go on (exit status 2)" in out.stderr and "supports Discrete only" in out.stderr
+    assert "refused to go on (exit status 2)" in out.stderr and "FlattenObservation" in out.stderr
 
 
 def test_an_untrainable_spec_is_refused_by_name_with_what_to_change(tmp_path):
@@ -100,6 +101,18 @@ def test_the_preset_comes_from_the_spec_alone():
     assert solo.host == presets.preset_for("CartPole-v1").host and solo.target_return is None  # no target by name
     frames = presets.preset_for_spec(EnvSpec("x", (84, 84, 4), np.uint8, 6, 8))
     assert frames.host.network.torso == "conv"
+
+
+def test_protocol_v2_specs_get_the_continuous_control_preset_for_a_box_head_and_v1_settings_when_v1_shaped():
+    from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                              StructuredEnvSpec, TensorSpec)
+
+    observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
+    box = StructuredEnvSpec("any name", observation, ActionSpec((ContinuousHead("u", (-2.0,), (2.0,)),)), 8)
+    assert presets.preset_for_spec(box).host == presets.preset_for("Pendulum-v1").host  # by its spaces, not name
+    assert presets.preset_for_spec(box).host.learner.epochs == 10
+    v1_shaped = StructuredEnvSpec("x", observation, ActionSpec((DiscreteHead("a", 2),)), 8, num_seats=2)
+    assert presets.preset_for_spec(v1_shaped).host.learner == presets.GAME_RECIPE  # a v1 game, in the league
 
 
 def test_worker_command_templates_get_the_address_and_a_seed():

@@ -115,9 +115,16 @@ def _snapshot(run_dir: str, key: str) -> output.Output:
 
 
 def _load(member: output.Member, snapshot: str | None):
-    """The member's Policy; a recurrent one is refused, saying what export supports."""
+    """The member's Policy; a recurrent one, or a protocol v2 one, is refused, saying what export supports."""
+    from seedleague.structured_policy import StructuredPolicy
+
     try:
-        return member.load()
+        policy = member.load()
+        if isinstance(policy, StructuredPolicy):
+            raise ExportError(f"{member.key} ({member.path}) was trained on a protocol v2 spec (named observation "
+                              "tensors or several action heads): seedleague export writes protocol v1 policies only "
+                              "for now; use seedleague.api.load_trained (a StructuredPolicy) or `seedleague serve`")
+        return policy
     except RecurrentPolicyError:
         which = f"snapshot {snapshot}" if snapshot else f"{member.key} ({member.path})"
         lstm = _lstm_size(member)

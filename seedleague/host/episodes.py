@@ -36,7 +36,7 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     seats = session.spec.num_seats
     if league is not None:
         envs = np.flatnonzero(ended[::seats])
-        if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns)):
+        if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns, seating)):
             session.refusal = problem
             log.error("refusing worker %s: %s", session.worker_name, problem)
         outcomes = results.report(league, player, pipeline.policy.version, seating, envs, returns)

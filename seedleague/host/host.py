@@ -21,7 +21,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host import episodes, inference, restore
+from seedleague.host import episodes, inference, restore, structured
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
@@ -34,6 +34,8 @@ from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
+                                          check_structured_step, check_version, v1_model_of)
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -78,7 +80,15 @@ class Host:
 
     # -- EnvBackend ---------------------------------------------------------------------------
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: EnvSpec | StructuredEnvSpec, worker_name: str) -> str:
+        """A v2 spec of one tensor and one discrete head runs on the v1 model (its session keeps the v2 spec as
+        `wire_spec`, whose teams seat league games)."""
+        wire_spec = spec
+        if isinstance(spec, StructuredEnvSpec):
+            spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
+            if isinstance(spec, StructuredEnvSpec) and self._league_api is not None:
+                raise ProtocolError(FAILED_PRECONDITION, "league play takes protocol v1 specs (or v2 specs of one "
+                                    "observation tensor and one discrete head) for now; train this spec without a league")
         if spec.num_agents > self.config.batcher.max_batch_size:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,
@@ -95,8 +105,11 @@ class Host:
             seating = None
             if pipeline.opponents() is not None:
                 seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32),
-                                  every_seat=pipeline.mixture is not None)
-            return Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating)
+                                  every_seat=pipeline.mixture is not None, teams=getattr(wire_spec, "seat_team", None))
+            session = Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating,
+                              heads=getattr(pipeline.network, "heads", None))
+            session.wire_spec = wire_spec
+            return session
 
         session = self.sessions.open(spec, worker_name, make)
         log.info("worker %s opened session %s: %d envs x %d seats", worker_name, session.id[:8], spec.num_envs, spec.num_seats)
@@ -105,16 +118,25 @@ class Host:
     def attach(self, session_id: str) -> None:
         self.sessions.attach(session_id)
 
-    async def step(self, step: StepBatch) -> ActionBatch:
+    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
         session = self.sessions.get(step.session_id)
         if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
             raise ProtocolError(INVALID_ARGUMENT, session.refusal)
-        check_step(session.spec, step)
-        agents = session.flatten(step)
+        wire = session.wire_spec
+        check_version(wire, step)
+        if isinstance(step, StructuredStepBatch):  # protocol v2: nothing of a refused step goes further
+            check_structured_step(wire, step)
+            structured.record_episode_stats(self.metrics, step)
+            agents = session.flatten(step if session.structured else structured.as_v1_step(step, wire))
+            structured.attach_final_v1(agents, step, wire)
+        else:
+            check_step(session.spec, step)
+            agents = session.flatten(step)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.batcher.submit(Request(size=session.num_agents, payload=PendingStep(agents, step.sequence, future, loop)))
-        return await future
+        answer = await future
+        return structured.as_structured_actions(answer, wire) if isinstance(wire, StructuredEnvSpec) else answer
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self.sessions.close(session_id)
@@ -175,10 +197,13 @@ class Host:
         agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
             episodes.end_and_seat(step, self.pipeline, self.config.league.player, self.metrics)
-        num_actions = pipeline.spec.num_actions
-        observation = np.concatenate([a.observation for a in agents])
+        if isinstance(pipeline.spec, StructuredEnvSpec):
+            observation, legal = structured.batch_inputs(pipeline.spec, agents)
+        else:
+            num_actions = pipeline.spec.num_actions
+            observation = np.concatenate([a.observation for a in agents])
+            legal = np.concatenate([_legal(a, num_actions) for a in agents])
         first = np.concatenate([a.first for a in agents])
-        legal = np.concatenate([_legal(a, num_actions) for a in agents])
         core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
         opponents = None if pipeline.opponents() is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
@@ -189,8 +214,9 @@ class Host:
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)
             offset += request.size
-            self._record(step, out.action[rows], out.logits[rows], jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
-            action = out.action[rows].reshape(step.session.spec.num_envs, step.session.spec.num_seats)
+            self._record(step, jax.tree.map(lambda x: x[rows], out.action), jax.tree.map(lambda x: x[rows], out.logits),
+                         jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
+            action = structured.split_actions(out.action, rows, step.session.spec.num_envs, step.session.spec.num_seats)
             request.payload.answer(ActionBatch(request.payload.sequence, action, out.policy_version), None)
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
@@ -206,9 +232,14 @@ class Host:
             return
         # Only the learner's rows go to replay: rewards and ends of its finished episodes, actions of its current ones.
         ends = step.learning_before
+        reward = np.where(ends, step.reward, 0.0).astype(np.float32)
+        terminated, truncated = step.terminated & ends, step.truncated & ends
+        if step.final_observation is not None:  # protocol v2: bootstrap truncated episodes from their final state
+            reward, terminated, truncated = structured.bootstrap(
+                step, reward, terminated, truncated, ends, before, self.pipeline.policy.values,
+                self.config.batcher.bucket, self.config.learner.discount)
         complete = session.unrolls.add(
-            acting=step.acting & step.learning, reward=np.where(ends, step.reward, 0.0).astype(np.float32),
-            terminated=step.terminated & ends, truncated=step.truncated & ends,
+            acting=step.acting & step.learning, reward=reward, terminated=terminated, truncated=truncated,
             observation=step.observation, first=step.first, action=action, logits=logits,
             legal_mask=step.legal_mask, policy_version=version, core_state=before,
         )

@@ -59,10 +59,20 @@ def act_padded(policy: InferencePolicy, bucket: Callable[[int], int], observatio
     """The learner's params on `len(first)` rows padded to `bucket(len(first))` (one compile per bucket)."""
     count = len(first)
     size = bucket(count)
+    if isinstance(observation, dict):  # a structured network: dicts of named tensors, heads and legal masks
+        out = policy.act(_pad_dict(observation, size, None), pad(first, size, True),
+                         jax.tree.map(lambda x: pad(x, size), core), _pad_dict(legal, size, True))
+        cut = lambda tree: jax.tree.map(lambda x: x[:count], tree)
+        return Actions(cut(out.action), cut(out.logits), cut(out.core_state), out.policy_version)
     out = policy.act(pad(observation, size), pad(first, size, True), jax.tree.map(lambda x: pad(x, size), core),
                      pad(legal, size, True))
     return Actions(out.action[:count], out.logits[:count], jax.tree.map(lambda x: x[:count], out.core_state),
                    out.policy_version)
+
+
+def _pad_dict(arrays: dict, size: int, value: Any) -> dict:
+    """Each array padded to `size` rows of `value` (None: 0, and true for bool arrays such as entity masks)."""
+    return {key: pad(x, size, (x.dtype == bool) if value is None else value) for key, x in arrays.items()}
 
 
 def pad(x: np.ndarray, size: int, value: Any = 0) -> np.ndarray:

@@ -27,6 +27,12 @@ from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.rl.structured_spec import is_v1_shaped
+from seedleague.rl.encoders import encoder_kind
+from seedleague.rl.networks import NetworkConfig
+from seedleague.host.unroll_store import structured_rows
+from seedleague.rl.structured_network import StructuredNetworkConfig, make_structured_network
 from seedleague.rl import sharding
 from seedleague.rl.learner import init_train_state, make_sharded_update
 from seedleague.rl.networks import make_network
@@ -39,7 +45,7 @@ log = logging.getLogger(__name__)
 class Pipeline:
     """Network, policy, replay and learner built for one env spec (and the league link or served mixture)."""
 
-    spec: EnvSpec
+    spec: "EnvSpec | StructuredEnvSpec"  # a protocol v2 spec builds the structured network
     network: Any
     policy: InferencePolicy
     replay: Optional[Replay]  # None when the host does not learn
@@ -52,9 +58,11 @@ class Pipeline:
         """Who seats each episode and holds the params of the networks in `Seating.opponents()`."""
         return self.league if self.league is not None else self.mixture
 
-    def fits(self, spec: EnvSpec) -> Optional[str]:
+    def fits(self, spec: "EnvSpec | StructuredEnvSpec") -> Optional[str]:
         """None if `spec` can be served by this pipeline, else what differs."""
         mine = self.spec
+        if isinstance(spec, StructuredEnvSpec) or isinstance(mine, StructuredEnvSpec):
+            return _structured_fits(spec, mine)
         for name in ("observation_shape", "observation_dtype", "num_actions"):
             if getattr(spec, name) != getattr(mine, name):
                 return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
@@ -66,6 +74,18 @@ class Pipeline:
             self.league.stop()
         if self.learner is not None:
             self.learner.stop()
+
+
+def _structured_fits(spec: Any, mine: Any) -> Optional[str]:
+    """`Pipeline.fits` where either spec is a protocol v2 one: same named tensors and heads."""
+    if type(spec) is not type(mine):
+        return (f"the worker speaks protocol {2 if isinstance(spec, StructuredEnvSpec) else 1}, the host's model was "
+                f"built for a protocol {2 if isinstance(mine, StructuredEnvSpec) else 1} spec")
+    if spec.observation != mine.observation:
+        return f"observation is {spec.observation} but the host's model was built for {mine.observation}"
+    if spec.action != mine.action:
+        return f"action is {spec.action} but the host's model was built for {mine.action}"
+    return None
 
 
 @dataclasses.dataclass
@@ -80,8 +100,23 @@ class Services:
     pool: Optional[ModelPool] = None
 
 
-def build_network(config: HostConfig, spec: EnvSpec) -> Any:
+def build_network(config: HostConfig, spec: "EnvSpec | StructuredEnvSpec") -> Any:
+    """v1's network for a v1 spec; the structured network (one encoder per named tensor, one head per action head)
+    for a protocol v2 spec."""
+    if isinstance(spec, StructuredEnvSpec):
+        return make_structured_network(StructuredNetworkConfig(network=structured_torso(config.network, spec)),
+                                       spec.observation, spec.action)
     return make_network(config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+
+
+def structured_torso(network: NetworkConfig, spec: StructuredEnvSpec) -> NetworkConfig:
+    """The network config a structured spec builds with: torso "mlp" (the classic-control settings) is what "auto"
+    picks for every vector tensor, so a spec of vectors only takes it as "auto"; any other torso is left for
+    make_structured_network to refuse with what to change."""
+    vectors = all(encoder_kind(t) == "vector" for t in spec.observation.tensors)
+    if network.torso == "mlp" and vectors and not is_v1_shaped(spec.observation, spec.action):
+        return dataclasses.replace(network, torso="auto")
+    return network
 
 
 def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvSpec, services: Services,
@@ -111,8 +146,12 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvS
         learner.start()
     if learner is not None and services.league_api is not None:
         pipeline.league = _start_league_link(config, pipeline, services)
-    log.info("built model for %s: obs %s %s, %d actions; %s", spec.env_name, spec.observation_shape,
-             spec.observation_dtype, spec.num_actions, layout.describe())
+    if isinstance(spec, StructuredEnvSpec):
+        log.info("built model for %s: observation %s, action %s; %s", spec.env_name, spec.observation, spec.action,
+                 layout.describe())
+    else:
+        log.info("built model for %s: obs %s %s, %d actions; %s", spec.env_name, spec.observation_shape,
+                 spec.observation_dtype, spec.num_actions, layout.describe())
     return pipeline
 
 
@@ -152,7 +191,9 @@ def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Service
     return link
 
 
-def _example_unroll(spec: EnvSpec, unroll_length: int, network: Any) -> Unroll:
+def _example_unroll(spec: "EnvSpec | StructuredEnvSpec", unroll_length: int, network: Any) -> Any:
+    if isinstance(spec, StructuredEnvSpec):
+        return structured_rows(1, unroll_length, spec.observation, network.heads, network.initial_state(1))
     rows = (1, unroll_length + 1)
     return Unroll(
         observation=np.zeros(rows + spec.observation_shape, spec.observation_dtype),

@@ -2,7 +2,9 @@
 
 `InferencePolicy.act` runs one forward pass over a padded batch of agents and
 samples legal actions; `act_stacked` does the same for K policies of the same
-network at once (a league's opponent snapshots, params stacked by `stack_params`).
+network at once (a league's opponent snapshots, params stacked by `stack_params`). A
+structured network (protocol v2) acts with dicts: one observation array per named tensor,
+one action and one set of behaviour params per head; `values` gives V(s) for bootstrapping.
 The learner publishes new params with `publish`; the next forward pass picks them
 up, and every action is tagged with the version
 (learner step) of the params that chose it. Given a device (the host's
@@ -21,13 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.rl.networks import Network
+from seedleague.rl.structured_network import StructuredNetwork
+from seedleague.rl.structured_network import act as structured_act
 
 
 class Actions(NamedTuple):
     """What one forward pass returns, as numpy arrays over the padded batch."""
 
-    action: np.ndarray  # [N] int32
-    logits: np.ndarray  # [N, A] float32, before legal masking
+    action: Any  # [N] int32 (a structured network: {head: [N] int32 or [N, d] float32})
+    logits: Any  # [N, A] float32, before legal masking (structured: the behaviour params {head: [N, P]})
     core_state: Any  # pytree of [N, ...]
     policy_version: int
 
@@ -100,6 +104,24 @@ def _act_with_table(network: Network, params, table, slots, learner_inputs, tabl
     return learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy), rng
 
 
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act_structured(network: StructuredNetwork, params, observation, first, core_state, legal, rng,
+                    greedy: bool = False):
+    """_act for a structured network: observation and legal are dicts, actions and behaviour params come back as
+    dicts over the heads."""
+    rng, sample_rng = jax.random.split(rng)
+    return *structured_act(network, params, observation, first, core_state, legal, sample_rng, greedy), rng
+
+
+@functools.partial(jax.jit, static_argnames=("network",))
+def _values(network: Network | StructuredNetwork, params, observation, first, core_state):
+    """V(s) [N] of one step of N agents (observation [N, ...] or a dict of them) from `core_state`."""
+    lift = lambda x: x[:, None]
+    observation = jax.tree.map(lift, observation)
+    _, value, _ = network.apply(params, observation, lift(first), core_state)
+    return value[:, 0]
+
+
 def stack_params(params: list[Any]) -> Any:
     """K param trees of one network as one tree with a leading [K] axis (for `act_stacked`)."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
@@ -147,11 +169,22 @@ class InferencePolicy:
             params, version = self.current()
         else:
             version, explore = self._version, 0.0
+        if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
+            action, behaviour, core_state, self._rng = _act_structured(
+                self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy)
+            return Actions(jax.tree.map(np.asarray, action), jax.tree.map(np.asarray, behaviour),
+                           jax.tree.map(np.asarray, core_state), version)
         action, logits, core_state, self._rng = _act(
             self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy,
             explore=explore,
         )
         return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)
+
+    def values(self, observation: Any, first: np.ndarray, core_state: Any) -> np.ndarray:
+        """V(s) [N] with the published params for one step of N agents from their `core_state` (the host bootstraps
+        a truncated episode from its final observation with it)."""
+        params, _ = self.current()
+        return np.asarray(_values(self.network, params, observation, first, core_state))
 
     def act_table(self, table: Any, slots: np.ndarray, observation: np.ndarray, first: np.ndarray, core_state: Any,
                   legal_mask: np.ndarray) -> Actions:

@@ -1,5 +1,5 @@
 """A league run's game results: one MatchResult per finished game against a snapshot, scored from the
-learner seat's return, and the check that a game's seats really play a zero-sum game.
+learner seat's (team's) return, and the check that a game's seats (teams) really play a zero-sum game.
 
     outcomes = report(link, player, version, seating, ended_envs, returns)   # 1 win, 0.5 draw, 0 loss each
     problem = not_zero_sum(spec, ended_envs, returns)                        # None, or why to refuse the worker
@@ -26,11 +26,12 @@ def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, 
     """Send `link` (a LeagueLink) one result per game of `envs` (just ended) played against a snapshot;
     returns their outcomes (self-play games have none)."""
     outcomes = []
-    for env, row in zip(envs, seating.learner_rows(envs)):
+    by_team = seating.team_returns(returns)  # [E, T]: every seat its own team unless the spec groups them
+    for env in envs:
         opponent = seating.opponent[env]
         if opponent is None:
             continue
-        outcomes.append(outcome(returns[row]))
+        outcomes.append(outcome(by_team[env, seating.learner_team[env]]))
         link.report(MatchResult(uuid.uuid4().hex, player, opponent, outcomes[-1], version))
     return outcomes
 
@@ -38,15 +39,20 @@ def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, 
 ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
 
 
-def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray) -> Optional[str]:
+def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray,
+                 seating: Optional[Seating] = None) -> Optional[str]:
     """Why the episodes of `envs` (just ended; `returns` [E*S], env-major) break league play, or None.
 
-    The league scores a game as a win, loss or draw of one seat from the sign of its return, which
-    means something only when every seat's gain is another's loss: each episode's returns must sum
-    to zero over the seats. The spec does not say whether a game is zero-sum; its episodes do."""
+    The league scores a game as a win, loss or draw of one seat (or team: `seating`'s teams, a team's
+    return the mean of its seats') from the sign of its return, which means something only when every
+    seat's (team's) gain is another's loss: each episode's returns must sum to zero over the seats
+    (teams). The spec does not say whether a game is zero-sum; its episodes do."""
     if not len(envs):
         return None
-    by_env = returns.reshape(spec.num_envs, spec.num_seats)[envs]
+    if seating is not None:
+        by_env = seating.team_returns(returns)[envs]
+    else:
+        by_env = returns.reshape(spec.num_envs, spec.num_seats)[envs]
     total = by_env.sum(axis=1)
     bad = np.abs(total) > ZERO_SUM_TOLERANCE * np.maximum(1.0, np.abs(by_env).max(axis=1))
     if not bad.any():

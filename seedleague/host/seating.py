@@ -3,7 +3,8 @@
 Every episode of every env gets a `Match` from the league: either self-play
 (every seat runs the learner's live params and every seat's steps go to replay)
 or an opponent snapshot, which takes every seat but one learner seat drawn at
-random per episode (so neither seat is favoured). With `every_seat` (a served
+random per episode (so neither seat is favoured); with teams (protocol v2's seat_team) the learner
+takes every seat of one team drawn at random and the snapshot every seat of the others. With `every_seat` (a served
 mixture, host.mixture) the match's network takes every seat and none learns.
 Agent rows are env-major, seat-minor, like the session's tensors.
 
@@ -25,11 +26,18 @@ from seedleague.league.types import Match
 class Seating:
     """The current match of each env and the learner's seat in it."""
 
-    def __init__(self, num_envs: int, num_seats: int, rng: np.random.Generator, every_seat: bool = False):
+    def __init__(self, num_envs: int, num_seats: int, rng: np.random.Generator, every_seat: bool = False,
+                 teams: Optional[Sequence[int]] = None):
+        """`teams`: the team of each seat (protocol v2's seat_team); None: every seat its own team."""
         self.num_envs, self.num_seats = num_envs, num_seats
         self.every_seat = every_seat  # a non-self-play match takes every seat (no learner seat)
         self._rng = rng
-        self.learner_seat = np.zeros(num_envs, np.int64)
+        self.teams = np.asarray(teams if teams else range(num_seats), np.int64)
+        if self.teams.shape != (num_seats,):
+            raise ValueError(f"teams must give one team per seat ({num_seats}), got {list(self.teams)}")
+        self.num_teams = int(self.teams.max()) + 1
+        self.learner_seat = np.zeros(num_envs, np.int64)  # the first seat of the learner's team
+        self.learner_team = np.zeros(num_envs, np.int64)
         self.opponent: list[Optional[str]] = [None] * num_envs  # None: self-play
         self._learning = np.ones(num_envs * num_seats, bool)
         self._opponents = np.full(num_envs * num_seats, None, object)
@@ -43,17 +51,20 @@ class Seating:
             if match.self_play:
                 self.opponent[env] = None
                 self.learner_seat[env] = 0
+                self.learner_team[env] = self.teams[0]
                 self._learning[rows] = True
                 self._opponents[rows] = None
             else:
-                seat = int(self._rng.integers(self.num_seats))
+                team = int(self._rng.integers(self.num_teams))  # one seat per team: the seat drawn as before
+                seats = env * self.num_seats + np.flatnonzero(self.teams == team)
                 self.opponent[env] = match.opponent
-                self.learner_seat[env] = seat
+                self.learner_team[env] = team
+                self.learner_seat[env] = seats[0] - env * self.num_seats
                 self._learning[rows] = False
-                self._learning[env * self.num_seats + seat] = not self.every_seat
+                self._learning[seats] = not self.every_seat
                 self._opponents[rows] = match.opponent
                 if not self.every_seat:
-                    self._opponents[env * self.num_seats + seat] = None
+                    self._opponents[seats] = None
 
     def learning(self) -> np.ndarray:
         """[E*S] bool: agent rows the learner plays. A copy: later episode starts do not change it."""
@@ -64,5 +75,12 @@ class Seating:
         return self._opponents.copy()
 
     def learner_rows(self, envs: np.ndarray) -> np.ndarray:
-        """The agent row of the learner's seat in each of `envs`."""
+        """The agent row of the learner's seat (the first of its team's) in each of `envs`."""
         return envs * self.num_seats + self.learner_seat[envs]
+
+    def team_returns(self, returns: np.ndarray) -> np.ndarray:
+        """[E, T] each team's return, the mean over its seats' returns (`returns` [E*S], env-major)."""
+        by_env = returns.reshape(self.num_envs, self.num_seats)
+        if self.num_teams == self.num_seats and (self.teams == np.arange(self.num_seats)).all():
+            return by_env  # every seat its own team
+        return np.stack([by_env[:, self.teams == t].mean(axis=1) for t in range(self.num_teams)], axis=1)

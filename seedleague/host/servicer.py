@@ -1,9 +1,11 @@
-"""The EnvService gRPC servicer: decode, call a plain backend, encode.
+"""The EnvService gRPC servicer, both protocol versions: decode, call a plain backend, encode.
 
 The backend is any object with the `EnvBackend` methods: the training host
 (learning, or serving a checkpoint with `learn=False`) and the fake host (random
 actions) all plug in here, so every one of them speaks the protocol through this
-one code path.
+one code path. It serves seedleague.v1.EnvService and seedleague.v2.EnvService
+on the same server; a session's version is that of the service it handshook on,
+and its stream must use the same service (the backend keeps the session's spec).
 
 Hostile input stops here too: bytes that are no valid message get
 INVALID_ARGUMENT, a spec over the backend's `SessionLimits` is refused before
@@ -14,20 +16,44 @@ worker goes quiet for `stream_idle_timeout_s` is ended with DEADLINE_EXCEEDED.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
-from typing import Awaitable, Optional, Protocol, TypeVar
+from types import ModuleType
+from typing import Any, Awaitable, Callable, Optional, Protocol, TypeVar
 
 import grpc
 
 from seedleague.host.sessions import SessionLimits, check_spec
-from seedleague.protocol import codec
+from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
-from seedleague.v1 import env_pb2, env_pb2_grpc
+from seedleague.protocol.specs_v2 import PROTOCOL_VERSION_V2, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.v1 import env_pb2
+from seedleague.v2 import env_pb2 as env_pb2_v2
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = env_pb2.DESCRIPTOR.services_by_name["EnvService"].full_name
+SERVICE_NAME_V2 = env_pb2_v2.DESCRIPTOR.services_by_name["EnvService"].full_name
+SERVICE_NAMES = [SERVICE_NAME, SERVICE_NAME_V2]  # what a host that speaks both versions serves (health, reflection)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Version:
+    """One protocol version as the servicer sees it: its messages and its codec."""
+
+    number: int
+    service: str
+    pb: ModuleType
+    decode_spec: Callable[[Any], Any]
+    decode_step: Callable[[Any], Any]
+    encode_actions: Callable[[Any], Any]
+
+
+_V1 = _Version(PROTOCOL_VERSION, SERVICE_NAME, env_pb2, codec.decode_spec, codec.decode_step, codec.encode_actions)
+_V2 = _Version(PROTOCOL_VERSION_V2, SERVICE_NAME_V2, env_pb2_v2, codec_v2.decode_spec, codec_v2.decode_step,
+               codec_v2.encode_actions)
 MAX_WORKER_NAME_CHARS = 256  # longer worker names are cut (they only appear in logs)
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 
@@ -42,20 +68,21 @@ class EnvBackend(Protocol):
 
     max_message_bytes: int
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
-        """Check `spec` against the model and return a new session id."""
+    def open_session(self, spec: EnvSpec | StructuredEnvSpec, worker_name: str) -> str:
+        """Check `spec` (a v1 or v2 one) against the model and return a new session id."""
 
     def attach(self, session_id: str) -> None:
         """Bind a stream to a session; unknown or already-streaming ids are refused."""
 
-    async def step(self, step: StepBatch) -> ActionBatch:
-        """Check `step`, choose actions for it and record the transition."""
+    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
+        """Check `step`, choose actions for it and record the transition (a v2 session's steps are
+        StructuredStepBatch, answered with a StructuredActionBatch)."""
 
     def close_session(self, session_id: str, reason: str) -> None:
         """Forget the session; its partial trajectories are dropped."""
 
 
-class EnvServicer(env_pb2_grpc.EnvServiceServicer):
+class EnvServicer:
     """Thin adapter between protobuf messages and an EnvBackend."""
 
     def __init__(self, backend: EnvBackend):
@@ -66,48 +93,60 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
         self._limits = limits if isinstance(limits, SessionLimits) else SessionLimits()
 
     def register(self, server: grpc.aio.Server) -> None:
-        """As the generated `add_EnvServiceServicer_to_server`, but with lenient request parsers."""
-        handlers = {
-            "Handshake": grpc.unary_unary_rpc_method_handler(
-                self.Handshake,
-                request_deserializer=codec.lenient_parser(env_pb2.HandshakeRequest),
-                response_serializer=env_pb2.HandshakeResponse.SerializeToString,
-            ),
-            "Stream": grpc.stream_stream_rpc_method_handler(
-                self.Stream,
-                request_deserializer=codec.lenient_parser(env_pb2.StepBatch),
-                response_serializer=env_pb2.ActionBatch.SerializeToString,
-            ),
-        }
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-        server.add_registered_method_handlers(SERVICE_NAME, handlers)
+        """As the generated `add_EnvServiceServicer_to_server`, for both versions' services, with lenient request
+        parsers."""
+        for version in (_V1, _V2):
+            handlers = {
+                "Handshake": grpc.unary_unary_rpc_method_handler(
+                    functools.partial(self._handshake, version),
+                    request_deserializer=codec.lenient_parser(version.pb.HandshakeRequest),
+                    response_serializer=version.pb.HandshakeResponse.SerializeToString,
+                ),
+                "Stream": grpc.stream_stream_rpc_method_handler(
+                    functools.partial(self._stream, version),
+                    request_deserializer=codec.lenient_parser(version.pb.StepBatch),
+                    response_serializer=version.pb.ActionBatch.SerializeToString,
+                ),
+            }
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(version.service, handlers),))
+            server.add_registered_method_handlers(version.service, handlers)
 
     async def Handshake(self, request: env_pb2.HandshakeRequest, context) -> env_pb2.HandshakeResponse:
+        """v1's Handshake (the generated servicer's name)."""
+        return await self._handshake(_V1, request, context)
+
+    async def Stream(self, request_iterator, context) -> None:
+        """v1's Stream (the generated servicer's name)."""
+        await self._stream(_V1, request_iterator, context)
+
+    async def _handshake(self, version: _Version, request, context):
         worker_name = ""
         try:
             request = codec.check_parsed(request)
             worker_name = request.worker_name[:MAX_WORKER_NAME_CHARS]
-            if request.protocol_version != PROTOCOL_VERSION:
+            if request.protocol_version != version.number:
                 raise ProtocolError(
                     FAILED_PRECONDITION,
-                    f"worker speaks protocol version {request.protocol_version}, host speaks {PROTOCOL_VERSION}",
+                    f"worker speaks protocol version {request.protocol_version} on {version.service}, which is "
+                    f"version {version.number}; this host speaks {PROTOCOL_VERSION} ({SERVICE_NAME}) and "
+                    f"{PROTOCOL_VERSION_V2} ({SERVICE_NAME_V2})",
                 )
             if not request.HasField("spec"):
                 raise ProtocolError(INVALID_ARGUMENT, "handshake has no env spec")
-            spec = codec.decode_spec(request.spec)
+            spec = version.decode_spec(request.spec)
             check_spec(spec, self._limits)
             session_id = self._backend.open_session(spec, worker_name)
         except ProtocolError as error:
             details = codec.clip(error.message)
             log.warning("refused handshake from %r: %s", worker_name, details)
             await context.abort(grpc.StatusCode[error.code], details)
-        return env_pb2.HandshakeResponse(
+        return version.pb.HandshakeResponse(
             session_id=session_id,
-            protocol_version=PROTOCOL_VERSION,
+            protocol_version=version.number,
             max_message_bytes=self._backend.max_message_bytes,
         )
 
-    async def Stream(self, request_iterator, context) -> None:
+    async def _stream(self, version: _Version, request_iterator, context) -> None:
         """Lockstep: read a StepBatch, answer one ActionBatch, until the worker ends the stream.
 
         A plain coroutine over context.read/write rather than an async generator,
@@ -122,7 +161,7 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
                 if self._draining:
                     reason = "the host is stopping"
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping; reconnect to its next run")
-                step = codec.decode_step(codec.check_parsed(message))
+                step = version.decode_step(codec.check_parsed(message))
                 if session_id is None:
                     self._backend.attach(step.session_id)
                     session_id = step.session_id
@@ -131,7 +170,7 @@ class EnvServicer(env_pb2_grpc.EnvServiceServicer):
                         INVALID_ARGUMENT, f"stream belongs to session {session_id!r}, message names {step.session_id!r}"
                     )
                 actions = await self._backend.step(step)
-                await idle.wait(context.write(codec.encode_actions(actions)), "read no ActionBatch")
+                await idle.wait(context.write(version.encode_actions(actions)), "read no ActionBatch")
         except ProtocolError as error:
             details = codec.clip(error.message)
             reason = f"{error.code}: {details}"

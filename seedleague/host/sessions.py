@@ -23,6 +23,7 @@ from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.protocol.specs_v2 import DiscreteHead, StructuredEnvSpec
 
 
 _COUNTS = ("max_workers", "max_envs_per_worker", "max_num_actions", "max_observation_elements")
@@ -53,10 +54,13 @@ class SessionLimits:
             raise ValueError("bad session limits: " + "; ".join(problems))
 
 
-def check_spec(spec: EnvSpec, limits: SessionLimits) -> None:
+def check_spec(spec: "EnvSpec | StructuredEnvSpec", limits: SessionLimits) -> None:
     """Refuse with RESOURCE_EXHAUSTED, before a model is built for it, a spec with too many actions or too
     large an observation (e.g. 2^40 elements). Env and worker counts are checked when the session opens
-    (`SessionRegistry.open`), message sizes by gRPC."""
+    (`SessionRegistry.open`), message sizes by gRPC. A v2 spec's limits are over all its tensors and heads."""
+    if isinstance(spec, StructuredEnvSpec):
+        _check_structured_spec(spec, limits)
+        return
     if spec.num_actions > limits.max_num_actions:
         raise ProtocolError(
             RESOURCE_EXHAUSTED,
@@ -69,6 +73,25 @@ def check_spec(spec: EnvSpec, limits: SessionLimits) -> None:
             RESOURCE_EXHAUSTED,
             f"worker declares observations of shape {spec.observation_shape} ({elements} elements); this host "
             f"allows at most {limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
+        )
+
+
+def _check_structured_spec(spec: StructuredEnvSpec, limits: SessionLimits) -> None:
+    """`check_spec` for v2: the heads' action counts and continuous dimensions, summed, and the observation's
+    elements over every named tensor."""
+    outputs = sum(h.num_actions if isinstance(h, DiscreteHead) else h.size for h in spec.action.heads)
+    if outputs > limits.max_num_actions:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"worker declares action heads with {outputs} actions and continuous dimensions in all; this host allows "
+            f"at most {limits.max_num_actions} (SessionLimits.max_num_actions)",
+        )
+    elements = sum(math.prod(shape) for shape, _ in spec.observation.arrays().values())
+    if elements > limits.max_observation_elements:
+        raise ProtocolError(
+            RESOURCE_EXHAUSTED,
+            f"worker declares observation tensors of {elements} elements in all; this host allows at most "
+            f"{limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
         )
 
 
@@ -101,6 +124,10 @@ class AgentStep:
     learning_before: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's rewards end
     learning: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's actions continue
     opponents: Optional[np.ndarray] = None  # [N] object: snapshot key acting for each row, None = learner
+    # Protocol v2: the final observations of the episodes this step truncated, {key: [M, *shape]}, and the agent
+    # rows [M] they belong to (None: none sent). With a structured spec `observation` and `legal_mask` are dicts.
+    final_observation: Optional[dict] = None
+    final_rows: Optional[np.ndarray] = None
 
 
 class Session:
@@ -109,12 +136,14 @@ class Session:
     def __init__(
         self,
         session_id: str,
-        spec: EnvSpec,
+        spec: "EnvSpec | StructuredEnvSpec",
         worker_name: str,
         unroll_length: int,
         initial_state: Callable[[int], Any],
         seating: Optional[Seating] = None,
+        heads: Any = None,
     ):
+        """`heads` (the network's seedleague.rl.action_heads.ActionHeads) is needed with a StructuredEnvSpec."""
         self.id = session_id
         self.seating = seating  # who plays which seat, for league play; None: the learner plays every seat
         self.spec = spec
@@ -127,7 +156,12 @@ class Session:
         self.core_state = initial_state(self.num_agents)
         self.initial_core = initial_state(self.num_agents)  # what a new episode's recurrent state starts from
         self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
-        if unroll_length:
+        self.wire_spec = spec  # the spec the worker declared (a v1-shaped v2 spec runs as the v1 `spec`)
+        self.structured = isinstance(spec, StructuredEnvSpec)
+        if unroll_length and self.structured:
+            self.unrolls = UnrollStore.structured(self.num_agents, unroll_length, spec.observation, heads,
+                                                  initial_state(self.num_agents))
+        elif unroll_length:
             self.unrolls = UnrollStore(
                 self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,
                 initial_state(self.num_agents),
@@ -151,6 +185,8 @@ class Session:
             terminated = step.terminated if seats == 1 else np.repeat(step.terminated, seats)
             truncated = step.truncated if seats == 1 else np.repeat(step.truncated, seats)
             first, reward = terminated | truncated, step.reward.reshape(n)
+        if self.structured:
+            return self._flatten_structured(step, first, reward, terminated, truncated, fresh)
         return AgentStep(
             session=self,
             observation=step.observation.reshape((n,) + self.spec.observation_shape),
@@ -160,6 +196,24 @@ class Session:
             truncated=truncated,
             acting=self._all_acting if step.acting is None else step.acting.reshape(n),
             legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
+        )
+
+    def _flatten_structured(self, step, first, reward, terminated, truncated, fresh: bool) -> AgentStep:
+        """`flatten` for a v2 step: each named tensor and legal mask to [N, ...]; final observations to the agent
+        rows of the truncated envs (none on the stream's first step, which ends no episode)."""
+        n, seats = self.num_agents, self.spec.num_seats
+        final, final_rows = None, None
+        if step.final_observation and not fresh:
+            envs = np.flatnonzero(step.bootstrapped())
+            final_rows = (envs[:, None] * seats + np.arange(seats)).reshape(-1)
+            final = {k: v.reshape((len(final_rows),) + v.shape[2:]) for k, v in step.final_observation.items()}
+        return AgentStep(
+            session=self,
+            observation={k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()},
+            first=first, reward=reward, terminated=terminated, truncated=truncated,
+            acting=self._all_acting if step.acting is None else step.acting.reshape(n),
+            legal_mask={k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None,
+            final_observation=final, final_rows=final_rows,
         )
 
     def finished_episodes(self, agents: AgentStep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

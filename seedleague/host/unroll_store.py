@@ -9,6 +9,10 @@ its next acting row as `first` (so the learner resets recurrent state there). Wh
 handed out whole and row T becomes row 0 of the agent's next unroll. Nothing
 partial ever leaves this object, so a worker that disappears mid-unroll leaves
 nothing half-written in replay.
+
+A protocol v2 session with named tensors and several action heads keeps its rows as a
+`StructuredUnroll` (`UnrollStore.structured`): the observation, action, behaviour
+params and legal masks are then dicts of such columns, written the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +22,51 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from seedleague.rl.types import Unroll
+from seedleague.rl.action_heads import ActionHeads
+from seedleague.rl.structured_spec import DiscreteHead, ObservationSpec
+from seedleague.rl.types import StructuredUnroll, Unroll
+
+# The columns that are dicts in a StructuredUnroll (one array per tensor or head), and the one named differently.
+_BEHAVIOUR = {Unroll: "behaviour_logits", StructuredUnroll: "behaviour_params"}
+
+
+def _put(column: Any, index: tuple, value: Any) -> None:
+    """column[index] = value, for one array or a dict of them (a structured column and its values by key)."""
+    if isinstance(column, dict):
+        for key, target in column.items():
+            target[index] = value[key] if isinstance(value, dict) else value
+    else:
+        column[index] = value
+
+
+def _take(value: Any, rows: np.ndarray) -> Any:
+    return {k: v[rows] for k, v in value.items()} if isinstance(value, dict) else value[rows]
+
+
+def _copy_row(column: Any, done: np.ndarray, last: int) -> None:
+    for target in column.values() if isinstance(column, dict) else (column,):
+        target[done, 0] = target[done, last]
+
+
+def structured_rows(num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
+                    initial_core_state: Any) -> StructuredUnroll:
+    """Zeroed StructuredUnroll rows [num_agents, T+1, ...] for one observation spec and action heads."""
+    rows = (num_agents, unroll_length + 1)
+    spec = heads.spec
+    return StructuredUnroll(
+        observation={k: np.zeros(rows + shape, dtype) for k, (shape, dtype) in observation_spec.arrays().items()},
+        first=np.zeros(rows, bool),
+        action={h.name: np.zeros(rows, np.int32) if isinstance(h, DiscreteHead) else np.zeros(rows + (h.size,),
+                                                                                              np.float32)
+                for h in spec.heads},
+        behaviour_params={h.name: np.zeros(rows + (heads.num_params(h.name),), np.float32) for h in spec.heads},
+        legal_mask={h.name: np.ones(rows + (h.num_actions,), bool) for h in spec.discrete if h.has_legal_mask},
+        reward=np.zeros(rows, np.float32),
+        terminated=np.zeros(rows, bool),
+        truncated=np.zeros(rows, bool),
+        policy_version=np.zeros(rows, np.int32),
+        core_state=initial_core_state,
+    )
 
 
 class UnrollStore:
@@ -34,8 +82,7 @@ class UnrollStore:
         initial_core_state: Any,
     ):
         rows = (num_agents, unroll_length + 1)
-        self.unroll_length = unroll_length
-        self._rows = Unroll(
+        self._init(num_agents, unroll_length, Unroll(
             observation=np.zeros(rows + tuple(observation_shape), observation_dtype),
             first=np.zeros(rows, bool),
             action=np.zeros(rows, np.int32),
@@ -46,7 +93,22 @@ class UnrollStore:
             truncated=np.zeros(rows, bool),
             policy_version=np.zeros(rows, np.int32),
             core_state=initial_core_state,
-        )
+        ))
+
+    @classmethod
+    def structured(cls, num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
+                   initial_core_state: Any) -> "UnrollStore":
+        """A store of StructuredUnroll rows: `add` then takes dicts for observation, action, logits, legal_mask."""
+        store = cls.__new__(cls)
+        store._init(num_agents, unroll_length,
+                    structured_rows(num_agents, unroll_length, observation_spec, heads, initial_core_state))
+        return store
+
+    def _init(self, num_agents: int, unroll_length: int, rows: Any) -> None:
+        self.unroll_length = unroll_length
+        self._rows = rows
+        self._behaviour = _BEHAVIOUR[type(rows)]
+        initial_core_state = rows.core_state
         self._core_at_last_row = jax.tree.map(np.copy, initial_core_state)
         self._cursor = np.zeros(num_agents, np.int64)
         self._pending_reward = np.zeros(num_agents, np.float32)
@@ -61,14 +123,14 @@ class UnrollStore:
         reward: np.ndarray,  # [N] float32, reward since the agent's last step
         terminated: np.ndarray,  # [N] bool
         truncated: np.ndarray,  # [N] bool
-        observation: np.ndarray,  # [N, *obs]
+        observation: Any,  # [N, *obs] (structured: {key: [N, *shape]})
         first: np.ndarray,  # [N] bool
-        action: np.ndarray,  # [N] int32
-        logits: np.ndarray,  # [N, A] float32
-        legal_mask: Optional[np.ndarray],  # [N, A] bool or None
+        action: Any,  # [N] int32 (structured: {head: [N] int32 or [N, d] float32})
+        logits: Any,  # [N, A] float32 (structured: the behaviour params {head: [N, P]})
+        legal_mask: Any,  # [N, A] bool or None (structured: {head: [N, n]} or None)
         policy_version: int,
         core_state: Any,  # pytree of [N, ...]: state before this step
-    ) -> Optional[Unroll]:
+    ) -> Optional[Unroll | StructuredUnroll]:
         """Record one step of every agent; return the unrolls it completed, if any."""
         self._pending_reward += reward
         self._pending_terminated |= terminated
@@ -87,12 +149,12 @@ class UnrollStore:
         self._pending_terminated[agents] = False
         self._pending_truncated[agents] = False
 
-        rows.observation[agents, cursor] = observation[agents]
+        _put(rows.observation, (agents, cursor), _take(observation, agents))
         rows.first[agents, cursor] = self._pending_first[agents]
         self._pending_first[agents] = False
-        rows.action[agents, cursor] = action[agents]
-        rows.behaviour_logits[agents, cursor] = logits[agents]
-        rows.legal_mask[agents, cursor] = True if legal_mask is None else legal_mask[agents]
+        _put(rows.action, (agents, cursor), _take(action, agents))
+        _put(getattr(rows, self._behaviour), (agents, cursor), _take(logits, agents))
+        _put(rows.legal_mask, (agents, cursor), True if legal_mask is None else _take(legal_mask, agents))
         rows.policy_version[agents, cursor] = policy_version
         self._store_core(agents[cursor == 0], core_state, rows.core_state)
         self._store_core(agents[cursor == self.unroll_length], core_state, self._core_at_last_row)
@@ -110,9 +172,8 @@ class UnrollStore:
             return None
         rows, last = self._rows, self.unroll_length
         complete = jax.tree.map(lambda x: x[done], rows)
-        for field in ("observation", "first", "action", "behaviour_logits", "legal_mask", "policy_version"):
-            column = getattr(rows, field)
-            column[done, 0] = column[done, last]
+        for field in ("observation", "first", "action", self._behaviour, "legal_mask", "policy_version"):
+            _copy_row(getattr(rows, field), done, last)
         rows.reward[done] = 0.0
         rows.terminated[done] = False
         rows.truncated[done] = False

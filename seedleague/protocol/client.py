@@ -29,7 +29,7 @@ import queue
 import random
 import socket
 import threading
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import grpc
 import numpy as np
@@ -215,7 +215,7 @@ class WorkerClient:
         self.policy_version = 0
         self.session_id: Optional[str] = None
         self.host_max_message_bytes = 0
-        self._slots = _slots(spec)
+        self._slots = self._make_slots(spec)
         self._lock = threading.Lock()
         self._closed = False
         self._channel: Optional[grpc.Channel] = None
@@ -224,6 +224,10 @@ class WorkerClient:
         self._pending: Optional[queue.SimpleQueue] = None
         self._template: Optional[env_pb2.StepBatch] = None  # dtypes and shapes of every step's message
         self._sequence = 0
+
+    @staticmethod
+    def _make_slots(spec: Any) -> dict:
+        return _slots(spec)
 
     def connect(self) -> None:
         """Handshake and open the stream (dropping any previous one). Raises ConnectionLost or HostRefused."""
@@ -266,20 +270,24 @@ class WorkerClient:
         message = env_pb2.StepBatch()
         message.CopyFrom(self._template)
         self._fill(message, observation, reward, terminated, truncated, legal_mask, acting)
+        reply = self._exchange(call, pending, message)
+        actions = self._check_reply(reply, acting)
+        self._sequence += 1
+        self.policy_version = reply.policy_version
+        return actions
+
+    def _exchange(self, call: Any, pending: queue.SimpleQueue, message: Any) -> Any:
+        """Send `message` as this step's and return the host's reply; ConnectionLost or HostRefused on failure."""
         message.sequence = self._sequence
         pending.put(message)
         try:
-            reply = next(call)
+            return next(call)
         except grpc.RpcError as error:
             self._teardown()
             raise classify_rpc_error(error, "stream") from None
         except StopIteration:
             self._teardown()
             raise ConnectionLost(f"host ended the stream without answering step {self._sequence}") from None
-        actions = self._check_reply(reply, acting)
-        self._sequence += 1
-        self.policy_version = reply.policy_version
-        return actions
 
     def close(self) -> None:
         """End the stream and the channel for good; safe from any thread, idempotent."""
@@ -338,9 +346,12 @@ class WorkerClient:
                 "handshake",
             )
         self._template = _without_data(_template_step(self.spec, reply.session_id, acting=False))
+        self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+
+    def _start_call(self, stub: Any, reply: Any) -> None:
+        """Open the Stream call on `stub` (either version's) for the session of handshake `reply`."""
         self._sequence = 0
         pending: queue.SimpleQueue = queue.SimpleQueue()
-        stub = env_pb2_grpc.EnvServiceStub(channel)
         call = stub.Stream(_requests(pending), metadata=self.config.security.metadata())
         with self._lock:
             if self._closed:

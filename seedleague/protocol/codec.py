@@ -1,4 +1,5 @@
-"""The only module that converts between protobuf messages and numpy/dataclasses.
+"""With `codec_v2` (protocol v2's messages, built on the tensor functions here), the only module that
+converts between protobuf messages and numpy/dataclasses.
 
 Tensors travel as dtype + shape + raw little-endian C-order bytes. Decoding
 checks structure only (known dtype, rank, non-negative dims, byte count, size

@@ -338,6 +338,9 @@ def clipped_value_loss(v_tm1: jax.Array, targets: PPOTargets, clip_epsilon: floa
     return jnp.mean(0.5 * jnp.maximum(jnp.square(v_tm1 - targets.returns), jnp.square(v_clipped - targets.returns)))
 
 
+MAX_LOG_RATIO = 20.0  # ppo_loss's cap on log(pi / mu) before exp
+
+
 def ppo_loss(
     inputs: LossInputs,
     *,
@@ -378,7 +381,10 @@ def ppo_loss(
         raise ValueError("value clipping needs the old values: pass targets=ppo_targets(...) from the params the "
                          "update started from")
     log_ratio = inputs.log_pi_tm1 - inputs.log_mu_tm1
-    ratio = jnp.exp(log_ratio)
+    # Capped before exp: a Gaussian head that has narrowed can put an old action tens of nats less likely
+    # under mu than pi; exp overflows to inf and the clipped objective's gradient becomes inf * 0 = NaN.
+    # The cap changes the loss only where the ratio passes e^MAX_LOG_RATIO, far outside the clip range.
+    ratio = jnp.exp(jnp.minimum(log_ratio, MAX_LOG_RATIO))
     if targets is None:
         targets = ppo_targets(inputs, lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
                               entropy_cost=entropy_cost, entropy_in_returns=entropy_in_returns)

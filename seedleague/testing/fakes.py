@@ -27,6 +27,8 @@ import numpy as np
 from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.protocol.specs_v2 import (AnySpec, StructuredActionBatch, StructuredEnvSpec, check_structured_step,
+                                          check_version, random_structured_actions, v1_of_structured)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +65,7 @@ class FakeSession:
     """What the fake host knows about one session. Counters cover its one stream."""
 
     session_id: str
-    spec: EnvSpec
+    spec: AnySpec  # a v1 EnvSpec or a v2 StructuredEnvSpec
     worker_name: str
     history: int
     streaming: bool = False
@@ -133,7 +135,7 @@ class FakeBackend:
         with self._lock:
             return list(self._sessions.values())
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: AnySpec, worker_name: str) -> str:
         self._check_spec(spec)
         session_id = f"fake-{next(self._ids)}"
         with self._lock:
@@ -150,19 +152,27 @@ class FakeBackend:
             self._refuse(session_id, FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
         session.streaming = True
 
-    async def step(self, step: StepBatch) -> ActionBatch:
+    async def step(self, step):
+        """A v1 StepBatch answered with an ActionBatch; a v2 one (StructuredStepBatch) with a
+        StructuredActionBatch of uniform actions for every head."""
         session = self._sessions[step.session_id]
         if step.sequence != session.steps:
             self._refuse(session.session_id, INVALID_ARGUMENT, f"sequence {step.sequence}, expected {session.steps}")
+        structured = isinstance(session.spec, StructuredEnvSpec)
         try:
-            check_step(session.spec, step)
+            check_version(session.spec, step)
+            (check_structured_step if structured else check_step)(session.spec, step)
         except ProtocolError as error:
             self._refuse(session.session_id, error.code, error.message, error.field)
         session.record(step)
         if self._on_step is not None:
             self._on_step(session, step)
+        version = self.config.policy_version
+        if structured:
+            action = random_structured_actions(self._rng, session.spec, step.legal_mask)
+            return StructuredActionBatch(sequence=step.sequence, action=action, policy_version=version)
         action = random_legal_actions(self._rng, session.spec, step.legal_mask)
-        return ActionBatch(sequence=step.sequence, action=action, policy_version=self.config.policy_version)
+        return ActionBatch(sequence=step.sequence, action=action, policy_version=version)
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self._sessions.get(session_id)
@@ -170,7 +180,7 @@ class FakeBackend:
             session.closed = reason
             session.streaming = False
 
-    def _check_spec(self, spec: EnvSpec) -> None:
+    def _check_spec(self, spec: AnySpec) -> None:
         config = self.config
         with self._lock:
             open_sessions = sum(1 for s in self._sessions.values() if s.closed is None)
@@ -178,6 +188,13 @@ class FakeBackend:
             check_capacity(spec, config.limits, open_sessions)
         except ProtocolError as error:
             self._refuse("handshake", error.code, error.message, error.field)
+        if isinstance(spec, StructuredEnvSpec) and (config.observation_shape is not None or config.num_actions):
+            v1 = v1_of_structured(spec)  # a model of one observation tensor and one discrete head takes only those
+            if v1 is None:
+                self._refuse("handshake", FAILED_PRECONDITION, "the model takes one observation tensor and one "
+                             f"discrete action head; the spec declares {len(spec.observation.tensors)} tensors and "
+                             f"{len(spec.action.heads)} heads")
+            spec = v1
         if config.observation_shape is not None and spec.observation_shape != config.observation_shape:
             self._refuse(
                 "handshake",

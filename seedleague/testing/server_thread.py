@@ -16,7 +16,7 @@ health checking, reflection, the message-size limit and security (token, TLS:
 from __future__ import annotations
 
 from seedleague.grpc_server import ThreadedServer
-from seedleague.host.servicer import SERVICE_NAME, EnvBackend, EnvServicer
+from seedleague.host.servicer import SERVICE_NAMES, EnvBackend, EnvServicer
 from seedleague.security import ServerSecurity
 
 
@@ -24,6 +24,6 @@ class ServerThread(ThreadedServer):
     """An EnvService server on its own thread and event loop; restartable on the same port."""
 
     def __init__(self, backend: EnvBackend, address: str = "127.0.0.1:0", security: ServerSecurity = ServerSecurity()):
-        super().__init__(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME],
+        super().__init__(address, lambda: [EnvServicer(backend).register], SERVICE_NAMES,
                          backend.max_message_bytes, security)
         self.backend = backend

@@ -33,7 +33,8 @@ from typing import Callable, Optional, Sequence
 
 from launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, StepBatch
+from seedleague.protocol.specs_v2 import AnySpec, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
@@ -59,6 +60,8 @@ _FIELD_CHECKS = {  # the StepBatch field a refusal names (ProtocolError.field) -
     "reward": REWARDS,
     "terminated": REWARDS,
     "truncated": REWARDS,
+    "final_observation": OBSERVATIONS,  # v2: fields name "<field>/<tensor>"; the part before "/" picks the check
+    "episode_stats": REWARDS,
 }
 
 
@@ -107,7 +110,7 @@ class Report:
     """What `check_worker` found: the spec the worker declared, one result per check, its output tail."""
 
     command: tuple[str, ...]
-    spec: Optional[EnvSpec]
+    spec: Optional[AnySpec]  # v1 or v2
     results: tuple[CheckResult, ...]
     worker_output: tuple[str, ...]
 
@@ -150,7 +153,7 @@ class Violation:
     def check(self) -> str:
         if self.where == HANDSHAKE:
             return HANDSHAKE
-        return _FIELD_CHECKS.get(self.field, STREAM)
+        return _FIELD_CHECKS.get((self.field or "").split("/")[0], STREAM)
 
     def describe(self) -> str:
         step = f"step {self.sequence}" if self.sequence is not None else "a message"
@@ -176,7 +179,7 @@ class CheckingBackend(FakeBackend):
         with self._found_lock:
             return [v for v in self.found if v.check == check]
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: AnySpec, worker_name: str) -> str:
         try:
             return super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -190,7 +193,7 @@ class CheckingBackend(FakeBackend):
             self.add(Violation(session_id, 0, error.code, error.message, error.field))
             raise
 
-    async def step(self, step: StepBatch) -> ActionBatch:
+    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
         try:
             check_message_size(self, step)
             actions = await super().step(step)
@@ -322,7 +325,7 @@ def _check_handshake(backend: CheckingBackend, why: str) -> CheckResult:
     if sessions:
         session = sessions[0]
         return CheckResult(
-            HANDSHAKE, "PASS", f"protocol v{PROTOCOL_VERSION}, session {session.session_id} for {describe_spec(session.spec)}"
+            HANDSHAKE, "PASS", f"protocol v{2 if isinstance(session.spec, StructuredEnvSpec) else PROTOCOL_VERSION}, session {session.session_id} for {describe_spec(session.spec)}"
         )
     if refused:
         return CheckResult(HANDSHAKE, "FAIL", f"refused {refused[0].message}")

@@ -23,10 +23,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from seedleague.grpc_server import ThreadedServer
-from seedleague.host.servicer import SERVICE_NAME, EnvServicer
-from seedleague.protocol import codec
+from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
+from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs import PROTOCOL_VERSION, StepBatch
+from seedleague.protocol.specs_v2 import PROTOCOL_VERSION_V2, AnySpec, DiscreteHead, StructuredEnvSpec, StructuredStepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
 from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
 
@@ -39,8 +40,22 @@ TRANSPORT_HEADROOM = 64 * 2**20
 MAX_TRANSPORT_BYTES = 2**31 - 1  # gRPC's largest message-size setting
 
 
-def describe_spec(spec: EnvSpec) -> str:
-    """One line: name, observation dtype/shape, actions, envs x seats, legal masks."""
+def _describe_structured(spec: StructuredEnvSpec) -> str:
+    tensors = ", ".join(f"{t.name} {t.dtype.name}[{'x'.join(map(str, t.shape))}]{' masked' if t.masked else ''}"
+                        for t in spec.observation.tensors)
+    heads = ", ".join(f"{h.name} discrete({h.num_actions}{', legal mask' if h.has_legal_mask else ''})"
+                      if isinstance(h, DiscreteHead) else f"{h.name} box{list(h.low)}..{list(h.high)}"
+                      for h in spec.action.heads)
+    extras = (f", stats {list(spec.episode_stats)}" if spec.episode_stats else "") + (
+        f", teams {list(spec.seat_team)}" if spec.seat_team else "")
+    return (f"{spec.env_name!r} (protocol v2): observation {{{tensors}}}, action {{{heads}}}, "
+            f"{spec.num_envs} envs x {spec.num_seats} seats{extras}")
+
+
+def describe_spec(spec: AnySpec) -> str:
+    """One line: name, observation dtype/shape, actions, envs x seats, legal masks (v2: every tensor and head)."""
+    if isinstance(spec, StructuredEnvSpec):
+        return _describe_structured(spec)
     shape = "x".join(str(d) for d in spec.observation_shape) or "scalar"
     return (
         f"{spec.env_name!r}: observation {spec.observation_dtype.name}[{shape}], {spec.num_actions} actions, "
@@ -65,7 +80,7 @@ def describe_session(session: FakeSession) -> str:
 class LoggingFakeBackend(FakeBackend):
     """FakeBackend that prints sessions opening and closing and every refused message as it happens."""
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: AnySpec, worker_name: str) -> str:
         try:
             session_id = super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -81,7 +96,7 @@ class LoggingFakeBackend(FakeBackend):
             say(f"VIOLATION stream of session {session_id!r}: {error.code}: {error.message}")
             raise
 
-    async def step(self, step: StepBatch) -> ActionBatch:
+    async def step(self, step: StepBatch | StructuredStepBatch):
         try:
             check_message_size(self, step)
             return await super().step(step)
@@ -96,10 +111,10 @@ class LoggingFakeBackend(FakeBackend):
             say(f"session {session_id} closed ({reason}): {describe_session(session)}")
 
 
-def check_message_size(backend: FakeBackend, step: StepBatch) -> None:
+def check_message_size(backend: FakeBackend, step: StepBatch | StructuredStepBatch) -> None:
     """Refuse (and record in `backend.violations`) a StepBatch larger than the limit the handshake reply announced,
     its size as re-encoded. A backend served by `FakeHostServer` calls this first in its `step`."""
-    size = codec.encode_step(step).ByteSize()
+    size = (codec_v2 if isinstance(step, StructuredStepBatch) else codec).encode_step(step).ByteSize()
     if size > backend.max_message_bytes:
         message = (f"StepBatch of {size} bytes is larger than this host accepts ({backend.max_message_bytes} bytes, "
                    "max_message_bytes in the handshake reply): step fewer envs per message")
@@ -114,7 +129,7 @@ class FakeHostServer(ThreadedServer):
 
     def __init__(self, backend: FakeBackend, address: str, security: ServerSecurity = ServerSecurity()):
         transport = min(MAX_TRANSPORT_BYTES, backend.max_message_bytes + TRANSPORT_HEADROOM)
-        super().__init__(address, lambda: [EnvServicer(backend).register], [SERVICE_NAME], transport, security,
+        super().__init__(address, lambda: [EnvServicer(backend).register], SERVICE_NAMES, transport, security,
                          thread_name="seedleague-fake-host")
         self.backend = backend
 
@@ -188,7 +203,7 @@ def _serve(config: FakeHostConfig, address: str, security: ServerSecurity, signa
     except Exception as error:  # grpc raises RuntimeError for an address in use or unparsable
         print(f"seedleague fake-host: cannot serve on {address}: {error}", file=sys.stderr)
         return 2
-    say(f"fake host serving protocol v{PROTOCOL_VERSION} on {server.address} (Ctrl-C or SIGTERM to stop)")
+    say(f"fake host serving protocol v{PROTOCOL_VERSION} and v{PROTOCOL_VERSION_V2} on {server.address} (Ctrl-C or SIGTERM to stop)")
     try:
         signum = os.read(signal_fd, 1)[0]
         say(f"got {signal.Signals(signum).name}: stopping")

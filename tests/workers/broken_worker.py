@@ -10,6 +10,11 @@ connection and exits 0 on SIGTERM. Each fault breaks exactly one rule:
   wrong-shape   from step 4 of a session, observations carry shape [2, 1, 4]
   bad-mask      from step 4, env 0's legal mask is all false although it acts
   no-reconnect  exits 1 when the connection drops instead of reconnecting
+  missing-tensor  (protocol 2 only) from step 4, the "progress" observation tensor is left out
+
+With `--protocol 2` it speaks protocol v2 through StructuredWorkerClient: the same
+game with two named observation tensors ("progress" float32[3], "flags" uint8[2])
+and the action as one discrete head "act" with a legal mask.
 """
 
 from __future__ import annotations
@@ -25,11 +30,17 @@ from typing import Optional, Sequence
 import numpy as np
 
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
+from seedleague.protocol.client_v2 import StructuredWorkerClient
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
 
-FAULTS = ("none", "wrong-shape", "bad-mask", "no-reconnect")
+FAULTS = ("none", "wrong-shape", "bad-mask", "no-reconnect", "missing-tensor")
 FAULT_FROM_STEP = 4
 SPEC = EnvSpec("broken-counter", (3,), np.float32, num_actions=2, num_envs=2, num_seats=1, has_legal_mask=True)
+
+SPEC_V2 = StructuredEnvSpec(
+    "broken-counter-v2", ObservationSpec((TensorSpec("progress", (3,), np.float32), TensorSpec("flags", (2,), np.uint8))),
+    ActionSpec((DiscreteHead("act", 2, has_legal_mask=True),)), num_envs=2)
 
 log = logging.getLogger("broken_worker")
 
@@ -76,6 +87,26 @@ class SloppyClient(WorkerClient):
             message.observation.data = np.zeros(shape, "<f4").tobytes()
 
 
+class SloppyStructuredClient(StructuredWorkerClient):
+    """A StructuredWorkerClient that can be made to leave the "progress" tensor out of its messages."""
+
+    wrong_shape = False
+    drop_tensor = False
+
+    def _exchange(self, call, pending, message):
+        if self.drop_tensor:
+            kept = [item for item in message.observation if item.name != "progress"]
+            del message.observation[:]
+            message.observation.extend(kept)
+        return super()._exchange(call, pending, message)
+
+    def step(self, observation, reward, terminated, truncated, legal_mask=None, acting=None):
+        """The v1 call of the game loop, as v2: the observation split into two named tensors."""
+        observation = {"progress": observation, "flags": np.ones(observation.shape[:2] + (2,), np.uint8)}
+        actions = super().step(observation, reward, terminated, truncated, {"act": legal_mask}, acting)
+        return actions["act"]
+
+
 def run_session(client: SloppyClient, game: CountingGame, fault: str, stop: threading.Event) -> None:
     """Step until the connection drops or `stop` is set."""
     reward = np.zeros((SPEC.num_envs, 1), np.float32)
@@ -84,6 +115,7 @@ def run_session(client: SloppyClient, game: CountingGame, fault: str, stop: thre
     step = 0
     while not stop.is_set():
         client.wrong_shape = fault == "wrong-shape" and step >= FAULT_FROM_STEP
+        client.drop_tensor = fault == "missing-tensor" and step >= FAULT_FROM_STEP
         mask = game.legal_mask()
         if fault == "bad-mask" and step >= FAULT_FROM_STEP:
             mask[0] = False
@@ -92,9 +124,10 @@ def run_session(client: SloppyClient, game: CountingGame, fault: str, stop: thre
         step += 1
 
 
-def serve(address: str, fault: str, stop: threading.Event) -> int:
+def serve(address: str, fault: str, stop: threading.Event, protocol: int = 1) -> int:
     """Connect and step; reconnect after lost connections (unless the fault says not to)."""
-    client = SloppyClient(ClientConfig(address, worker_name=f"broken-{fault}", backoff_initial_s=0.05, backoff_max_s=0.5), SPEC)
+    config = ClientConfig(address, worker_name=f"broken-{fault}", backoff_initial_s=0.05, backoff_max_s=0.5)
+    client = SloppyClient(config, SPEC) if protocol == 1 else SloppyStructuredClient(config, SPEC_V2)
     backoff = Backoff(0.05, 0.5)
     sessions = 0
     watcher = threading.Thread(target=lambda: (stop.wait(), client.close()), daemon=True)
@@ -132,11 +165,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", required=True)
     parser.add_argument("--fault", choices=FAULTS, default="none")
+    parser.add_argument("--protocol", type=int, choices=(1, 2), default=1)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     _stop_on_signals(stop)
-    return serve(args.address, args.fault, stop)
+    return serve(args.address, args.fault, stop, args.protocol)
 
 
 if __name__ == "__main__":

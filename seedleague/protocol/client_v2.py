@@ -1,0 +1,179 @@
+"""The worker-side SDK for protocol v2: named observation tensors in, one action per named head out.
+
+    spec = StructuredEnvSpec("mygame", ObservationSpec(...), ActionSpec(...), num_envs=8)
+    client = StructuredWorkerClient(ClientConfig(address="127.0.0.1:50051"), spec)
+    client.connect()
+    actions = client.step({"vector": v, "screen": s}, reward, terminated, truncated,
+                          final_observation={...})     # {"move": [E, S] int32, "aim": [E, S, d] float32}
+
+Arrays are [E, S, ...] (with one seat, [E, ...] too). `final_observation` holds,
+for the envs reported truncated (and not terminated), their episodes' last
+observations, [K, S, ...] in env order; `episode_stats` one [E, S] float array
+per declared stat. Connection handling, errors and backoff are `WorkerClient`'s
+(seedleague.protocol.client). Against a host that has no v2 service
+(UNIMPLEMENTED), a v1-shaped spec falls back to protocol v1 with the same calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import grpc
+import numpy as np
+
+from seedleague.protocol import codec_v2
+from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient, classify_rpc_error
+from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, StructuredEnvSpec,
+                                          StructuredStepBatch, check_structured_actions, v1_of_structured,
+                                          zero_structured_step)
+from seedleague.v2 import env_pb2, env_pb2_grpc
+
+
+def _with_seats(name: str, array, shape: tuple[int, ...], dtype, seatless_ok: bool) -> np.ndarray:
+    """`array` as `dtype` of `shape` ([rows, S, ...]); [rows, ...] is accepted when there is one seat."""
+    array = np.asarray(array)
+    if array.shape != shape:
+        seatless = shape[:1] + shape[2:]
+        if not (seatless_ok and array.shape == seatless):
+            raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
+        array = array.reshape(shape)
+    return array.astype(dtype, copy=False)
+
+
+class StructuredWorkerClient(WorkerClient):
+    """One v2 worker's session with a host (see the module docstring). Thread-safety as WorkerClient."""
+
+    def __init__(self, config: ClientConfig, spec: StructuredEnvSpec):
+        super().__init__(config, spec)
+        self.protocol_version = PROTOCOL_VERSION_V2  # 1 after falling back to a host without v2
+        self._v1_spec = v1_of_structured(spec)
+        self._v1: Optional[WorkerClient] = None
+
+    @staticmethod
+    def _make_slots(spec: Any) -> dict:
+        return {}
+
+    def connect(self) -> None:
+        """Handshake (v2, or v1 where the host has no v2 and the spec allows) and open the stream."""
+        if self._v1 is not None:
+            self._v1.connect()
+            return
+        try:
+            super().connect()
+        except HostRefused as error:
+            if error.code != grpc.StatusCode.UNIMPLEMENTED.name or self._v1_spec is None:
+                raise
+            self._v1 = WorkerClient(self.config, self._v1_spec)
+            self.protocol_version = 1
+            self._v1.connect()
+
+    def close(self) -> None:
+        super().close()
+        if self._v1 is not None:
+            self._v1.close()
+
+    def step(self, observation: dict, reward, terminated, truncated, legal_mask: Optional[dict] = None,
+             acting=None, final_observation: Optional[dict] = None, episode_stats: Optional[dict] = None) -> dict:
+        """Send one step of every env; return the host's actions, one array per head (see the module docstring)."""
+        if self._v1 is not None:
+            return self._step_v1(observation, reward, terminated, truncated, legal_mask, acting)
+        call, pending = self._call, self._pending
+        if call is None:
+            raise ConnectionLost("client is closed") if self._closed else RuntimeError("call connect() before step()")
+        step = self._build(observation, reward, terminated, truncated, legal_mask or {}, acting,
+                           final_observation or {}, episode_stats or {})
+        reply = self._exchange(call, pending, codec_v2.encode_step(step))
+        actions = self._check_structured_reply(reply, step)
+        self._sequence += 1
+        self.policy_version = reply.policy_version
+        return actions
+
+    def _build(self, observation, reward, terminated, truncated, legal_mask, acting, final_observation,
+               episode_stats) -> StructuredStepBatch:
+        spec, agents = self.spec, (self.spec.num_envs, self.spec.num_seats)
+        one = spec.num_seats == 1
+        arrays = spec.observation.arrays()
+        missing = [k for k in arrays if k not in observation]
+        if missing or len(observation) != len(arrays):
+            raise ValueError(f"observation must hold exactly {list(arrays)}, got {sorted(observation)}")
+        terminated = _with_seats("terminated", terminated, (spec.num_envs,), bool, False)
+        truncated = _with_seats("truncated", truncated, (spec.num_envs,), bool, False)
+        count = int((truncated & ~terminated).sum())
+        final = {}
+        if count:
+            if sorted(final_observation) != sorted(arrays):
+                raise ValueError(f"{count} envs are truncated: final_observation must hold {list(arrays)}, got "
+                                 f"{sorted(final_observation)}")
+            final = {k: _with_seats(f"final_observation[{k!r}]", final_observation[k], (count, spec.num_seats) + s,
+                                    d, one) for k, (s, d) in arrays.items()}
+        masked = [h for h in spec.action.discrete if h.has_legal_mask]
+        if sorted(legal_mask) != sorted(h.name for h in masked):
+            raise ValueError(f"legal_mask must hold one mask per head that declares one {[h.name for h in masked]}, "
+                             f"got {sorted(legal_mask)}")
+        return StructuredStepBatch(
+            session_id=self.session_id, sequence=self._sequence,
+            observation={k: _with_seats(f"observation[{k!r}]", observation[k], agents + s, d, one)
+                         for k, (s, d) in arrays.items()},
+            reward=_with_seats("reward", reward, agents, np.float32, one), terminated=terminated, truncated=truncated,
+            legal_mask={h.name: _with_seats(f"legal_mask[{h.name!r}]", legal_mask[h.name], agents + (h.num_actions,),
+                                            bool, one) for h in masked},
+            acting=None if acting is None else _with_seats("acting", acting, agents, bool, one),
+            final_observation=final,
+            episode_stats={n: _with_seats(f"episode_stats[{n!r}]", (episode_stats or {}).get(n, np.zeros(agents)),
+                                          agents, np.float32, one) for n in spec.episode_stats},
+        )
+
+    def _check_structured_reply(self, reply: env_pb2.ActionBatch, step: StructuredStepBatch) -> dict:
+        """The reply's actions, or ConnectionLost (after dropping the stream) if the host answered nonsense."""
+        try:
+            if reply.sequence != self._sequence:
+                raise ProtocolError(FAILED_PRECONDITION, f"host answered sequence {reply.sequence} to step "
+                                    f"{self._sequence}")
+            actions = codec_v2.decode_actions(reply).action
+            check_structured_actions(self.spec, actions, step.acting, step.legal_mask)
+        except ProtocolError as error:
+            self._teardown()
+            raise ConnectionLost(f"bad answer from host: {error.message}") from None
+        return actions
+
+    def _step_v1(self, observation, reward, terminated, truncated, legal_mask, acting) -> dict:
+        tensor, head = self.spec.observation.tensors[0], self.spec.action.heads[0]
+        mask = (legal_mask or {}).get(head.name)
+        action = self._v1.step(observation[tensor.name], reward, terminated, truncated, mask, acting)
+        self.policy_version = self._v1.policy_version
+        return {head.name: action}
+
+    # -- WorkerClient's v1-specific halves, for v2 ------------------------------------------------------
+
+    def _handshake(self, channel: grpc.Channel) -> env_pb2.HandshakeResponse:
+        stub = env_pb2_grpc.EnvServiceStub(channel)
+        request = codec_v2.encode_handshake(self.spec, self.config.worker_name)
+        try:
+            reply = stub.Handshake(request, timeout=self.config.connect_timeout_s,
+                                   metadata=self.config.security.metadata())
+        except grpc.RpcError as error:
+            raise classify_rpc_error(error, "handshake") from None
+        if reply.protocol_version != PROTOCOL_VERSION_V2:
+            raise HostRefused(FAILED_PRECONDITION, f"host speaks protocol version {reply.protocol_version} on "
+                              f"seedleague.v2.EnvService, this worker {PROTOCOL_VERSION_V2}", "handshake")
+        return reply
+
+    def _open_stream(self, channel: grpc.Channel, reply: env_pb2.HandshakeResponse) -> None:
+        largest = codec_v2.encode_step(self._largest_step(reply.session_id)).ByteSize()
+        limit = min(reply.max_message_bytes or self.config.max_message_bytes, self.config.max_message_bytes)
+        if largest > limit:
+            raise HostRefused(
+                RESOURCE_EXHAUSTED,
+                f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is up to {largest} bytes, but "
+                f"the host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
+                "use fewer envs per worker or raise the limits", "handshake")
+        self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+
+    def _largest_step(self, session_id: str) -> StructuredStepBatch:
+        """A step with every optional part present: acting, and every env truncated (final observations)."""
+        step = zero_structured_step(self.spec, session_id, acting=True)
+        step.truncated[:] = True
+        step.final_observation = dict(step.observation)
+        return step
+

@@ -1,0 +1,121 @@
+"""A trained protocol v2 policy outside seedleague: named observations in, one action per head out.
+
+`seedleague.api.load_policy` (and so `load_trained`) returns a `StructuredPolicy` for a
+checkpoint whose meta records a protocol v2 spec:
+
+    policy = load_trained("runs/pendulum")
+    policy.act({"observation": obs})              # {"action": float32 [B, 1]}, sampled
+    policy.act({"observation": obs}, greedy=True)  # every head's mode
+    policy.value({"observation": obs})            # [B] float32
+
+Observations are a dict over `policy.spec.observation.arrays()` (entity masks
+included), each `[B, *shape]` or unbatched `shape`; `legal_mask` a dict over the
+discrete heads that declare one. Feed-forward networks only, as seedleague.api.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seedleague.buckets import power_of_two
+from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.structured_network import (StructuredNetwork, StructuredNetworkConfig, act, all_legal,
+                                              make_structured_network)
+
+
+@functools.lru_cache(maxsize=32)
+def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec) -> StructuredNetwork:
+    """The network a host built for `spec` with `config` (seedleague.host.pipeline.build_network's choice)."""
+    from seedleague.host.pipeline import structured_torso
+
+    return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec)), spec.observation,
+                                   spec.action)
+
+
+@functools.partial(jax.jit, static_argnames=("network", "greedy"))
+def _act(network: StructuredNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
+    first = jnp.ones(next(iter(observation.values())).shape[:1], bool)
+    action, _, _ = act(network, params, observation, first, (), legal, rng, greedy)
+    return action
+
+
+@functools.partial(jax.jit, static_argnames=("network",))
+def _value(network: StructuredNetwork, params: Any, observation: dict):
+    first = jnp.ones(next(iter(observation.values())).shape[:1] + (1,), bool)
+    _, value, _ = network.apply(params, {k: x[:, None] for k, x in observation.items()}, first, ())
+    return value[:, 0]
+
+
+class StructuredPolicy:
+    """A feed-forward structured policy with its params: batched, jitted queries on dicts of numpy arrays."""
+
+    def __init__(self, network_config: NetworkConfig, params: Any, spec: StructuredEnvSpec, step: int = 0,
+                 meta: Optional[dict] = None, source: str = "", seed: int = 0):
+        if network_config.lstm_size:
+            raise NotImplementedError(f"{source or 'this policy'} has an LSTM core; serve it with `seedleague serve`")
+        self.spec = spec
+        self.step = int(step)
+        self.meta = dict(meta or {})
+        self.source = source
+        self.network_config = network_config
+        self.network = structured_network_for(network_config, spec)
+        self.params = jax.tree.map(jnp.asarray, params)
+        self._rng = jax.random.key(seed)
+
+    def __repr__(self) -> str:
+        return f"StructuredPolicy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
+
+    def act(self, observation: dict, legal_mask: Optional[dict] = None, greedy: bool = False) -> dict:
+        """{head: [B] int32 or [B, d] float32} (no batch axis for one unbatched observation)."""
+        observation, batch, single = self._batch(observation)
+        size = power_of_two(batch)
+        legal = all_legal(self.spec.action, (batch,))
+        for name, mask in (legal_mask or {}).items():
+            if name not in legal:
+                raise ValueError(f"legal_mask names {name!r}, which is no discrete head with a legal mask "
+                                 f"({sorted(legal)})")
+            legal[name] = np.asarray(mask, bool).reshape(legal[name].shape)
+        self._rng, rng = jax.random.split(self._rng)
+        action = _act(self.network, self.params, _pad(observation, size), _pad(legal, size), rng, greedy)
+        return {k: np.asarray(v)[0] if single else np.asarray(v)[:batch] for k, v in action.items()}
+
+    def value(self, observation: dict) -> np.ndarray:
+        """[B] float32 value estimates (a float for one unbatched observation)."""
+        observation, batch, single = self._batch(observation)
+        value = np.asarray(_value(self.network, self.params, _pad(observation, power_of_two(batch))))[:batch]
+        return float(value[0]) if single else value
+
+    def _batch(self, observation: dict) -> tuple[dict, int, bool]:
+        """The observation as [B, *shape] arrays of the spec's dtypes, B, and whether it came unbatched."""
+        arrays = self.spec.observation.arrays()
+        if sorted(observation) != sorted(arrays):
+            raise ValueError(f"observation must hold exactly {sorted(arrays)}, got {sorted(observation)}")
+        key, (shape, _) = next(iter(arrays.items()))
+        single = np.shape(observation[key]) == shape
+        out = {}
+        for name, (shape, dtype) in arrays.items():
+            x = np.asarray(observation[name], dtype)
+            x = x[None] if single else x
+            if x.shape[1:] != shape:
+                raise ValueError(f"observation {name!r} must be shaped {shape} or [B, *{shape}], got "
+                                 f"{np.shape(observation[name])}")
+            out[name] = x
+        batches = {x.shape[0] for x in out.values()}
+        if len(batches) != 1:
+            raise ValueError(f"every observation tensor needs the same batch size, got {sorted(batches)}")
+        return out, batches.pop(), single
+
+
+def _pad(arrays: dict, size: int) -> dict:
+    """Rows appended up to `size`: zeros, and true for bool arrays (masks), so padded rows stay finite."""
+    out = {}
+    for key, x in arrays.items():
+        fill = np.ones if x.dtype == bool else np.zeros
+        out[key] = x if len(x) == size else np.concatenate([x, fill((size - len(x),) + x.shape[1:], x.dtype)])
+    return out

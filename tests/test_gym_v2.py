@@ -1,0 +1,119 @@
+"""The gym worker on protocol v2: specs from Dict observations and Box, MultiDiscrete, Tuple and Dict actions; final
+observations of truncated episodes; and MoveFire (Dict observation, two action heads that both must be used to
+score) trained end to end through the host over a real socket."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from seedleague.testing import move_fire
+from envs.gym_spaces import StructuredSpaces
+from envs.gym_vector import UnsupportedEnv
+from envs.gym_worker import WorkerConfig, make_gym_game, run_worker
+from envs.worker_loop import GameWorkerConfig, run_game_worker
+from seedleague.host.host import Host
+from seedleague.metrics import Metrics
+from seedleague.presets import preset_for
+from seedleague.protocol.client import ClientConfig
+from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import ContinuousHead, DiscreteHead, StructuredEnvSpec
+from seedleague.testing.fakes import FakeBackend
+from seedleague.testing.server_thread import ServerThread
+
+
+def _vector(observation_space, action_space, num_envs=2):
+    return types.SimpleNamespace(single_observation_space=observation_space, single_action_space=action_space,
+                                 num_envs=num_envs)
+
+
+def test_action_spaces_become_named_heads_and_back():
+    box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.Box(-2.0, 2.0, (2, 1), np.float32),
+                               gym.spaces.MultiDiscrete([2, 4])))
+    spaces = StructuredSpaces.of("t", _vector(box, action))
+    heads = spaces.spec.action.heads
+    assert heads == (DiscreteHead("action_0", 3), ContinuousHead("action_1", (-2.0, -2.0), (2.0, 2.0)),
+                     DiscreteHead("action_2_0", 2), DiscreteHead("action_2_1", 4))
+    env_action = spaces.env_action({"action_0": np.array([[0], [2]], np.int32),
+                                    "action_1": np.array([[[0.5, -1.0]], [[2.0, 0.0]]], np.float32),
+                                    "action_2_0": np.array([[1], [0]], np.int32),
+                                    "action_2_1": np.array([[3], [2]], np.int32)})
+    assert env_action[0].tolist() == [1, 3]  # Discrete's start added back
+    assert env_action[1].shape == (2, 2, 1) and env_action[1][0, :, 0].tolist() == [0.5, -1.0]
+    assert env_action[2].tolist() == [[1, 3], [0, 2]]
+    assert action.contains(tuple(x[0] for x in env_action))
+
+
+def test_dict_observations_become_named_tensors_and_bad_spaces_say_what_to_do():
+    game = make_gym_game("seedleague/MoveFire-v0", 2, "sync")
+    game.close()
+    assert [t.name for t in game.spec.observation.tensors] == ["agent", "target"]
+    assert [h.name for h in game.spec.action.heads] == ["fire", "move"]  # gymnasium's Dict sorts its keys
+    assert StructuredSpaces.of("cartpole", _vector(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))) is None
+    unbounded = _vector(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-np.inf, np.inf, (1,), np.float32))
+    with pytest.raises(UnsupportedEnv, match="ClipAction or RescaleAction"):
+        StructuredSpaces.of("unbounded", unbounded)
+    with pytest.raises(UnsupportedEnv, match="FlattenObservation"):
+        StructuredSpaces.of("text", _vector(gym.spaces.Text(5), gym.spaces.Discrete(2)))
+
+
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_pendulum_speaks_v2_and_sends_the_final_observation_of_every_truncated_episode(vector):
+    received = []
+    backend = FakeBackend(on_step=lambda session, step: received.append(step))
+    with ServerThread(backend) as server:
+        config = WorkerConfig("Pendulum-v1", 2, GameWorkerConfig(ClientConfig(server.address), max_steps=2 * 201),
+                              vector=vector)
+        run_worker(config)
+    assert not backend.violations  # the fake host refuses a truncation without its final observation
+    session = backend.sessions[0]
+    assert isinstance(session.spec, StructuredEnvSpec) and session.episodes == 2
+    ends = [step for step in received if step.truncated.any()]
+    assert len(ends) == 1 and ends[0].final_observation["observation"].shape == (2, 1, 3)
+    # The final observation is the state the last action led to, not the next episode's first.
+    assert not np.allclose(ends[0].final_observation["observation"], ends[0].observation["observation"])
+
+
+def test_protocol_2_forces_a_v1_shaped_v2_spec_which_the_host_runs_on_the_v1_model():
+    host = Host(dataclasses.replace(preset_for("CartPole-v1").host, batch_size=2), Metrics())
+    with ServerThread(host) as server:
+        game = make_gym_game("CartPole-v1", 4, "native", protocol=2)
+        try:
+            assert isinstance(game.spec, StructuredEnvSpec)
+            run = GameWorkerConfig(ClientConfig(server.address), max_steps=4 * 600)
+            stats = run_game_worker(game, run)
+        finally:
+            game.close()
+            host.stop()
+    assert stats.env_steps >= 4 * 600 and host.metrics.episodes > 0
+    assert host.pipeline.spec == EnvSpec("CartPole-v1", (4,), np.float32, 2, 4)
+
+
+def test_move_fire_trains_through_the_host_over_a_real_socket():
+    # The classic-control preset that `seedleague train --env seedleague/MoveFire-v0` picks, from the spec alone.
+    preset = preset_for(move_fire.ENV_ID)
+    host = Host(dataclasses.replace(preset.host, seed=1), Metrics())
+    stop = threading.Event()
+    with ServerThread(host) as server:
+        config = WorkerConfig("seedleague/MoveFire-v0", 16, GameWorkerConfig(ClientConfig(server.address), seed=1),
+                              vector="sync")
+        worker = threading.Thread(target=run_worker, args=(config, stop), daemon=True)
+        worker.start()
+        learned = threading.Event()
+        try:
+            for _ in range(1200):  # polls the running mean; gives up after 120 s of a loaded machine
+                if host.metrics.episodes >= 100 and host.metrics.mean_return() >= 2.0:
+                    learned.set()
+                    break
+                stop.wait(0.1)
+        finally:
+            stop.set()
+            worker.join(timeout=30)
+            host.stop()
+    assert learned.is_set(), f"mean return {host.metrics.mean_return():.2f} after {host.metrics.env_steps} env steps"
