@@ -39,18 +39,23 @@ def gpu_devices() -> list:
 
 
 def measure(workers: int, envs: int, learn: bool, seconds: float, warmup: float) -> dict:
-    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup)
+    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup, vector="auto")
     frames = FRAME_SKIP * result["rate"]
     return dict(mode="with learner" if learn else "inference only", workers=workers, envs=envs,
                 env_steps_per_s=result["rate"], frames_per_s=frames, of_seed=frames / SEED_RL_FRAMES_PER_S,
-                batch=result["batch"], learner_steps_per_s=result["learner_steps_per_s"] if learn else 0.0)
+                batch=result["batch"], learner_steps_per_s=result["learner_steps_per_s"] if learn else 0.0,
+                copies=result["copies"])
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| mode | workers x envs | env steps/s | frames/s | of SEED RL's 67K | inference batch | learner updates/s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| mode | workers x envs | env steps/s | frames/s | of SEED RL's 67K | inference batch | learner updates/s "
+             "| copies per forward in / out (arrays each) | bytes per env step in / out |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     lines += [f"| {r['mode']} | {r['workers']} x {r['envs']} | {r['env_steps_per_s']:,.0f} | {r['frames_per_s']:,.0f} "
-              f"| {100 * r['of_seed']:.0f}% | {r['batch']:.0f} | {r['learner_steps_per_s']:.1f} |" for r in rows]
+              f"| {100 * r['of_seed']:.0f}% | {r['batch']:.0f} | {r['learner_steps_per_s']:.1f} "
+              f"| {c['in_per_forward']:.0f} ({c['arrays_in']:.0f}) / {c['out_per_forward']:.2f} ({c['arrays_out']:.0f}) "
+              f"| {c['bytes_in_per_step']:,.0f} / {c['bytes_out_per_step']:,.0f} |"
+              for r in rows for c in [r["copies"]]]
     return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from envs.gym_vector import has_native_vector_env, make_vector_env
 from seedleague.host.host import Host
 from seedleague.host.policy import InferencePolicy
+from seedleague.host.transfers import TransferCounts
 from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
 from seedleague.rl.networks import make_network
@@ -74,6 +75,18 @@ def in_process_rate(env_id: str, num_envs: int, seconds: float, mode: str) -> fl
     return statistics.median(rates)
 
 
+def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps: int) -> dict:
+    """The inference side's host-device copies over a window: per forward pass (one each way by design), the
+    arrays each copy carries, and bytes per env step each way."""
+    forwards = max(after.to_device - before.to_device, 1)
+    steps = max(env_steps, 1)
+    return dict(forwards=forwards, in_per_forward=1.0, out_per_forward=(after.to_host - before.to_host) / forwards,
+                arrays_in=(after.to_device_arrays - before.to_device_arrays) / forwards,
+                arrays_out=(after.to_host_arrays - before.to_host_arrays) / forwards,
+                bytes_in_per_step=(after.to_device_bytes - before.to_device_bytes) / steps,
+                bytes_out_per_step=(after.to_host_bytes - before.to_host_bytes) / steps)
+
+
 def grpc_rate(
     env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str,
     protocol: int = 0,
@@ -98,6 +111,7 @@ def grpc_rate(
             time.sleep(0.1)
         time.sleep(warmup)
         rates, batches = [], []
+        steps_before, copies_before = metrics.env_steps, host.pipeline.policy.transfers.counts()
         for _ in range(int(seconds)):
             before = metrics.env_steps
             time.sleep(1.0)
@@ -105,7 +119,9 @@ def grpc_rate(
             report = metrics.report()
             batches.append(report.get("inference_batch", 0.0))
         return dict(rate=statistics.median(rates), batch=statistics.median(batches),
-                    learner_steps_per_s=report.get("learner_steps_per_s", 0.0))
+                    learner_steps_per_s=report.get("learner_steps_per_s", 0.0),
+                    copies=copies_per_forward(copies_before, host.pipeline.policy.transfers.counts(),
+                                              metrics.env_steps - steps_before))
     finally:
         for proc in procs:
             proc.terminate()

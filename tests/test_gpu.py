@@ -28,3 +28,12 @@ def test_host_inference_runs_on_the_gpu(host_server):
     params, _ = host.pipeline.policy.current()
     assert {d.platform for leaf in jax.tree.leaves(params) for d in leaf.devices()} == {"gpu"}
     worker.close()
+
+
+@pytest.mark.gpu
+def test_a_learning_host_on_the_gpu_copies_only_explicitly_both_ways(host_server):
+    """Every host-device copy the batcher, replay and learner make is an explicit, counted one
+    (seedleague.host.transfers): on a GPU, JAX's guard catches implicit copies back to the host too."""
+    from test_transfers import trains_without_an_implicit_copy
+
+    trains_without_an_implicit_copy(*host_server, "jax_transfer_guard")

@@ -27,6 +27,7 @@ import numpy as np
 from seedleague.checkpoint import Checkpointer
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
+from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
 
@@ -66,6 +67,7 @@ class LearnerLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
         self._state_lock = threading.Lock()
+        self.transfers = Transfers()  # an update: its clock in, its step and metrics out
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
 
@@ -160,12 +162,13 @@ class LearnerLoop:
         """One update, then publish its params and record its metrics."""
         started = time.perf_counter()
         with self._state_lock:
-            self.state, metrics = self._update(self.state, batch, np.float32(self._clock()))
+            clock = self.transfers.to_device(np.float32(self._clock()))
+            self.state, metrics = self._update(self.state, batch, clock)
             params = self._params_copy(self.state)
-            version = int(sharding.local_value(self.state.step))
-        self._step = version
+            step, metrics = self.transfers.to_host(jax.tree.map(sharding.local_value, (self.state.step, metrics)))
+        version = self._step = int(step)
         self._policy.publish(params, version)
-        metrics = {k: float(v) for k, v in jax.device_get(sharding.local_value(metrics)).items()}
+        metrics = {k: float(v) for k, v in metrics.items()}
         done = time.perf_counter()
         metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
         self._metrics.record_learner_step(**metrics)

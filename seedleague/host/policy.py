@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague.host.transfers import Transfers
 from seedleague.rl.networks import Network
 from seedleague.rl.structured_network import StructuredNetwork
 from seedleague.rl.structured_network import act as structured_act
@@ -147,6 +148,7 @@ class InferencePolicy:
         self._version = version
         rng = jax.random.key(seed)
         self._rng = rng if device is None else jax.device_put(rng, device)  # only the batcher thread acts, so no lock
+        self.transfers = Transfers(device)  # each call: one copy of its inputs in, one of its outputs out
 
     @property
     def version(self) -> int:
@@ -169,48 +171,50 @@ class InferencePolicy:
             params, version = self.current()
         else:
             version, explore = self._version, 0.0
+        observation, first, core_state, legal_mask = self.transfers.to_device(
+            (observation, first, core_state, legal_mask))
         if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
             action, behaviour, core_state, self._rng = _act_structured(
                 self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy)
-            return Actions(jax.tree.map(np.asarray, action), jax.tree.map(np.asarray, behaviour),
-                           jax.tree.map(np.asarray, core_state), version)
+            return Actions(*self.transfers.to_host((action, behaviour, core_state)), version)
         action, logits, core_state, self._rng = _act(
             self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy,
             explore=explore,
         )
-        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), version)
+        return Actions(*self.transfers.to_host((action, logits, core_state)), version)
 
     def values(self, observation: Any, first: np.ndarray, core_state: Any) -> np.ndarray:
         """V(s) [N] with the published params for one step of N agents from their `core_state` (the host bootstraps
         a truncated episode from its final observation with it)."""
         params, _ = self.current()
-        return np.asarray(_values(self.network, params, observation, first, core_state))
+        inputs = self.transfers.to_device((observation, first, core_state))
+        return self.transfers.to_host(_values(self.network, params, *inputs))
 
     def act_table(self, table: Any, slots: np.ndarray, observation: np.ndarray, first: np.ndarray, core_state: Any,
                   legal_mask: np.ndarray) -> Actions:
         """`act_stacked` for the policies at `slots` [K] of `table` (stacked params on `device`, see
         seedleague.host.opponents): the gather happens on the device, in the same call."""
-        action, logits, core_state, self._rng = _act_table(
-            self.network, table, slots, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
-        )
-        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), self._version)
+        inputs = self.transfers.to_device((slots, observation, first, core_state, legal_mask))
+        action, logits, core_state, self._rng = _act_table(self.network, table, *inputs, self._rng, greedy=self.greedy)
+        return Actions(*self.transfers.to_host((action, logits, core_state)), self._version)
 
     def act_with_table(self, learner_inputs: tuple, table: Any, slots: np.ndarray, table_inputs: tuple
                        ) -> tuple[Actions, Actions]:
         """`act` with the published params on `learner_inputs` and `act_table` on `table_inputs`, in one
         jitted call: a batch that seats league opponents costs one dispatch, like a self-play batch."""
         params, version = self.current()
+        slots, learner_inputs, table_inputs = self.transfers.to_device((slots, learner_inputs, table_inputs))
         learner, opponents, self._rng = _act_with_table(self.network, params, table, slots, learner_inputs,
                                                         table_inputs, self._rng, greedy=self.greedy,
                                                         explore=self.explore)
-        as_actions = lambda out, v: Actions(np.asarray(out[0]), np.asarray(out[1]), jax.tree.map(np.asarray, out[2]), v)
-        return as_actions(learner, version), as_actions(opponents, self._version)
+        learner, opponents = self.transfers.to_host((learner, opponents))
+        return Actions(*learner, version), Actions(*opponents, self._version)
 
     def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
                     legal_mask: np.ndarray) -> Actions:
         """One forward pass for K policies of this network at once (a league's opponent snapshots):
         `params` from `stack_params` (on `device`), inputs shaped [K, G, ...], outputs [K, G, ...]."""
-        action, logits, core_state, self._rng = _act_stacked(
-            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy
-        )
-        return Actions(np.asarray(action), np.asarray(logits), jax.tree.map(np.asarray, core_state), self._version)
+        inputs = self.transfers.to_device((observation, first, core_state, legal_mask))
+        action, logits, core_state, self._rng = _act_stacked(self.network, params, *inputs, self._rng,
+                                                             greedy=self.greedy)
+        return Actions(*self.transfers.to_host((action, logits, core_state)), self._version)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.buckets import power_of_two
+from seedleague.host.transfers import Transfers
 from seedleague.rl import sharding as sharding_lib
 from seedleague.rl.types import Unroll
 
@@ -117,6 +118,7 @@ class Replay:
         self._limiter = RateLimiter(config.samples_per_insert, min_size, error_buffer)
         self._cond = threading.Condition()
         self._rng = np.random.default_rng(seed)
+        self.transfers = Transfers(device)  # an insert: one copy of its rows in; a sample: one of its indices
         self._next_slot = 0  # where the next insert goes
         self._size = 0
         self._unread = 0
@@ -166,7 +168,7 @@ class Replay:
         padded = power_of_two(count)
         slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
         pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
-        self._buffer = _insert(self._buffer, jax.tree.map(pad, rows), slots)
+        self._buffer = _insert(self._buffer, *self.transfers.to_device((jax.tree.map(pad, rows), slots)))
         self._next_slot = (self._next_slot + count) % self.config.capacity
         self._size = min(self.config.capacity, self._size + count)
         self._unread = min(self.config.capacity, self._unread + count)
@@ -182,7 +184,7 @@ class Replay:
             if not self._cond.wait_for(ready, timeout) or self._closed:
                 return None
             self.sample_wait_s += time.perf_counter() - start
-            batch = _gather(self._buffer, self._pick(count))
+            batch = _gather(self._buffer, self.transfers.to_device(self._pick(count)))
             self._limiter.samples += count
             self._cond.notify_all()
         if self._batch_sharding is not None:

@@ -1,0 +1,64 @@
+"""The host's copies between its memory and the accelerator: explicit, one per batch each way, and counted.
+
+A jitted function given numpy arguments copies each one to the device on its own, and `np.asarray` on each
+output copies it back on its own: an inference batch of observation, first, core state and legal mask would
+cost four copies in and three out, each a separate launch on a GPU. The host's hot paths (the forward pass,
+the replay's insert and sample) instead hand the whole batch, as one pytree, to `Transfers.to_device`, and
+fetch every output with one `Transfers.to_host`: one `jax.device_put` and one `jax.device_get` per batch, whose
+leaves JAX copies together. The counts say so in benchmarks (benchmarks/gpu_pong.py prints them), and under
+`jax.transfer_guard("disallow")` any copy made any other way raises, which is how the tests check that none is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Optional
+
+import jax
+
+
+@dataclasses.dataclass
+class TransferCounts:
+    """Copies made so far: calls (one per batch) and the arrays and bytes they carried."""
+
+    to_device: int = 0
+    to_device_arrays: int = 0
+    to_device_bytes: int = 0
+    to_host: int = 0
+    to_host_arrays: int = 0
+    to_host_bytes: int = 0
+
+
+class Transfers:
+    """Counts every copy its owner makes between host memory and `device`."""
+
+    def __init__(self, device: Optional[jax.Device] = None):
+        """`device`: where `to_device` puts arrays (None: JAX's default device)."""
+        self.device = device
+        self._counts = TransferCounts()
+        self._lock = threading.Lock()
+
+    def to_device(self, tree: Any) -> Any:
+        """`tree` (numpy arrays, or anything `jax.device_put` takes) on the device, in one call."""
+        leaves = jax.tree.leaves(tree)
+        self._count("to_device", leaves)
+        return jax.device_put(tree, self.device)
+
+    def to_host(self, tree: Any) -> Any:
+        """`tree`'s device arrays as numpy arrays, fetched in one call."""
+        leaves = jax.tree.leaves(tree)
+        self._count("to_host", leaves)
+        return jax.device_get(tree)
+
+    def counts(self) -> TransferCounts:
+        with self._lock:
+            return dataclasses.replace(self._counts)
+
+    def _count(self, direction: str, leaves: list) -> None:
+        size = sum(getattr(leaf, "nbytes", 0) for leaf in leaves)
+        with self._lock:
+            counts = self._counts
+            setattr(counts, direction, getattr(counts, direction) + 1)
+            setattr(counts, f"{direction}_arrays", getattr(counts, f"{direction}_arrays") + len(leaves))
+            setattr(counts, f"{direction}_bytes", getattr(counts, f"{direction}_bytes") + size)
