@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-gpu proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
+.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml
 install-gpu: install
 	$(PY) -m pip install -q -e '.[dev,cuda]'
 	$(PY) -c "import jax; print('jax sees', jax.devices())"
+
+## gpu-check: on a CUDA machine, the GPU tests, benchmarks/gpu_pong.py and the host ceiling, with their
+##            outputs in gpu_check/ (benchmarks/gpu_check.sh says what each step shows).
+gpu-check: install-gpu
+	PYTHON=$(PY) bash benchmarks/gpu_check.sh gpu_check
 
 ## proto: generate Python protobuf and gRPC modules from proto/.
 proto: $(GEN)

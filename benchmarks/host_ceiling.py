@@ -127,9 +127,20 @@ async def _drive(args) -> dict:
     return dict(answers=len(window), latencies_s=window)
 
 
+def cpu_list(text: str) -> set[int]:
+    """CPU numbers from a taskset-style list: "1", "1,3", "1-15", "0,2-5"."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and (not high.isdigit() or int(high) < int(low))):
+            raise ValueError(f"--worker-cpus {text!r}: {part!r} is not a CPU number or a range like 1-15")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
 def _pin(cpus: Optional[str]) -> None:
     if cpus:
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        os.sched_setaffinity(0, cpu_list(cpus))
 
 
 # --- the host (this process) -----------------------------------------------------------------------------
@@ -338,7 +349,7 @@ def main(argv=None) -> int:
     parser.add_argument("--network", choices=("preset", "tiny"), default="preset",
                         help="the workload preset's network, or an MLP with one layer of 8 (serving cost alone)")
     parser.add_argument("--procs", type=int, default=2, help="synthetic worker processes the workers are spread over")
-    parser.add_argument("--worker-cpus", help="pin the worker processes to these CPUs, e.g. 1 (the host: taskset)")
+    parser.add_argument("--worker-cpus", help="pin the worker processes to these CPUs, e.g. 1 or 1-15 (the host: taskset)")
     parser.add_argument("--threads", action="store_true", help="after each row, its host CPU by thread")
     parser.add_argument("--profile", help="profile the host during the window of the (single) row into this file: "
                         "NAME.pstats.txt: cProfile of the event loop and batcher threads in CPU time; any other name: "
@@ -358,6 +369,13 @@ def main(argv=None) -> int:
         parser.error(f"unknown workloads {sorted(unknown)}; choose from {sorted(GRID)}")
     if args.procs < 1:
         parser.error(f"--procs must be >= 1, got {args.procs}")
+    if args.worker_cpus:
+        try:
+            unknown_cpus = cpu_list(args.worker_cpus) - set(range(os.cpu_count() or 1))
+        except ValueError as error:
+            parser.error(str(error))
+        if unknown_cpus:
+            parser.error(f"--worker-cpus names CPUs this machine does not have: {sorted(unknown_cpus)}")
     import jax
 
     print(f"host CPUs {sorted(os.sched_getaffinity(0))}, workers on {args.worker_cpus or 'any CPU'} in "
