@@ -2,7 +2,7 @@
 # The GPU checks in one command, for a CUDA machine (`make gpu-check` after `make install-gpu`):
 #   1. the tests marked `gpu` (host inference, replay and learner on the GPU; no implicit host-device copy);
 #   2. benchmarks/gpu_pong.py: Atari Pong through the full gRPC path, frames/s beside SEED RL's;
-#   3. benchmarks/host_ceiling.py --quick: the host's CPU per env step with its forward pass on the GPU,
+#   3. benchmarks/host_ceiling.py (--quick, or $CEILING_ARGS): the host's CPU per env step with its forward pass on the GPU,
 #      host pinned to CPU 0 and the synthetic workers to the rest.
 # Each step writes its output to $1 (default: gpu_check/) and has its own time limit, so one that hangs
 # leaves the others' results. PYTHON overrides the interpreter (default: .venv/bin/python).
@@ -30,5 +30,5 @@ step() {  # step NAME SECONDS COMMAND...: run, tee to $out/NAME.txt, report the 
 step gpu_tests "${GPU_TESTS_S:-150}" "$py" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_transfers.py
 step gpu_pong "${GPU_PONG_S:-200}" "$py" -m benchmarks.gpu_pong --workers $((cpus > 3 ? cpus - 2 : 1)) \
   --envs-per-worker 32 --seconds "${WINDOW_S:-15}" --warmup 10
-step host_ceiling "${CEILING_S:-200}" taskset -c 0 "$py" -m benchmarks.host_ceiling --quick \
+step host_ceiling "${CEILING_S:-200}" taskset -c 0 "$py" -m benchmarks.host_ceiling ${CEILING_ARGS:---quick} \
   --worker-cpus "1-$((cpus - 1))" --procs $((cpus > 9 ? 8 : cpus - 1))
