@@ -496,10 +496,11 @@ def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) 
 
 def _with_seconds(jitted: Callable) -> Callable:
     """`jitted(state, batch, seconds)` callable as update(state, batch) too: seconds is always passed
-    as a float32 scalar, so both forms share one compile (and a sharded jit sees all three inputs)."""
+    as a float32 scalar, so both forms share one compile (and a sharded jit sees all three inputs). A
+    `seconds` already on the device (the host's learner loop copies it there) is passed as it is."""
 
     def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
-        return jitted(state, batch, np.float32(seconds))
+        return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds))
 
     return update
 
