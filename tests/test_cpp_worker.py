@@ -27,6 +27,7 @@ from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role, Standing
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
+from seedleague.api import load_trained
 from seedleague.cli import main
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
@@ -119,7 +120,7 @@ def test_token_is_sent_and_refusals_exit_2(worker_binary, tmp_path):
     port = free_port()
     env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret")
     fake = subprocess.Popen(
-        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "84", "--num-actions", "7"],
+        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "2,6,7", "--num-actions", "7"],
         cwd=ROOT, env=env, stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT,
     )
     try:
@@ -145,7 +146,7 @@ def test_tls_with_the_hosts_ca_and_a_token(worker_binary, tmp_path):
     port = free_port()
     env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret")
     fake = subprocess.Popen(
-        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "84", "--num-actions", "7",
+        SEEDLEAGUE + ["fake-host", "--address", f"127.0.0.1:{port}", "--observation-shape", "2,6,7", "--num-actions", "7",
                       "--tls-cert", cert, "--tls-key", key],
         cwd=ROOT, env=env, stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT,
     )
@@ -259,7 +260,8 @@ def rated_snapshots(standings) -> list:
 
 def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(league_run):
     run_dir, output = league_run
-    assert "'ConnectFour-cpp', observation [84] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
+    assert "'ConnectFour-cpp', observation [2, 6, 7] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
+    assert load_trained(run_dir).network_config.torso == "board"  # [C, H, W] planes: the convolutional torso
     result = summary(run_dir)
     assert result["reason"] == "interrupted", output[-4000:]
     assert result["worker_restarts"] == 0 and result["league_games"] > 0, output[-4000:]
@@ -284,7 +286,7 @@ def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
         sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
         assert sidecar["kind"] == "policy" and sidecar["observation"]["env_name"] == "ConnectFour-cpp", sidecar
         wait_listening(port, timeout=90)
-        spec = EnvSpec("ConnectFour-cpp", (84,), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
+        spec = EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, num_envs=64, num_seats=2, has_legal_mask=True)
         rng = np.random.default_rng(0)
         step = zero_step(spec, acting=True)
         step.observation = (rng.random(step.observation.shape) < 0.3).astype(np.float32)  # stones on both planes
@@ -298,7 +300,7 @@ def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
         serve.terminate()
         serve.wait(timeout=60)
     session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
-    observation, mask = step.observation.reshape(-1, 84), step.legal_mask.reshape(-1, 7)
+    observation, mask = step.observation.reshape(-1, 2, 6, 7), step.legal_mask.reshape(-1, 7)
     probs = session.run(["probabilities"], {"observation": observation, "legal_mask": mask})[0]
     top2 = np.sort(probs, axis=-1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > 1e-4  # rows whose greedy action does not hang on float rounding

@@ -11,7 +11,8 @@ namespace c4 {
 constexpr int kRows = 6;
 constexpr int kCols = 7;
 constexpr int kCells = kRows * kCols;
-constexpr int kObsSize = 2 * kCells;  // planes [own, opponent] x rows x cols
+constexpr int kPlanes = 2;  // own stones, opponent's stones
+constexpr int kObsSize = kPlanes * kCells;  // planes [own, opponent] x rows x cols
 
 struct StepResult {
   bool done = false;

@@ -394,14 +394,15 @@ class Worker {
     spec_request_.set_worker_name(worker_name_);
     spec->set_env_name("ConnectFour-cpp");
     spec->mutable_observation()->set_dtype(pb::FLOAT32);
-    spec->mutable_observation()->add_shape(c4::kObsSize);
+    // [planes, rows, cols]: [C, H, W] planes, so the host gives the game its convolutional board torso.
+    for (int64_t d : {c4::kPlanes, c4::kRows, c4::kCols}) spec->mutable_observation()->add_shape(d);
     spec->mutable_action()->set_num_actions(c4::kCols);
     spec->set_num_envs(flags.num_envs);
     spec->set_num_seats(kSeats);
     spec->set_has_legal_mask(true);
 
     const int64_t e = flags.num_envs;
-    SetShape(batch_.mutable_observation(), pb::FLOAT32, {e, kSeats, c4::kObsSize});
+    SetShape(batch_.mutable_observation(), pb::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
     SetShape(batch_.mutable_reward(), pb::FLOAT32, {e, kSeats});
     SetShape(batch_.mutable_terminated(), pb::BOOL, {e});
     SetShape(batch_.mutable_truncated(), pb::BOOL, {e});
