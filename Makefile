@@ -1,6 +1,7 @@
 # seedleague: every set-up step the project needs lives here.
 PYTHON ?= python3
 VENV   ?= .venv
+TEST_PROCS ?= 2
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
@@ -40,10 +41,12 @@ run: install
 
 ## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker and
 ##       installs the Node worker's packages it tests (without npm, the Node tests skip and say why).
+##       TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
+##       shared fixtures start once); TEST_PROCS=0 runs them in this process.
 test: install cpp-worker
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-worker; \
 	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
 test-slow: install

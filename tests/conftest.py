@@ -1,4 +1,19 @@
-"""Shared fixtures: a real training host behind a real gRPC server on a loopback port."""
+"""Shared fixtures: a real training host behind a real gRPC server on a loopback port.
+
+The suite shares one JAX compilation cache, new for each session, with every process it starts (the
+variables below are inherited): many tests build the same networks and learner updates, in this process
+and in the hosts they launch, and each compile after the first is then read back instead of repeated.
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # before anything imports jax
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="seedleague-tests-jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
 
 import dataclasses
 import queue

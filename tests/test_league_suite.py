@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import league_suite
 from seedleague import api
+from seedleague.eval import board as board_lib
 from seedleague.eval import curve, openspiel_eval, output_score
 from test_api import save_checkpoint
 from test_eval import KUHN, env_of
@@ -97,6 +98,8 @@ def test_board_scores_split_a_mixtures_games_by_weight():
     board = dict(vs_random=dict(games=4, wins=3, draws=0, losses=1), vs_mcts=dict(games=2, wins=0, draws=1, losses=1),
                  mcts_simulations=100)
     assert output_score.format_score(board) == "random 3/0/1, mcts100 0/1/1"
+    board["vs_mcts_greedy"] = dict(games=2, wins=2, draws=0, losses=0)
+    assert output_score.format_score(board) == "random 3/0/1, mcts100 0/1/1 (greedy 2/0/0)"
 
 
 def test_a_game_without_an_information_state_tensor_is_scored_by_exact_exploitability(tmp_path):
@@ -128,6 +131,10 @@ def test_a_board_game_is_scored_against_random_and_mcts(tmp_path):
     assert result["vs_random"]["games"] == 4 and result["vs_mcts"]["games"] == 2
     assert sum(result["vs_random"][k] for k in ("wins", "draws", "losses")) == 4
     assert output_score.format_score(result).startswith("random ")
+    # greedily too: the members' most probable legal moves, the games split by weight as when sampling
+    greedy = board_lib.vs_mcts(ttt, policy, games=2, simulations=2, greedy=True, seed=0)
+    wdl = lambda c: (c["games"], c["wins"], c["draws"], c["losses"])
+    assert wdl(result["vs_mcts_greedy"]) == (greedy.games, greedy.wins, greedy.draws, greedy.losses)
 
 
 def test_candidate_methods_are_parsed_and_bad_ones_refused():

@@ -5,11 +5,13 @@ This file owns choosing how a game is scored and putting the answer in one table
     kind = game_kind(game)    # EXPLOITABILITY (imperfect information with an information-state
                               # tensor: poker) or BOARD (perfect information: connect_four)
     result = score(game, output, BoardBudget(games=50, mcts_games=10, mcts_simulations=100))
-    format_score(result)      # "0.0213", or "random 48/0/2, mcts100 3/1/6" (wins/draws/losses)
+    format_score(result)      # "0.0213", or "random 48/0/2, mcts100 3/1/6 (greedy 5/0/5)" (wins/draws/losses)
 
 A PolicyMixture is scored as it is played, a member for a whole game: exactly
 (`openspiel_eval.mixture_exploitability`) in poker, and in a board game by giving each
-member its weight's share of the games and adding up the counts.
+member its weight's share of the games and adding up the counts. Against MCTS a board game's output
+plays twice: sampling its moves, as it was trained, and greedily (each member's most probable legal
+move), as a perfect-information game's policy is usually served (`seedleague serve --greedy true`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _wdl(game: pyspiel.Game, output: Output, games: int, play) -> dict:
 
 def score(game: pyspiel.Game, output: Output, budget: BoardBudget = BoardBudget(), seed: int = 0) -> dict:
     """{"exploitability": x} or {"vs_random": {games, wins, draws, losses}, "vs_mcts": {...},
-    "mcts_simulations": n}, by `game_kind`."""
+    "vs_mcts_greedy": {...}, "mcts_simulations": n}, by `game_kind`."""
     if game_kind(game) == EXPLOITABILITY:
         members, weights = _members(output)
         return {EXPLOITABILITY: openspiel_eval.mixture_exploitability(game, members, weights)
@@ -87,6 +89,8 @@ def score(game: pyspiel.Game, output: Output, budget: BoardBudget = BoardBudget(
         vs_random=_wdl(game, output, budget.games, lambda g, p, n: board.vs_random(g, p, n, seed=seed)),
         vs_mcts=_wdl(game, output, budget.mcts_games,
                      lambda g, p, n: board.vs_mcts(g, p, n, budget.mcts_simulations, seed=seed)),
+        vs_mcts_greedy=_wdl(game, output, budget.mcts_games,
+                            lambda g, p, n: board.vs_mcts(g, p, n, budget.mcts_simulations, greedy=True, seed=seed)),
         mcts_simulations=budget.mcts_simulations,
     )
 
@@ -98,4 +102,5 @@ def format_score(result: dict | None) -> str:
     if EXPLOITABILITY in result:
         return f"{result[EXPLOITABILITY]:.4f}"
     wdl = lambda c: f"{c['wins']}/{c['draws']}/{c['losses']}"
-    return f"random {wdl(result['vs_random'])}, mcts{result['mcts_simulations']} {wdl(result['vs_mcts'])}"
+    greedy = f" (greedy {wdl(result['vs_mcts_greedy'])})" if "vs_mcts_greedy" in result else ""
+    return f"random {wdl(result['vs_random'])}, mcts{result['mcts_simulations']} {wdl(result['vs_mcts'])}{greedy}"
