@@ -112,6 +112,7 @@ class RunConfig:
     resume: bool = False
     security: ServerSecurity = ServerSecurity()  # token and TLS of the host's server (workers get the same)
     report_interval_s: float = 2.0
+    budget_check_interval_s: float = 0.1  # a run stops this soon after its budget or target return is reached
     switch_interval_ms: float = 0.5  # Python GIL switch interval in the host process
     league: Optional[LeagueSpec] = None  # two-player games: the league this run's host plays in
     env_id: str = ""  # what the extra league players' hosts train on
@@ -372,12 +373,15 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
     start = time.perf_counter()
     reason = "interrupted"
     try:
+        next_report = start + config.report_interval_s
         while not stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), config.report_interval_s)
-            _report(host, metrics)
-            workers.watch()
-            league.check()
+                await asyncio.wait_for(stop.wait(), min(config.budget_check_interval_s, config.report_interval_s))
+            if time.perf_counter() >= next_report:
+                next_report += config.report_interval_s
+                _report(host, metrics)
+                workers.watch()
+                league.check()
             if host.pipeline is not None and host.pipeline.learner is not None and host.pipeline.learner.error is not None:
                 raise RuntimeError("the learner failed; see the log above") from host.pipeline.learner.error
             ended = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)
