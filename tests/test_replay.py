@@ -72,6 +72,23 @@ def test_a_chunk_larger_than_the_slack_goes_in_as_the_learner_samples():
     assert replay.sample(timeout=0.05) is None
 
 
+def test_insert_all_waits_out_the_limiter_until_every_row_is_in_or_the_host_stops():
+    replay = Replay(ReplayConfig(capacity=64, samples_per_insert=1.0, min_size=2, error_buffer=2), rows([0]), batch_size=2)
+    results, stopping = [], threading.Event()
+    inserter = threading.Thread(target=lambda: results.append(replay.insert_all(rows(list(range(6))), stopping.is_set,
+                                                                                poll_s=0.05)))
+    inserter.start()
+    assert replay.sample(timeout=10) is not None  # 4 went in at once (the limiter's slack); this makes room for 2
+    inserter.join(10)
+    assert results == [6]
+    # a stopping host gives up on what the limiter holds back, and says how many went in
+    stopping.set()
+    assert replay.insert_all(rows([7, 8, 9]), stopping.is_set, poll_s=0.05) == 0
+    stopping.clear()
+    replay.close()
+    assert replay.insert_all(rows([7]), stopping.is_set, poll_s=0.05) == 0
+
+
 def test_rate_limiter_blocks_samples_below_min_size():
     replay = Replay(ReplayConfig(capacity=64, min_size=4), rows([0]), batch_size=2)
     replay.insert(rows([1, 2, 3]), timeout=1)

@@ -249,9 +249,7 @@ class Host:
     def _insert(self, rows: Unroll) -> None:
         replay = self.pipeline.replay
         start = time.perf_counter()
-        done, count = 0, len(rows.first)
-        while done < count and not self._stopping:
-            done += replay.insert(jax.tree.map(lambda x: x[done:], rows), timeout=1.0)
+        replay.insert_all(rows, lambda: self._stopping)
         self.metrics.record(replay_size=replay.size, insert_wait_ms=1000 * (time.perf_counter() - start))
 
     # -- lifecycle ----------------------------------------------------------------------------

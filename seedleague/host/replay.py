@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -160,6 +160,14 @@ class Replay:
                 part = min(count - done, self._limiter.room(), self.config.capacity)
                 self._write(jax.tree.map(lambda x: x[done:done + part], rows), part)
                 done += part
+        return done
+
+    def insert_all(self, rows: Unroll, stopping: Callable[[], bool], poll_s: float = 1.0) -> int:
+        """Insert every row, waiting as long as the rate limiter asks (the host's back-pressure on its
+        workers), until `stopping()` turns true or the replay closes; returns how many went in."""
+        done, count = 0, int(np.shape(rows.first)[0])
+        while done < count and not stopping() and not self._closed:
+            done += self.insert(jax.tree.map(lambda x: x[done:], rows), timeout=poll_s)
         return done
 
     def _write(self, rows: Unroll, count: int) -> None:
