@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker
+.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker ruby-deps ruby-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -101,3 +101,24 @@ node-worker: $(NODE_STAMP)
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 	touch $@
+
+RUBY_GEN   := build/ruby
+RUBY_STUBS := $(RUBY_GEN)/seedleague/v1/env_services_pb.rb
+
+## ruby-deps: Ruby and its gRPC gems (Debian's ruby, ruby-grpc, ruby-grpc-tools) when missing; needs root and apt-get.
+ruby-deps:
+	@if command -v ruby >/dev/null && ruby -e 'require "grpc"' 2>/dev/null && command -v grpc_tools_ruby_protoc >/dev/null; then \
+		echo "ruby-deps: ruby, its grpc gem and grpc_tools_ruby_protoc already installed"; \
+	elif command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ruby ruby-grpc ruby-grpc-tools; \
+	else \
+		echo "ruby-deps: no apt-get here: install Ruby >= 3.0, then 'gem install grpc grpc-tools'"; exit 1; \
+	fi
+
+## ruby-worker: the Ruby tic-tac-toe worker's stubs, generated from env.proto into build/ruby (not the tree);
+##              run it with `ruby envs/ruby/worker.rb --address HOST:PORT`.
+ruby-worker: $(RUBY_STUBS)
+
+$(RUBY_STUBS): $(CPP_PROTO) | ruby-deps
+	mkdir -p $(RUBY_GEN)
+	grpc_tools_ruby_protoc -Iproto --ruby_out=$(RUBY_GEN) --grpc_out=$(RUBY_GEN) $(CPP_PROTO)

@@ -1,0 +1,114 @@
+"""The Ruby tic-tac-toe worker (envs/ruby/), written from docs/protocol.md alone, against
+check-worker and the fake host's handshake refusal, as real processes; and its reconnect rule
+against the Python SDK's, status by status.
+
+Generates the Ruby stubs with `make ruby-worker` once. Skips, saying what to install, when `ruby`,
+its `grpc` gem or `grpc_tools_ruby_protoc` is missing (`make ruby-deps` installs them on Debian).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from seedleague.protocol.client import HostRefused, classify_rpc_error
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUBY = shutil.which("ruby")
+WORKER_RB = os.path.join(ROOT, "envs", "ruby", "worker.rb")
+SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
+
+
+def _missing_ruby_grpc() -> str:
+    if RUBY is None:
+        return "ruby is not on PATH"
+    if subprocess.run([RUBY, "-e", 'require "grpc"'], capture_output=True).returncode != 0:
+        return "ruby has no grpc gem"
+    if shutil.which("grpc_tools_ruby_protoc") is None:
+        return "grpc_tools_ruby_protoc (the grpc-tools gem) is not on PATH"
+    return ""
+
+
+MISSING = _missing_ruby_grpc()
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason=f"{MISSING}: `make ruby-deps` (Debian: ruby ruby-grpc ruby-grpc-tools) to test envs/ruby"
+)
+
+
+@pytest.fixture(scope="module")
+def worker_cmd():
+    result = subprocess.run(["make", "ruby-worker"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        pytest.fail("`make ruby-worker` failed:\n" + result.stdout[-4000:] + result.stderr[-4000:], pytrace=False)
+    return [RUBY, WORKER_RB]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_check_worker_passes_every_check(worker_cmd):
+    result = subprocess.run(
+        SEEDLEAGUE + ["check-worker", "--"] + worker_cmd + ["--address", "{address}", "--num-envs", "4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "all 8 checks passed" in out, out[-4000:]
+    assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+
+
+def test_reconnect_rule_matches_the_python_sdk(worker_cmd):
+    script = (
+        f"require {json.dumps(WORKER_RB)}; load_stubs(File.join({json.dumps(ROOT)}, 'build', 'ruby'));"
+        "require 'json'; out = {};"
+        "GRPC::Core::StatusCodes.constants.each do |name|"
+        "  code = GRPC::Core::StatusCodes.const_get(name); next if code.zero?;"
+        "  error = GRPC::BadStatus.new_status_exception(code, 'x');"
+        "  out[name] = [true, false].map { |h| give_up?(error, h) ? 'refused' : 'reconnect' };"
+        "end; puts JSON.generate(out)"
+    )
+    ruby = subprocess.run([RUBY, "-e", script], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert ruby.returncode == 0, ruby.stderr[-2000:]
+    ruby_rule = json.loads(ruby.stdout)
+
+    class Failed(grpc.RpcError):
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return ""
+
+    def sdk(code, during):
+        return "refused" if isinstance(classify_rpc_error(Failed(code), during), HostRefused) else "reconnect"
+
+    sdk_rule = {c.name: [sdk(c, "handshake"), sdk(c, "stream")] for c in grpc.StatusCode if c != grpc.StatusCode.OK}
+    assert ruby_rule == sdk_rule
+    assert ruby_rule["INTERNAL"] == ["reconnect", "reconnect"]
+
+
+def test_a_spec_the_host_cannot_serve_exits_2_with_the_hosts_reason(worker_cmd):
+    address = f"127.0.0.1:{free_port()}"
+    host = subprocess.Popen(SEEDLEAGUE + ["fake-host", "--address", address, "--num-actions", "5"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in host.stdout:  # the fake host prints its address once it listens
+            if address in line:
+                break
+        worker = subprocess.run(worker_cmd + ["--address", address, "--num-envs", "2"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        host.terminate()
+        host.wait(timeout=30)
+    assert worker.returncode == 2, worker.stdout + worker.stderr
+    assert "FAILED_PRECONDITION" in worker.stderr and "9" in worker.stderr, worker.stderr
