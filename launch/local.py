@@ -234,6 +234,7 @@ def run(config: RunConfig) -> dict:
     try:
         host_config = league.start(host_config)
         host = Host(host_config, metrics, resume=config.resume, league=league.client)
+        _say_resumed(host, metrics)
         league.start_players()
         summary = asyncio.run(_serve(config, host, metrics, run_dir, league))
         summary.update(league.summary())
@@ -416,6 +417,14 @@ def _game_counts(metrics: Metrics) -> dict:
     if metrics.league_outcomes:
         out["league_win_rate"] = round(float(sum(metrics.league_outcomes) / len(metrics.league_outcomes)), 3)
     return out
+
+
+def _say_resumed(host: Host, metrics: Metrics) -> None:
+    """Name the checkpoint a --resume continues from; the progress lines count this process's updates only."""
+    if host.pipeline is None or host.pipeline.learner is None or not host.pipeline.learner.step:
+        return
+    print(f"resumed from checkpoint {_learner_step(host)}: {metrics.env_steps} env steps, {metrics.episodes} "
+          "episodes so far (the progress lines' learner count starts again at 0)", flush=True)
 
 
 def _learner_step(host: Host) -> int:

@@ -49,7 +49,8 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
     assert refused.returncode == 2 and "--resume" in refused.stderr
 
     target = first["learner_step"] + 5  # the first run may overshoot its budget between checks
-    run_cli(common + ["--resume", "--max-learner-steps", str(target), "--max-seconds", "120"])
+    resumed = run_cli(common + ["--resume", "--max-learner-steps", str(target), "--max-seconds", "120"])
+    assert f"resumed from checkpoint {first['learner_step']}: " in resumed.stdout, resumed.stdout[-2000:]
     second = summary(run_dir)
     assert second["reason"] == f"reached {target} learner steps"
     # the update count continued from the checkpoint: this process made only the difference
