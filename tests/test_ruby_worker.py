@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
@@ -112,3 +113,48 @@ def test_a_spec_the_host_cannot_serve_exits_2_with_the_hosts_reason(worker_cmd):
         host.wait(timeout=30)
     assert worker.returncode == 2, worker.stdout + worker.stderr
     assert "FAILED_PRECONDITION" in worker.stderr and "9" in worker.stderr, worker.stderr
+
+
+HOST_FLAGS = ["--unroll_length", "8", "--batch_size", "4", "--replay.capacity", "64", "--network.hidden_sizes", "16",
+              "--checkpoint.interval-s", "1", "--max-seconds", "120"]
+
+
+def saved_steps(run_dir) -> list[int]:
+    directory = run_dir / "checkpoints"
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if directory.is_dir() else []
+
+
+def test_a_sigkilled_host_resumed_on_its_port_gets_the_worker_back(worker_cmd, tmp_path):
+    """The must-show of issue 20: the worker, written from the docs alone, rides out a SIGKILLed
+    `seedleague host` and trains on under the one restarted with --resume on the same port."""
+    port, run_dir = free_port(), tmp_path / "run"
+    host_cmd = SEEDLEAGUE + ["host", "--address", f"127.0.0.1:{port}", "--run-dir", str(run_dir)] + HOST_FLAGS
+    worker_log = tmp_path / "worker.log"
+    logs = lambda: worker_log.read_text()[-3000:]  # noqa: E731
+    worker = subprocess.Popen(worker_cmd + ["--address", f"127.0.0.1:{port}", "--num-envs", "8"],
+                              cwd=ROOT, stdout=open(worker_log, "w"), stderr=subprocess.STDOUT)
+    try:
+        first = subprocess.Popen(host_cmd, cwd=ROOT, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)
+        try:
+            while not [step for step in saved_steps(run_dir) if step > 0]:  # a checkpoint with updates in it
+                assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                assert worker.poll() is None, logs()
+                time.sleep(0.2)
+        finally:
+            first.kill()
+            first.wait(timeout=30)
+        killed_at = max(saved_steps(run_dir))
+        target = killed_at + 3
+        second = subprocess.run(host_cmd + ["--resume", "--max-learner-steps", str(target)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=180)
+        out = second.stdout + second.stderr
+        assert second.returncode == 0, out[-3000:]
+        assert "resumed from checkpoint " in out, out[-3000:]
+        result = json.loads((run_dir / "summary.json").read_text())
+        assert result["reason"] == f"reached {target} learner steps", result
+        assert result["learner_step"] >= target and result["env_steps"] > 0, result
+        assert worker.poll() is None, logs()  # a lost host means reconnect attempts, not an exit
+        assert "connection lost (UNAVAILABLE" in worker_log.read_text(), logs()
+    finally:
+        worker.terminate()  # SIGTERM: the worker closes its stream and exits 0
+        assert worker.wait(timeout=15) == 0, logs()
