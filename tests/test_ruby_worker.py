@@ -1,6 +1,7 @@
 """The Ruby tic-tac-toe worker (envs/ruby/), written from docs/protocol.md alone, against
-check-worker and the fake host's handshake refusal, as real processes; and its reconnect rule
-against the Python SDK's, status by status.
+check-worker, a SIGKILLed and resumed host, the fake host's handshake refusal and a host that
+answers the wrong sequence, as real processes; and its reconnect rule against the Python SDK's,
+status by status.
 
 Generates the Ruby stubs with `make ruby-worker` once. Skips, saying what to install, when `ruby`,
 its `grpc` gem or `grpc_tools_ruby_protoc` is missing (`make ruby-deps` installs them on Debian).
@@ -12,12 +13,16 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent import futures
 
 import grpc
+import numpy as np
 import pytest
 
 from seedleague.protocol.client import HostRefused, classify_rpc_error
+from seedleague.v1 import env_pb2, env_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUBY = shutil.which("ruby")
@@ -158,3 +163,44 @@ def test_a_sigkilled_host_resumed_on_its_port_gets_the_worker_back(worker_cmd, t
     finally:
         worker.terminate()  # SIGTERM: the worker closes its stream and exits 0
         assert worker.wait(timeout=15) == 0, logs()
+
+
+class WrongSequenceHost(env_pb2_grpc.EnvServiceServicer):
+    """Answers its first stream with the wrong sequence number, later streams with the first legal move."""
+
+    def __init__(self):
+        self.streams = 0
+        self.second_stream_stepped = threading.Event()
+
+    def Handshake(self, request, context):
+        return env_pb2.HandshakeResponse(session_id=f"s{self.streams}", protocol_version=1, max_message_bytes=1 << 20)
+
+    def Stream(self, request_iterator, context):
+        self.streams += 1
+        for step in request_iterator:
+            mask = step.legal_mask
+            legal = np.frombuffer(mask.data, np.uint8).reshape(tuple(mask.shape))
+            actions = legal.argmax(axis=-1).astype("<i4")
+            tensor = env_pb2.Tensor(dtype=env_pb2.INT32, shape=list(actions.shape), data=actions.tobytes())
+            if self.streams > 1:
+                self.second_stream_stepped.set()
+            yield env_pb2.ActionBatch(sequence=step.sequence + (self.streams == 1), action=tensor)
+
+
+def test_a_host_answering_the_wrong_sequence_is_dropped_and_reconnected(worker_cmd):
+    host = WrongSequenceHost()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    env_pb2_grpc.add_EnvServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    worker = subprocess.Popen(worker_cmd + ["--address", f"127.0.0.1:{port}", "--num-envs", "2"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        reached = host.second_stream_stepped.wait(timeout=30)
+    finally:
+        worker.terminate()
+        out = worker.communicate(timeout=15)[0]
+        server.stop(None)
+    assert reached, out[-3000:]
+    assert worker.returncode == 0, out[-3000:]
+    assert "host answered sequence 1 to step 0" in out, out[-3000:]

@@ -91,6 +91,15 @@ class VectorGame
     end
   end
 
+  # [env, seat] of the first seat to move whose action is not a legal cell, or nil.
+  def illegal_choice(actions)
+    @games.each_with_index do |game, e|
+      cell = actions[e * SEATS + game.to_move]
+      return [e, game.to_move] unless cell.between?(0, TicTacToe::NUM_ACTIONS - 1) && game.legal?(cell)
+    end
+    nil
+  end
+
   def observation
     @games.flat_map { |g| (0...SEATS).flat_map { |s| g.observation(s) } }
   end
@@ -176,7 +185,8 @@ class RequestQueue
   end
 end
 
-# The host ended the stream with OK before answering: reconnect (section 6).
+# The host ended the stream with OK before answering, or answered nonsense: drop the
+# stream and reconnect (sections 6 and 10).
 class StreamEnded < StandardError; end
 
 # docs/protocol.md section 6: a worker gives up on exactly these statuses, and on
@@ -238,24 +248,42 @@ class Worker
     @in_handshake = false
     @game.reset_all # section 7: fresh episodes in every env on every new session
     requests = RequestQueue.new
-    responses = @stub.stream(requests, metadata: @metadata)
+    call = @stub.stream(requests, metadata: @metadata, return_op: true)
+    responses = call.execute
     sequence = 0
     loop do
       requests.push(step_batch(session_id, sequence))
-      reply = responses.next
-      if reply.sequence != sequence
-        refuse("host answered sequence #{reply.sequence} to step #{sequence}")
-      end
+      actions = checked_actions(responses.next, sequence)
       on_step.call
-      @game.step(reply.action.data.unpack('l<*'))
+      @game.step(actions)
       @steps += 1
       sequence += 1
       return if stopping?
     end
   rescue StopIteration
     raise StreamEnded, 'the host ended the stream without an answer'
+  rescue StreamEnded
+    call.cancel # a host that answers nonsense gets no more steps on this stream
+    raise
   ensure
     requests&.close
+  end
+
+  # The reply's actions, flat [env, seat]; StreamEnded unless it answers step `sequence`
+  # with INT32 [num_envs, 2] and a legal move for every seat to move.
+  def checked_actions(reply, sequence)
+    raise StreamEnded, "host answered sequence #{reply.sequence} to step #{sequence}" if reply.sequence != sequence
+
+    shape = [@game.num_envs, VectorGame::SEATS]
+    action = reply.action
+    if action.nil? || action.dtype != :INT32 || action.shape.to_a != shape || action.data.bytesize != 4 * shape.inject(:*)
+      raise StreamEnded, "host sent actions #{action&.dtype}#{action&.shape.to_a}, expected INT32#{shape}"
+    end
+    actions = action.data.unpack('l<*')
+    bad = @game.illegal_choice(actions)
+    raise StreamEnded, "host chose illegal move #{actions[bad[0] * VectorGame::SEATS + bad[1]]} for env #{bad[0]} seat #{bad[1]}" if bad
+
+    actions
   end
 
   def step_batch(session_id, sequence)
