@@ -91,7 +91,7 @@ def _sample(probs: np.ndarray, generator: np.random.Generator) -> np.ndarray:
     return np.where(above.any(axis=-1), np.argmax(above, axis=-1), last_possible)
 
 
-def _recurrent_error(source: str, lstm_size: int) -> RecurrentPolicyError:
+def recurrent_error(source: str, lstm_size: int) -> RecurrentPolicyError:
     return RecurrentPolicyError(
         f"{source or 'this policy'} has an LSTM core (lstm_size={lstm_size}); recurrent policies need a "
         "state-carrying API (initial_state / state passing), which seedleague.api does not offer yet: "
@@ -118,7 +118,7 @@ class Policy:
     def __init__(self, network_config: NetworkConfig, params: Any, spec: PolicySpec, step: int = 0,
                  meta: Optional[dict] = None, source: str = "", seed: int = 0):
         if network_config.lstm_size:
-            raise _recurrent_error(source, network_config.lstm_size)
+            raise recurrent_error(source, network_config.lstm_size)
         self.spec = spec
         self.step = int(step)  # learner step (policy version) of the params
         self.meta = dict(meta or {})  # the checkpoint's JSON sidecar: run counters, network, ...
@@ -380,7 +380,7 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
         spec = parsed.spec if meta["spec"].get("protocol") == 2 else PolicySpec.from_json(meta["spec"])
         config = parsed.network or NetworkConfig()  # a meta without one is checked against the params' shapes
         if config.lstm_size:  # refused before reading any params
-            raise _recurrent_error(source, config.lstm_size)
+            raise recurrent_error(source, config.lstm_size)
         if average:
             params, count = _restore_average(manager, step, source)
             learner = meta.get("learner") or {}

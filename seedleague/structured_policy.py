@@ -57,8 +57,10 @@ class StructuredPolicy:
 
     def __init__(self, network_config: NetworkConfig, params: Any, spec: StructuredEnvSpec, step: int = 0,
                  meta: Optional[dict] = None, source: str = "", seed: int = 0):
-        if network_config.lstm_size:
-            raise NotImplementedError(f"{source or 'this policy'} has an LSTM core; serve it with `seedleague serve`")
+        if network_config.lstm_size:  # as seedleague.api refuses a v1 one (load_policy refuses before reading params)
+            from seedleague.api import recurrent_error
+
+            raise recurrent_error(source, network_config.lstm_size)
         self.spec = spec
         self.step = int(step)
         self.meta = dict(meta or {})

@@ -81,6 +81,27 @@ class RawWorker:
         self.channel.close()
 
 
+def python_sdk_status_rule() -> dict[str, list[str]]:
+    """What the Python SDK does on each gRPC status (at handshake, on the stream): "refused" or "reconnect",
+    the rule docs/protocol.md section 6 gives; workers in other languages are checked against it."""
+    from seedleague.protocol.client import HostRefused, classify_rpc_error
+
+    class Failed(grpc.RpcError):
+        def __init__(self, code):
+            self._code = code
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return ""
+
+    def sdk(code, during):
+        return "refused" if isinstance(classify_rpc_error(Failed(code), during), HostRefused) else "reconnect"
+
+    return {c.name: [sdk(c, "handshake"), sdk(c, "stream")] for c in grpc.StatusCode if c != grpc.StatusCode.OK}
+
+
 def _serve_small_host():
     host = Host(SMALL_HOST, Metrics())
     server = ServerThread(host).start()

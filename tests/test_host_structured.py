@@ -226,3 +226,12 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
     assert ((actions["aim"] >= [-1.0, 0.0]) & (actions["aim"] <= [1.0, 2.0])).all()
     single = policy.act({k: v[0] for k, v in observation.items()}, greedy=True)
     assert single["aim"].shape == (2,) and np.shape(policy.value(observation)) == (3,)
+
+
+def test_a_recurrent_structured_policy_is_refused_as_the_v1_api_refuses_one():
+    from seedleague.api import RecurrentPolicyError
+    from seedleague.rl.networks import NetworkConfig
+    from seedleague.structured_policy import StructuredPolicy
+
+    with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):
+        StructuredPolicy(NetworkConfig(lstm_size=16), params={}, spec=SPEC, source="runs/x/7")

@@ -22,7 +22,7 @@ import grpc
 import numpy as np
 import pytest
 
-from seedleague.protocol.client import HostRefused, classify_rpc_error
+from conftest import python_sdk_status_rule
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,20 +86,7 @@ def test_reconnect_rule_matches_the_python_sdk(worker_cmd):
     assert ruby.returncode == 0, ruby.stderr[-2000:]
     ruby_rule = json.loads(ruby.stdout)
 
-    class Failed(grpc.RpcError):
-        def __init__(self, code):
-            self._code = code
-
-        def code(self):
-            return self._code
-
-        def details(self):
-            return ""
-
-    def sdk(code, during):
-        return "refused" if isinstance(classify_rpc_error(Failed(code), during), HostRefused) else "reconnect"
-
-    sdk_rule = {c.name: [sdk(c, "handshake"), sdk(c, "stream")] for c in grpc.StatusCode if c != grpc.StatusCode.OK}
+    sdk_rule = python_sdk_status_rule()
     assert ruby_rule == sdk_rule
     assert ruby_rule["INTERNAL"] == ["reconnect", "reconnect"]
 
