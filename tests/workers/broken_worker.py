@@ -128,10 +128,17 @@ def serve(address: str, fault: str, stop: threading.Event, protocol: int = 1) ->
     """Connect and step; reconnect after lost connections (unless the fault says not to)."""
     config = ClientConfig(address, worker_name=f"broken-{fault}", backoff_initial_s=0.05, backoff_max_s=0.5)
     client = SloppyClient(config, SPEC) if protocol == 1 else SloppyStructuredClient(config, SPEC_V2)
-    backoff = Backoff(0.05, 0.5)
-    sessions = 0
     watcher = threading.Thread(target=lambda: (stop.wait(), client.close()), daemon=True)
     watcher.start()
+    try:
+        return _serve_sessions(client, fault, stop)
+    finally:
+        client.close()  # an open channel can hold the interpreter's exit (giving up must exit at once)
+
+
+def _serve_sessions(client, fault: str, stop: threading.Event) -> int:
+    backoff = Backoff(0.05, 0.5)
+    sessions = 0
     while not stop.is_set():
         try:
             client.connect()
