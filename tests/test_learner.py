@@ -1,5 +1,6 @@
 """The learner update: it runs, counts versions, reports metrics, and learns."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -335,6 +336,45 @@ def test_a_magnet_with_an_interval_is_replaced_by_the_params_after_every_interva
     jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
     with pytest.raises(ValueError, match="exclude each other"):
         LearnerConfig(magnet_cost=0.5, magnet_interval=2, magnet_rate=0.1)
+
+
+@pytest.mark.parametrize("loss", ["vtrace", "mmd"])
+def test_a_magnet_in_the_returns_takes_its_kl_from_the_rewards_scaled_to_the_advantages(loss):
+    # The learner's own computation against the one written out here: the magnet's KL at each next row,
+    # times magnet_cost (and, for MMD's normalised advantages, the spread of the plain advantages),
+    # taken from each reward.
+    from seedleague.rl import losses
+    from seedleague.rl.learner import _in_returns, _magnet_kl_rows
+
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    config = LearnerConfig(loss=loss, kl_cost=0.2 if loss == "mmd" else 0.0, epochs=2 if loss == "mmd" else 1,
+                           magnet_cost=0.3, magnet_in_returns=True, entropy_cost=0.0)
+    params = network.init(jax.random.key(0))
+    magnet = network.init(jax.random.key(1))
+    logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
+    magnet_logits, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
+    inputs = losses.loss_inputs(logits, values, batch, config.discount)
+    kl_rows = _magnet_kl_rows(network, logits, magnet_logits, batch)
+    np.testing.assert_allclose(kl_rows, losses.masked_kl(logits, magnet_logits, batch.legal_mask), rtol=1e-6)
+    scale = 1.0
+    if loss == "mmd":
+        scale = float(np.std(losses.ppo_targets(inputs, lambda_=config.lambda_).advantage))
+        assert scale > 0.1
+    want = np.asarray(inputs.r_t) - 0.3 * scale * np.asarray(inputs.discount_t) * np.asarray(kl_rows[:, 1:])
+    for fn in (_in_returns, jax.jit(_in_returns, static_argnums=0)):
+        got = fn(config, inputs, kl_rows, jnp.float32(0.0))
+        np.testing.assert_allclose(got.r_t, want, rtol=1e-5, atol=1e-6)
+    # Through a whole update: the KL in the returns changes the value loss, and the update runs.
+    def metrics_of(config):  # a fresh state each time: the update takes its state's buffers
+        state = init_train_state(config, network, jax.random.key(0))
+        return make_update(config, network)(state._replace(magnet=network.init(jax.random.key(1))), batch)[1]
+
+    with_returns, without = metrics_of(config), metrics_of(dataclasses.replace(config, magnet_in_returns=False))
+    assert np.isfinite(float(with_returns["total_loss"]))
+    assert float(with_returns["value_loss"]) != pytest.approx(float(without["value_loss"]))
+    with pytest.raises(ValueError, match="magnet_in_returns puts the magnet's KL"):
+        LearnerConfig(magnet_in_returns=True)
 
 
 @pytest.mark.parametrize("torso, lstm_size, convolves", [("board", 0, True), ("board", 8, True), ("mlp", 0, False),

@@ -157,6 +157,37 @@ def test_vtrace_loss_with_the_entropy_in_the_returns_hand_example(maybe_jit):
     np.testing.assert_allclose(plain["value_loss"], 0.5 * (1.0 + 1.0) / 2, rtol=1e-6)  # without: returns [1, 1]
 
 
+@MAYBE_JIT
+def test_magnet_rewards_take_the_next_states_kl_from_each_reward(maybe_jit):
+    # Two episodes of two steps, magnet cost 0.2. Episode 0 goes on after step 0 (gamma 1) and ends
+    # after step 1; episode 1 is truncated with gamma 0.5 after step 0. KL(pi || rho) at the next
+    # states: [[0.5, 0.7], [0.4, 0.3]].
+    #   r_i - 0.2 * gamma_i * KL(s_{i+1}) = [[1 - 0.1, 2 - 0], [0 - 0.04, -1 - 0]]
+    inputs = _inputs(log_pi_tm1=np.zeros((2, 2)), log_mu_tm1=np.zeros((2, 2)), entropy_tm1=np.zeros((2, 2)),
+                     v_tm1=np.zeros((2, 2)), v_t=np.zeros((2, 2)), r_t=[[1.0, 2.0], [0.0, -1.0]],
+                     discount_t=[[1.0, 0.0], [0.5, 0.0]])
+    kl_t = jnp.asarray([[0.5, 0.7], [0.4, 0.3]])
+    out = maybe_jit(losses.magnet_rewards)(inputs, 0.2, kl_t)
+    np.testing.assert_allclose(out.r_t, [[0.9, 2.0], [-0.04, -1.0]], rtol=1e-6)
+    np.testing.assert_array_equal(out.v_tm1, inputs.v_tm1)  # only the rewards change
+    # The KL is data: no gradient flows back through the rewards into it.
+    grad = jax.grad(lambda kl: jnp.sum(losses.magnet_rewards(inputs, 0.2, kl).r_t))(kl_t)
+    np.testing.assert_array_equal(grad, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="kl_t must be"):
+        losses.magnet_rewards(inputs, 0.2, kl_t[:, :1])
+
+
+def test_magnet_rewards_regularise_the_vtrace_returns_by_hand():
+    # One episode of two steps, on-policy, V = 0, lambda 1, rewards [0, 1]; the magnet's KL at s_1
+    # is 0.5, so with cost 0.2 the returns are those of the regularised game: [1 - 0.1, 1].
+    log_pi = [math.log(0.5), math.log(0.25)]
+    inputs = _inputs(log_pi_tm1=[log_pi], log_mu_tm1=[log_pi], entropy_tm1=[[0.0, 0.0]], v_tm1=[[0.0, 0.0]],
+                     v_t=[[0.0, 0.0]], r_t=[[0.0, 1.0]], discount_t=[[1.0, 0.0]])
+    regularised = losses.magnet_rewards(inputs, 0.2, jnp.asarray([[0.5, 0.9]]))
+    _, metrics = losses.vtrace_loss(regularised, entropy_cost=0.0, baseline_cost=0.5)
+    np.testing.assert_allclose(metrics["value_loss"], 0.5 * (0.9 ** 2 + 1.0) / 2, rtol=1e-6)
+
+
 def test_loss_inputs_carry_the_next_states_entropy_without_a_gradient():
     batch = _unroll(reward=[[0.0, 0.0, 0.0]], terminated=[[False, True, False]], truncated=[[False, False, False]],
                     action=[[0, 2, 0]])

@@ -125,6 +125,11 @@ class LearnerConfig:
         regularised game no fixed point to converge to, and did worse than an
         annealed entropy cost on Leduc (benchmarks/README.md). For MMD itself use
         loss "mmd" (its proximal term) with the entropy cost as the uniform magnet.
+    magnet_in_returns: also take magnet_cost * KL(pi || magnet) at each next
+        state from the rewards (R-NaD's reward transform for the learner's own
+        states, `seedleague.rl.losses.magnet_rewards`), so returns and values are
+        those of the game regularised towards the magnet; with PPO and MMD's
+        normalised advantages the cost is scaled by the advantages' spread.
     entropy_in_returns: also put the (annealed) entropy cost into every step's
         reward, r + entropy_cost * gamma * H(pi(.|s')), so returns and values are
         those of the entropy-regularised game (soft returns; see
@@ -156,9 +161,10 @@ class LearnerConfig:
     anneal_steps: int = 0
     learning_rate_final: Optional[float] = None
     entropy_cost_final: Optional[float] = None
-    magnet_cost: float = 0.0
-    magnet_rate: float = 0.0
-    magnet_interval: int = 0
+    magnet_cost: float = 0.0  # weight of KL(pi || magnet) in the loss (0: no magnet)
+    magnet_rate: float = 0.0  # the magnet follows the params as a moving average at this rate per update
+    magnet_interval: int = 0  # replace the magnet with the params every this many updates (R-NaD's outer loop)
+    magnet_in_returns: bool = False  # also take the magnet's KL at each next state from the rewards (R-NaD)
     average_from: Optional[int] = None
     entropy_in_returns: bool = False
     neurd_bound: Optional[float] = None
@@ -220,6 +226,9 @@ class LearnerConfig:
         if self.magnet_interval and self.magnet_rate:
             problems.append("magnet_interval (replace the magnet) and magnet_rate (move it every update) exclude "
                             "each other: set one to 0")
+        if self.magnet_in_returns and not self.magnet_cost > 0:
+            problems.append("magnet_in_returns puts the magnet's KL into the rewards: set --learner.magnet-cost > 0 "
+                            "as well (it weighs the KL)")
         if not 0 <= self.magnet_rate <= 1:
             problems.append(f"magnet_rate must be in [0, 1], got {self.magnet_rate}")
         for name in ("entropy_cost", "baseline_cost", "magnet_cost", "kl_cost"):
@@ -321,25 +330,55 @@ def _loss_inputs(network: Network | StructuredNetwork, outputs: Any, values: jax
     return losses.loss_inputs(outputs, values, batch, discount)
 
 
-def _magnet_kl(network: Network | StructuredNetwork, outputs: Any, magnet_outputs: Any,
-               batch: Unroll | StructuredUnroll) -> jax.Array:
-    """Mean KL(pi || magnet) over rows 0..T-1 (no gradient into the magnet)."""
+def _magnet_kl_rows(network: Network | StructuredNetwork, outputs: Any, magnet_outputs: Any,
+                    batch: Unroll | StructuredUnroll) -> jax.Array:
+    """KL(pi || magnet) at every row of the unroll, [B, T+1] (no gradient into the magnet)."""
     magnet_outputs = jax.lax.stop_gradient(magnet_outputs)
     if isinstance(batch, StructuredUnroll):
-        rows = lambda tree: {name: x[:, :-1] for name, x in tree.items()}
-        return jnp.mean(network.heads.kl(rows(outputs), rows(magnet_outputs), rows(batch.legal_mask)))
-    return jnp.mean(losses.masked_kl(outputs[:, :-1], magnet_outputs[:, :-1], batch.legal_mask[:, :-1]))
+        return network.heads.kl(outputs, magnet_outputs, batch.legal_mask)
+    return losses.masked_kl(outputs, magnet_outputs, batch.legal_mask)
+
+
+def _in_returns(config: LearnerConfig, inputs: losses.LossInputs, kl_rows: jax.Array,
+                progress: jax.Array) -> losses.LossInputs:
+    """`inputs` with the magnet's KL at each next state in the rewards (`losses.magnet_rewards`).
+
+    PPO and MMD weigh the loss's own KL term against advantages normalised to unit spread, so the
+    returns' KL is weighed against the same spread: magnet_cost times the standard deviation of the
+    batch's advantages (taken before the KL enters them), which keeps the two terms in one ratio
+    whatever the game's reward scale."""
+    scale = 1.0
+    if config.normalize_advantages and config.loss in ("ppo", "mmd"):
+        plain = losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
+                                   entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
+                                   entropy_in_returns=config.entropy_in_returns)
+        scale = jax.lax.stop_gradient(jnp.std(plain.advantage))
+    return losses.magnet_rewards(inputs, config.magnet_cost * scale, kl_rows[:, 1:])
+
+
+def _magnet_terms(config: LearnerConfig, network: Network | StructuredNetwork, outputs: Any, magnet: Any,
+                  batch: Unroll | StructuredUnroll, inputs: losses.LossInputs,
+                  progress: jax.Array) -> tuple[losses.LossInputs, jax.Array]:
+    """(inputs, mean KL(pi || magnet) over rows 0..T-1): the inputs carry the magnet's KL in their
+    rewards when `magnet_in_returns`."""
+    magnet_outputs, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
+    kl_rows = _magnet_kl_rows(network, outputs, magnet_outputs, batch)
+    if config.magnet_in_returns:
+        inputs = _in_returns(config, inputs, kl_rows, progress)
+    return inputs, jnp.mean(kl_rows[:, :-1])
 
 
 def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, params: Any,
-                   batch: Unroll | StructuredUnroll,
-                   progress: jax.Array) -> Optional[losses.PPOTargets]:
+                   batch: Unroll | StructuredUnroll, progress: jax.Array,
+                   magnet: Any = ()) -> Optional[losses.PPOTargets]:
     """PPO's advantages and value targets under `params` (the update's starting ones) when
     `fixed_targets` holds them over the epochs; None: each minibatch recomputes its own."""
     if not config.fixed_targets:
         return None
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = _loss_inputs(network, logits, values, batch, config.discount)
+    if config.magnet_in_returns:
+        inputs, _ = _magnet_terms(config, network, logits, magnet, batch, inputs, progress)
     return losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
                               entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
                               entropy_in_returns=config.entropy_in_returns)
@@ -350,6 +389,8 @@ def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: A
     """Scalar loss and its metrics for one batch under `params`, at anneal `progress`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = _loss_inputs(network, logits, values, batch, config.discount)
+    if config.magnet_cost > 0:
+        inputs, magnet_kl = _magnet_terms(config, network, logits, magnet, batch, inputs, progress)
     common = dict(
         lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
@@ -367,8 +408,6 @@ def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: A
         loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold,
                                            neurd_bound=config.neurd_bound, **common)
     if config.magnet_cost > 0:
-        magnet_logits, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
-        magnet_kl = _magnet_kl(network, logits, magnet_logits, batch)
         loss, metrics = loss + config.magnet_cost * magnet_kl, dict(metrics, magnet_kl=magnet_kl)
     return loss, metrics
 
@@ -441,7 +480,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
             seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
     progress = anneal_progress(config, state.step, seconds)
-    targets = _fixed_targets(config, network, state.params, batch, progress)
+    targets = _fixed_targets(config, network, state.params, batch, progress, state.magnet)
     if config.steps_per_update == 1:
         params, opt_state, metrics = _gradient_step(config, network, state, progress, state.params,
                                                     state.opt_state, batch, targets)

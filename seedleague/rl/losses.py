@@ -220,6 +220,26 @@ def soft_rewards(inputs: LossInputs, entropy_cost: jax.Array | float) -> LossInp
     return inputs._replace(r_t=inputs.r_t + entropy_cost * inputs.discount_t * inputs.entropy_t)
 
 
+def magnet_rewards(inputs: LossInputs, magnet_cost: jax.Array | float, kl_t: jax.Array) -> LossInputs:
+    """The inputs with the magnet's KL at the next state taken from each reward:
+    r_i - magnet_cost * gamma_i * KL(pi(. | s_{i+1}) || rho(. | s_{i+1})).
+
+    R-NaD's reward transform (Perolat et al., Science 2022, "Mastering the game of
+    Stratego", the v-trace of its reference code: the regularisation enters the
+    returns, not only the loss), here for the learner's own states: the return from
+    s_i is then that of the game regularised towards the magnet rho, so the values
+    and the advantages of earlier actions know what later divergence from rho costs,
+    and the policy gradient follows the regularised game whose fixed point R-NaD's
+    outer loop moves towards a Nash equilibrium. `kl_t` [B, T] is that KL at s_{i+1},
+    taken as data (no gradient). A terminated step (gamma_i = 0) pays none. With a
+    uniform magnet this is `soft_rewards` up to log |A(s)| per step.
+    """
+    if kl_t.shape != inputs.r_t.shape:
+        raise ValueError(f"kl_t must be [B, T] like the rewards {inputs.r_t.shape}, got {kl_t.shape}")
+    kl_t = jax.lax.stop_gradient(kl_t)
+    return inputs._replace(r_t=inputs.r_t - magnet_cost * inputs.discount_t * kl_t)
+
+
 def vtrace_loss(
     inputs: LossInputs,
     *,
