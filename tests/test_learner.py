@@ -334,8 +334,34 @@ def test_a_magnet_with_an_interval_is_replaced_by_the_params_after_every_interva
     jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
     state, _ = update(state, batch)  # update 3: held until update 4
     jax.tree.map(np.testing.assert_array_equal, state.magnet, after_two)
-    with pytest.raises(ValueError, match="exclude each other"):
-        LearnerConfig(magnet_cost=0.5, magnet_interval=2, magnet_rate=0.1)
+
+
+def test_a_magnet_with_an_interval_and_a_rate_is_replaced_by_the_moving_average_of_the_params():
+    # R-NaD's outer loop: a target follows the params at the rate; every interval the magnet becomes the target.
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    config = LearnerConfig(magnet_cost=0.5, magnet_interval=2, magnet_rate=0.25, learning_rate=1e-2)
+    state = init_train_state(config, network, jax.random.key(0))
+    initial = jax.tree.map(np.asarray, state.params)
+    target = initial
+    update = make_update(config, network)
+    for step in (1, 2, 3):
+        state, _ = update(state, batch)
+        params = jax.tree.map(np.asarray, state.params)
+        target = jax.tree.map(lambda t, p: t + 0.25 * (p - t), target, params)
+        jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6),
+                     state.magnet_target, target)
+        if step == 1:  # held at the initial params until the interval ends
+            jax.tree.map(np.testing.assert_array_equal, state.magnet, initial)
+        if step == 2:  # replaced by the target, not the params
+            replaced = target
+            jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6),
+                         state.magnet, replaced)
+            assert not np.allclose(jax.tree.leaves(state.magnet)[0], jax.tree.leaves(params)[0])
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6), state.magnet,
+                 replaced)  # update 3: held until update 4
+    assert init_train_state(LearnerConfig(magnet_cost=0.5, magnet_interval=2), network,
+                            jax.random.key(0)).magnet_target == ()
 
 
 @pytest.mark.parametrize("loss", ["vtrace", "mmd"])

@@ -162,7 +162,7 @@ class LearnerConfig:
     learning_rate_final: Optional[float] = None
     entropy_cost_final: Optional[float] = None
     magnet_cost: float = 0.0  # weight of KL(pi || magnet) in the loss (0: no magnet)
-    magnet_rate: float = 0.0  # the magnet follows the params as a moving average at this rate per update
+    magnet_rate: float = 0.0  # rate per update of the moving average the magnet follows (or, with an interval, is replaced by)
     magnet_interval: int = 0  # replace the magnet with the params every this many updates (R-NaD's outer loop)
     magnet_in_returns: bool = False  # also take the magnet's KL at each next state from the rewards (R-NaD)
     average_from: Optional[int] = None
@@ -176,6 +176,12 @@ class LearnerConfig:
     kl_cost: float = 0.0
     fixed_targets: bool = False
     value_clip_epsilon: float = 0.0
+
+    @property
+    def replaces_magnet_by_average(self) -> bool:
+        """Whether the magnet is replaced, every magnet_interval updates, by a moving average of the params
+        (R-NaD's target network) rather than by the params themselves."""
+        return self.magnet_cost > 0 and self.magnet_interval > 0 and self.magnet_rate > 0
 
     @property
     def keeps_average(self) -> bool:
@@ -223,9 +229,6 @@ class LearnerConfig:
             problems.append(f"average_from must be a learner step >= 0 (or None), got {self.average_from}")
         if self.magnet_interval < 0:
             problems.append(f"magnet_interval must be >= 0 (0: the magnet is never replaced), got {self.magnet_interval}")
-        if self.magnet_interval and self.magnet_rate:
-            problems.append("magnet_interval (replace the magnet) and magnet_rate (move it every update) exclude "
-                            "each other: set one to 0")
         if self.magnet_in_returns and not self.magnet_cost > 0:
             problems.append("magnet_in_returns puts the magnet's KL into the rewards: set --learner.magnet-cost > 0 "
                             "as well (it weighs the KL)")
@@ -267,6 +270,7 @@ class TrainState(NamedTuple):
     step: jax.Array  # int32 scalar: updates applied so far = the params' policy version
     rng: jax.Array  # key carried for stochastic losses; the current losses do not use it
     magnet: Any = ()  # the magnet policy's params when LearnerConfig.magnet_cost > 0, else ()
+    magnet_target: Any = ()  # the moving average the magnet is replaced by (magnet_interval with magnet_rate), else ()
     average: Any = ()  # a ParamAverage when LearnerConfig.average_from is set, else ()
 
 
@@ -302,6 +306,7 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
         step=jnp.zeros((), jnp.int32),
         rng=rng,
         magnet=jax.tree.map(jnp.copy, params) if config.magnet_cost > 0 else (),
+        magnet_target=jax.tree.map(jnp.copy, params) if config.replaces_magnet_by_average else (),
         average=(ParamAverage(jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32))
                  if config.keeps_average else ()),
     )
@@ -476,6 +481,28 @@ def _has_convolution(jaxpr: jax_core.Jaxpr) -> bool:
     return False
 
 
+def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tuple[Any, Any]:
+    """(magnet, magnet_target) after an update that produced `params`.
+
+    magnet_rate alone: the magnet follows the params as a moving average. magnet_interval alone: the
+    magnet is replaced by the params every that many updates. Both: R-NaD's outer loop as its reference
+    code runs it (Perolat et al. 2022): a target network follows the params at magnet_rate, and the
+    magnet is replaced by the target every magnet_interval updates, so a stage's noise in the params
+    does not become the next stage's regulariser."""
+    magnet, target = state.magnet, state.magnet_target
+    if not config.magnet_cost > 0:
+        return magnet, target
+    if config.replaces_magnet_by_average:
+        target = optax.incremental_update(params, target, config.magnet_rate)
+    elif config.magnet_rate > 0:
+        magnet = optax.incremental_update(params, magnet, config.magnet_rate)
+    if config.magnet_interval > 0:
+        replace = (state.step + 1) % config.magnet_interval == 0
+        source = target if config.replaces_magnet_by_average else params
+        magnet = jax.tree.map(lambda p, m: jnp.where(replace, p, m), source, magnet)
+    return magnet, target
+
+
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
             seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
@@ -487,16 +514,12 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
         rng = state.rng
     else:
         params, opt_state, rng, metrics = _epochs(config, network, state, progress, batch, targets)
-    magnet = state.magnet
-    if config.magnet_cost > 0 and config.magnet_rate > 0:
-        magnet = optax.incremental_update(params, magnet, config.magnet_rate)
-    if config.magnet_cost > 0 and config.magnet_interval > 0:
-        replace = (state.step + 1) % config.magnet_interval == 0
-        magnet = jax.tree.map(lambda p, m: jnp.where(replace, p, m), params, magnet)
+    magnet, target = _moved_magnet(config, state, params)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
                    anneal_progress=progress)
     new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
+                           magnet_target=target,
                            average=_averaged(config, state.average, state.step, progress, params))
     return new_state, metrics
 
