@@ -29,7 +29,7 @@ class CheckpointConfig:
 
     directory: str = ""  # "" disables checkpointing
     interval_s: float = 60.0  # seconds between saves (a final save happens at shutdown)
-    max_to_keep: int = 3
+    max_to_keep: int = 3  # older checkpoints are deleted beyond this many
     restore_step: Optional[int] = None  # the step a resumed or serving host restores (None: the newest)
 
     def __post_init__(self):

@@ -26,6 +26,7 @@ import enum
 import functools
 import inspect
 import io
+import re
 import tokenize
 import types
 import typing
@@ -115,7 +116,35 @@ def field_comments(config_type: type) -> dict[str, str]:
                 if pending:
                     above[token.string] = " ".join(pending)
             pending = []
-    return {name: trailing.get(name) or above[name] for name in names if name in trailing or name in above}
+    described = docstring_entries(config_type.__doc__ or "", names)
+    return {name: trailing.get(name) or above.get(name) or described[name]
+            for name in names if name in trailing or name in above or name in described}
+
+
+_DOC_ENTRY = re.compile(r"^([a-z_][a-z0-9_]*(?:, *[a-z_][a-z0-9_]*)*): (.*)$")
+
+
+def docstring_entries(doc: str, names: set[str]) -> dict[str, str]:
+    """{field: its first sentence} from a class docstring's `name: text` entries (several names before one
+    colon share the text; indented lines continue it), for fields with no comment of their own."""
+    entries: dict[str, str] = {}
+    current: list[str] = []
+    for line in inspect.cleandoc(doc).splitlines():
+        match = _DOC_ENTRY.match(line)
+        if match and all(name.strip() in names for name in match.group(1).split(",")):
+            current = [match.group(2).strip()]
+            for name in match.group(1).split(","):
+                entries[name.strip()] = current
+        elif current and line.startswith(" ") and line.strip():
+            current.append(line.strip())
+        else:
+            current = []
+    return {name: _first_sentence(" ".join(parts)) for name, parts in entries.items()}
+
+
+def _first_sentence(text: str) -> str:
+    end = re.search(r"\. (?=[A-Z0-9(`\"])", text)
+    return text[:end.start() + 1] if end else text
 
 
 def _shown(value: Any) -> str:

@@ -110,6 +110,33 @@ def test_comment_lines_above_a_field_are_its_help_too():
 
 
 @dataclasses.dataclass(frozen=True)
+class Described:
+    """A config documented in its docstring.
+
+    rate: how fast it goes. More detail that
+        the help leaves out.
+    low, high: the bounds, shared by two fields
+        over two lines.
+    commented: the docstring's words lose to the field's comment.
+    """
+
+    rate: float = 0.1
+    low: int = 0
+    high: int = 9
+    commented: int = 1  # the comment wins
+    bare: int = 2
+
+
+def test_a_fields_entry_in_the_class_docstring_is_its_help_when_it_has_no_comment():
+    assert config_flags.field_comments(Described) == {
+        "rate": "how fast it goes.", "low": "the bounds, shared by two fields over two lines.",
+        "high": "the bounds, shared by two fields over two lines.", "commented": "the comment wins"}
+    parser = argparse.ArgumentParser(prog="t")
+    config_flags.add_flags(parser, Described)
+    assert "how fast it goes. (default: 0.1)" in " ".join(parser.format_help().split())
+
+
+@dataclasses.dataclass(frozen=True)
 class Spelled:
     unroll_length: int = 8
     lambda_: float = 0.95
@@ -133,3 +160,16 @@ def test_one_spelling_for_comparing_flags():
     assert config_flags.canonical("--league_config.mode") == config_flags.canonical("--league-config.mode")
     assert config_flags.canonical("--learner.lambda_") == "--learner.lambda"
     assert config_flags.canonical("plain") == "plain"
+
+
+@pytest.mark.parametrize("with_workers", [True, False], ids=["train", "host"])
+def test_every_flag_of_train_and_host_says_what_it_is_for(with_workers):
+    # A flag whose help is only "(default: ...)" leaves the user guessing: each config field needs a comment
+    # or an entry in its class docstring.
+    from seedleague import cli
+
+    parser = argparse.ArgumentParser(prog="seedleague")
+    cli._add_run_flags(parser, with_workers=with_workers)
+    bare = [action.option_strings[0] for action in parser._actions
+            if action.help not in (None, argparse.SUPPRESS) and action.help.startswith("(default")]
+    assert bare == []

@@ -24,11 +24,11 @@ from seedleague.rl.networks import NetworkConfig
 class HostConfig:
     """Everything the training host needs; composed of one config per component."""
 
-    address: str = "127.0.0.1:0"
-    max_message_bytes: int = 64 * 2**20
-    unroll_length: int = 20
+    address: str = "127.0.0.1:0"  # where the host listens for workers ("host:port"; port 0: any free one)
+    max_message_bytes: int = 64 * 2**20  # the largest gRPC message the host takes from a worker
+    unroll_length: int = 20  # env steps per unroll (trajectory piece) the learner trains on
     batch_size: int = 32  # unrolls per learner update
-    seed: int = 0
+    seed: int = 0  # seeds the params, the action sampling and the learner
     learn: bool = True  # False: inference only (no unrolls, replay or learner), e.g. for serving or benchmarks
     greedy: bool = False  # act with the most probable legal action instead of sampling (evaluation, serving)
     serve_param_average: bool = False  # serving: act with the checkpoint's param average (LearnerConfig.average_from)

@@ -41,13 +41,13 @@ class LeagueLinkConfig:
     """Which league a host plays in, as which player, and how it talks to it."""
 
     address: str = ""  # league service "host:port"; "" = no league (self-play with one policy on every seat)
-    player: str = "main"
+    player: str = "main"  # the league player this host trains (its snapshots carry this name)
     role: Role = Role.MAIN
     pool_dir: str = ""  # the model pool shared by the league's hosts ("" = <league run dir>/pool, set by the launcher)
     prefetch: int = 256  # opponents fetched per league call
     report_batch: int = 256  # results per report call at most
-    report_interval_s: float = 0.5
-    check_in_interval_s: float = 2.0
+    report_interval_s: float = 0.5  # seconds between result reports to the league
+    check_in_interval_s: float = 2.0  # seconds between the learner's check-ins (snapshot decisions)
     retry_s: float = 1.0  # wait after a failed league call before the next try
     cache_size: int = 16  # opponent params kept on the device (soft: opponents in play are never evicted)
     cache_keep_s: float = 30.0  # an opponent used within this long counts as in play

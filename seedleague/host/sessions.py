@@ -33,12 +33,12 @@ _COUNTS = ("max_workers", "max_envs_per_worker", "max_num_actions", "max_observa
 class SessionLimits:
     """How many workers and envs one host accepts, and how long it waits for them."""
 
-    max_workers: int = 256
-    max_envs_per_worker: int = 4096
+    max_workers: int = 256  # sessions one host accepts at once
+    max_envs_per_worker: int = 4096  # envs one worker may step in one message
     # The first spec builds the model, so these bound its size: a spec's num_actions (the policy head) and
     # elements of one agent's observation (the torso's input; 2^20 is e.g. 512 x 512 x 4).
     max_num_actions: int = 1 << 16
-    max_observation_elements: int = 1 << 20
+    max_observation_elements: int = 1 << 20  # elements of one agent's observation (see above)
     attach_timeout_s: float = 60.0  # a handshaken session with no stream after this is dropped
     # A stream whose worker sends no StepBatch (or reads no ActionBatch) for this long is ended with
     # DEADLINE_EXCEEDED and its session closed; 0 waits forever. Counts worker time only, never the host's.

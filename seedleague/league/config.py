@@ -35,22 +35,22 @@ class LeagueConfig:
     # Payoff table and ratings.
     payoff_decay: float = 0.99  # each pair's counts are multiplied by this at every new result (paper: 0.99)
     min_games: int = 5  # below this many (decayed) games a win rate reads 0.5 (TLeague: 5)
-    elo_k: float = 32.0
-    elo_scale: float = 400.0
-    initial_elo: float = 1200.0
+    elo_k: float = 32.0  # Elo's K: how far one result moves a rating (REFERENCE: about 32)
+    elo_scale: float = 400.0  # rating points for 10:1 odds
+    initial_elo: float = 1200.0  # a new snapshot's rating
     elo_history_every: int = 10  # elo_history() records a point every this many results
 
     # AlphaStar main agent: branch probabilities (paper: 35% self-play, 50% PFSP, 15% forgotten/exploiters).
     main_self_play: float = 0.35
-    main_pfsp: float = 0.5
-    main_forgotten: float = 0.15
+    main_pfsp: float = 0.5  # AlphaStar main agent: share of episodes against PFSP-drawn snapshots
+    main_forgotten: float = 0.15  # AlphaStar main agent: share on the forgotten/exploiter branch
     # In self-play, below this win rate against the opponent main agent, variance-PFSP over its snapshots (paper: 0.3).
     main_self_play_threshold: float = 0.3
     # Forgotten branch: hard-PFSP over past main-exploiter snapshots if it beats one of them less often than this
     # (pseudocode: 0.3), else over the forgotten snapshots of the opponent main agent if it beats one of them
     # less often than `main_forgotten_threshold` (pseudocode: 0.7), else self-play.
     main_exploiter_check_threshold: float = 0.3
-    main_forgotten_threshold: float = 0.7
+    main_forgotten_threshold: float = 0.7  # forgotten branch: see the comment above
     # Main exploiter: below this win rate against a main agent's latest snapshot, variance-PFSP over that agent's
     # snapshots instead (paper: 0.2; pseudocode: 0.1).
     main_exploiter_threshold: float = 0.2
@@ -65,7 +65,7 @@ class LeagueConfig:
     exploiter_min_steps: int = 200
     # ... or after these many steps without a snapshot (paper: 4e9 main exploiter, 2e9 league exploiter).
     main_exploiter_timeout_steps: int = 1000
-    league_exploiter_timeout_steps: int = 500
+    league_exploiter_timeout_steps: int = 500  # the same for league exploiters
     # After a snapshot a main exploiter always resets to its initial params; a league exploiter with this
     # probability (paper: 0.25).
     league_exploiter_reset_prob: float = 0.25
@@ -74,7 +74,7 @@ class LeagueConfig:
     # `request_burst` calls at once or `max_requests_per_s` sustained. A host makes a few calls a second;
     # 0 turns the limit off.
     max_requests_per_s: float = 500.0
-    request_burst: int = 1000
+    request_burst: int = 1000  # calls at once a connection may make before the sustained limit applies
 
     def __post_init__(self):
         if isinstance(self.mode, str) and not isinstance(self.mode, Mode) and self.mode in {m.value for m in Mode}:
