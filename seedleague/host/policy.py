@@ -78,13 +78,14 @@ def _act_stacked(network: Network, params, observation, first, core_state, legal
 
 
 def _sample_slots(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool):
-    """_sample for the K policies at `slots` of a stacked params `table` over inputs [K, W, ...]. The loop over
-    K is unrolled when traced: K plain matmuls run faster on a CPU than one batched matmul (vmap)."""
+    """_sample for the K policies at `slots` of a stacked params `table` over inputs [K, W, ...]: the K param
+    trees are gathered on the device and the pass is vmapped over them. Its compile time does not grow with K
+    (an unrolled loop over K took 9 s to compile at K = 16 and 20 s at 32, stalling a league run's inference
+    each time a batch first seated that many opponents; the two run equally fast; benchmarks/README.md)."""
     keys = jax.random.split(rng, slots.shape[0])
-    outs = [_sample(network, jax.tree.map(lambda stacked: stacked[slots[k]], table), observation[k], first[k],
-                    jax.tree.map(lambda x: x[k], core_state), legal_mask[k], keys[k], greedy)
-            for k in range(slots.shape[0])]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+    params = jax.tree.map(lambda stacked: stacked[slots], table)
+    sample = functools.partial(_sample, network, greedy=greedy)
+    return jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys)
 
 
 @functools.partial(jax.jit, static_argnames=("network", "greedy"))
