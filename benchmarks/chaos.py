@@ -33,6 +33,10 @@ reply had not reached the host when it was killed (≥ 0; the league kept them o
 delivered (those of the last report interval, 0.5 s, plus any backlog left from a
 league outage) were never acknowledged and die with it, as its memory does; they
 are listed ("unacknowledged results that died"), not counted as lost.
+
+Learner steps and env steps/s come from the run's progress file, RUN/progress.jsonl
+(`seedleague.progress`), which every host lifetime appends to: a lifetime's ticks are
+those written after it started, and its first tick names the checkpoint step it resumed.
 """
 
 from __future__ import annotations
@@ -51,11 +55,11 @@ import time
 from typing import Callable, Optional
 
 from launch.child import Child
+from seedleague import progress
 
+# The host's log line after every report the league acknowledged (seedleague.host.league_link): exact at each
+# report (every 0.5 s), which the progress file's ticks (every 2 s) are not.
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all, (\d+) pending")
-RESUMED = re.compile(r"restored \S+ at learner step (\d+)")  # the host's log line (seedleague.host.restore)
-PROGRESS_LEARNER = re.compile(r"\| learner (\d+) \(")
-PROGRESS_RATE = re.compile(r"\| steps \S+ \(([\d.]+)([KM]?)/s\)")
 KINDS = ("worker", "league", "host")
 
 
@@ -107,12 +111,13 @@ class Lifetime:
     """One host process from its start to its kill (or final SIGTERM)."""
 
     index: int
+    started_at: float  # Unix time just before its process started: its progress ticks are the later ones
     resumed_step: Optional[int] = None  # learner step it resumed at (None: started fresh)
     checkpoint_before: Optional[int] = None  # newest checkpoint on disk when it started
     acknowledged: int = 0  # results the league acknowledged to it (exact: its log / summary)
     pending_at_end: int = 0  # its last logged pending results (a killed host's die with it)
     stored: int = 0  # rows added to league.sqlite during its life
-    last_learner_step: Optional[int] = None  # absolute learner step last printed before it ended
+    last_learner_step: Optional[int] = None  # the run's learner step in its last progress tick
     killed: bool = False
 
 
@@ -242,7 +247,7 @@ class ChaosRun:
 
     def start_host(self) -> None:
         resume = bool(self.lifetimes)
-        lifetime = Lifetime(len(self.lifetimes), checkpoint_before=self.newest_checkpoint())
+        lifetime = Lifetime(len(self.lifetimes), time.time(), checkpoint_before=self.newest_checkpoint())
         command = [sys.executable, "-m", "seedleague.cli", "--log-level", "INFO", "host", "--env",
                    "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.run_dir,
                    "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.run_dir, "pool"),
@@ -261,16 +266,16 @@ class ChaosRun:
         return proc
 
     def wait_host_serving(self) -> None:
-        """Every worker has connected to the current host (a new session), and the league acknowledged results."""
-        host, before = self.host, self._sessions_before
+        """Every worker has connected to the current host (a new session), the league acknowledged results and
+        the host wrote a progress tick (whose `resumed_from` is the lifetime's resumed step)."""
+        host, before, lifetime = self.host, self._sessions_before, self.lifetimes[-1]
 
         def serving() -> bool:
             reconnected = all(_connects(proc) > count for proc, count in zip(self.workers, before))
-            return reconnected and ACKED.search(host.output()) is not None
+            return reconnected and ACKED.search(host.output()) is not None and bool(self.ticks(lifetime.started_at))
 
-        self._wait(serving, "every worker to connect to the host and a first acknowledgement", host)
-        found = RESUMED.search(host.output())
-        self.lifetimes[-1].resumed_step = int(found.group(1)) if found else None
+        self._wait(serving, "every worker to connect to the host, a first acknowledgement and progress tick", host)
+        lifetime.resumed_step = self.ticks(lifetime.started_at)[0]["resumed_from"]
 
     def start(self) -> None:
         """League, host, workers; returns once results flow."""
@@ -291,12 +296,10 @@ class ChaosRun:
 
     def kill_league(self) -> None:
         self.league.kill()
-        down = time.monotonic()
+        down, killed_at = time.monotonic(), time.time()
         acked_before = self.acknowledged_so_far()
-        log_at_kill = len(self.host.output())
         time.sleep(self.config.league_down_s)
-        rates = [float(n) * {"": 1, "K": 1e3, "M": 1e6}[unit]
-                 for n, unit in PROGRESS_RATE.findall(self.host.output()[log_at_kill:])]
+        rates = [tick["env_steps_per_s"] for tick in self.ticks(killed_at)]
         self.steps_during_outages.append(max(rates) if rates else None)
         self.start_league()
         self._wait(lambda: self.acknowledged_so_far() > acked_before, "the host to deliver results again", self.host)
@@ -332,6 +335,10 @@ class ChaosRun:
         found = ACKED.findall(self.host.output())
         return int(found[-1][0]) if found else 0
 
+    def ticks(self, since: float) -> list[dict]:
+        """The host's progress ticks written at or after Unix time `since` (seedleague.progress)."""
+        return [tick for tick in progress.read(self.run_dir) if tick["time"] >= since]
+
     def newest_checkpoint(self) -> Optional[int]:
         directory = os.path.join(self.run_dir, "checkpoints")
         steps = [int(name) for name in os.listdir(directory) if name.isdigit()] if os.path.isdir(directory) else []
@@ -351,9 +358,9 @@ class ChaosRun:
         found = ACKED.findall(text)
         if found:
             lifetime.acknowledged, lifetime.pending_at_end = int(found[-1][0]), int(found[-1][1])
-        progress = PROGRESS_LEARNER.findall(text)
-        if progress:
-            lifetime.last_learner_step = (lifetime.resumed_step or 0) + int(progress[-1])
+        ticks = self.ticks(lifetime.started_at)
+        if ticks:
+            lifetime.last_learner_step = ticks[-1]["learner_step"]
         rows = self.stored_results()[0]
         lifetime.stored = rows - self.stored_at_last_boundary
         self.stored_at_last_boundary = rows

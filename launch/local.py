@@ -3,7 +3,8 @@
 Data path: worker processes --gRPC--> EnvServicer --> Host (batcher -> policy ->
 unroll store -> replay -> learner). `run` starts the server, the workers and a
 progress loop, and stops every process it started when the budget ends, on
-Ctrl-C or SIGTERM, then prints where logs and checkpoints went. The workers are
+Ctrl-C or SIGTERM, then prints where logs and checkpoints went. Each progress line
+also goes to <run_dir>/progress.jsonl as JSON (`seedleague.progress`). The workers are
 the built-in ones or any binary (`WorkerSpec.templates`, `train --worker-cmd`);
 one that dies is restarted, one that exits with status 2 (it refuses its game)
 stops the run with the end of its log (`WorkerRefused`).
@@ -24,7 +25,7 @@ import sys
 import time
 from typing import Optional
 
-from seedleague import grpc_server, output
+from seedleague import grpc_server, output, progress
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.metrics import Metrics, progress_line
@@ -365,6 +366,8 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
     )
     address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
     print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)
+    resumed_from = _learner_step(host) if host.pipeline is not None else None  # built at start: restored
+    ticks = progress.ProgressFile(run_dir, resumed_from)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -380,7 +383,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
                 await asyncio.wait_for(stop.wait(), min(config.budget_check_interval_s, config.report_interval_s))
             if time.perf_counter() >= next_report:
                 next_report += config.report_interval_s
-                _report(host, metrics)
+                _report(host, metrics, ticks)
                 workers.watch()
                 league.check()
             if host.pipeline is not None and host.pipeline.learner is not None and host.pipeline.learner.error is not None:
@@ -389,7 +392,9 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
             if ended:
                 reason = ended
                 break
+        _report(host, metrics, ticks)  # the counts at the stop: a run shorter than one interval has a tick too
     finally:
+        ticks.close()
         workers.stop()
         await servicer.drain(timeout_s=1.0)  # workers elsewhere are told to reconnect, not cut off mid-call
         await server.stop(grace=1.0)
@@ -433,8 +438,10 @@ def _learner_step(host: Host) -> int:
     return pipeline.learner.step if pipeline is not None and pipeline.learner is not None else 0
 
 
-def _report(host: Host, metrics: Metrics) -> None:
+def _report(host: Host, metrics: Metrics, ticks: progress.ProgressFile) -> None:
+    """One progress tick: the console line, and the same numbers as a line of <run_dir>/progress.jsonl."""
     report = metrics.report()
     if host.pipeline is not None and host.pipeline.replay is not None:
         report["replay_size"] = host.pipeline.replay.size
+    ticks.append(report, _learner_step(host))
     print(progress_line(report), flush=True)

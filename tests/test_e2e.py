@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from seedleague import progress
+
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16",
         "--replay.capacity", "64", "--checkpoint.interval_s", "1"]
@@ -43,6 +45,15 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
     assert str(first["learner_step"]) in os.listdir(os.path.join(run_dir, "checkpoints"))  # final checkpoint
     assert "checkpoints:" in out.stdout and "tensorboard:" in out.stdout
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
+    ticks = progress.read(run_dir)  # a tick per report interval and one at the stop, fresh: resumed from nothing
+    assert ticks and all(tick["resumed_from"] is None for tick in ticks)
+    last = ticks[-1]
+    for name in ("time", "wall_s", "env_steps", "episodes", "learner_step", "learner_steps", "mean_return",
+                 "env_steps_per_s", "learner_steps_per_s", "replay_size"):
+        assert name in last, (name, last)
+    # the tick at the stop, taken before host.stop() and the summary, and counting this process's updates only
+    assert 5 <= last["learner_step"] <= first["learner_step"] and 0 < last["learner_steps"] <= last["learner_step"]
+    assert 0 < last["env_steps"] <= first["env_steps"] and 0 < last["episodes"] <= first["episodes"]
 
     # without --resume the run directory is protected
     refused = subprocess.run(SEEDLEAGUE + common + ["--max-steps", "10"], capture_output=True, text=True, timeout=120)
@@ -57,6 +68,14 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
     assert second["learner_step"] >= target
     assert 0 < second["learner_steps"] <= second["learner_step"] - first["learner_step"]
     assert second["env_steps"] > first["env_steps"]  # env counters continued too
+    # the resumed process appended its ticks, which count on from the checkpoint's
+    later = progress.read(run_dir)[len(ticks):]
+    assert later and all(tick["resumed_from"] == first["learner_step"] for tick in later)
+    assert later[-1]["learner_step"] >= target and later[-1]["env_steps"] > first["env_steps"]
+    assert 0 < later[-1]["learner_steps"] <= later[-1]["learner_step"] - first["learner_step"]
+    every = ticks + later
+    assert all(a["env_steps"] <= b["env_steps"] and a["learner_step"] <= b["learner_step"]
+               for a, b in zip(every, every[1:]))
 
 
 def wait_for(predicate, timeout, what):
