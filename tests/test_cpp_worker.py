@@ -27,6 +27,7 @@ from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role, Standing
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
+from seedleague import progress
 from seedleague.api import load_trained
 from seedleague.cli import main
 from seedleague.security import ClientSecurity, ServerSecurity
@@ -222,8 +223,8 @@ SMALL_LEAGUE = ["--unroll-length", "4", "--batch-size", "8", "--network.hidden-s
 def league_run(worker_binary, tmp_path_factory):
     """(run dir, console output) of the documented command (envs/cpp/README.md), over TLS with a token: the host
     serves the certificate, the worker's command trusts it. It runs until the league service's standings show a
-    snapshot with rated games (an event: asked on each progress line once it counts games against the league),
-    then gets Ctrl-C; --max-seconds is only a safety cap."""
+    snapshot with rated games (an event: asked on each line it prints once its progress file counts games against
+    the league), then gets Ctrl-C; --max-seconds is only a safety cap."""
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl CLI for test certificates")
     tmp_path = tmp_path_factory.mktemp("league")
@@ -242,7 +243,8 @@ def league_run(worker_binary, tmp_path_factory):
         address = re.match(r"league service on (\S+);", line)
         if address:
             league = LeagueClient(address.group(1), ClientSecurity(token="s3cret", tls_ca=cert))
-        if league and re.search(r"\([1-9]\d* vs league\)", line) and rated_snapshots(league.standings()):
+        against_league = league and any(tick.get("league_games") for tick in progress.read(str(run_dir)))
+        if against_league and rated_snapshots(league.standings()):
             run.send_signal(signal.SIGINT)
             break
     if league:

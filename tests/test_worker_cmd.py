@@ -2,7 +2,6 @@
 refusals that stop a run at once (a worker's exit status 2, an untrainable spec) with the reason on the console."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from launch.local import WorkerSpec
-from seedleague import presets
+from seedleague import presets, progress
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
 from seedleague.protocol.specs import EnvSpec
@@ -28,8 +27,8 @@ def train(args, timeout=120):
 
 def test_a_worker_command_trains_a_league_with_the_game_recipe_until_ctrl_c(tmp_path):
     run_dir = str(tmp_path / "run")
-    # Runs until its progress line counts games against league snapshots (an event), then gets Ctrl-C;
-    # --max-seconds is only a safety cap.
+    # Runs until its progress file counts games against league snapshots (asked at each line it prints: the file's
+    # tick is written before its console line), then gets Ctrl-C; --max-seconds is only a safety cap.
     run = subprocess.Popen(SEEDLEAGUE + ["train", "--worker-cmd", KUHN_WORKER + " --num-envs 32", "--run-dir", run_dir,
                                          "--max-seconds", "90", "--league_config.mode", "pfsp",
                                          "--league_config.snapshot_interval_steps", "3", "--no-eval"] + SMALL,
@@ -37,7 +36,7 @@ def test_a_worker_command_trains_a_league_with_the_game_recipe_until_ctrl_c(tmp_
     seen = []
     for line in run.stdout:
         seen.append(line)
-        if re.search(r"\([1-9]\d* vs league\)", line):
+        if any(tick.get("league_games") for tick in progress.read(run_dir)):
             run.send_signal(signal.SIGINT)
             break
     rest, _ = run.communicate(timeout=60)
