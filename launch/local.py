@@ -360,14 +360,13 @@ class _League:
 
 
 async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, league: _League) -> dict:
+    resumed_from = _learner_step(host) if host.pipeline is not None else None  # before any handshake: restored
     servicer = EnvServicer(host)
     server, port = await grpc_server.start_server(
         config.host.address, [servicer.register], SERVICE_NAMES, config.host.max_message_bytes, config.security
     )
     address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
     print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)
-    resumed_from = _learner_step(host) if host.pipeline is not None else None  # built at start: restored
-    ticks = progress.ProgressFile(run_dir, resumed_from)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -376,6 +375,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
     workers.start()
     start = time.perf_counter()
     reason = "interrupted"
+    ticks = progress.ProgressFile(run_dir, resumed_from)
     try:
         next_report = start + config.report_interval_s
         while not stop.is_set():

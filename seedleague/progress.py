@@ -101,7 +101,7 @@ def read(run_dir_or_file: str) -> list[dict[str, Any]]:
 
     Takes the run directory or the file's path. A last line with no newline yet is being written and is
     left out; so is any line that is not a JSON object (a tick torn when its writer was killed)."""
-    file_path = run_dir_or_file if run_dir_or_file.endswith(".jsonl") else path(run_dir_or_file)
+    file_path = path(run_dir_or_file) if os.path.isdir(run_dir_or_file) else run_dir_or_file
     try:
         with open(file_path, encoding="utf-8") as f:
             text = f.read()
