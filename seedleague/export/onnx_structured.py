@@ -4,14 +4,14 @@ The graph is the structured network of a `seedleague.structured_policy.Structure
 (named observation tensors in, one output per action head) traced by jax2onnx with its params
 baked in as constants, for any batch size B, under the names of the spec (names never hold "/"):
 
-    inputs   <tensor>              [B, *shape] the spec's dtype  one per observation tensor (64-bit types as 32-bit)
+    inputs   <tensor>              [B, *shape]     one per observation tensor, of its dtype (64-bit types as 32-bit)
              <tensor>/mask         [B, E] bool     each masked tensor's entity mask, True where the slot is valid
              <head>/legal_mask     [B, n] bool     each discrete head that declares a legal mask, True where legal
     outputs  for each discrete head, in the spec's order:
              <head>/logits         [B, n] float32  the head's logits, no mask applied
              <head>/masked_logits  [B, n] float32  logits, illegal actions -inf (only a head with a legal mask)
              <head>/probabilities  [B, n] float32  softmax over the legal actions; illegal exactly 0
-             <head>/action         [B] int32       the greedy action: argmax of masked_logits
+             <head>/action         [B] int32       the greedy action: the legal action of the largest logit
              for each continuous head, a Box [low, high] of d dimensions:
              <head>/mean           [B, d] float32  the Gaussian's mean, in units of the Box (centre 0, half-width 1)
              <head>/log_std        [B, d] float32  its log standard deviation, clipped to [-5, 2], in the same units
