@@ -30,12 +30,15 @@ from seedleague.rl.structured_network import (StructuredNetwork, StructuredNetwo
 
 
 @functools.lru_cache(maxsize=32)
-def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec) -> StructuredNetwork:
-    """The network a host built for `spec` with `config` (seedleague.host.pipeline.build_network's choice)."""
+def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec,
+                           continuous: str = "squashed") -> StructuredNetwork:
+    """The network a host built for `spec` with `config` (seedleague.host.pipeline.build_network's choice);
+    `continuous` picks the Gaussian of continuous heads (StructuredNetworkConfig.continuous; hosts build
+    "squashed")."""
     from seedleague.host.pipeline import structured_torso
 
-    return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec)), spec.observation,
-                                   spec.action)
+    return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec),
+                                                           continuous=continuous), spec.observation, spec.action)
 
 
 @functools.partial(jax.jit, static_argnames=("network", "greedy"))
@@ -53,10 +56,11 @@ def _value(network: StructuredNetwork, params: Any, observation: dict):
 
 
 class StructuredPolicy:
-    """A feed-forward structured policy with its params: batched, jitted queries on dicts of numpy arrays."""
+    """A feed-forward structured policy with its params: batched, jitted queries on dicts of numpy arrays.
+    `continuous` is the Gaussian of its continuous heads: "squashed" (what hosts train) or "clipped"."""
 
     def __init__(self, network_config: NetworkConfig, params: Any, spec: StructuredEnvSpec, step: int = 0,
-                 meta: Optional[dict] = None, source: str = "", seed: int = 0):
+                 meta: Optional[dict] = None, source: str = "", seed: int = 0, continuous: str = "squashed"):
         if network_config.lstm_size:  # as seedleague.api refuses a v1 one (load_policy refuses before reading params)
             from seedleague.api import recurrent_error
 
@@ -66,7 +70,7 @@ class StructuredPolicy:
         self.meta = dict(meta or {})
         self.source = source
         self.network_config = network_config
-        self.network = structured_network_for(network_config, spec)
+        self.network = structured_network_for(network_config, spec, continuous)
         self.params = jax.tree.map(jnp.asarray, params)
         self._rng = jax.random.key(seed)
 

@@ -8,10 +8,13 @@ seedleague.api.load_trained define it. One network (sources final, param_average
 OUT.json. A mixture (average_policy, league_nash: one member played per whole episode) becomes one
 file per member, OUT with ".onnx" replaced by ".member0.onnx", ".member1.onnx", ... (each with its
 own .json), and OUT.json lists the members, their files, keys and weights; OUT itself is not
-written. Recurrent (LSTM) policies are refused.
+written. A protocol v1 policy's graph takes one observation and legal mask; a protocol v2 one's
+takes one input per named observation tensor (and entity and legal masks) and answers per action
+head. Recurrent (LSTM) policies are refused.
 
-This file owns choosing what to export and where its files go; seedleague.export.onnx_policy owns
-the graph and what its sidecar says. See docs/export.md.
+This file owns choosing what to export and where its files go; seedleague.export.onnx_policy (v1)
+and seedleague.export.onnx_structured (v2) own the graphs and what their sidecars say. See
+docs/export.md.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import sys
 
 from seedleague import output
 from seedleague.api import RecurrentPolicyError, checkpoint_steps
-from seedleague.export import onnx_policy
+from seedleague.export import onnx_policy, onnx_structured
+from seedleague.structured_policy import StructuredPolicy
 
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
 
@@ -63,7 +67,8 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
     """Export `run_dir`'s output (or its league `snapshot`) to `out`; returns the paths written.
 
     Raises ExportError (a ValueError) for a bad format, --out or snapshot key, FileNotFoundError
-    for a missing run directory, snapshot or output, and RecurrentPolicyError for an LSTM policy."""
+    for a missing run directory, snapshot or output, RecurrentPolicyError for an LSTM policy and
+    onnx_structured.UnsupportedPolicyError (a ValueError) for a protocol v2 network it cannot write."""
     _check_out(out, format)
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"no such run directory: {run_dir!r}: pass --run-dir the directory a `seedleague "
@@ -71,7 +76,8 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
     resolved = _snapshot(run_dir, snapshot) if snapshot else output.resolve(run_dir)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if resolved.kind == "policy":
-        onnx_policy.write(_load(resolved.members[0], snapshot), out, dict(kind="policy", output=resolved.describe()))
+        policy = _load(resolved.members[0], snapshot)
+        _writer(policy).write(policy, out, dict(kind="policy", output=resolved.describe()))
         return [out, out + ".json"]
     return _export_mixture(resolved, out)
 
@@ -114,17 +120,15 @@ def _snapshot(run_dir: str, key: str) -> output.Output:
     return output.Output("snapshot", (output.Member(f"{player}:{step:06d}", 1.0, player_dir, step),))
 
 
-def _load(member: output.Member, snapshot: str | None):
-    """The member's Policy; a recurrent one, or a protocol v2 one, is refused, saying what export supports."""
-    from seedleague.structured_policy import StructuredPolicy
+def _writer(policy):
+    """The module that writes `policy`'s graph: onnx_structured for a protocol v2 StructuredPolicy, else onnx_policy."""
+    return onnx_structured if isinstance(policy, StructuredPolicy) else onnx_policy
 
+
+def _load(member: output.Member, snapshot: str | None):
+    """The member's Policy or StructuredPolicy; a recurrent one is refused, saying what export supports."""
     try:
-        policy = member.load()
-        if isinstance(policy, StructuredPolicy):
-            raise ExportError(f"{member.key} ({member.path}) was trained on a protocol v2 spec (named observation "
-                              "tensors or several action heads): seedleague export writes protocol v1 policies only "
-                              "for now; use seedleague.api.load_trained (a StructuredPolicy) or `seedleague serve`")
-        return policy
+        return member.load()
     except RecurrentPolicyError:
         which = f"snapshot {snapshot}" if snapshot else f"{member.key} ({member.path})"
         lstm = _lstm_size(member)
@@ -151,17 +155,17 @@ def _export_mixture(resolved: output.Output, out: str) -> list[str]:
     """Each member to OUT's .member<i>.onnx (and .json), then OUT.json listing them with their weights.
     An OUT left by an earlier export of one network is removed: it is not this output."""
     stem = out[: -len(FORMATS["onnx"])]
-    written, members, first = [], [], None
+    written, members, shared = [], [], None
     for i, member in enumerate(resolved.members):
         path = f"{stem}.member{i}.onnx"
         entry = dict(file=os.path.basename(path), key=member.key, weight=member.weight, step=member.step)
-        sidecar = onnx_policy.write(_load(member, None), path, dict(kind="member", member=entry,
-                                                                        mixture=os.path.basename(out) + ".json"))
-        first = first or sidecar
+        policy = _load(member, None)
+        writer = _writer(policy)
+        sidecar = writer.write(policy, path, dict(kind="member", member=entry, mixture=os.path.basename(out) + ".json"))
+        shared = shared or {k: sidecar[k] for k in writer.MIXTURE_KEYS}
         written += [path, path + ".json"]
         members.append(entry)
-    index = {k: first[k] for k in ("format", "opset", "inputs", "outputs", "output_meaning", "observation",
-                                   "num_actions", "legal_mask", "recurrent")}
+    index = dict(shared)
     index.update(kind="mixture", output=resolved.describe(), members=members, how_to_play=(
         "a strategy over whole episodes: at each episode start draw one member with probability its weight and "
         "act with that member's file until the episode ends (every member has the inputs and outputs above); "

@@ -16,6 +16,10 @@ mask)` and `Policy.value(obs)`. Usage:
     model = policy_model(policy)          # onnx.ModelProto
     sidecar = describe(policy, model)     # dict, written next to the .onnx as <file>.json
     write(policy, "policy.onnx")          # both files (policy.onnx.json), atomically; returns the sidecar
+
+What every exported graph shares (opset, batch dimension, the quiet tracer, the sidecar's tensor list,
+atomic writes) is defined here once; seedleague.export.onnx_structured builds protocol v2 policies' graphs
+with it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ INPUTS = ("observation", "legal_mask")
 OUTPUTS = ("logits", "masked_logits", "probabilities", "value")
 OPSET = 17  # onnxruntime 1.14+ and onnxruntime-node/-web run it
 BATCH = "B"  # the symbolic batch dimension of every input and output
+# The sidecar entries every member of a mixture shares (seedleague.export.cli writes them once in its index).
+MIXTURE_KEYS = ("format", "opset", "inputs", "outputs", "output_meaning", "observation", "num_actions", "legal_mask",
+                "recurrent")
 
 LEGAL_MASK = (
     "legal_mask is an input: [B, A] bool, True where the action is legal (pass all True when the game has no mask). "
@@ -61,7 +68,7 @@ def _forward(policy: Policy, observation: jax.Array, legal_mask: jax.Array):
 
 
 @contextlib.contextmanager
-def _quiet_exporter():
+def quiet_exporter():
     """jax2onnx's IR serialiser logs a warning per untyped shape constant it skips; they are expected."""
     logger = logging.getLogger("onnx_ir")
     level = logger.level
@@ -82,7 +89,7 @@ def policy_model(policy: Policy) -> Any:
     dtype = jax.dtypes.canonicalize_dtype(spec.observation_dtype)  # float64 -> float32 unless jax_enable_x64
     inputs = [jax.ShapeDtypeStruct((batch, *spec.observation_shape), dtype),
               jax.ShapeDtypeStruct((batch, spec.num_actions), np.bool_)]
-    with _quiet_exporter():
+    with quiet_exporter():
         model = to_onnx(lambda obs, mask: _forward(policy, obs, mask), inputs, model_name="seedleague_policy",
                         opset=OPSET, input_names=list(INPUTS), output_names=list(OUTPUTS))
     model.producer_name = "seedleague"
@@ -91,7 +98,7 @@ def policy_model(policy: Policy) -> Any:
     return model
 
 
-def _tensors(values) -> list[dict]:
+def graph_tensors(values) -> list[dict]:
     """[{name, dtype, shape}] of graph inputs or outputs; symbolic dimensions by name ("B")."""
     import onnx
 
@@ -126,9 +133,9 @@ def describe(policy: Policy, model: Any) -> dict:
     """The sidecar of `policy`'s exported `model`: inputs, outputs, observation encoding, legal mask, origin."""
     torso = _resolve_torso(policy.network_config.torso, policy.spec.observation_shape)
     network = dict(policy.meta.get("network") or {}, torso_resolved=torso)
-    inputs = _tensors(model.graph.input)
+    inputs = graph_tensors(model.graph.input)
     return dict(
-        format="onnx", opset=OPSET, producer="seedleague", inputs=inputs, outputs=_tensors(model.graph.output),
+        format="onnx", opset=OPSET, producer="seedleague", inputs=inputs, outputs=graph_tensors(model.graph.output),
         output_meaning=dict(logits="policy head, unmasked", masked_logits="logits with illegal actions -inf",
                             probabilities="softmax over the legal actions (seedleague.api action_probabilities)",
                             value="value head: expected return of the acting agent"),
@@ -148,11 +155,16 @@ def write_json(path: str, data: dict) -> None:
 def write(policy: Policy, path: str, extra: dict | None = None) -> dict:
     """Write `policy` to `path` (.onnx) and its sidecar, with `extra` entries added, to `path`.json;
     returns the sidecar."""
-    import onnx
-
     model = policy_model(policy)
     sidecar = dict(describe(policy, model), **(extra or {}))
+    save(model, path, sidecar)
+    return sidecar
+
+
+def save(model: Any, path: str, sidecar: dict) -> None:
+    """`model` to `path` and `sidecar` to `path`.json, each atomically."""
+    import onnx
+
     onnx.save(model, path + ".tmp")
     os.replace(path + ".tmp", path)
     write_json(path + ".json", sidecar)
-    return sidecar

@@ -121,7 +121,7 @@ def check_observation(observation_spec: ObservationSpec, observation: dict, firs
         missing, extra = sorted(set(expected) - set(observation)), sorted(set(observation) - set(expected))
         raise ValueError(f"observation keys must be {sorted(expected)}: missing {missing}, extra {extra}")
     for key, (shape, _) in expected.items():
-        got = tuple(jnp.shape(observation[key]))
+        got = tuple(np.shape(observation[key]))  # np: jnp.shape turns a symbolic dimension (ONNX export) into a tracer
         if got != tuple(first.shape) + shape:
             raise ValueError(f"observation {key!r} must be [B, T, *{shape}] with [B, T] = {tuple(first.shape)}, "
                              f"got shape {got}")
