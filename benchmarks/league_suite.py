@@ -75,6 +75,8 @@ def parse_methods(names: Sequence[str], extra: Sequence[str]) -> dict[str, tuple
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}: the built-in ones are {list(METHODS)}; add others with "
                          "--method NAME='FLAGS'")
+    if not names and not extra:
+        raise ValueError("nothing to run: name built-in --methods or add a candidate with --method NAME='FLAGS'")
     methods = {name: METHODS[name] for name in names}
     for text in extra:
         name, sep, flags = text.partition("=")
@@ -238,7 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--games-vs-random", type=int, default=50, help="board games: games against uniform random")
     parser.add_argument("--games-vs-mcts", type=int, default=10, help="board games: games against MCTS")
     parser.add_argument("--mcts-simulations", type=int, default=100)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), help=f"built-in methods to run, of {list(METHODS)}")
+    parser.add_argument("--methods", nargs="*", default=list(METHODS),
+                        help=f"built-in methods to run, of {list(METHODS)} (none given: only the --method candidates)")
     parser.add_argument("--method", action="append", default=[], metavar="NAME=FLAGS",
                         help="also run a candidate: the default command plus FLAGS, e.g. "
                              "--method lowlr='--learner.learning-rate 1e-4' (repeatable)")

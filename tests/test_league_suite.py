@@ -146,3 +146,7 @@ def test_candidate_methods_are_parsed_and_bad_ones_refused():
         league_suite.parse_methods(["nope"], [])
     with pytest.raises(ValueError, match="NAME="):
         league_suite.parse_methods(["recipe"], ["recipe=--x 1"])
+    # A candidate alone (an empty --methods), but not nothing at all.
+    assert league_suite.parse_methods([], ["lowlr=--x 1"]) == {"lowlr": ("--x", "1")}
+    with pytest.raises(ValueError, match="nothing to run"):
+        league_suite.parse_methods([], [])
