@@ -120,10 +120,12 @@ class LearnerConfig:
         loop (Perolat et al. 2022), a proximal-point iteration whose stages each
         converge to the equilibrium of the game regularised towards the last
         stage's policy, and whose sequence of stages approaches a Nash
-        equilibrium with the regulariser held fixed. magnet_rate > 0 moves the
+        equilibrium with the regulariser held fixed. magnet_rate > 0 alone moves the
         magnet a little after every update instead; that trailing magnet gives the
         regularised game no fixed point to converge to, and did worse than an
-        annealed entropy cost on Leduc (benchmarks/README.md). For MMD itself use
+        annealed entropy cost on Leduc (benchmarks/README.md). Both together: a
+        target network follows the params at magnet_rate and replaces the magnet
+        every magnet_interval updates, as R-NaD's reference code does. For MMD itself use
         loss "mmd" (its proximal term) with the entropy cost as the uniform magnet.
     magnet_in_returns: also take magnet_cost * KL(pi || magnet) at each next
         state from the rewards (R-NaD's reward transform for the learner's own
