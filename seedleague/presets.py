@@ -263,12 +263,18 @@ def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_bat
 def preset_for_spec(spec: EnvSpec) -> Preset:
     """The preset for a worker's spec, from what the spec says and never from its name.
 
-    Two or more seats: a game, trained in the league (the host checks that every episode's
-    rewards sum to zero over the seats): GAME_RECIPE, with the board torso for [C, H, W]
-    planes; [H, W, C] uint8 frames get the two-player Atari settings. One seat: the conv
-    settings for [H, W, C] frames, else the classic-control ones."""
+    Two or more seats (or teams): a game, trained in the league (the host checks that every
+    episode's rewards sum to zero over the seats): GAME_RECIPE, with the board torso for
+    [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari settings; a protocol v2
+    spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
+    (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
+    ones for a spec with a continuous head, else the classic-control ones."""
     if isinstance(spec, StructuredEnvSpec):
-        if v1_model_of(spec) is None:  # league play takes v1-shaped specs for now (the host refuses others)
+        if v1_model_of(spec) is None:
+            if spec.num_seats >= 2:
+                game = _game(board=False)
+                network = dataclasses.replace(game.host.network, torso="auto")  # each tensor's encoder from its spec
+                return dataclasses.replace(game, host=dataclasses.replace(game.host, network=network))
             return _continuous_control() if has_continuous_actions(spec) else _classic_control()
         spec = v1_model_of(spec)
     if spec.num_seats >= 2:

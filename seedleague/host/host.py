@@ -86,9 +86,6 @@ class Host:
         wire_spec = spec
         if isinstance(spec, StructuredEnvSpec):
             spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
-            if isinstance(spec, StructuredEnvSpec) and self._league_api is not None:
-                raise ProtocolError(FAILED_PRECONDITION, "league play takes protocol v1 specs (or v2 specs of one "
-                                    "observation tensor and one discrete head) for now; train this spec without a league")
         if spec.num_agents > self.config.batcher.max_batch_size:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,

@@ -6,7 +6,9 @@ with its snapshot's params, padded to the batcher's bucket sizes so each size co
     # opponent_params(key): that snapshot's params, or None where none is cached (the row plays as the learner)
 
 A batch without opponents is one `InferencePolicy.act`; one with opponents is one jitted call over the
-learner's rows and the opponents' rows together (seedleague.host.opponents.OpponentTable).
+learner's rows and the opponents' rows together (seedleague.host.opponents.OpponentTable). For a
+structured network (protocol v2) observation and legal are dicts of [N, ...] arrays, and so are the
+actions and logits (behaviour params) returned, one per head.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from seedleague.host.opponents import OpponentTable
+from seedleague.host.opponents import OpponentTable, take_rows
 from seedleague.host.policy import Actions, InferencePolicy
 
 
@@ -31,13 +33,17 @@ def forward(policy: InferencePolicy, table: OpponentTable, bucket: Callable[[int
         if key is not None and key not in params_of:
             params_of[key] = opponent_params(key)
         groups.setdefault(key if params_of.get(key) is not None else None, []).append(row)  # not cached: plays as the learner
-    action = np.zeros(len(first), np.int32)
-    logits = np.zeros((len(first), legal.shape[-1]), np.float32)
+    batch = len(first)
+    out_of: dict[str, Any] = {}  # "action", "logits": filled row by row (arrays, or dicts of them per head)
     new_core = jax.tree.map(np.copy, core)
     version = policy.version
 
     def put(rows: np.ndarray, out: Actions) -> None:
-        action[rows], logits[rows] = out.action, out.logits
+        for name in ("action", "logits"):
+            part = getattr(out, name)
+            if name not in out_of:  # shaped like the first answer: [batch, ...] per leaf
+                out_of[name] = jax.tree.map(lambda x: np.zeros((batch,) + x.shape[1:], x.dtype), part)
+            jax.tree.map(lambda target, source: target.__setitem__(rows, source), out_of[name], part)
         jax.tree.map(lambda target, source: target.__setitem__(rows, source), new_core, out.core_state)
 
     learner_rows = groups.pop(None, None)
@@ -48,11 +54,10 @@ def forward(policy: InferencePolicy, table: OpponentTable, bucket: Callable[[int
         table.act(policy, groups, params_of, observation, first, core, legal, put, bucket)
     else:
         rows = np.asarray(learner_rows)
-        out = act_padded(policy, bucket, observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core),
-                         legal[rows])
+        out = act_padded(policy, bucket, *take_rows((observation, first, core, legal), rows))
         put(rows, out)
         version = out.policy_version
-    return Actions(action, logits, new_core, version)
+    return Actions(out_of["action"], out_of["logits"], new_core, version)
 
 
 def act_padded(policy: InferencePolicy, bucket: Callable[[int], int], observation, first, core, legal) -> Actions:

@@ -7,7 +7,8 @@ into [K, W] inputs for the K opponents seated in it. Only a snapshot new to the 
 to the device (written into a free slot); the forward pass gathers the K slots it needs on
 the device, inside the same jitted call that also acts for the learner's rows, so a batch with
 opponents costs one call over the learner's rows and K x W opponent rows, however often the set
-of opponents changes:
+of opponents changes. A structured network's (protocol v2) observations, legal masks, actions and
+behaviour params are dicts of such arrays and go the same way:
 
     table = OpponentTable()
     version = table.act_with_learner(policy, learner_rows, groups, params_of, observation, first, core, legal,
@@ -36,6 +37,11 @@ MIN_CAPACITY = 8  # slots; the table doubles when one batch seats more opponents
 def _write_slot(table: Any, slot: jax.Array, params: Any) -> Any:
     """`table` with slot `slot` set to `params` (the old table's buffers are reused)."""
     return jax.tree.map(lambda stacked, leaf: stacked.at[slot].set(leaf), table, params)
+
+
+def take_rows(tree: Any, index: np.ndarray) -> Any:
+    """Every array of `tree` (observations, legal masks, core state: arrays or dicts of them) at rows `index`."""
+    return jax.tree.map(lambda x: x[index], tree)
 
 
 class OpponentTable:
@@ -99,15 +105,15 @@ class OpponentTable:
         """Hand each opponent's rows of a [K, W] pass to `put(rows, Actions)`."""
         for i, key in enumerate(keys):
             n = len(groups[key])
-            put(np.asarray(groups[key]), Actions(out.action[i, :n], out.logits[i, :n],
-                                                 jax.tree.map(lambda x: x[i, :n], out.core_state), out.policy_version))
+            rows = lambda tree: jax.tree.map(lambda x: x[i, :n], tree)
+            put(np.asarray(groups[key]), Actions(rows(out.action), rows(out.logits), rows(out.core_state),
+                                                 out.policy_version))
 
     def act(self, policy: InferencePolicy, groups: dict[str, list[int]], params_of: dict[str, Any], observation,
             first, core, legal, put: Callable[[np.ndarray, Actions], None], bucket: Callable[[int], int]) -> None:
         """Every opponent's rows in one pass (`layout`), each handed to `put`."""
         keys, slot_ids, index = self.layout(groups, params_of, bucket)
-        out = policy.act_table(self._table, slot_ids, observation[index], first[index],
-                               jax.tree.map(lambda x: x[index], core), legal[index])
+        out = policy.act_table(self._table, slot_ids, *take_rows((observation, first, core, legal), index))
         self.scatter(out, keys, groups, put)
 
     def act_with_learner(self, policy: InferencePolicy, learner_rows: np.ndarray, groups: dict[str, list[int]],
@@ -118,9 +124,11 @@ class OpponentTable:
         keys, slot_ids, index = self.layout(groups, params_of, bucket)
         count = len(learner_rows)
         padded = np.concatenate([learner_rows, np.full(bucket(count) - count, learner_rows[0])])
-        take = lambda rows: (observation[rows], first[rows], jax.tree.map(lambda x: x[rows], core), legal[rows])
-        learner, opponents = policy.act_with_table(take(padded), self._table, slot_ids, take(index))
-        put(learner_rows, Actions(learner.action[:count], learner.logits[:count],
-                                  jax.tree.map(lambda x: x[:count], learner.core_state), learner.policy_version))
+        inputs = (observation, first, core, legal)
+        learner, opponents = policy.act_with_table(take_rows(inputs, padded), self._table, slot_ids,
+                                                   take_rows(inputs, index))
+        cut = lambda tree: jax.tree.map(lambda x: x[:count], tree)
+        put(learner_rows, Actions(cut(learner.action), cut(learner.logits), cut(learner.core_state),
+                                  learner.policy_version))
         self.scatter(opponents, keys, groups, put)
         return learner.policy_version

@@ -50,8 +50,12 @@ def explored_logits(logits: jax.Array, legal_mask: jax.Array, explore: float) ->
     return jnp.where(legal_mask, jnp.log(jnp.where(legal_mask, mixture, 1.0)), logits)
 
 
-def _sample(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool,
-            explore: float = 0.0):
+def _sample(network: Network | StructuredNetwork, params, observation, first, core_state, legal_mask, rng,
+            greedy: bool, explore: float = 0.0):
+    """Actions, behaviour logits (params) and the next core state of one step of N agents. A structured network
+    takes and gives dicts (seedleague.rl.structured_network.act) and has no exploration mixture."""
+    if isinstance(network, StructuredNetwork):
+        return structured_act(network, params, observation, first, core_state, legal_mask, rng, greedy)
     logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
     logits = logits[:, 0]
     if explore:
@@ -104,15 +108,6 @@ def _act_with_table(network: Network, params, table, slots, learner_inputs, tabl
     rng, learner_rng, table_rng = jax.random.split(rng, 3)
     learner = _sample(network, params, *learner_inputs, learner_rng, greedy, explore)
     return learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy), rng
-
-
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act_structured(network: StructuredNetwork, params, observation, first, core_state, legal, rng,
-                    greedy: bool = False):
-    """_act for a structured network: observation and legal are dicts, actions and behaviour params come back as
-    dicts over the heads."""
-    rng, sample_rng = jax.random.split(rng)
-    return *structured_act(network, params, observation, first, core_state, legal, sample_rng, greedy), rng
 
 
 @functools.partial(jax.jit, static_argnames=("network",))
@@ -175,9 +170,7 @@ class InferencePolicy:
         observation, first, core_state, legal_mask = self.transfers.to_device(
             (observation, first, core_state, legal_mask))
         if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
-            action, behaviour, core_state, self._rng = _act_structured(
-                self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy)
-            return Actions(*self.transfers.to_host((action, behaviour, core_state)), version)
+            explore = 0.0
         action, logits, core_state, self._rng = _act(
             self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy,
             explore=explore,

@@ -22,6 +22,7 @@ from seedleague.host.config import HostConfig
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.pipeline import build_network
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import StructuredEnvSpec
 from seedleague.rl.learner import init_train_state
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Restored:
     """A train state to build the pipeline from, the config it needs, and the run's counters so far."""
 
     config: HostConfig  # with the network (and learner) config the state was saved with
-    spec: EnvSpec
+    spec: "EnvSpec | StructuredEnvSpec"
     state: Any
     meta: dict = dataclasses.field(default_factory=dict)  # the checkpoint's counters; empty when serving an output
 
@@ -74,8 +75,11 @@ def from_output(config: HostConfig, device: Any) -> tuple[Restored, ServedMixtur
     members = trained.members if resolved.kind == "mixture" else [trained]
     first = members[0]
     config = dataclasses.replace(config, network=first.network_config)
-    spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,
-                   first.spec.num_actions, 1)
+    if isinstance(first.spec, StructuredEnvSpec):  # a protocol v2 run: its named tensors and heads, as recorded
+        spec = first.spec
+    else:
+        spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,
+                       first.spec.num_actions, 1)
     state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     mixture = ServedMixture([m.key for m in resolved.members], [m.weight for m in resolved.members],
