@@ -17,7 +17,7 @@ from envs.shootout_worker import LANES, ShootoutGame, play_against_random, shoot
 from seedleague import output, presets
 from seedleague.api import PolicyMixture, load_snapshot, load_trained
 from seedleague.checkpoint import CheckpointConfig
-from seedleague.host import inference
+from seedleague.host import inference, restore
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLinkConfig
 from seedleague.league.service import League
@@ -32,11 +32,13 @@ from tests.conftest import SMALL_HOST
 
 SPEC = shootout_spec(num_envs=8)
 PRESET = presets.preset_for_spec(SPEC)
-# The preset's host, learner and league mode, scaled down to train for seconds: small batches and network,
-# snapshots every few updates, and half of the episodes against snapshots.
+# The preset's host, learner and league mode, scaled down to train for seconds: small batches and network, two
+# minibatch steps per update (on a CPU a network with a convolution, the `lanes` image's, unrolls them: each one
+# costs compile time), snapshots every few updates, and half of the episodes against snapshots.
 HOST = dataclasses.replace(PRESET.host, unroll_length=4, batch_size=8, max_message_bytes=SMALL_HOST.max_message_bytes,
                            limits=SMALL_HOST.limits, replay=dataclasses.replace(PRESET.host.replay, capacity=32),
-                           network=NetworkConfig(torso="auto", hidden_sizes=(16,)))
+                           network=NetworkConfig(torso="auto", hidden_sizes=(16,)),
+                           learner=dataclasses.replace(PRESET.host.learner, epochs=1, minibatches=2))
 LEAGUE = dataclasses.replace(PRESET.league, snapshot_interval_steps=4, self_play_share=0.5)
 
 
@@ -67,7 +69,7 @@ def test_every_structured_snapshot_in_a_batch_acts_with_its_own_params_in_one_st
     run_dir = str(tmp_path)
     host = Host(dataclasses.replace(HOST, league=link_config(run_dir, "fake")), Metrics(), league=FakeLeague())
     server = ServerThread(host).start()
-    client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     try:
         client.connect()  # builds the structured pipeline
         policy = host.pipeline.policy
@@ -95,10 +97,9 @@ def test_every_structured_snapshot_in_a_batch_acts_with_its_own_params_in_one_st
         assert ((-1.0 <= out.action["aim"]) & (out.action["aim"] <= 1.0)).all()
         for key in set(opponents):
             rows = np.flatnonzero(opponents == key)
-            alone = policy.act({k: x[rows] for k, x in observation.items()}, first[rows],
-                               jax.tree.map(lambda x: x[rows], core), legal, params=snapshots.get(key))
+            alone = policy.act(observation, first, core, legal, params=snapshots.get(key))  # every row: one compile
             for head in ("lane", "aim"):
-                np.testing.assert_allclose(out.logits[head][rows], alone.logits[head], rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(out.logits[head][rows], alone.logits[head][rows], rtol=1e-5, atol=1e-5)
             if key is not None and key in snapshots:  # a near-certain lane: the one its bias picks
                 assert (out.action["lane"][rows] == int(key[-1]) % LANES).all()
         assert host._opponent_table.writes == 4  # each snapshot crossed to the device once ...
@@ -157,3 +158,5 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
     assert isinstance(mixture, PolicyMixture) and all(isinstance(m, StructuredPolicy) for m in mixture.members)
     action = mixture.draw().act({name: x[0, 0] for name, x in ShootoutGame(1).reset(0).observation.items()})
     assert set(action) == {"lane", "aim"} and action["aim"].shape == (1,)
+    restored, served = restore.from_output(dataclasses.replace(HOST, learn=False, serve_output=run_dir), None)  # `serve` of it
+    assert restored.spec.action == SPEC.action and served.keys == [m.key for m in output.resolve(run_dir).members]
