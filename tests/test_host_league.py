@@ -186,7 +186,6 @@ def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     host, server = league_host(league)
     worker = RawWorker(server.address, SPEC)
     steps = duel_steps(worker.session_id)
-    initial = jax.tree.leaves(host.pipeline.initial_state.params) if host.pipeline else None
     deadline = time.monotonic() + 60
     while host.pipeline is None or host.pipeline.league.stats.resets < 1:
         play(worker, steps, 3)

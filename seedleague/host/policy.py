@@ -4,7 +4,8 @@
 samples legal actions; `act_stacked` does the same for K policies of the same
 network at once (a league's opponent snapshots, params stacked by `stack_params`). A
 structured network (protocol v2) acts with dicts: one observation array per named tensor,
-one action and one set of behaviour params per head; `values` gives V(s) for bootstrapping.
+one action and one set of behaviour params per head, in every one of these passes (its league
+opponents' too); `values` gives V(s) for bootstrapping.
 The learner publishes new params with `publish`; the next forward pass picks them
 up, and every action is tagged with the version
 (learner step) of the params that chose it. Given a device (the host's
