@@ -9,8 +9,9 @@ concatenates a batch's named tensors and legal masks, `split_actions` cuts the
 answer back into [E, S, ...] per head; `record_episode_stats` logs the episode
 statistics a worker declares. In a league both kinds seat, score and report games
 as v1 does (seedleague.host.seating, results), and a structured network's opponent
-snapshots act in the same stacked pass over these dicts (seedleague.host.opponents). For both, `bootstrap` folds the value of a
-truncated episode's final observation into its last reward:
+snapshots act in the same stacked pass over these dicts (seedleague.host.opponents).
+For both, `bootstrap` folds the value of a truncated episode's final observation
+into its last reward:
 
     r_T += gamma * V(s_final),  and the step counts as terminated,
 
