@@ -356,7 +356,8 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
     host, server = league_host(league)
     tensors, heads = (TensorSpec("obs", (2,), np.float32),), (DiscreteHead("act", 2),)
     if structured:
-        tensors, heads = tensors + (TensorSpec("clock", (1,), np.float32),), heads + (ContinuousHead("u", (-1.0,), (1.0,)),)
+        tensors += (TensorSpec("clock", (1,), np.float32),)
+        heads += (ContinuousHead("u", (-1.0,), (1.0,)),)
     spec = StructuredEnvSpec("2v2 duel", ObservationSpec(tensors), ActionSpec(heads), num_envs=NUM_ENVS, num_seats=4,
                              seat_team=(0, 0, 1, 1))
     client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)

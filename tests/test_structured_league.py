@@ -77,7 +77,8 @@ def test_every_structured_snapshot_in_a_batch_acts_with_its_own_params_in_one_st
 
         def with_bias(i: float):  # a snapshot whose heads prefer lane i % 3 and aim at (i - 2) / 2
             params = jax.tree.map(np.asarray, live)
-            lane = dict(params["params"]["policy_head_lane"], bias=np.float32([i % LANES == k for k in range(LANES)]) * 9)
+            lane_bias = np.float32([i % LANES == k for k in range(LANES)]) * 9
+            lane = dict(params["params"]["policy_head_lane"], bias=lane_bias)
             aim = dict(params["params"]["policy_head_aim"], bias=np.float32([(i - 2) / 2, -3.0]))
             layers = dict(params["params"], policy_head_lane=lane, policy_head_aim=aim)
             return jax.device_put({"params": layers}, policy.device)
@@ -158,5 +159,6 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
     assert isinstance(mixture, PolicyMixture) and all(isinstance(m, StructuredPolicy) for m in mixture.members)
     action = mixture.draw().act({name: x[0, 0] for name, x in ShootoutGame(1).reset(0).observation.items()})
     assert set(action) == {"lane", "aim"} and action["aim"].shape == (1,)
-    restored, served = restore.from_output(dataclasses.replace(HOST, learn=False, serve_output=run_dir), None)  # `serve` of it
+    serving = dataclasses.replace(HOST, learn=False, serve_output=run_dir)  # what `seedleague serve` restores
+    restored, served = restore.from_output(serving, None)
     assert restored.spec.action == SPEC.action and served.keys == [m.key for m in output.resolve(run_dir).members]
