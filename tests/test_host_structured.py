@@ -57,7 +57,7 @@ def _wait(predicate, timeout_s: float = 60.0) -> bool:
 
 def test_a_structured_worker_trains_with_one_legal_bounded_action_per_head(served):
     host, server = served
-    client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     client.connect()
     inserted, insert = [], host.pipeline.replay.insert
     host.pipeline.replay.insert = lambda rows, timeout=None: inserted.append(rows) or insert(rows, timeout)
@@ -109,7 +109,7 @@ def test_episode_stats_reach_the_metrics_as_running_means(served):
     host, server = served
     spec = StructuredEnvSpec("stats", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=2, episode_stats=("win",))
-    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     observation = {"obs": np.zeros((2, 3), np.float32)}
     try:
@@ -127,7 +127,7 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     host, server = served
     spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
-    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     try:
         actions = client.step({"obs": np.zeros((2, 3), np.float32)}, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
@@ -141,7 +141,7 @@ def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served)
     host, server = served
     spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
-    client = StructuredWorkerClient(ClientConfig(server.address), spec)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     inserted, insert = [], host.pipeline.replay.insert
     host.pipeline.replay.insert = lambda rows, timeout=None: inserted.append(rows) or insert(rows, timeout)
@@ -189,7 +189,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
                                                                      interval_s=3600))
     host = Host(config, Metrics())
     server = ServerThread(host).start()
-    client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     try:
         client.connect()
         step = zero_structured_step(SPEC)
@@ -208,7 +208,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
         resumed.stop()
     serving = Host(dataclasses.replace(config, learn=False), Metrics(), resume=True)  # what `seedleague serve` runs
     with ServerThread(serving) as server:
-        client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+        client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
         client.connect()
         try:
             served = client.step(step.observation, np.zeros((3, 1)), np.zeros(3, bool), np.zeros(3, bool),
