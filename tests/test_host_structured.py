@@ -5,6 +5,7 @@ runs on the v1 model."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import grpc
@@ -20,6 +21,7 @@ from seedleague.metrics import Metrics
 from seedleague.protocol import codec_v2
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                           StructuredEnvSpec, TensorSpec, zero_structured_step)
@@ -235,3 +237,15 @@ def test_a_recurrent_structured_policy_is_refused_as_the_v1_api_refuses_one():
 
     with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):
         StructuredPolicy(NetworkConfig(lstm_size=16), params={}, spec=SPEC, source="runs/x/7")
+
+
+def test_exploration_is_refused_for_a_structured_spec_rather_than_ignored():
+    # The exploration mixture is defined for one discrete head; a structured network would act without it.
+    host = Host(dataclasses.replace(CONFIG, explore=0.05), Metrics())
+    try:
+        with pytest.raises(ProtocolError, match="--explore 0") as refused:
+            host.open_session(SPEC, "worker")
+        assert refused.value.code == FAILED_PRECONDITION
+        assert host.pipeline is None  # nothing was built for the refused worker
+    finally:
+        host.stop()

@@ -92,6 +92,9 @@ class Host:
                 f"worker declares {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents; one forward "
                 f"pass holds at most {self.config.batcher.max_batch_size} (batcher.max_batch_size)",
             )
+        if isinstance(spec, StructuredEnvSpec) and self.config.explore:
+            raise ProtocolError(FAILED_PRECONDITION, f"{spec.env_name} needs the structured network (several tensors "
+                                "or heads), which has no exploration mixture: start the host with --explore 0")
         if self._league_api is not None and spec.num_seats < 2:
             raise ProtocolError(FAILED_PRECONDITION, f"this host plays in a league, which needs a game with 2 or more "
                                 f"seats; {spec.env_name} declares {spec.num_seats}")
