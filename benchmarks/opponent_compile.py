@@ -4,8 +4,8 @@
 
 For each K: the fused learner-plus-opponents call as the host makes it (`seedleague.host.policy
 ._sample_slots`, vmapped over the K snapshots) and the same call with the loop over K unrolled
-(what the host did until 2026-11-26). The first call's time includes the compile; the run time is the
-median of 200 calls. Learner rows 256, 16 rows per opponent, MLP 128x128, 30 inputs, 3 actions.
+(what the host did until 2026-11-26), beside the learner's rows alone (self-play, K=0). The first call's
+time includes the compile; the run time is the median of 200 calls. Learner rows 256, 16 rows per opponent, MLP 128x128, 30 inputs, 3 actions.
 """
 
 import argparse
@@ -60,6 +60,9 @@ def main() -> None:
     params = network.init(jax.random.key(0))
     learner_inputs = (jnp.zeros((LEARNER_ROWS, INPUTS)), jnp.zeros((LEARNER_ROWS,), bool), (),
                       jnp.ones((LEARNER_ROWS, ACTIONS), bool))
+    alone = jax.jit(lambda params, inputs, rng: policy._sample(network, params, *inputs, rng, False, 0.0))
+    first, run = measure(alone, params, learner_inputs, jax.random.key(1))
+    print(f"K=  0  self-play (no table) first call {first * 1000:7.0f} ms  run median {run * 1000:.3f} ms", flush=True)
     for count in args.counts:
         table = jax.tree.map(lambda leaf: jnp.stack([leaf] * max(count, 8)), params)
         slots = jnp.arange(count, dtype=jnp.int32)

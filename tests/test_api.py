@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, _network, _params_of, load_average_policy,
-                            load_policy, load_snapshot)
+                            load_policies, load_policy, load_snapshot)
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.checkpoint_meta import spec_to_json
 from seedleague.protocol.specs import EnvSpec
@@ -200,6 +200,21 @@ def test_uint8_policies_refuse_float_observations(tmp_path):
     assert policy.action_probabilities(np.zeros((4, 4, 1), np.uint8)).shape == (3,)
     with pytest.raises(ValueError, match="float32 does not fit the policy's uint8"):
         policy.logits(np.zeros((4, 4, 1), np.float32))
+
+
+def test_load_policies_reads_many_steps_from_one_directory_as_load_policy_does(tmp_path):
+    pool = tmp_path / "pool" / "main"
+    for step, seed in ((10, 1), (20, 2), (30, 3)):
+        save_checkpoint(pool, step=step, seed=seed)
+    many = load_policies(str(pool), [30, 10, None])
+    assert [p.step for p in many] == [30, 10, 30]  # in the order asked; None is the newest
+    observation = np.linspace(-1, 1, 11, dtype=np.float32)[None]
+    for policy in many:
+        alone = load_policy(str(pool), policy.step)
+        np.testing.assert_array_equal(policy.action_probabilities(observation), alone.action_probabilities(observation))
+        assert policy.source == alone.source
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 15; it has steps \[10, 20, 30\]"):
+        load_policies(str(pool), [10, 15])
 
 
 def test_missing_or_empty_directories_and_steps(tmp_path):

@@ -40,3 +40,14 @@ def test_nash_mixture_is_an_equilibrium_of_the_symmetric_meta_game():
     symmetric = (m - m.T) / 2
     assert (weights @ symmetric >= -1e-7).all()  # no member of the population beats the mixture
     assert value == pytest.approx(openspiel_eval.mixture_exploitability(KUHN, POPULATION, weights))
+
+
+def test_each_window_of_the_newest_policies_gets_its_own_nash_mixture():
+    # Oldest first: the uniform policy is the oldest, so only the window of all four can mix it in.
+    population = [UniformKuhn(0, 0), PurePolicy(first=0, then=1), PurePolicy(first=1, then=0), PurePolicy(first=1, then=1)]
+    windows = metagame.newest_nash_mixtures(KUHN, population, [2, 4])
+    for size, (value, weights) in zip([2, 4], windows):
+        alone_value, alone_weights = metagame.nash_mixture_exploitability(KUHN, population[-size:])
+        assert len(weights) == size and value == pytest.approx(alone_value)
+        np.testing.assert_allclose(weights, alone_weights, atol=1e-9)
+        assert value == pytest.approx(openspiel_eval.mixture_exploitability(KUHN, population[-size:], weights))

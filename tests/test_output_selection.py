@@ -66,6 +66,29 @@ def test_the_snapshots_nash_mixture_is_chosen_when_it_is_least_exploitable(tmp_p
     assert exploitability(trained) == pytest.approx(expected_nash)  # what load_trained gives is what was scored
 
 
+def test_the_meta_game_grows_from_the_newest_snapshots_to_every_snapshot_kept(tmp_path, monkeypatch):
+    assert output_selection._windows(3, 3) == [(3, "population_nash")]
+    assert output_selection._windows(100, 100) == [(32, "population_nash"), (64, "population_nash_64"),
+                                                   (100, "population_nash_all")]
+    assert output_selection._windows(512, 900) == [(32, "population_nash"), (64, "population_nash_64"),
+                                                   (128, "population_nash_128"), (256, "population_nash_256"),
+                                                   (512, "population_nash_512")]  # the newest 512 of 900
+    monkeypatch.setattr(output_selection, "POPULATION", 2)
+    # The oldest snapshot (uniform) is the only one that is not a pure strategy of the last two.
+    run = make_run(tmp_path, final="pass", snapshots=("uniform", "pass", "pass-ish"))
+    resolved = output.resolve(run)
+    with open(os.path.join(run, output_selection.FILE)) as f:
+        scores = json.load(f)["scores"]
+    pool = os.path.join(run, "pool", "main")
+    snapshots = [load_policy(pool, step) for step in (10, 20, 30)]
+    newest_two, _ = metagame.nash_mixture_exploitability("kuhn_poker", snapshots[1:])
+    every, _ = metagame.nash_mixture_exploitability("kuhn_poker", snapshots)
+    assert scores["population_nash"] == pytest.approx(newest_two)
+    assert scores["population_nash_all"] == pytest.approx(every) and every < newest_two
+    assert resolved.note.startswith("population_nash_all, the least exploitable")
+    assert exploitability(load_trained(run)) == pytest.approx(every)
+
+
 def test_the_param_average_is_chosen_when_the_snapshots_and_final_params_are_worse(tmp_path):
     run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "pass-ish"))
     resolved = output.resolve(run)

@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker, vector_spec
+from seedleague.host.host import Host
 from seedleague.host.policy import InferencePolicy, stack_params
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.transfers import TransferCounts, Transfers
+from seedleague.metrics import Metrics
+from seedleague.protocol.client import ClientConfig
+from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.specs_v2 import zero_structured_step
 from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.structured_network import StructuredNetwork
+from seedleague.testing.server_thread import ServerThread
 from test_replay import rows
 
 
@@ -103,20 +110,60 @@ def test_a_learning_host_trains_without_an_implicit_copy(host_server):
     trains_without_an_implicit_copy(*host_server, "jax_transfer_guard_host_to_device")
 
 
+def test_a_structured_learning_host_trains_without_an_implicit_copy(structured_host_server):
+    trains_without_an_implicit_copy(*structured_host_server, "jax_transfer_guard_host_to_device")
+    assert isinstance(structured_host_server[0].pipeline.network, StructuredNetwork)  # the v2 path ran
+
+
+@pytest.fixture
+def structured_host_server():
+    """(host, server) for the protocol v2 host of tests/test_host_structured.py (named tensors, two heads)."""
+    from test_host_structured import CONFIG
+
+    host = Host(CONFIG, Metrics())
+    server = ServerThread(host).start()
+    yield host, server
+    server.stop()
+    host.stop()
+
+
+def _vector_worker(address: str):
+    """A v1 worker: a step function that says whether the host answered with actions, and its close."""
+    worker = RawWorker(address, vector_spec())
+    return (lambda: worker.step().HasField("action")), worker.close
+
+
+def _structured_worker(address: str):
+    """A protocol v2 worker (dict observations, a discrete and a continuous head), as _vector_worker."""
+    from test_host_structured import SPEC
+
+    client = StructuredWorkerClient(ClientConfig(address, connect_timeout_s=60), SPEC)
+    client.connect()
+    step = zero_structured_step(SPEC)
+
+    def act() -> bool:
+        actions = client.step(step.observation, np.ones((SPEC.num_envs, 1)), np.zeros(SPEC.num_envs, bool),
+                              np.zeros(SPEC.num_envs, bool), step.legal_mask)
+        return sorted(actions) == ["aim", "move"]
+
+    return act, client.close
+
+
 def trains_without_an_implicit_copy(host, server, guard: str) -> None:
-    """A worker steps a learning host until it has made 3 updates, all under the transfer guard `guard`."""
-    worker = RawWorker(server.address, vector_spec())  # the first handshake builds the model (outside the guard)
-    worker.step()
+    """A worker steps a learning host until it has made 3 updates, all under the transfer guard `guard`.
+    The worker speaks the host's protocol: v2 where the host was built for a structured spec."""
+    from test_host_structured import CONFIG as STRUCTURED
+
+    connect = _structured_worker if host.config is STRUCTURED else _vector_worker
+    step, close = connect(server.address)
+    step()  # the first handshake and step build the model (outside the guard)
     learner = host.pipeline.learner
-    failures = []
+    failed = False
     with no_implicit_copies_to_the_device(guard):
-        while host.metrics.learner_steps < 3:
-            reply = worker.step()
-            if not reply.HasField("action"):
-                failures.append(reply)
-                break
-    worker.close()
-    assert not failures and learner.error is None
+        while host.metrics.learner_steps < 3 and not failed:
+            failed = not step()
+    close()
+    assert not failed and learner.error is None
     counts = learner.transfers.counts()
     # per update: its clock in, its step and metrics out (the latest update may be between the two)
     assert counts.to_host >= 3 and counts.to_device - counts.to_host in (0, 1)

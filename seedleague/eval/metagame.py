@@ -91,10 +91,24 @@ def symmetric_nash(payoff_seat0: np.ndarray) -> np.ndarray:
 
 def nash_mixture_exploitability(game, policies: Sequence) -> tuple[float, np.ndarray]:
     """(exploitability of the population's exact Nash mixture, its weights [K])."""
+    return newest_nash_mixtures(game, policies, [len(policies)])[0]
+
+
+def newest_nash_mixtures(game, policies: Sequence, sizes: Sequence[int]) -> list[tuple[float, np.ndarray]]:
+    """For each K in `sizes`, the Nash mixture of the meta-game among the last K of `policies` (the
+    newest, for a population listed oldest first): (its exploitability, its weights [K]). The payoffs
+    are computed once for the whole population and each window solves its own sub-matrix."""
     game = as_game(game)
     for policy in policies:
         check_fits(game, policy)
     _, observations, masks = _infostates(game)
     tables = [_table(policy, observations, masks) for policy in policies]
-    weights = symmetric_nash(payoff_matrix(game, tables, terminal_table(game)))
-    return mixture_exploitability(game, policies, weights), weights
+    payoff = payoff_matrix(game, tables, terminal_table(game))
+    out = []
+    for size in sizes:
+        window = list(policies[len(policies) - size:])
+        weights = symmetric_nash(payoff[-size:, -size:])
+        support = np.flatnonzero(weights > 1e-9)
+        value = mixture_exploitability(game, [window[i] for i in support], weights[support] / weights[support].sum())
+        out.append((value, weights))
+    return out

@@ -13,8 +13,13 @@ output (seedleague.output) measures all of them and hands over the least exploit
     choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
     choice.scores   # {"final": 0.167, "param_average": 0.017, "population_nash": 0.003, "population_average": 0.01}
 
-The meta-game is solved over the newest `POPULATION` snapshots with exact payoffs
-(seedleague.eval.metagame). `select` caches its choice in `<run_dir>/output_selection.json`,
+The meta-game is solved with exact payoffs (seedleague.eval.metagame) over the newest
+`POPULATION` snapshots, then over twice as many, and so on up to every snapshot the run kept
+(at most `MAX_POPULATION`): PSRO's restricted game holds every policy added so far, and where
+the late iterates cycle among a few strategies (goofspiel), the mixture that closes the cycle
+may need older snapshots; where the early snapshots are weak (Leduc), the newest alone may do
+better. Each window is a candidate ("population_nash", "population_nash_64", ...,
+"population_nash_all"), scored like the others. `select` caches its choice in `<run_dir>/output_selection.json`,
 valid while the newest checkpoint and snapshot are the same, so loading the output again is
 cheap. Where exploitability cannot be measured (`unmeasurable` says why: not an OpenSpiel
 imperfect-information game, or a game tree too large to measure in minutes) `select` returns
@@ -36,7 +41,8 @@ from seedleague.output import Member  # one network of an output: key, weight, p
 log = logging.getLogger(__name__)
 
 FILE = "output_selection.json"
-POPULATION = 32  # newest snapshots in the meta-game; the end of the run, where the anneal has settled
+POPULATION = 32  # newest snapshots in the smallest meta-game and in the time average; where the anneal has settled
+MAX_POPULATION = 512  # newest snapshots in the largest meta-game; loading each costs about 0.13 s on 2 cores
 # Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores: liars_dice's
 # 294,883 histories select in 54-226 s; oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 had taken 6.7 GB and
 # not finished after 20 minutes (benchmarks/README.md).
@@ -47,7 +53,7 @@ MAX_HISTORIES = 500_000
 class Choice:
     """The least exploitable candidate, with every candidate's score, for the run's state `stamp`."""
 
-    name: str  # "final", "param_average", "population_nash" or "population_average"
+    name: str  # "final", "param_average", "population_nash[_K|_all]" or "population_average"
     members: tuple[Member, ...]
     scores: dict  # candidate name -> exact exploitability
     stamp: dict  # {"checkpoint": step, "snapshot": newest key}: what the choice was made from
@@ -135,11 +141,26 @@ def _normalised(members: list[Member]) -> tuple[Member, ...]:
     return tuple(dataclasses.replace(m, weight=m.weight / total) for m in members)
 
 
+def _windows(loaded: int, kept: int) -> list[tuple[int, str]]:
+    """(size, candidate name) of each meta-game window over the newest `loaded` of `kept` snapshots:
+    "population_nash" over the newest POPULATION (or all, when fewer), doubled while smaller than
+    `loaded`, then all of them ("population_nash_all" when that is every snapshot the run kept)."""
+    sizes, size = [], POPULATION
+    while size < loaded:
+        sizes.append(size)
+        size *= 2
+    sizes.append(loaded)
+    names = ["population_nash"] + [f"population_nash_{s}" for s in sizes[1:]]
+    if len(sizes) > 1 and loaded == kept:
+        names[-1] = "population_nash_all"
+    return list(zip(sizes, names))
+
+
 def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str, seed: int = 0) -> Optional[Choice]:
     """Measure every candidate of the run (newest checkpoint `checkpoint`, `player`'s snapshots
     `snapshot_keys`, oldest first) and return the least exploitable; None when the run's game
     is not measurable. Cached (see the module docstring)."""
-    from seedleague.api import NoParamAverageError, load_policy
+    from seedleague.api import NoParamAverageError, load_policies, load_policy
     from seedleague.eval import metagame, openspiel_eval
     from seedleague.league.types import parse_key
 
@@ -161,23 +182,28 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
         candidates["param_average"] = ((average_member,), openspiel_eval.exploitability(game, average))
     except NoParamAverageError:
         pass  # the learner keeps no param average: that candidate does not exist
-    population = snapshot_keys[-POPULATION:]
+    population = snapshot_keys[-MAX_POPULATION:]
     if population:
         player_dir = os.path.join(run_dir, "pool", player)
-        policies = [load_policy(player_dir, parse_key(key)[1], seed=seed) for key in population]
-        snapshots = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in population]
-        value, weights = metagame.nash_mixture_exploitability(game, policies)
-        members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots, weights) if w > 1e-6]
-        candidates["population_nash"] = (_normalised(members), value)
+        steps = [parse_key(key)[1] for key in population]
+        policies = load_policies(player_dir, steps, seed=seed)
+        snapshots = [Member(key, 1.0, player_dir, step) for key, step in zip(population, steps)]
+        windows = _windows(len(population), len(snapshot_keys))
+        mixtures = metagame.newest_nash_mixtures(game, policies, [size for size, _ in windows])
+        for (size, name), (value, weights) in zip(windows, mixtures):
+            members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots[-size:], weights) if w > 1e-6]
+            candidates[name] = (_normalised(members), value)
         # The time average of the iterates (fictitious play's and CFR's output), the param average at half weight.
-        members = [dataclasses.replace(m, weight=1.0 / len(snapshots)) for m in snapshots]
-        mixed = policies + ([average] if average is not None else [])
+        recent, recent_policies = snapshots[-POPULATION:], policies[-POPULATION:]
+        members = [dataclasses.replace(m, weight=1.0 / len(recent)) for m in recent]
+        mixed = recent_policies + ([average] if average is not None else [])
         if average is not None:
             members = [dataclasses.replace(m, weight=0.5 * m.weight) for m in members] + [
                 dataclasses.replace(average_member, weight=0.5)]
         candidates["population_average"] = (_normalised(members), openspiel_eval.mixture_exploitability(
             game, mixed, [m.weight for m in members]))
-    name = min(candidates, key=lambda n: candidates[n][1])
+    best = min(value for _, value in candidates.values())
+    name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
                     time.perf_counter() - start)
     _write(run_dir, choice)
