@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import config_flags, output, presets
+from seedleague import compile_cache, config_flags, output, presets
 from seedleague.host.host import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
@@ -436,6 +436,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: importing orbax already put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
+    if args.command in ("train", "host", "serve", "eval", "report", "export"):  # the commands that compile
+        compile_cache.enable()
     try:
         if args.command in ("host", "serve") and args.address is None:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find

@@ -345,8 +345,12 @@ class WorkerClient:
                 "use fewer envs per worker or raise the limits",
                 "handshake",
             )
-        self._template = _without_data(_template_step(self.spec, reply.session_id, acting=False))
+        self._set_template(reply.session_id)
         self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+
+    def _set_template(self, session_id: str) -> None:
+        """The message each step copies: every tensor's dtype and shape set, no data."""
+        self._template = _without_data(_template_step(self.spec, session_id, acting=False))
 
     def _start_call(self, stub: Any, reply: Any) -> None:
         """Open the Stream call on `stub` (either version's) for the session of handshake `reply`."""

@@ -22,7 +22,9 @@ import grpc
 import numpy as np
 
 from seedleague.protocol import codec_v2
-from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient, classify_rpc_error
+from seedleague.protocol.codec import encode_tensor
+from seedleague.protocol.client import (ClientConfig, ConnectionLost, HostRefused, WorkerClient, _Slot,
+                                        classify_rpc_error)
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, StructuredEnvSpec,
                                           StructuredStepBatch, check_structured_actions, v1_of_structured,
@@ -52,7 +54,25 @@ class StructuredWorkerClient(WorkerClient):
 
     @staticmethod
     def _make_slots(spec: Any) -> dict:
-        return {}
+        """Each per-step input's wire dtype and accepted shapes, keyed by field ("observation/NAME", "reward",
+        "legal_mask/HEAD", "episode_stats/NAME", ...): a step checks and converts its arrays by these."""
+        agents = (spec.num_envs, spec.num_seats)
+
+        def slot(name, shape, dtype, has_seat=True):
+            seatless = shape[:1] + shape[2:] if spec.num_seats == 1 and has_seat else None
+            return _Slot(name, shape, seatless, np.dtype(dtype).newbyteorder("<"))
+
+        slots = {f"observation/{k}": slot(f"observation[{k!r}]", agents + shape, dtype)
+                 for k, (shape, dtype) in spec.observation.arrays().items()}
+        slots.update({"reward": slot("reward", agents, np.float32),
+                      "terminated": slot("terminated", (spec.num_envs,), bool, has_seat=False),
+                      "truncated": slot("truncated", (spec.num_envs,), bool, has_seat=False),
+                      "acting": slot("acting", agents, bool)})
+        slots.update({f"legal_mask/{h.name}": slot(f"legal_mask[{h.name!r}]", agents + (h.num_actions,), bool)
+                      for h in spec.action.discrete if h.has_legal_mask})
+        slots.update({f"episode_stats/{n}": slot(f"episode_stats[{n!r}]", agents, np.float32)
+                      for n in spec.episode_stats})
+        return slots
 
     def connect(self) -> None:
         """Handshake (v2, or v1 where the host has no v2 and the spec allows) and open the stream."""
@@ -81,57 +101,65 @@ class StructuredWorkerClient(WorkerClient):
         call, pending = self._call, self._pending
         if call is None:
             raise ConnectionLost("client is closed") if self._closed else RuntimeError("call connect() before step()")
-        step = self._build(observation, reward, terminated, truncated, legal_mask or {}, acting,
-                           final_observation or {}, episode_stats or {})
-        reply = self._exchange(call, pending, codec_v2.encode_step(step))
-        actions = self._check_structured_reply(reply, step)
+        message, acting, legal = self._encode(observation, reward, terminated, truncated, legal_mask or {}, acting,
+                                              final_observation or {}, episode_stats or {})
+        reply = self._exchange(call, pending, message)
+        actions = self._check_structured_reply(reply, acting, legal)
         self._sequence += 1
         self.policy_version = reply.policy_version
         return actions
 
-    def _build(self, observation, reward, terminated, truncated, legal_mask, acting, final_observation,
-               episode_stats) -> StructuredStepBatch:
-        spec, agents = self.spec, (self.spec.num_envs, self.spec.num_seats)
-        one = spec.num_seats == 1
+    def _encode(self, observation, reward, terminated, truncated, legal_mask, acting, final_observation,
+                episode_stats) -> tuple[env_pb2.StepBatch, Optional[np.ndarray], dict]:
+        """This step's message (a copy of the template with each tensor's data bytes set), and its acting
+        flags and legal masks as [E, S, ...] arrays for checking the answer; ValueError naming a bad input."""
+        spec, slots, one = self.spec, self._slots, self.spec.num_seats == 1
         arrays = spec.observation.arrays()
         missing = [k for k in arrays if k not in observation]
         if missing or len(observation) != len(arrays):
             raise ValueError(f"observation must hold exactly {list(arrays)}, got {sorted(observation)}")
-        terminated = _with_seats("terminated", terminated, (spec.num_envs,), bool, False)
-        truncated = _with_seats("truncated", truncated, (spec.num_envs,), bool, False)
-        count = int((truncated & ~terminated).sum())
-        final = {}
+        masked = [h.name for h in spec.action.discrete if h.has_legal_mask]
+        if sorted(legal_mask) != sorted(masked):
+            raise ValueError(f"legal_mask must hold one mask per head that declares one {masked}, "
+                             f"got {sorted(legal_mask)}")
+        message = env_pb2.StepBatch()
+        message.CopyFrom(self._template)  # a fresh message each step, as WorkerClient says why
+        for item in message.observation:
+            item.tensor.data = slots[f"observation/{item.name}"].encode(observation[item.name])
+        message.reward.data = slots["reward"].encode(reward)
+        ended = [_with_seats(name, flags, (spec.num_envs,), bool, False)
+                 for name, flags in (("terminated", terminated), ("truncated", truncated))]
+        message.terminated.data, message.truncated.data = ended[0].tobytes(), ended[1].tobytes()
+        legal = {}
+        for item in message.legal_mask:
+            legal[item.name] = _with_seats(f"legal_mask[{item.name!r}]", legal_mask[item.name],
+                                           slots[f"legal_mask/{item.name}"].shape, bool, one)
+            item.tensor.data = legal[item.name].tobytes()
+        if acting is not None:
+            acting = _with_seats("acting", acting, slots["acting"].shape, bool, one)
+            encode_tensor(acting, message.acting)
+        for item in message.episode_stats:
+            stat = episode_stats.get(item.name)
+            item.tensor.data = slots[f"episode_stats/{item.name}"].encode(
+                np.zeros(slots["reward"].shape, np.float32) if stat is None else stat)
+        count = int((ended[1] & ~ended[0]).sum())
         if count:
             if sorted(final_observation) != sorted(arrays):
                 raise ValueError(f"{count} envs are truncated: final_observation must hold {list(arrays)}, got "
                                  f"{sorted(final_observation)}")
-            final = {k: _with_seats(f"final_observation[{k!r}]", final_observation[k], (count, spec.num_seats) + s,
-                                    d, one) for k, (s, d) in arrays.items()}
-        masked = [h for h in spec.action.discrete if h.has_legal_mask]
-        if sorted(legal_mask) != sorted(h.name for h in masked):
-            raise ValueError(f"legal_mask must hold one mask per head that declares one {[h.name for h in masked]}, "
-                             f"got {sorted(legal_mask)}")
-        return StructuredStepBatch(
-            session_id=self.session_id, sequence=self._sequence,
-            observation={k: _with_seats(f"observation[{k!r}]", observation[k], agents + s, d, one)
-                         for k, (s, d) in arrays.items()},
-            reward=_with_seats("reward", reward, agents, np.float32, one), terminated=terminated, truncated=truncated,
-            legal_mask={h.name: _with_seats(f"legal_mask[{h.name!r}]", legal_mask[h.name], agents + (h.num_actions,),
-                                            bool, one) for h in masked},
-            acting=None if acting is None else _with_seats("acting", acting, agents, bool, one),
-            final_observation=final,
-            episode_stats={n: _with_seats(f"episode_stats[{n!r}]", (episode_stats or {}).get(n, np.zeros(agents)),
-                                          agents, np.float32, one) for n in spec.episode_stats},
-        )
+            codec_v2.encode_named({k: _with_seats(f"final_observation[{k!r}]", final_observation[k],
+                                                  (count, spec.num_seats) + s, d, one)
+                                   for k, (s, d) in arrays.items()}, message.final_observation)
+        return message, acting, legal
 
-    def _check_structured_reply(self, reply: env_pb2.ActionBatch, step: StructuredStepBatch) -> dict:
+    def _check_structured_reply(self, reply: env_pb2.ActionBatch, acting: Optional[np.ndarray], legal: dict) -> dict:
         """The reply's actions, or ConnectionLost (after dropping the stream) if the host answered nonsense."""
         try:
             if reply.sequence != self._sequence:
                 raise ProtocolError(FAILED_PRECONDITION, f"host answered sequence {reply.sequence} to step "
                                     f"{self._sequence}")
             actions = codec_v2.decode_actions(reply).action
-            check_structured_actions(self.spec, actions, step.acting, step.legal_mask)
+            check_structured_actions(self.spec, actions, acting, legal)
         except ProtocolError as error:
             self._teardown()
             raise ConnectionLost(f"bad answer from host: {error.message}") from None
@@ -168,7 +196,12 @@ class StructuredWorkerClient(WorkerClient):
                 f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is up to {largest} bytes, but "
                 f"the host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
                 "use fewer envs per worker or raise the limits", "handshake")
+        self._set_template(reply.session_id)
         self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+
+    def _set_template(self, session_id: str) -> None:
+        """The message each step copies: every named tensor's dtype and shape set, no data."""
+        self._template = _without_data(codec_v2.encode_step(zero_structured_step(self.spec, session_id)))
 
     def _largest_step(self, session_id: str) -> StructuredStepBatch:
         """A step with every optional part present: acting, and every env truncated (final observations)."""
@@ -177,3 +210,13 @@ class StructuredWorkerClient(WorkerClient):
         step.final_observation = dict(step.observation)
         return step
 
+
+
+def _without_data(message: env_pb2.StepBatch) -> env_pb2.StepBatch:
+    """`message` with every tensor's data bytes cleared: the names, dtypes and shapes each step copies."""
+    for tensor in (message.reward, message.terminated, message.truncated):
+        tensor.data = b""
+    for field in (message.observation, message.legal_mask, message.episode_stats):
+        for item in field:
+            item.tensor.data = b""
+    return message

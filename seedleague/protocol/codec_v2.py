@@ -99,7 +99,8 @@ def encode_handshake(spec: StructuredEnvSpec, worker_name: str,
 # --- steps and actions -----------------------------------------------------------------------------
 
 
-def _encode_named(arrays: dict, out, dtypes: dict | None = None) -> None:
+def encode_named(arrays: dict, out, dtypes: dict | None = None) -> None:
+    """{name: array} -> repeated NamedTensor `out`, in the dict's order."""
     for key, array in arrays.items():
         array = np.asarray(array) if dtypes is None else np.asarray(array, dtypes[key])
         encode_tensor(array, out.add(name=key).tensor)
@@ -119,15 +120,15 @@ def _decode_named(field: str, items: Iterable[pb.NamedTensor]) -> dict:
 
 def encode_step(step: StructuredStepBatch) -> pb.StepBatch:
     message = pb.StepBatch(session_id=step.session_id, sequence=step.sequence)
-    _encode_named(step.observation, message.observation)
+    encode_named(step.observation, message.observation)
     encode_tensor(np.asarray(step.reward, np.float32), message.reward)
     encode_tensor(np.asarray(step.terminated, bool), message.terminated)
     encode_tensor(np.asarray(step.truncated, bool), message.truncated)
-    _encode_named({k: np.asarray(v, bool) for k, v in step.legal_mask.items()}, message.legal_mask)
+    encode_named({k: np.asarray(v, bool) for k, v in step.legal_mask.items()}, message.legal_mask)
     if step.acting is not None:
         encode_tensor(np.asarray(step.acting, bool), message.acting)
-    _encode_named(step.final_observation, message.final_observation)
-    _encode_named({k: np.asarray(v, np.float32) for k, v in step.episode_stats.items()}, message.episode_stats)
+    encode_named(step.final_observation, message.final_observation)
+    encode_named({k: np.asarray(v, np.float32) for k, v in step.episode_stats.items()}, message.episode_stats)
     return message
 
 

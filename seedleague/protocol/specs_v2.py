@@ -174,6 +174,8 @@ def zero_structured_step(spec: StructuredEnvSpec, session_id: str = "", sequence
 
 
 def _expect_names(field: str, got: dict, expected: list[str]) -> None:
+    if len(got) == len(expected) and all(k in got for k in expected):
+        return
     missing, extra = [k for k in expected if k not in got], sorted(k for k in got if k not in expected)
     if missing:
         raise ProtocolError(INVALID_ARGUMENT, f"{field} tensor {missing[0]!r} is missing (the spec declares "
@@ -194,6 +196,8 @@ def _expect_arrays(field: str, arrays: dict, spec: StructuredEnvSpec, leading: t
 def _check_legal(spec: StructuredEnvSpec, step: StructuredStepBatch, agents: tuple[int, int]) -> None:
     masked = [h for h in spec.action.discrete if h.has_legal_mask]
     _expect_names("legal_mask", step.legal_mask, [h.name for h in masked])
+    if not masked:
+        return
     acting = step.acting if step.acting is not None else np.ones(agents, bool)
     for head in masked:
         mask = step.legal_mask[head.name]

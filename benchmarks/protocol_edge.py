@@ -1,0 +1,106 @@
+"""CPU per message at the protocol's edge, v1 against v2, for a v1-shaped workload (no sockets, no env, no model).
+
+    python -m benchmarks.protocol_edge                   # CartPole-shaped, 16, 64 and 256 envs per message
+    python -m benchmarks.protocol_edge --envs 64 --repeats 9
+
+What a message costs the two processes apart from gRPC, the env and the forward pass, which
+are the same for both versions:
+- the worker: the SDK's `step` (seedleague.protocol.client / client_v2) building, checking and
+  serialising the StepBatch, then parsing, decoding and checking the host's ActionBatch;
+- the host: parsing and decoding the StepBatch, checking it against the spec, for v2 the
+  translation of a v1-shaped session onto the v1 model (seedleague.host.structured), and
+  encoding and serialising the answer.
+The client's stream is replaced by the host's half, in the same thread, so one loop runs both.
+Each repeat times `--messages` messages of each version, alternating v1 and v2; the table gives
+medians. The throughput benchmark (`benchmarks/throughput.py --protocols 1,2`) measures the
+same difference end to end, where the env, gRPC and the machine's load add their noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from seedleague.host import structured
+from seedleague.protocol import codec, codec_v2
+from seedleague.protocol.client import ClientConfig, WorkerClient
+from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.specs import ActionBatch, EnvSpec, check_step
+from seedleague.protocol.specs_v2 import check_structured_step, structured_of_v1
+from seedleague.v1 import env_pb2 as pb1
+from seedleague.v2 import env_pb2 as pb2
+
+
+def host_v1(spec: EnvSpec, actions: np.ndarray):
+    def answer(message):
+        step = codec.decode_step(pb1.StepBatch.FromString(message.SerializeToString()))
+        check_step(spec, step)
+        reply = codec.encode_actions(ActionBatch(step.sequence, actions, 0))
+        return pb1.ActionBatch.FromString(reply.SerializeToString())
+    return answer
+
+
+def host_v2(spec, actions: np.ndarray):
+    def answer(message):
+        step = codec_v2.decode_step(pb2.StepBatch.FromString(message.SerializeToString()))
+        check_structured_step(spec, step)
+        v1 = structured.as_v1_step(step, spec)
+        reply = codec_v2.encode_actions(structured.as_structured_actions(ActionBatch(v1.sequence, actions, 0), spec))
+        return pb2.ActionBatch.FromString(reply.SerializeToString())
+    return answer
+
+
+def wired(client: WorkerClient, host) -> WorkerClient:
+    """`client` as connected, its stream answered by `host` in this thread."""
+    client.session_id = "bench"
+    client._set_template("bench")
+    client._call = object()
+
+    def exchange(call, pending, message):
+        message.sequence = client._sequence
+        return host(message)
+
+    client._exchange = exchange
+    return client
+
+
+def measure(envs: int, messages: int, repeats: int) -> dict:
+    spec = EnvSpec("CartPole-v1", (4,), np.float32, 2, envs)
+    spec2 = structured_of_v1(spec)
+    actions = np.zeros((envs, 1), np.int32)
+    v1 = wired(WorkerClient(ClientConfig("127.0.0.1:1"), spec), host_v1(spec, actions))
+    v2 = wired(StructuredWorkerClient(ClientConfig("127.0.0.1:1"), spec2), host_v2(spec2, actions))
+    observation, reward, ended = np.zeros((envs, 4), np.float32), np.zeros(envs, np.float32), np.zeros(envs, bool)
+    name = spec2.observation.tensors[0].name
+    steps = {1: lambda: v1.step(observation, reward, ended, ended),
+             2: lambda: v2.step({name: observation}, reward, ended, ended)}
+    for step in steps.values():
+        for _ in range(200):
+            step()
+    times = {1: [], 2: []}
+    for _ in range(repeats):
+        for version, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(messages):
+                step()
+            times[version].append((time.perf_counter() - start) / messages * 1e6)
+    return {version: statistics.median(values) for version, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", default="16,64,256", help="comma-separated envs per message")
+    parser.add_argument("--messages", type=int, default=2000, help="messages per version per repeat")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    print("| envs/message | v1 µs/message | v2 µs/message | v2 - v1 |\n|---:|---:|---:|---:|")
+    for envs in (int(e) for e in args.envs.split(",")):
+        median = measure(envs, args.messages, args.repeats)
+        print(f"| {envs} | {median[1]:.1f} | {median[2]:.1f} | {median[2] - median[1]:+.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

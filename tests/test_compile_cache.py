@@ -1,0 +1,49 @@
+"""seedleague.compile_cache: where the persistent compilation cache lives, and that a second process reuses it."""
+
+import os
+import subprocess
+import sys
+
+from seedleague import compile_cache
+
+
+def test_the_cache_directory_follows_the_environment(tmp_path):
+    home = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert compile_cache.directory(home) == str(tmp_path / "xdg" / "seedleague" / "jax")
+    assert compile_cache.directory({**home, "SEEDLEAGUE_COMPILE_CACHE": str(tmp_path / "mine")}) == str(tmp_path / "mine")
+    assert compile_cache.directory({**home, "SEEDLEAGUE_COMPILE_CACHE": "off"}) is None
+    # JAX's own variable wins, so the test suite's per-run cache is the one a `seedleague train` child uses
+    assert compile_cache.directory({"JAX_COMPILATION_CACHE_DIR": "/x", "SEEDLEAGUE_COMPILE_CACHE": "off"}) == "/x"
+
+
+COMPILE = """
+import sys
+import jax, jax.numpy as jnp
+from seedleague import compile_cache
+print(compile_cache.enable())
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((8, 8))).block_until_ready()
+"""
+
+
+def _run(env) -> str:
+    done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_second_process_finds_what_the_first_compiled(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["SEEDLEAGUE_COMPILE_CACHE"] = str(tmp_path / "cache")
+    assert _run(env) == str(tmp_path / "cache")
+    entries = sorted(os.listdir(tmp_path / "cache"))
+    assert entries, "the first process wrote nothing to the cache"
+    _run(env)
+    assert sorted(os.listdir(tmp_path / "cache")) == entries  # the same computation: found, not written again
+
+
+def test_off_leaves_no_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env.update(SEEDLEAGUE_COMPILE_CACHE="off", XDG_CACHE_HOME=str(tmp_path))
+    assert _run(env) == "None"
+    assert not (tmp_path / "seedleague").exists()
