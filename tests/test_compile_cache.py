@@ -42,8 +42,17 @@ def test_a_second_process_finds_what_the_first_compiled(tmp_path):
     assert sorted(os.listdir(tmp_path / "cache")) == entries  # the same computation: found, not written again
 
 
-def test_off_leaves_no_cache(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env.update(SEEDLEAGUE_COMPILE_CACHE="off", XDG_CACHE_HOME=str(tmp_path))
-    assert _run(env) == "None"
-    assert not (tmp_path / "seedleague").exists()
+def test_off_turns_nothing_on_and_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("SEEDLEAGUE_COMPILE_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_cache.enable() is None
+    assert "JAX_COMPILATION_CACHE_DIR" not in os.environ and not (tmp_path / "seedleague").exists()
+
+
+def test_an_unusable_directory_leaves_the_cache_off_and_says_why(tmp_path, monkeypatch, caplog):
+    (tmp_path / "file").write_text("")
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("SEEDLEAGUE_COMPILE_CACHE", str(tmp_path / "file" / "cache"))  # under a file: cannot exist
+    assert compile_cache.enable() is None
+    assert "no compilation cache" in caplog.text and "SEEDLEAGUE_COMPILE_CACHE" in caplog.text
