@@ -102,8 +102,9 @@ def python_sdk_status_rule() -> dict[str, list[str]]:
     return {c.name: [sdk(c, "handshake"), sdk(c, "stream")] for c in grpc.StatusCode if c != grpc.StatusCode.OK}
 
 
-def _serve_small_host():
-    host = Host(SMALL_HOST, Metrics())
+def serve_host(config: HostConfig = SMALL_HOST):
+    """(host, server) for a Host of `config` on a loopback port, stopped when the generator closes."""
+    host = Host(config, Metrics())
     server = ServerThread(host).start()
     yield host, server
     server.stop()
@@ -113,13 +114,13 @@ def _serve_small_host():
 @pytest.fixture
 def host_server():
     """(host, server) for a small MLP host; stopped after the test."""
-    yield from _serve_small_host()
+    yield from serve_host()
 
 
 @pytest.fixture(scope="module")
 def shared_host_server():
     """Like host_server, shared by a module's tests (each test counts replay inserts as deltas)."""
-    yield from _serve_small_host()
+    yield from serve_host()
 
 
 @pytest.fixture

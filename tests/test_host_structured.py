@@ -12,6 +12,8 @@ import grpc
 import numpy as np
 import pytest
 
+from conftest import serve_host
+
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host import structured
 from seedleague.host.host import Host, HostConfig
@@ -41,11 +43,7 @@ SPEC = StructuredEnvSpec(
 
 @pytest.fixture
 def served():
-    host = Host(CONFIG, Metrics())
-    server = ServerThread(host).start()
-    yield host, server
-    server.stop()
-    host.stop()
+    yield from serve_host(CONFIG)
 
 
 def _wait(predicate, timeout_s: float = 60.0) -> bool:

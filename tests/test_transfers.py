@@ -11,18 +11,15 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import RawWorker, vector_spec
-from seedleague.host.host import Host
+from conftest import RawWorker, serve_host, vector_spec
 from seedleague.host.policy import InferencePolicy, stack_params
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.transfers import TransferCounts, Transfers
-from seedleague.metrics import Metrics
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import StructuredWorkerClient
 from seedleague.protocol.specs_v2 import zero_structured_step
 from seedleague.rl.networks import NetworkConfig, make_network
 from seedleague.rl.structured_network import StructuredNetwork
-from seedleague.testing.server_thread import ServerThread
 from test_replay import rows
 
 
@@ -120,11 +117,7 @@ def structured_host_server():
     """(host, server) for the protocol v2 host of tests/test_host_structured.py (named tensors, two heads)."""
     from test_host_structured import CONFIG
 
-    host = Host(CONFIG, Metrics())
-    server = ServerThread(host).start()
-    yield host, server
-    server.stop()
-    host.stop()
+    yield from serve_host(CONFIG)
 
 
 def _vector_worker(address: str):
