@@ -151,6 +151,11 @@ def test_bad_actions_from_the_host_are_replaced_or_refused_as_on_v1(worker_binar
         result = run_worker(server.address)
     assert result.returncode == 2 and "action holds heads ['col'], expected exactly ['column']" in result.stderr, \
         result.stderr
+    backend = Recorder(lambda step, action: {"column": action["column"].astype(np.float32)})
+    with ServerThread(backend) as server:
+        result = run_worker(server.address)
+    assert result.returncode == 2 and "action head 'column' has dtype FLOAT32, shape [8, 2] and 64 bytes, expected " \
+        "INT32 [8, 2]" in result.stderr, result.stderr
 
 
 def test_a_host_without_v2_gets_protocol_1(worker_binary):

@@ -358,7 +358,9 @@ const std::string* ActionBytes(const Tensor& a, DType int32, int num_envs, const
   if (a.dtype() == int32 && shaped && a.data().size() == want) return &a.data();
   std::ostringstream shape;
   for (int i = 0; i < a.shape_size(); ++i) shape << (i ? ", " : "") << a.shape(i);
-  *problem = name + " has dtype " + std::to_string(static_cast<int>(a.dtype())) + ", shape [" + shape.str() +
+  std::string dtype = pb1::DType_Name(static_cast<pb1::DType>(a.dtype()));  // both versions number DType alike
+  if (dtype.empty()) dtype = std::to_string(static_cast<int>(a.dtype()));
+  *problem = name + " has dtype " + dtype + ", shape [" + shape.str() +
              "] and " + std::to_string(a.data().size()) + " bytes, expected INT32 [" + std::to_string(num_envs) +
              ", 2]";
   return nullptr;
