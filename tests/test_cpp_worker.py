@@ -33,7 +33,7 @@ from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
 from seedleague.protocol.specs_v2 import (ActionSpec, DiscreteHead, ObservationSpec, StructuredActionBatch,
                                           StructuredEnvSpec, TensorSpec)
-from seedleague import progress
+from seedleague import checkpoint_meta, progress
 from seedleague.api import PolicySpec, load_trained
 from seedleague.cli import main
 from seedleague.security import ClientSecurity, ServerSecurity
@@ -212,7 +212,10 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     assert worker_alive_after_host, logs
     assert worker_rc == 0, logs
     assert f"protocol {1 if protocol else 2})" in worker_log.read_text(), logs  # "connected to ... (..., protocol N)"
-    # Either way the host runs the game on its v1 model (one tensor, one discrete head: specs_v2.v1_model_of).
+    # Either way the host runs the game on its v1 model (one tensor, one discrete head: specs_v2.v1_model_of):
+    # its checkpoints record the v1 spec, and the run's output is a v1 policy.
+    spec = checkpoint_meta.read(str(run_dir / "checkpoints")).spec
+    assert isinstance(spec, EnvSpec) and (spec.observation_shape, spec.num_actions) == ((2, 6, 7), 7), spec
     trained = load_trained(str(run_dir))
     assert trained.spec == PolicySpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7), trained.spec
 
