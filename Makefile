@@ -76,10 +76,10 @@ cpp-deps:
 
 CPP_BUILD := build/cpp
 CPP_GEN   := $(CPP_BUILD)/gen
-CPP_PROTO := proto/seedleague/v1/env.proto
-CPP_SRCS  := $(CPP_GEN)/seedleague/v1/env.pb.cc $(CPP_GEN)/seedleague/v1/env.grpc.pb.cc
+CPP_PROTO := proto/seedleague/v1/env.proto proto/seedleague/v2/env.proto
+CPP_SRCS  := $(foreach v,v1 v2,$(CPP_GEN)/seedleague/$(v)/env.pb.cc $(CPP_GEN)/seedleague/$(v)/env.grpc.pb.cc)
 
-## cpp-worker: the Connect Four C++ env worker, build/cpp/connect_four_worker.
+## cpp-worker: the Connect Four C++ env worker, build/cpp/connect_four_worker (protocol v2, and v1 with --protocol 1).
 cpp-worker: $(CPP_BUILD)/connect_four_worker
 
 $(CPP_SRCS) &: $(CPP_PROTO) | cpp-deps

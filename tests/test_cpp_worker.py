@@ -1,5 +1,7 @@
 """The C++ Connect Four worker (envs/cpp/) against check-worker, a training host, TLS hosts and a league run
-started by `seedleague train --worker-cmd`, as real processes.
+started by `seedleague train --worker-cmd`, as real processes. It speaks protocol v2 by default (a named board
+tensor, a legal-masked column head, two teams of one, episode stats), protocol v1 with `--protocol 1` and
+against a host that has no v2 service.
 
 Builds build/cpp/connect_four_worker with `make cpp-worker` once; a failed build fails
 every test here with the build output (install the toolchain with `make cpp-deps`).
@@ -25,15 +27,20 @@ import pytest
 from conftest import RawWorker
 from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role, Standing
+from seedleague.grpc_server import ThreadedServer
+from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague import progress
-from seedleague.api import load_trained
+from seedleague.protocol.specs_v2 import (ActionSpec, DiscreteHead, ObservationSpec, StructuredActionBatch,
+                                          StructuredEnvSpec, TensorSpec)
+from seedleague import checkpoint_meta, progress
+from seedleague.api import PolicySpec, load_trained
 from seedleague.cli import main
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from test_e2e import summary
+from test_protocol_v2 import _v1_handlers
 from test_security import _make_certificate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,18 +66,118 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_check_worker_passes_every_check(worker_binary):
+# What the worker declares on protocol v2: exactly v1's game, named, with teams and stats.
+SPEC_V2 = StructuredEnvSpec(
+    "ConnectFour-cpp", ObservationSpec((TensorSpec("board", (2, 6, 7), np.float32),)),
+    ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),)), num_envs=8, num_seats=2,
+    episode_stats=("win", "moves"), seat_team=(0, 1))
+
+
+@pytest.mark.parametrize("protocol", [[], ["--protocol", "1"]], ids=["v2", "v1"])
+def test_check_worker_passes_every_check(worker_binary, protocol):
     result = subprocess.run(
-        SEEDLEAGUE + ["check-worker", "--", worker_binary, "--address", "{address}", "--num-envs", "4"],
+        SEEDLEAGUE + ["check-worker", "--", worker_binary, "--address", "{address}", "--num-envs", "4", *protocol],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert "all 8 checks passed" in out, out[-4000:]
     assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+    version = "v1" if protocol else "v2"
+    assert f"PASS handshake: protocol {version}," in out, out[-4000:]
 
 
-def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path):
+class Recorder(FakeBackend):
+    """A fake host that keeps every step it accepted and can replace its answers (`answer(step, actions)`)."""
+
+    def __init__(self, answer=None):
+        super().__init__()
+        self.steps, self._answer = [], answer
+
+    async def step(self, step):
+        actions = await super().step(step)
+        self.steps.append(step)
+        if self._answer is not None and isinstance(actions, StructuredActionBatch):
+            actions.action = self._answer(step, actions.action)
+        return actions
+
+
+def run_worker(address: str, *flags: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([BINARY, "--address", address, "--num-envs", "8", "--seed", "3", *flags],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_v2_steps_carry_the_named_board_the_column_mask_and_each_finished_games_stats(worker_binary):
+    backend = Recorder()
+    with ServerThread(backend) as server:
+        result = run_worker(server.address, "--max-steps", "1600")
+    assert result.returncode == 0 and "1600 env steps" in result.stderr, result.stderr
+    assert "protocol 2" in result.stderr and not backend.violations, (result.stderr, backend.violations)
+    assert backend.sessions[0].spec == SPEC_V2
+    ended_games = 0
+    for step in backend.steps[1:]:  # the first step of a stream only carries first observations
+        board, mask = step.observation["board"], step.legal_mask["column"]
+        assert not step.truncated.any() and not step.final_observation  # Connect Four is never cut off
+        np.testing.assert_array_equal(mask, board[:, :, :, 5, :].sum(axis=2) == 0)  # columns whose top is empty
+        np.testing.assert_array_equal(step.acting.sum(axis=1), 1)  # one seat to move
+        win, moves, reward = step.episode_stats["win"], step.episode_stats["moves"], step.reward
+        ended = step.terminated
+        np.testing.assert_array_equal(win[ended], (reward[ended] > 0).astype(np.float32))
+        np.testing.assert_array_equal(reward[ended].sum(axis=1), 0)  # zero-sum: +1/-1, or a 0/0 draw
+        assert ((moves[ended] >= 7) & (moves[ended] <= 42)).all() and (moves[ended, 0] == moves[ended, 1]).all()
+        draws = ended & (reward[:, 0] == 0)
+        assert (moves[draws] == 42).all()  # a draw is a full board
+        assert not win[~ended].any() and not moves[~ended].any()  # stats only where a game ends
+        assert not board[ended].any()  # same-step autoreset: the new game's empty board
+        ended_games += int(ended.sum())
+    assert ended_games >= 20, ended_games
+
+
+def test_bad_actions_from_the_host_are_replaced_or_refused_as_on_v1(worker_binary):
+    # Out of range (-1, 7) and full columns (always 0) are not legal: the worker plays the first legal column.
+    def out_of_range(step, action):
+        return {"column": np.full_like(action["column"], -1 if step.sequence % 2 else 7)}
+
+    for answer in (out_of_range, lambda step, action: {"column": np.zeros_like(action["column"])}):
+        backend = Recorder(answer)
+        with ServerThread(backend) as server:
+            result = run_worker(server.address, "--max-steps", "800")
+        assert result.returncode == 0 and "800 env steps" in result.stderr, result.stderr
+        assert "illegal action(s); played the first legal column" in result.stderr, result.stderr
+        assert backend.sessions[0].episodes > 0 and not backend.violations
+    # An answer that is not the declared head is a broken host: the worker says what it got and exits 2.
+    backend = Recorder(lambda step, action: {"col": action["column"]})
+    with ServerThread(backend) as server:
+        result = run_worker(server.address)
+    assert result.returncode == 2 and "action holds heads ['col'], expected exactly ['column']" in result.stderr, \
+        result.stderr
+    backend = Recorder(lambda step, action: {"column": action["column"].astype(np.float32)})
+    with ServerThread(backend) as server:
+        result = run_worker(server.address)
+    assert result.returncode == 2 and "action head 'column' has dtype FLOAT32, shape [8, 2] and 64 bytes, expected " \
+        "INT32 [8, 2]" in result.stderr, result.stderr
+
+
+def test_a_host_without_v2_gets_protocol_1(worker_binary):
+    backend = FakeBackend()
+    servicer = EnvServicer(backend)
+    only_v1 = lambda server: server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        SERVICE_NAME, _v1_handlers(servicer)),))
+    with ThreadedServer("127.0.0.1:0", lambda: [only_v1], [SERVICE_NAME], 2**20) as server:
+        result = run_worker(server.address, "--max-steps", "80")
+    assert result.returncode == 0 and "80 env steps" in result.stderr, result.stderr
+    assert "no protocol 2 service (UNIMPLEMENTED); speaking protocol 1" in result.stderr, result.stderr
+    assert [s.spec for s in backend.sessions] == [EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True)]
+    assert "0 reconnects" in result.stderr and not backend.violations
+
+
+def test_a_bad_protocol_flag_exits_2_naming_it(worker_binary):
+    result = run_worker("127.0.0.1:1", "--protocol", "3")
+    assert result.returncode == 2 and "--protocol must be 1 or 2, got 3" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("protocol", [[], ["--protocol", "1"]], ids=["v2", "v1"])
+def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     port = free_port()
     run_dir = tmp_path / "run"
     host_log, worker_log = tmp_path / "host.log", tmp_path / "worker.log"
@@ -82,7 +189,7 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path):
     )
     # The worker retries with backoff until the host listens, so no need to wait for it.
     worker = subprocess.Popen(
-        [worker_binary, "--address", f"127.0.0.1:{port}", "--num-envs", "8", "--seed", "1"],
+        [worker_binary, "--address", f"127.0.0.1:{port}", "--num-envs", "8", "--seed", "1", *protocol],
         cwd=ROOT, stdout=open(worker_log, "w"), stderr=subprocess.STDOUT,
     )
     try:
@@ -104,7 +211,13 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path):
     # A lost host means reconnect attempts, not an exit; SIGTERM then exits 0.
     assert worker_alive_after_host, logs
     assert worker_rc == 0, logs
-    assert "connected to" in worker_log.read_text(), logs
+    assert f"protocol {1 if protocol else 2})" in worker_log.read_text(), logs  # "connected to ... (..., protocol N)"
+    # Either way the host runs the game on its v1 model (one tensor, one discrete head: specs_v2.v1_model_of):
+    # its checkpoints record the v1 spec, and the run's output is a v1 policy.
+    spec = checkpoint_meta.read(str(run_dir / "checkpoints")).spec
+    assert isinstance(spec, EnvSpec) and (spec.observation_shape, spec.num_actions) == ((2, 6, 7), 7), spec
+    trained = load_trained(str(run_dir))
+    assert trained.spec == PolicySpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7), trained.spec
 
 
 def wait_listening(port, timeout=20.0):
@@ -262,8 +375,16 @@ def rated_snapshots(standings) -> list:
 
 def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapshots(league_run):
     run_dir, output = league_run
-    assert "'ConnectFour-cpp', observation [2, 6, 7] float32, 7 actions, 2 seat(s), 16 envs" in output, output[-4000:]
-    assert load_trained(run_dir).network_config.torso == "board"  # [C, H, W] planes: the convolutional torso
+    assert ("'ConnectFour-cpp' (protocol v2): observation {board float32[2x6x7]}, action {column discrete(7, legal "
+            "mask)}, 16 envs x 2 seats, stats ['win', 'moves'], teams [0, 1]") in output, output[-4000:]
+    # One tensor and one discrete head: the host trains it on the v1 model, the board torso for [C, H, W] planes.
+    trained = load_trained(run_dir)
+    assert trained.network_config.torso == "board" and isinstance(trained.spec, PolicySpec), trained.spec
+    ticks = progress.read(str(run_dir))
+    # The worker's episode stats reach the host's metrics: each seat wins at most half of the games, draws none.
+    wins = [tick["episode_stats/win"] for tick in ticks if "episode_stats/win" in tick]
+    moves = [tick["episode_stats/moves"] for tick in ticks if "episode_stats/moves" in tick]
+    assert wins and all(0 <= w <= 0.5 for w in wins) and moves and all(7 <= m <= 42 for m in moves), ticks[-1]
     result = summary(run_dir)
     assert result["reason"] == "interrupted", output[-4000:]
     assert result["worker_restarts"] == 0 and result["league_games"] > 0, output[-4000:]
@@ -276,7 +397,7 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
 
 def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
     """The run's output, exported to ONNX, picks the same greedy actions in onnxruntime as `seedleague serve`
-    answers over gRPC for the same boards and legal masks."""
+    answers over gRPC for the same boards and legal masks; the v2 worker plays against that served output."""
     run_dir, _ = league_run
     port = free_port()
     serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", str(run_dir), "--address", f"127.0.0.1:{port}",
@@ -298,6 +419,10 @@ def test_the_runs_exported_onnx_acts_as_its_served_policy(league_run, tmp_path):
         step.session_id = worker.session_id
         served = codec.decode_actions(worker.send(codec.encode_step(step))).action
         worker.close()
+        # The worker itself, on protocol v2, plays against the served (v1-model) output.
+        played = run_worker(f"127.0.0.1:{port}", "--max-steps", "160", timeout=60)
+        assert played.returncode == 0 and "160 env steps" in played.stderr, played.stderr
+        assert "protocol 2" in played.stderr and "illegal" not in played.stderr, played.stderr
     finally:
         serve.terminate()
         serve.wait(timeout=60)

@@ -255,3 +255,21 @@ def test_a_v1_shaped_spec_is_v1_unless_it_declares_stats_or_teams_of_several_sea
     assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, seat_team=(0, 1))) is not None
     assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 4, seat_team=(0, 0, 1, 1))) is None
     assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, episode_stats=("win",))) is None
+
+
+def test_a_fake_host_with_a_model_shape_takes_a_v1_shaped_spec_with_stats_and_teams_as_the_host_does():
+    from seedleague.protocol.errors import FAILED_PRECONDITION
+    from seedleague.testing.fakes import FakeHostConfig
+
+    board = ObservationSpec((TensorSpec("board", (2, 6, 7), np.float32),))
+    column = ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),))
+    backend = FakeBackend(FakeHostConfig(observation_shape=(2, 6, 7), num_actions=7))
+    with_stats = StructuredEnvSpec("c4", board, column, 2, 2, episode_stats=("win",), seat_team=(0, 1))
+    assert backend.open_session(with_stats, "w")  # the host runs it on the v1 model (specs_v2.v1_model_of)
+    two_heads = ActionSpec(column.heads + (DiscreteHead("pass", 2),))
+    with pytest.raises(ProtocolError) as refused:
+        backend.open_session(StructuredEnvSpec("c4", board, two_heads, 2, 2), "w")
+    assert refused.value.code == FAILED_PRECONDITION and "1 tensors and 2 heads" in refused.value.message
+    with pytest.raises(ProtocolError) as refused:
+        backend.open_session(StructuredEnvSpec("c4", board, ActionSpec((DiscreteHead("column", 6),)), 2, 2), "w")
+    assert "6 actions do not fit the model's 7" in refused.value.message

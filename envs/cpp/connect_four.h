@@ -30,6 +30,7 @@ class Game {
   }
 
   int to_move() const { return to_move_; }
+  int moves() const { return moves_; }  // stones played in this game so far (both seats)
   bool Legal(int col) const { return col >= 0 && col < kCols && heights_[col] < kRows; }
 
   // Drops the mover's stone in `col` (must be legal) and passes the turn.

@@ -2,8 +2,14 @@
 // two seats, turn-based, legal masks, same-step autoreset.
 //
 //   build/cpp/connect_four_worker --address 127.0.0.1:50051 [--num-envs 16]
-//       [--seed 0] [--max-steps 0]
+//       [--seed 0] [--max-steps 0] [--protocol 2]
 //       [--tls-ca host.pem [--tls-server-name NAME] [--tls-cert client.pem --tls-key client.key]]
+//
+// Protocol 2 (proto/seedleague/v2/env.proto, the default): the board as the named
+// tensor "board", one discrete head "column" with a legal mask, seats as two teams
+// of one, episode stats "win" and "moves". A host without the v2 service
+// (UNIMPLEMENTED) gets protocol 1 instead, as does --protocol 1
+// (proto/seedleague/v1/env.proto: the same game without names and stats).
 //
 // SEEDLEAGUE_TOKEN set => every RPC carries "authorization: Bearer <token>".
 // --tls-ca => TLS, trusting that CA (docs/protocol.md section 11); without it, plaintext.
@@ -35,18 +41,23 @@
 #include "connect_four.h"
 #include "seedleague/v1/env.grpc.pb.h"
 #include "seedleague/v1/env.pb.h"
+#include "seedleague/v2/env.grpc.pb.h"
+#include "seedleague/v2/env.pb.h"
 
 namespace {
 
-namespace pb = seedleague::v1;
+namespace pb1 = seedleague::v1;
+namespace pb2 = seedleague::v2;
 
 constexpr int kSeats = 2;
+constexpr char kEnvName[] = "ConnectFour-cpp";
 
 struct Flags {
   std::string address;
   int num_envs = 16;
   uint64_t seed = 0;
   int64_t max_steps = 0;
+  int protocol = 2;  // 1 or 2: the protocol version to handshake with
   double backoff_initial_s = 0.1;
   double backoff_max_s = 5.0;
   double connect_timeout_s = 10.0;
@@ -64,8 +75,11 @@ struct TlsFiles {
 void Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --address HOST:PORT [--num-envs N (16)] [--seed S (0)] "
-               "[--max-steps N (0 = unlimited)] [--backoff-initial S] [--backoff-max S] "
+               "[--max-steps N (0 = unlimited)] [--protocol 1|2 (2)] [--backoff-initial S] [--backoff-max S] "
                "[--connect-timeout S] [--tls-ca PEM] [--tls-server-name NAME] [--tls-cert PEM --tls-key PEM]\n"
+               "  --protocol 2            named tensors, a legal-masked head, teams, episode stats (default;\n"
+               "                          protocol 1 when the host has no v2 service)\n"
+               "  --protocol 1            the version-1 protocol only\n"
                "  --tls-ca PEM            trust this CA and connect with TLS (default: plaintext)\n"
                "  --tls-server-name NAME  name to check the host's certificate against (default: the address's host)\n"
                "  --tls-cert/--tls-key    client certificate and key, for a host or proxy that requires one\n",
@@ -107,6 +121,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       } else if (arg == "--max-steps") {
         if (!next(&v)) return false;
         flags->max_steps = std::stoll(v);
+      } else if (arg == "--protocol") {
+        if (!next(&v)) return false;
+        flags->protocol = std::stoi(v);
       } else if (arg == "--backoff-initial") {
         if (!next(&v)) return false;
         flags->backoff_initial_s = std::stod(v);
@@ -140,6 +157,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   if (flags->num_envs < 1 || flags->max_steps < 0 || flags->backoff_initial_s <= 0 ||
       flags->backoff_max_s < flags->backoff_initial_s || flags->connect_timeout_s <= 0) {
     std::fprintf(stderr, "bad flag values: need --num-envs >= 1, --max-steps >= 0, backoffs > 0\n");
+    return false;
+  }
+  if (flags->protocol != 1 && flags->protocol != 2) {
+    std::fprintf(stderr, "--protocol must be 1 or 2, got %d\n", flags->protocol);
     return false;
   }
   if (flags->tls_cert.empty() != flags->tls_key.empty()) {
@@ -224,16 +245,20 @@ class Envs {
     truncated_.assign(e, 0);
     mask_.assign(e * kSeats * c4::kCols, 0);
     acting_.assign(e * kSeats, 0);
+    win_.assign(e * kSeats, 0.0f);
+    moves_.assign(e * kSeats, 0.0f);
   }
 
   int num_envs() const { return static_cast<int>(games_.size()); }
 
-  // Fresh games everywhere; rewards and flags cleared.
+  // Fresh games everywhere; rewards, flags and stats cleared.
   void ResetAll() {
     for (int e = 0; e < num_envs(); ++e) ResetOne(e);
     std::fill(reward_.begin(), reward_.end(), 0.0f);
     std::fill(terminated_.begin(), terminated_.end(), 0);
     std::fill(truncated_.begin(), truncated_.end(), 0);
+    std::fill(win_.begin(), win_.end(), 0.0f);
+    std::fill(moves_.begin(), moves_.end(), 0.0f);
     Render();
   }
 
@@ -243,6 +268,8 @@ class Envs {
     int illegal = 0;
     std::fill(reward_.begin(), reward_.end(), 0.0f);
     std::fill(terminated_.begin(), terminated_.end(), 0);
+    std::fill(win_.begin(), win_.end(), 0.0f);  // stats count only where an episode ends
+    std::fill(moves_.begin(), moves_.end(), 0.0f);
     for (int e = 0; e < num_envs(); ++e) {
       c4::Game& g = games_[e];
       const int seat = g.to_move();
@@ -256,7 +283,9 @@ class Envs {
         if (r.winner >= 0) {
           reward_[e * kSeats + r.winner] = 1.0f;
           reward_[e * kSeats + (1 - r.winner)] = -1.0f;
+          win_[e * kSeats + r.winner] = 1.0f;
         }
+        for (int s = 0; s < kSeats; ++s) moves_[e * kSeats + s] = static_cast<float>(g.moves());
         terminated_[e] = 1;
         ++episodes_;
         ResetOne(e);  // same-step autoreset
@@ -272,6 +301,11 @@ class Envs {
   const std::vector<uint8_t>& truncated() const { return truncated_; }
   const std::vector<uint8_t>& mask() const { return mask_; }
   const std::vector<uint8_t>& acting() const { return acting_; }
+  // Episode stats [E, 2], set where this step's message ends an episode (0 elsewhere):
+  // win = 1 for the seat that won (0 for the loser and for both in a draw);
+  // moves = stones the game took, both seats' (7 to 42).
+  const std::vector<float>& win() const { return win_; }
+  const std::vector<float>& moves() const { return moves_; }
   uint64_t episodes() const { return episodes_; }
 
  private:
@@ -295,26 +329,189 @@ class Envs {
   std::vector<c4::Game> games_;
   std::vector<int> next_first_;
   std::mt19937_64 rng_;
-  std::vector<float> obs_, reward_;
+  std::vector<float> obs_, reward_, win_, moves_;
   std::vector<uint8_t> terminated_, truncated_, mask_, acting_;
   uint64_t episodes_ = 0;
 };
 
 // ------------------------------------------------------------------ tensors --
-void SetShape(pb::Tensor* t, pb::DType dtype, std::initializer_list<int64_t> shape) {
+// Tensor is pb1::Tensor or pb2::Tensor: the same fields in both versions.
+template <typename Tensor, typename DType>
+void SetShape(Tensor* t, DType dtype, std::initializer_list<int64_t> shape) {
   t->set_dtype(dtype);
   t->clear_shape();
   for (int64_t d : shape) t->add_shape(d);
 }
 
-template <typename T>
-void SetData(pb::Tensor* t, const std::vector<T>& v) {
+template <typename Tensor, typename T>
+void SetData(Tensor* t, const std::vector<T>& v) {
   // Little-endian host assumed (x86, ARM): the array's bytes are the wire bytes.
   t->set_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
+// The raw bytes of an INT32 [num_envs, 2] action tensor, or nullptr with `*problem` saying what it is instead.
+template <typename Tensor, typename DType>
+const std::string* ActionBytes(const Tensor& a, DType int32, int num_envs, const std::string& name,
+                               std::string* problem) {
+  const bool shaped = a.shape_size() == 2 && a.shape(0) == num_envs && a.shape(1) == kSeats;
+  const size_t want = static_cast<size_t>(num_envs) * kSeats * sizeof(int32_t);
+  if (a.dtype() == int32 && shaped && a.data().size() == want) return &a.data();
+  std::ostringstream shape;
+  for (int i = 0; i < a.shape_size(); ++i) shape << (i ? ", " : "") << a.shape(i);
+  std::string dtype = pb1::DType_Name(static_cast<pb1::DType>(a.dtype()));  // both versions number DType alike
+  if (dtype.empty()) dtype = std::to_string(static_cast<int>(a.dtype()));
+  *problem = name + " has dtype " + dtype + ", shape [" + shape.str() +
+             "] and " + std::to_string(a.data().size()) + " bytes, expected INT32 [" + std::to_string(num_envs) +
+             ", 2]";
+  return nullptr;
+}
+
+// ----------------------------------------------------------------- messages --
+// One protocol version's messages: the handshake request, the StepBatch rebuilt
+// in place every step (only the tensors' data changes), and the actions read
+// from an ActionBatch. Worker::Session is written once over either.
+
+// Version 1 (proto/seedleague/v1/env.proto): one observation tensor, one action tensor, no names.
+class V1Messages {
+ public:
+  using Service = pb1::EnvService;
+  using HandshakeResponse = pb1::HandshakeResponse;
+  using StepBatch = pb1::StepBatch;
+  using ActionBatch = pb1::ActionBatch;
+  static constexpr uint32_t kVersion = 1;
+
+  V1Messages(int num_envs, const std::string& worker_name) : num_envs_(num_envs) {
+    request_.set_protocol_version(kVersion);
+    request_.set_worker_name(worker_name);
+    pb1::EnvSpec* spec = request_.mutable_spec();
+    spec->set_env_name(kEnvName);
+    spec->mutable_observation()->set_dtype(pb1::FLOAT32);
+    // [planes, rows, cols]: [C, H, W] planes, so the host gives the game its convolutional board torso.
+    for (int64_t d : {c4::kPlanes, c4::kRows, c4::kCols}) spec->mutable_observation()->add_shape(d);
+    spec->mutable_action()->set_num_actions(c4::kCols);
+    spec->set_num_envs(num_envs);
+    spec->set_num_seats(kSeats);
+    spec->set_has_legal_mask(true);
+
+    const int64_t e = num_envs;
+    SetShape(batch_.mutable_observation(), pb1::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
+    SetShape(batch_.mutable_reward(), pb1::FLOAT32, {e, kSeats});
+    SetShape(batch_.mutable_terminated(), pb1::BOOL, {e});
+    SetShape(batch_.mutable_truncated(), pb1::BOOL, {e});
+    SetShape(batch_.mutable_legal_mask(), pb1::BOOL, {e, kSeats, c4::kCols});
+    SetShape(batch_.mutable_acting(), pb1::BOOL, {e, kSeats});
+  }
+
+  const pb1::HandshakeRequest& request() const { return request_; }
+  StepBatch& batch() { return batch_; }
+
+  void Fill(const Envs& envs, uint64_t seq) {
+    batch_.set_sequence(seq);
+    SetData(batch_.mutable_observation(), envs.obs());
+    SetData(batch_.mutable_reward(), envs.reward());
+    SetData(batch_.mutable_terminated(), envs.terminated());
+    SetData(batch_.mutable_truncated(), envs.truncated());
+    SetData(batch_.mutable_legal_mask(), envs.mask());
+    SetData(batch_.mutable_acting(), envs.acting());
+  }
+
+  const std::string* Actions(const ActionBatch& actions, std::string* problem) const {
+    return ActionBytes(actions.action(), pb1::INT32, num_envs_, "action tensor", problem);
+  }
+
+ private:
+  int num_envs_;
+  pb1::HandshakeRequest request_;
+  StepBatch batch_;
+};
+
+// Version 2 (proto/seedleague/v2/env.proto): the same game with names, teams and episode stats. Connect Four
+// cannot be cut off (a full board is a draw, terminated), so `truncated` is always false and no
+// final_observation is ever sent.
+class V2Messages {
+ public:
+  using Service = pb2::EnvService;
+  using HandshakeResponse = pb2::HandshakeResponse;
+  using StepBatch = pb2::StepBatch;
+  using ActionBatch = pb2::ActionBatch;
+  static constexpr uint32_t kVersion = 2;
+  static constexpr const char* kBoard = "board";    // the observation tensor
+  static constexpr const char* kColumn = "column";  // the action head (and its legal mask)
+
+  V2Messages(int num_envs, const std::string& worker_name) : num_envs_(num_envs) {
+    request_.set_protocol_version(kVersion);
+    request_.set_worker_name(worker_name);
+    pb2::EnvSpec* spec = request_.mutable_spec();
+    spec->set_env_name(kEnvName);
+    pb2::ObservationTensorSpec* board = spec->add_observation();
+    board->set_name(kBoard);
+    board->set_dtype(pb2::FLOAT32);
+    for (int64_t d : {c4::kPlanes, c4::kRows, c4::kCols}) board->add_shape(d);  // [C, H, W]: the board torso
+    pb2::ActionHeadSpec* column = spec->add_action();
+    column->set_name(kColumn);
+    column->mutable_discrete()->set_num_actions(c4::kCols);
+    column->mutable_discrete()->set_has_legal_mask(true);
+    spec->set_num_envs(num_envs);
+    spec->set_num_seats(kSeats);
+    for (const char* stat : {"win", "moves"}) spec->add_episode_stats(stat);
+    for (int seat = 0; seat < kSeats; ++seat) spec->add_seat_team(seat);  // two teams of one seat
+
+    const int64_t e = num_envs;
+    obs_ = Named(batch_.add_observation(), kBoard);
+    SetShape(obs_, pb2::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
+    SetShape(batch_.mutable_reward(), pb2::FLOAT32, {e, kSeats});
+    SetShape(batch_.mutable_terminated(), pb2::BOOL, {e});
+    SetShape(batch_.mutable_truncated(), pb2::BOOL, {e});
+    mask_ = Named(batch_.add_legal_mask(), kColumn);
+    SetShape(mask_, pb2::BOOL, {e, kSeats, c4::kCols});
+    SetShape(batch_.mutable_acting(), pb2::BOOL, {e, kSeats});
+    win_ = Named(batch_.add_episode_stats(), "win");
+    SetShape(win_, pb2::FLOAT32, {e, kSeats});
+    moves_ = Named(batch_.add_episode_stats(), "moves");
+    SetShape(moves_, pb2::FLOAT32, {e, kSeats});
+  }
+
+  const pb2::HandshakeRequest& request() const { return request_; }
+  StepBatch& batch() { return batch_; }
+
+  void Fill(const Envs& envs, uint64_t seq) {
+    batch_.set_sequence(seq);
+    SetData(obs_, envs.obs());
+    SetData(batch_.mutable_reward(), envs.reward());
+    SetData(batch_.mutable_terminated(), envs.terminated());
+    SetData(batch_.mutable_truncated(), envs.truncated());
+    SetData(mask_, envs.mask());
+    SetData(batch_.mutable_acting(), envs.acting());
+    SetData(win_, envs.win());
+    SetData(moves_, envs.moves());
+  }
+
+  // The host answers one NamedTensor per head: here exactly one, "column".
+  const std::string* Actions(const ActionBatch& actions, std::string* problem) const {
+    if (actions.action_size() != 1 || actions.action(0).name() != kColumn) {
+      std::string names;
+      for (const auto& a : actions.action()) names += (names.empty() ? "'" : ", '") + a.name() + "'";
+      *problem = "action holds heads [" + names + "], expected exactly ['column']";
+      return nullptr;
+    }
+    return ActionBytes(actions.action(0).tensor(), pb2::INT32, num_envs_, "action head 'column'", problem);
+  }
+
+ private:
+  static pb2::Tensor* Named(pb2::NamedTensor* named, const char* name) {
+    named->set_name(name);
+    return named->mutable_tensor();
+  }
+
+  int num_envs_;
+  pb2::HandshakeRequest request_;
+  StepBatch batch_;
+  pb2::Tensor *obs_, *mask_, *win_, *moves_;  // owned by batch_
+};
+
 // ------------------------------------------------------------------ errors --
-enum class Outcome { kStopped, kDone, kRetry, kRefused };
+// kNoV2: the host has no seedleague.v2.EnvService (UNIMPLEMENTED at the v2 handshake).
+enum class Outcome { kStopped, kDone, kRetry, kRefused, kNoV2 };
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
@@ -383,41 +580,31 @@ Outcome Classify(const grpc::Status& status, bool on_stream, const char* what, b
 // ------------------------------------------------------------------ worker --
 class Worker {
  public:
-  Worker(const Flags& flags, const TlsFiles& tls) : flags_(flags), tls_(tls), envs_(flags.num_envs, flags.seed) {
+  Worker(const Flags& flags, const TlsFiles& tls)
+      : flags_(flags), tls_(tls), envs_(flags.num_envs, flags.seed), protocol_(flags.protocol) {
     const char* token = std::getenv("SEEDLEAGUE_TOKEN");
     if (token != nullptr && token[0] != '\0') token_ = token;
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     worker_name_ = std::string(host) + ":" + std::to_string(getpid());
-    pb::EnvSpec* spec = spec_request_.mutable_spec();
-    spec_request_.set_protocol_version(1);
-    spec_request_.set_worker_name(worker_name_);
-    spec->set_env_name("ConnectFour-cpp");
-    spec->mutable_observation()->set_dtype(pb::FLOAT32);
-    // [planes, rows, cols]: [C, H, W] planes, so the host gives the game its convolutional board torso.
-    for (int64_t d : {c4::kPlanes, c4::kRows, c4::kCols}) spec->mutable_observation()->add_shape(d);
-    spec->mutable_action()->set_num_actions(c4::kCols);
-    spec->set_num_envs(flags.num_envs);
-    spec->set_num_seats(kSeats);
-    spec->set_has_legal_mask(true);
-
-    const int64_t e = flags.num_envs;
-    SetShape(batch_.mutable_observation(), pb::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
-    SetShape(batch_.mutable_reward(), pb::FLOAT32, {e, kSeats});
-    SetShape(batch_.mutable_terminated(), pb::BOOL, {e});
-    SetShape(batch_.mutable_truncated(), pb::BOOL, {e});
-    SetShape(batch_.mutable_legal_mask(), pb::BOOL, {e, kSeats, c4::kCols});
-    SetShape(batch_.mutable_acting(), pb::BOOL, {e, kSeats});
   }
 
   int Run() {
     std::mt19937_64 jitter_rng(flags_.seed ^ 0x9e3779b97f4a7c15ULL);
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    V1Messages v1(flags_.num_envs, worker_name_);
+    V2Messages v2(flags_.num_envs, worker_name_);
     int attempt = 0;
     while (!g_stop.load() && !BudgetSpent()) {
-      const Outcome outcome = Session(&attempt);
+      const Outcome outcome = protocol_ == 2 ? Session(&v2, &attempt) : Session(&v1, &attempt);
       if (outcome == Outcome::kStopped || outcome == Outcome::kDone) break;
       if (outcome == Outcome::kRefused) return 2;
+      if (outcome == Outcome::kNoV2) {  // a host from before protocol 2: the same game on version 1, no stats
+        std::fprintf(stderr, "connect_four_worker: the host has no protocol 2 service (UNIMPLEMENTED); "
+                             "speaking protocol 1 (no episode stats)\n");
+        protocol_ = 1;
+        continue;
+      }
       const double delay =
           std::min(flags_.backoff_initial_s * std::pow(2.0, attempt), flags_.backoff_max_s) * jitter(jitter_rng);
       ++attempt;
@@ -465,41 +652,45 @@ class Worker {
 
   bool Tls() const { return !flags_.tls_ca.empty(); }
 
-  // One session: handshake, stream until stopped or the connection breaks.
-  Outcome Session(int* attempt) {
+  // One session over protocol version M::kVersion (V1Messages or V2Messages): handshake, stream until stopped
+  // or the connection breaks.
+  template <typename M>
+  Outcome Session(M* messages, int* attempt) {
     auto channel = NewChannel();
-    auto stub = pb::EnvService::NewStub(channel);
+    auto stub = M::Service::NewStub(channel);
 
-    pb::HandshakeResponse reply;
+    typename M::HandshakeResponse reply;
     {
       grpc::ClientContext context;
       Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(static_cast<int64_t>(flags_.connect_timeout_s * 1000)));
       SetLiveCall(&context);
-      grpc::Status status = stub->Handshake(&context, spec_request_, &reply);
+      grpc::Status status = stub->Handshake(&context, messages->request(), &reply);
       SetLiveCall(nullptr);
+      if (M::kVersion == 2 && status.error_code() == grpc::UNIMPLEMENTED && !g_stop.load()) return Outcome::kNoV2;
       if (!status.ok()) return Classify(status, /*on_stream=*/false, "handshake", Tls());
     }
-    if (reply.protocol_version() != 1) {
-      std::fprintf(stderr, "connect_four_worker: host speaks protocol version %u, this worker speaks 1\n",
-                   reply.protocol_version());
+    if (reply.protocol_version() != M::kVersion) {
+      std::fprintf(stderr, "connect_four_worker: host speaks protocol version %u, this worker speaks %u\n",
+                   reply.protocol_version(), M::kVersion);
       return Outcome::kRefused;
     }
     ++sessions_;
-    std::fprintf(stderr, "connect_four_worker: connected to %s%s as %s: session %s (%d envs x 2 seats)\n",
+    std::fprintf(stderr, "connect_four_worker: connected to %s%s as %s: session %s (%d envs x 2 seats, protocol %u)\n",
                  flags_.address.c_str(), Tls() ? " over TLS" : "", worker_name_.c_str(), reply.session_id().c_str(),
-                 flags_.num_envs);
+                 flags_.num_envs, M::kVersion);
 
     envs_.ResetAll();  // fresh episodes on every session
-    batch_.set_session_id(reply.session_id());
+    typename M::StepBatch& batch = messages->batch();
+    batch.set_session_id(reply.session_id());
     uint64_t seq = 0;
-    Fill(seq);
-    if (reply.max_message_bytes() > 0 && static_cast<int64_t>(batch_.ByteSizeLong()) > reply.max_message_bytes()) {
+    messages->Fill(envs_, seq);
+    if (reply.max_message_bytes() > 0 && static_cast<int64_t>(batch.ByteSizeLong()) > reply.max_message_bytes()) {
       std::fprintf(stderr,
                    "connect_four_worker: one step is %zu bytes but the host accepts at most %lld; "
                    "use fewer --num-envs\n",
-                   batch_.ByteSizeLong(), (long long)reply.max_message_bytes());
+                   batch.ByteSizeLong(), (long long)reply.max_message_bytes());
       return Outcome::kRefused;
     }
 
@@ -507,7 +698,7 @@ class Worker {
     Authorize(&context);
     SetLiveCall(&context);
     auto stream = stub->Stream(&context);
-    pb::ActionBatch actions;
+    typename M::ActionBatch actions;
     Outcome outcome = Outcome::kRetry;
     bool broken = false;
     while (true) {
@@ -517,7 +708,7 @@ class Worker {
         context.TryCancel();
         break;
       }
-      if (!stream->Write(batch_) || !stream->Read(&actions)) {
+      if (!stream->Write(batch) || !stream->Read(&actions)) {
         broken = true;
         break;
       }
@@ -528,29 +719,19 @@ class Worker {
         context.TryCancel();
         break;
       }
-      const pb::Tensor& a = actions.action();
-      const size_t want = static_cast<size_t>(flags_.num_envs) * kSeats;
-      if (a.dtype() != pb::INT32 || a.data().size() != want * sizeof(int32_t)) {
-        std::fprintf(stderr, "connect_four_worker: action tensor has dtype %d and %zu bytes, expected INT32 [%d, 2]\n",
-                     a.dtype(), a.data().size(), flags_.num_envs);
+      std::string problem;
+      const std::string* data = messages->Actions(actions, &problem);
+      if (data == nullptr) {
+        std::fprintf(stderr, "connect_four_worker: %s\n", problem.c_str());
         outcome = Outcome::kRefused;
         context.TryCancel();
         break;
       }
       *attempt = 0;  // a successful step resets the backoff
       policy_version_ = actions.policy_version();
-      action_buf_.resize(want);
-      std::memcpy(action_buf_.data(), a.data().data(), want * sizeof(int32_t));
-      const int illegal = envs_.Step(action_buf_.data());
-      if (illegal > 0 && !warned_illegal_) {
-        std::fprintf(stderr, "connect_four_worker: host sent %d illegal action(s); played the first legal column\n",
-                     illegal);
-        warned_illegal_ = true;
-      }
-      ++steps_;
-      env_steps_ += flags_.num_envs;
+      Play(*data);
       ++seq;
-      Fill(seq);
+      messages->Fill(envs_, seq);
     }
     grpc::Status status = stream->Finish();
     SetLiveCall(nullptr);
@@ -558,23 +739,26 @@ class Worker {
     return outcome;
   }
 
-  void Fill(uint64_t seq) {
-    batch_.set_sequence(seq);
-    SetData(batch_.mutable_observation(), envs_.obs());
-    SetData(batch_.mutable_reward(), envs_.reward());
-    SetData(batch_.mutable_terminated(), envs_.terminated());
-    SetData(batch_.mutable_truncated(), envs_.truncated());
-    SetData(batch_.mutable_legal_mask(), envs_.mask());
-    SetData(batch_.mutable_acting(), envs_.acting());
+  // Steps every env with the acting seats' actions (`data`: INT32 [E, 2], already checked for size).
+  void Play(const std::string& data) {
+    action_buf_.resize(static_cast<size_t>(flags_.num_envs) * kSeats);
+    std::memcpy(action_buf_.data(), data.data(), action_buf_.size() * sizeof(int32_t));
+    const int illegal = envs_.Step(action_buf_.data());
+    if (illegal > 0 && !warned_illegal_) {
+      std::fprintf(stderr, "connect_four_worker: host sent %d illegal action(s); played the first legal column\n",
+                   illegal);
+      warned_illegal_ = true;
+    }
+    ++steps_;
+    env_steps_ += flags_.num_envs;
   }
 
   Flags flags_;
   TlsFiles tls_;
   Envs envs_;
+  int protocol_;  // the version the next session handshakes with (2 falls back to 1 on a host without v2)
   std::string token_;
   std::string worker_name_;
-  pb::HandshakeRequest spec_request_;
-  pb::StepBatch batch_;
   std::vector<int32_t> action_buf_;
   uint64_t steps_ = 0, env_steps_ = 0, policy_version_ = 0;
   int sessions_ = 0, reconnects_ = 0;

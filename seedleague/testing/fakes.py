@@ -28,7 +28,7 @@ from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
 from seedleague.protocol.specs_v2 import (AnySpec, StructuredActionBatch, StructuredEnvSpec, check_structured_step,
-                                          check_version, random_structured_actions, v1_of_structured)
+                                          check_version, random_structured_actions, v1_model_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +189,7 @@ class FakeBackend:
         except ProtocolError as error:
             self._refuse("handshake", error.code, error.message, error.field)
         if isinstance(spec, StructuredEnvSpec) and (config.observation_shape is not None or config.num_actions):
-            v1 = v1_of_structured(spec)  # a model of one observation tensor and one discrete head takes only those
+            v1 = v1_model_of(spec)  # as the host: one tensor and one discrete head (with any stats or teams) fit v1
             if v1 is None:
                 self._refuse("handshake", FAILED_PRECONDITION, "the model takes one observation tensor and one "
                              f"discrete action head; the spec declares {len(spec.observation.tensors)} tensors and "
