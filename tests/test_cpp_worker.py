@@ -184,7 +184,8 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     host = subprocess.Popen(
         SEEDLEAGUE + ["host", "--address", f"127.0.0.1:{port}", "--run-dir", str(run_dir),
                       "--max-learner-steps", "5", "--max-seconds", "120", "--unroll_length", "8",
-                      "--batch_size", "4", "--replay.capacity", "64", "--network.hidden_sizes", "16"],
+                      "--batch_size", "4", "--replay.capacity", "64", "--network.hidden_sizes", "16",
+                      "--network.torso", "mlp"],  # the worker is tested here, not the board torso (slow to compile)
         cwd=ROOT, stdout=open(host_log, "w"), stderr=subprocess.STDOUT,
     )
     # The worker retries with backoff until the host listens, so no need to wait for it.
