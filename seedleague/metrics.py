@@ -134,6 +134,9 @@ def progress_line(report: dict[str, float]) -> str:
         parts.append(f"win rate vs league(100) {get('league_win_rate'):.3f}")
     else:
         parts.append(f"return(100) {get('mean_return', float('nan')):.1f}")
+    stats = sorted(k for k in report if k.startswith("episode_stats/"))  # a v2 worker's declared statistics
+    if stats:
+        parts.append(" ".join(f"{k.partition('/')[2]} {report[k]:.3g}" for k in stats))
     parts.append(f"learner {int(get('learner_steps', 0))} ({get('learner_steps_per_s', 0):.0f}/s)")
     if "inference_batch" in report:
         parts.append(f"batch {get('inference_batch'):.0f} in {get('inference_ms', 0):.2f}ms")

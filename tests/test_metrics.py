@@ -25,6 +25,11 @@ def test_self_play_with_seats_shows_games_and_keeps_the_return():
     assert "games 400 (0 vs league)" in line and "return(100) 0.0" in line
 
 
+def test_a_v2_workers_episode_stats_show_by_name_after_the_return():
+    line = progress_line(dict(BASE, mean_return=3.0, **{"episode_stats/win": 0.4987, "episode_stats/moves": 17.25}))
+    assert "return(100) 3.0 | moves 17.2 win 0.499 | learner" in line
+
+
 def test_metrics_count_games_and_a_window_of_league_outcomes():
     metrics = Metrics(return_window=4)
     assert "games" not in metrics.report() and "league_win_rate" not in metrics.report()
