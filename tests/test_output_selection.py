@@ -89,6 +89,20 @@ def test_the_meta_game_grows_from_the_newest_snapshots_to_every_snapshot_kept(tm
     assert exploitability(load_trained(run)) == pytest.approx(every)
 
 
+def test_the_meta_game_holds_no_more_snapshots_than_its_payoffs_fit_in_memory(tmp_path, monkeypatch):
+    kuhn = metagame.terminal_table(output_selection.game_of("openspiel:kuhn_poker"))
+    assert len(kuhn.weight) == 30 and metagame.largest_population(kuhn) == (1 << 30) // (32 * 30)
+    monkeypatch.setattr(metagame, "PAYOFF_BYTES", 32 * 30 * 2)  # room for two policies' payoffs
+    run = make_run(tmp_path, final="pass", snapshots=("uniform", "pass", "pass-ish"))
+    output.resolve(run)
+    with open(os.path.join(run, output_selection.FILE)) as f:
+        scores = json.load(f)["scores"]
+    pool = os.path.join(run, "pool", "main")
+    newest_two, _ = metagame.nash_mixture_exploitability("kuhn_poker", [load_policy(pool, s) for s in (20, 30)])
+    assert scores["population_nash"] == pytest.approx(newest_two)
+    assert not [name for name in scores if name.startswith("population_nash_")]  # no window beyond the newest two
+
+
 def test_the_param_average_is_chosen_when_the_snapshots_and_final_params_are_worse(tmp_path):
     run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "pass-ish"))
     resolved = output.resolve(run)

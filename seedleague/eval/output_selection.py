@@ -15,7 +15,7 @@ output (seedleague.output) measures all of them and hands over the least exploit
 
 The meta-game is solved with exact payoffs (seedleague.eval.metagame) over the newest
 `POPULATION` snapshots, then over twice as many, and so on up to every snapshot the run kept
-(at most `MAX_POPULATION`): PSRO's restricted game holds every policy added so far, and where
+(at most `MAX_POPULATION`, and at most what `metagame.largest_population` lets fit in memory): PSRO's restricted game holds every policy added so far, and where
 the late iterates cycle among a few strategies (goofspiel), the mixture that closes the cycle
 may need older snapshots; where the early snapshots are weak (Leduc), the newest alone may do
 better. Each window is a candidate ("population_nash", "population_nash_64", ...,
@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 FILE = "output_selection.json"
 POPULATION = 32  # newest snapshots in the smallest meta-game and in the time average; where the anneal has settled
-MAX_POPULATION = 512  # newest snapshots in the largest meta-game; loading each costs about 0.13 s on 2 cores
+MAX_POPULATION = 512  # newest snapshots in the largest meta-game (fewer where its payoffs would not fit
+#                       metagame.PAYOFF_BYTES); loading each costs about 0.13 s on 2 cores
 # Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores: liars_dice's
 # 294,883 histories select in 54-226 s; oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 had taken 6.7 GB and
 # not finished after 20 minutes (benchmarks/README.md).
@@ -182,14 +183,15 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
         candidates["param_average"] = ((average_member,), openspiel_eval.exploitability(game, average))
     except NoParamAverageError:
         pass  # the learner keeps no param average: that candidate does not exist
-    population = snapshot_keys[-MAX_POPULATION:]
+    terminal = metagame.terminal_table(game) if snapshot_keys else None
+    population = snapshot_keys[-min(MAX_POPULATION, metagame.largest_population(terminal)):] if terminal else []
     if population:
         player_dir = os.path.join(run_dir, "pool", player)
         steps = [parse_key(key)[1] for key in population]
         policies = load_policies(player_dir, steps, seed=seed)
         snapshots = [Member(key, 1.0, player_dir, step) for key, step in zip(population, steps)]
         windows = _windows(len(population), len(snapshot_keys))
-        mixtures = metagame.newest_nash_mixtures(game, policies, [size for size, _ in windows])
+        mixtures = metagame.newest_nash_mixtures(game, policies, [size for size, _ in windows], terminal)
         for (size, name), (value, weights) in zip(windows, mixtures):
             members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots[-size:], weights) if w > 1e-6]
             candidates[name] = (_normalised(members), value)
