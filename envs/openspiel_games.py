@@ -35,8 +35,10 @@ def load_game(name: str) -> pyspiel.Game:
         game = pyspiel.load_game(name)
     except pyspiel.SpielError as error:
         first = (str(error).strip().splitlines() or ["unknown game"])[0].split(" Available games")[0]
+        hint = ("; a parameter that is itself a game takes parentheses, even without parameters of its own, "
+                "e.g. turn_based_simultaneous_game(game=blotto())") if "Expected type: kGame" in first else ""
         raise UnsupportedGame(f"OpenSpiel has no game {name!r} ({first}): check the name and its parameters, "
-                              "e.g. kuhn_poker, leduc_poker(players=2), connect_four") from None
+                              f"e.g. kuhn_poker, leduc_poker(players=2), connect_four{hint}") from None
     kind = game.get_type()
     if game.num_players() != 2:
         raise UnsupportedGame(f"{name} has {game.num_players()} players; seedleague's OpenSpiel worker plays two-player "

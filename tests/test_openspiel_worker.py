@@ -194,3 +194,11 @@ def test_an_unusable_game_exits_2_naming_it_before_connecting(game, message):
     error = [line for line in done.stderr.splitlines() if "ERROR envs.openspiel_worker" in line]
     assert len(error) == 1 and message in error[0], done.stderr
     assert "connected" not in done.stderr and "reconnecting" not in done.stderr
+
+
+def test_a_game_parameter_written_without_parentheses_gets_the_fix_in_the_error():
+    from envs.openspiel_games import UnsupportedGame, load_game
+
+    with pytest.raises(UnsupportedGame, match=r"takes parentheses.*turn_based_simultaneous_game\(game=blotto\(\)\)"):
+        load_game("turn_based_simultaneous_game(game=blotto)")
+    assert load_game("turn_based_simultaneous_game(game=blotto())").num_players() == 2
