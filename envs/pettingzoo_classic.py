@@ -24,8 +24,8 @@ dependencies, that is tictactoe_v3, connect_four_v3 and go_v5 (`available_games`
 lists them by trying each registered classic game); chess_v6 and the rlcard and
 hanabi games need packages that are not installed, and rps_v2's observation is
 not a Box. An illegal action from the host (e.g. a host that ignores legal masks)
-is replaced by the first legal one, counted and logged 1 in `ILLEGAL_LOG_EVERY`,
-as the OpenSpiel worker does. Never imports jax.
+is replaced by the first legal one, counted and logged 1 in N
+(`worker_loop.IllegalActions`), as the OpenSpiel worker does. Never imports jax.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from envs.worker_loop import GameStep
+from envs.worker_loop import GameStep, IllegalActions
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.pettingzoo_classic")
@@ -46,7 +46,6 @@ NAMESPACE = "classic"
 # the sign of its return, but no classic game that installs here has more than two (hanabi_v5, 2-5 players, needs
 # shimmy), so none was tried: more agents are refused rather than trained untested.
 NUM_SEATS = 2
-ILLEGAL_LOG_EVERY = 1000  # log the 1st, 1001st, ... illegal action
 
 
 class UnsupportedClassicGame(ValueError):
@@ -163,7 +162,7 @@ class ClassicVectorGame:
         self._seed, self._seeded = seed, False
         self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode
         self.episodes = 0  # games finished
-        self.illegal_actions = 0  # host actions replaced by the first legal action
+        self._illegal = IllegalActions(log)  # host actions replaced by the first legal action
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh games in every env; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's
@@ -186,10 +185,7 @@ class ClassicVectorGame:
         out = self._out
         for env, game in enumerate(self._envs):
             seat = self._agents.index(game.agent_selection)
-            action = int(actions[env, seat])
-            if not (0 <= action < self.num_actions and out.legal_mask[env, seat, action]):
-                action = self._substitute(env, seat, action)
-            game.step(action)
+            game.step(self._illegal.checked(env, seat, int(actions[env, seat]), out.legal_mask[env, seat]))
             self._turns[env] += 1
             for s, agent in enumerate(self._agents):
                 out.reward[env, s] = game.rewards.get(agent, 0.0)
@@ -203,6 +199,11 @@ class ClassicVectorGame:
             else:
                 self._render(env)
         return out
+
+    @property
+    def illegal_actions(self) -> int:
+        """Host actions replaced by the first legal action so far."""
+        return self._illegal.count
 
     def summary(self) -> str:
         return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
@@ -227,13 +228,3 @@ class ClassicVectorGame:
             out.observation[env, seat] = np.transpose(board, (2, 0, 1)) if self._transpose else board
             out.acting[env, seat] = agent == mover
             out.legal_mask[env, seat] = np.asarray(observed["action_mask"], bool) if agent == mover else False
-
-    def _substitute(self, env: int, seat: int, action: int) -> int:
-        """The first legal action in place of the host's illegal `action`; counted and logged 1 in N."""
-        self.illegal_actions += 1
-        legal = int(np.flatnonzero(self._out.legal_mask[env, seat])[0])
-        if self.illegal_actions % ILLEGAL_LOG_EVERY == 1:
-            log.warning("host sent illegal action %d for env %d seat %d (%d illegal so far, 1 in %d logged); "
-                        "played the first legal action %d",
-                        action, env, seat, self.illegal_actions, ILLEGAL_LOG_EVERY, legal)
-        return legal

@@ -100,8 +100,8 @@ def make_parallel_env(game_name: str, max_frames: int) -> Any:
 
     atari = [spec.id for spec in pettingzoo.parallel_registry.values() if spec.namespace == "atari"]
     names = sorted(name[len("atari/"):].replace("-v", "_v") for name in atari)  # pong-v3 is known as pong_v3
-    supported = (f"the PettingZoo worker runs two-player pettingzoo.atari games, e.g. pong_v3 (all: {', '.join(names)}), "
-                 "and classic turn-based games named classic/<game>, e.g. classic/tictactoe_v3")
+    supported = (f"the PettingZoo worker runs two-player pettingzoo.atari games, e.g. pong_v3 (all: "
+                 f"{', '.join(names)}), and classic turn-based games named classic/<game>, e.g. classic/tictactoe_v3")
     try:
         spec = pettingzoo.spec("parallel", f"atari/{game_name}")
     except pettingzoo.env_registry.exceptions.PettingZooRegistryError:

@@ -48,8 +48,8 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
     preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
     parser.add_argument("--env", default=None,
-                        help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game> or pettingzoo:classic/<game>, whose "
-                             "preset the run uses "
+                        help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game> or "
+                             "pettingzoo:classic/<game>, whose preset the run uses "
                              + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
                                 "the settings come from the worker's spec)" if with_workers else
                                 "(default: none: the host waits for the first worker from any machine and takes "

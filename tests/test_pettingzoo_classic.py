@@ -4,6 +4,7 @@ play, and a short league run through the host over a real socket."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from envs.pettingzoo_classic import ClassicVectorGame, available_games
 from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
+from seedleague.testing.fakes import random_legal_actions
 from seedleague.tools import check_worker as cw
 from test_e2e import SEEDLEAGUE, run_cli, summary
 
@@ -146,3 +148,30 @@ def test_tictactoe_trains_in_a_league_by_name(tmp_path):
     result = summary(run_dir)
     assert result["learner_step"] >= 3 and result["episodes"] > 0, out.stdout[-2000:]
     assert os.listdir(os.path.join(run_dir, "pool", "main"))  # a league run: its first snapshot reached the pool
+
+
+@pytest.mark.parametrize("name", ["tictactoe_v3", "connect_four_v3"])
+def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
+    game = ClassicVectorGame(name, num_envs=4, seed=1)
+    step, rng = game.reset(), np.random.default_rng(0)
+    returns, outcomes = np.zeros((4, 2)), []
+    for _ in range(300):
+        assert (step.acting.sum(axis=1) == 1).all()
+        assert (step.legal_mask.any(axis=2) == step.acting).all()  # the mover has a legal action, the other none
+        step = game.step(random_legal_actions(rng, game.spec, step.legal_mask))
+        returns += step.reward
+        for env in np.flatnonzero(step.terminated):
+            outcomes.append(tuple(returns[env]))
+            returns[env] = 0.0
+    assert outcomes and set(outcomes) <= {(1.0, -1.0), (-1.0, 1.0), (0.0, 0.0)}
+    assert len(outcomes) == game.episodes and game.illegal_actions == 0
+
+
+def test_illegal_actions_are_logged_once_then_one_in_n(caplog):
+    game = ClassicVectorGame("tictactoe_v3", num_envs=3)
+    game.reset()
+    game.step(np.full((3, 2), 4))
+    with caplog.at_level(logging.WARNING, logger="envs.pettingzoo_classic"):
+        game.step(np.full((3, 2), 4))
+    warnings = [r.getMessage() for r in caplog.records if "illegal" in r.getMessage()]
+    assert game.illegal_actions == 3 and len(warnings) == 1 and "action 4 for env 0 seat 1" in warnings[0]
