@@ -5,6 +5,7 @@ actions over the env protocol (proto/seedleague/v1/env.proto).
 its vector env: native, sync or async; `atari` holds the Atari preprocessing it
 applies to "ALE/..." ids); `openspiel_worker` runs any
 two-player zero-sum OpenSpiel game by name (encoded by `openspiel_games`);
-`pettingzoo_worker` runs two-player Atari Pong; `worker_loop` is their shared
+`pettingzoo_worker` runs two-player PettingZoo Atari games (Pong) and, through
+`pettingzoo_classic`, classic turn-based AEC games (tictactoe_v3, connect_four_v3); `worker_loop` is their shared
 connect/reconnect/stop loop; `cpp/` is a native C++ worker. Workers never import jax.
 """

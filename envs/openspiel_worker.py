@@ -18,9 +18,10 @@ observation of a new game (same-step autoreset, docs/protocol.md section 5).
 
 An illegal action from the host for the seat to move (e.g. from a host that
 ignores legal masks) does not crash the worker: it is counted, logged for the
-first time and then every `ILLEGAL_LOG_EVERY`-th time, and replaced by the
-first legal action, as the C++ Connect Four worker does. Actions of seats not
-to move are ignored. A bad game name exits 2 before connecting. Never imports jax.
+first time and then every `worker_loop.ILLEGAL_LOG_EVERY`-th time, and replaced
+by the first legal action, as the C++ Connect Four worker does
+(`worker_loop.IllegalActions`). Actions of seats not to move are ignored. A bad
+game name exits 2 before connecting. Never imports jax.
 """
 
 from __future__ import annotations
@@ -34,13 +35,12 @@ import numpy as np
 import pyspiel
 
 from envs.openspiel_games import Encoder, UnsupportedGame, load_game
-from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
+from envs.worker_loop import GameStep, IllegalActions, add_game_worker_arguments, game_worker_main, positive_int
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.openspiel_worker")
 
 NUM_SEATS = 2
-ILLEGAL_LOG_EVERY = 1000  # log the 1st, 1001st, ... illegal action
 
 
 class OpenSpielVectorGame:
@@ -82,7 +82,7 @@ class OpenSpielVectorGame:
         self._states: list[pyspiel.State] = []
         self._returns: list[list[float]] = []  # returns at the previous message, per env
         self.episodes = 0  # games finished
-        self.illegal_actions = 0  # host actions replaced by the first legal action
+        self._illegal = IllegalActions(log)  # host actions replaced by the first legal action
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh games in every env; `seed` reseeds the chance sampling."""
@@ -106,9 +106,7 @@ class OpenSpielVectorGame:
         out.terminated.fill(False)
         for env, state in enumerate(self._states):
             player = state.current_player()
-            action = int(actions[env, player])
-            if not (0 <= action < self.num_actions and out.legal_mask[env, player, action]):
-                action = self._substitute(state, env, player, action)
+            action = self._illegal.checked(env, player, int(actions[env, player]), out.legal_mask[env, player])
             state.apply_action(action)
             self._resolve_chance(state)
             returns, before = state.returns(), self._returns[env]
@@ -128,6 +126,11 @@ class OpenSpielVectorGame:
     def states(self) -> tuple[pyspiel.State, ...]:
         """The live OpenSpiel state of every env (to inspect, not to mutate); a finished one is replaced."""
         return tuple(self._states)
+
+    @property
+    def illegal_actions(self) -> int:
+        """Host actions replaced by the first legal action so far."""
+        return self._illegal.count
 
     def summary(self) -> str:
         return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
@@ -163,18 +166,6 @@ class OpenSpielVectorGame:
             out.acting[env, seat] = player == seat
         out.legal_mask[env] = False  # openspiel_games.legal_mask: only the player to move has legal actions
         out.legal_mask[env, player, state.legal_actions(player)] = True
-
-    def _substitute(self, state: pyspiel.State, env: int, player: int, action: int) -> int:
-        """The first legal action in place of the host's illegal `action`; counted and logged 1 in N."""
-        self.illegal_actions += 1
-        legal = state.legal_actions(player)[0]
-        if self.illegal_actions % ILLEGAL_LOG_EVERY == 1:
-            log.warning(
-                "host sent illegal action %d for env %d seat %d (%d illegal so far, 1 in %d logged); "
-                "played the first legal action %d",
-                action, env, player, self.illegal_actions, ILLEGAL_LOG_EVERY, legal,
-            )
-        return legal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,8 +1,15 @@
 """The PettingZoo env worker: steps `num_envs` copies of a two-player PettingZoo
-Atari game (Pong by default) and lets a seedleague host choose both seats' actions.
+Atari game (Pong by default) or classic turn-based game and lets a seedleague host
+choose the seats' actions.
 
     python -m envs.pettingzoo_worker --address 127.0.0.1:50051 --game pong_v3 --num-envs 2
     python -m envs.pettingzoo_worker --address host:50051 --game boxing_v2 --max-cycles 2000
+    python -m envs.pettingzoo_worker --address host:50051 --game classic/tictactoe_v3 --num-envs 64
+
+A game is named `<family>/<game>` as in PettingZoo's registry; a bare name is an
+Atari one (`pong_v3` = `atari/pong_v3`). `classic/<game>` games are AEC envs
+stepped turn by turn by `envs.pettingzoo_classic` (its docstring says what each
+message carries); the rest of this docstring is about the Atari ones.
 
 Both seats act on every step (`acting` all True, no legal mask); seat s is the
 env's agent s (`possible_agents` order: Pong's `first_0` is the right paddle,
@@ -22,7 +29,8 @@ Envs come from PettingZoo's registry, `pettingzoo.make("parallel", "atari/pong_v
 ...)`: the same `parallel_env` as `pettingzoo.atari.pong_v3`, without that
 module's deprecation warning. ROMs come from ale_py's `roms/` folder
 (`auto_rom_install_path`); nothing is downloaded. Games other than two-player
-`pettingzoo.atari` ones exit 2 before connecting. Never imports jax.
+`pettingzoo.atari` and the classic ones `envs.pettingzoo_classic` steps exit 2
+before connecting, naming the problem. Never imports jax.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import cv2
 import numpy as np
 
 from envs.atari import FRAME_STACK, SCREEN_SIZE
+from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
 from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
 from seedleague.protocol.specs import EnvSpec
 
@@ -48,8 +57,35 @@ NOOP_MAX = 30
 NOOP_ACTION = 0  # ALE's NOOP is first in every minimal action set
 
 
+FAMILIES = ("atari", "classic")  # the PettingZoo families this worker steps
+
+
 class UnsupportedGame(ValueError):
-    """The name is not a two-player PettingZoo Atari game with Discrete actions."""
+    """The name is not a two-player PettingZoo Atari game with Discrete actions, nor a classic game the worker steps."""
+
+
+def split_game_name(name: str) -> tuple[str, str]:
+    """("atari", "pong_v3") for "pong_v3" or "atari/pong_v3", ("classic", "tictactoe_v3") for "classic/tictactoe_v3";
+    raises UnsupportedGame for another family."""
+    family, _, game = name.rpartition("/")
+    family = family or "atari"
+    if family not in FAMILIES or not game:
+        raise UnsupportedGame(f"unsupported PettingZoo game {name!r}: the PettingZoo worker runs the families "
+                              f"{', '.join(FAMILIES)}, named <family>/<game> (a bare name is atari): e.g. pong_v3, "
+                              "classic/tictactoe_v3")
+    return family, game
+
+
+def make_vector_game(name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000,
+                     mirror: bool = True) -> "PettingZooVectorGame | ClassicVectorGame":
+    """The VectorGame for a PettingZoo game name (see `split_game_name`); raises UnsupportedGame."""
+    family, game = split_game_name(name)
+    if family == "classic":
+        try:
+            return ClassicVectorGame(game, num_envs, seed, max_cycles)
+        except UnsupportedClassicGame as error:
+            raise UnsupportedGame(str(error)) from None
+    return PettingZooVectorGame(game, num_envs, seed, max_cycles, mirror=mirror)
 
 
 def make_parallel_env(game_name: str, max_frames: int) -> Any:
@@ -64,7 +100,8 @@ def make_parallel_env(game_name: str, max_frames: int) -> Any:
 
     atari = [spec.id for spec in pettingzoo.parallel_registry.values() if spec.namespace == "atari"]
     names = sorted(name[len("atari/"):].replace("-v", "_v") for name in atari)  # pong-v3 is known as pong_v3
-    supported = f"the PettingZoo worker runs two-player pettingzoo.atari games, e.g. pong_v3 (all: {', '.join(names)})"
+    supported = (f"the PettingZoo worker runs two-player pettingzoo.atari games, e.g. pong_v3 (all: "
+                 f"{', '.join(names)}), and classic turn-based games named classic/<game>, e.g. classic/tictactoe_v3")
     try:
         spec = pettingzoo.spec("parallel", f"atari/{game_name}")
     except pettingzoo.env_registry.exceptions.PettingZooRegistryError:
@@ -223,13 +260,15 @@ def _downsample(frame: np.ndarray) -> np.ndarray:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The worker's flags."""
     parser.add_argument("--address", required=True, help="host address, host:port")
-    parser.add_argument("--game", default="pong_v3", help="two-player pettingzoo.atari game (default pong_v3)")
+    parser.add_argument("--game", default="pong_v3",
+                        help="two-player pettingzoo.atari game, or classic/<game> (default pong_v3)")
     parser.add_argument("--num-envs", type=positive_int, default=2, help="games stepped together (default 2)")
     parser.add_argument(
         "--max-cycles", type=positive_int, default=5000,
-        help=f"steps ({FRAME_SKIP} frames each) before an episode is truncated (default 5000)",
+        help=f"steps ({FRAME_SKIP} frames each; classic games: turns) before an episode is truncated (default 5000)",
     )
-    parser.add_argument("--no-mirror", action="store_true", help="give seat 1 the same frame as seat 0, not mirrored")
+    parser.add_argument("--no-mirror", action="store_true",
+                        help="Atari: give seat 1 the same frame as seat 0, not mirrored")
     add_game_worker_arguments(parser)  # --seed, --max-steps, connection and security flags, --log-level
 
 
@@ -238,8 +277,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envs.pettingzoo_worker", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
 
-    def make_game(args: argparse.Namespace) -> PettingZooVectorGame:
-        return PettingZooVectorGame(args.game, args.num_envs, args.seed, args.max_cycles, mirror=not args.no_mirror)
+    def make_game(args: argparse.Namespace) -> "PettingZooVectorGame | ClassicVectorGame":
+        return make_vector_game(args.game, args.num_envs, args.seed, args.max_cycles, mirror=not args.no_mirror)
 
     return game_worker_main(parser, argv, make_game, UnsupportedGame, log)
 

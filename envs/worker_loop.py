@@ -155,6 +155,36 @@ def _run_game_session(
         rate.tick(stats.env_steps, client.policy_version)
 
 
+ILLEGAL_LOG_EVERY = 1000  # log the 1st, 1001st, ... illegal action
+
+
+class IllegalActions:
+    """A turn-based game's guard against host actions that are not legal for the seat to move (e.g. from a host that
+    ignores legal masks): each is replaced by that seat's first legal action, counted, and logged the first time and
+    then every `ILLEGAL_LOG_EVERY`-th, so a worker never crashes on one (the C++ Connect Four worker does the same).
+
+        illegal = IllegalActions(log)
+        action = illegal.checked(env, seat, action, legal_mask[env, seat])   # [A] bool
+    """
+
+    def __init__(self, logger: logging.Logger = log):
+        self.count = 0
+        self._log = logger
+
+    def checked(self, env: int, seat: int, action: int, legal_mask: np.ndarray) -> int:
+        """`action` if `legal_mask` allows it, else the first legal action (counted; logged 1 in N)."""
+        if 0 <= action < len(legal_mask) and legal_mask[action]:
+            return action
+        self.count += 1
+        legal = int(np.flatnonzero(legal_mask)[0])
+        if self.count % ILLEGAL_LOG_EVERY == 1:
+            self._log.warning(
+                "host sent illegal action %d for env %d seat %d (%d illegal so far, 1 in %d logged); "
+                "played the first legal action %d", action, env, seat, self.count, ILLEGAL_LOG_EVERY, legal,
+            )
+        return legal
+
+
 # ------------------------------------------------------- reconnect loop --
 def serve(
     client: WorkerClient,

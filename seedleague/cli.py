@@ -48,7 +48,8 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
     preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
     parser.add_argument("--env", default=None,
-                        help="gymnasium env id, openspiel:<game> or pettingzoo:<game>, whose preset the run uses "
+                        help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game> or "
+                             "pettingzoo:classic/<game>, whose preset the run uses "
                              + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
                                 "the settings come from the worker's spec)" if with_workers else
                                 "(default: none: the host waits for the first worker from any machine and takes "
@@ -77,7 +78,7 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
         parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
     league = parser.add_argument_group(
-        "league (two-player games: openspiel:<game>, pettingzoo:pong_v3)",
+        "league (two-player games: openspiel:<game>, pettingzoo:pong_v3, pettingzoo:classic/tictactoe_v3)",
         "Without --league.address the run starts its own league service; --league-config.* flags configure it.",
     )
     league.add_argument("--players", default=None,
@@ -134,15 +135,28 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
 
 
 def _check_game(env_id: str) -> None:
-    """An OpenSpiel game the worker cannot play is refused by name, before any process starts
-    (ValueError: `main` prints it to stderr and exits 2)."""
+    """An OpenSpiel game or a classic PettingZoo game the worker cannot play, or a PettingZoo family it does not
+    step, is refused by name before any process starts (ValueError: `main` prints it to stderr and exits 2)."""
     family, _, game = env_id.partition(":")
+    if family == "pettingzoo":
+        _check_pettingzoo_game(env_id, game)
     if family != "openspiel":
         return
     from envs.openspiel_games import UnsupportedGame, load_game
 
     try:
         load_game(game)
+    except UnsupportedGame as error:
+        raise ValueError(f"--env {env_id} is refused: {error}") from None
+
+
+def _check_pettingzoo_game(env_id: str, game: str) -> None:
+    """Unknown families and classic games are refused here; an Atari game's ROM is checked by its worker."""
+    from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
+
+    try:
+        if split_game_name(game)[0] == "classic":
+            make_vector_game(game, num_envs=1).close()
     except UnsupportedGame as error:
         raise ValueError(f"--env {env_id} is refused: {error}") from None
 

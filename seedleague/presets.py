@@ -224,6 +224,23 @@ def _pettingzoo() -> Preset:
                                league=LeagueConfig(mode=Mode.PFSP, snapshot_interval_steps=500))
 
 
+def _pettingzoo_game(game: str) -> Preset:
+    """Atari games get `_pettingzoo`; classic ones the preset of the spec their worker declares (read from one env,
+    as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses."""
+    from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
+
+    try:
+        if split_game_name(game)[0] != "classic":
+            return _pettingzoo()
+        vector_game = make_vector_game(game, num_envs=1)
+    except UnsupportedGame:
+        return _game(board=False)  # the worker refuses the game by name, before anything is trained
+    try:
+        return preset_for_spec(vector_game.spec)
+    finally:
+        vector_game.close()
+
+
 def _shows_pixels(spec: EnvSpec) -> bool:
     """[H, W, C] uint8 frames (the conv torso fits) rather than [C, H, W] planes or features."""
     return len(spec.observation_shape) == 3 and spec.observation_dtype == np.uint8
@@ -287,7 +304,7 @@ def preset_for(env_id: str) -> Preset:
     if env_id.startswith("openspiel:"):
         return _openspiel(env_id.partition(":")[2])
     if env_id.startswith("pettingzoo:"):
-        return _pettingzoo()
+        return _pettingzoo_game(env_id.partition(":")[2])
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         return _atari()
     spec = _gym_spec(env_id)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from envs.openspiel_games import encode, load_game, observation_shape, shows_the_clock
-from envs.openspiel_worker import ILLEGAL_LOG_EVERY, OpenSpielVectorGame
+from envs.openspiel_worker import OpenSpielVectorGame
+from envs.worker_loop import ILLEGAL_LOG_EVERY
 from seedleague.testing.fakes import random_legal_actions
 from seedleague.tools import check_worker as cw
 

@@ -1,0 +1,230 @@
+"""PettingZoo's classic turn-based games (AEC envs) as a seedleague `VectorGame`:
+`num_envs` copies of one `pettingzoo.classic` game, stepped turn by turn.
+
+    game = ClassicVectorGame("tictactoe_v3", num_envs=8, seed=0)
+    step = game.reset()              # GameStep: observation [E, 2, 2, 3, 3] float32, legal_mask [E, 2, 9], acting
+    step = game.step(actions)        # actions [E, 2] int; only the agent to move acts
+
+Seat s is the env's agent s (`possible_agents` order, e.g. tictactoe's `player_1`,
+`player_2`). Each message carries, per env: `observation[e, s]` = `observe(agent
+s)["observation"]` as float32, an [H, W, C] board transposed to [C, H, W] planes
+(the layout the host's board torso reads; a vector stays as it is);
+`acting[e, s]` = (agent s is the `agent_selection`); `legal_mask[e, s]` = its
+`action_mask` for the agent to move, all False for the others; `reward[e, s]` =
+agent s's entry of the AEC `rewards` after the previous step (every seat, acting
+or not, so an episode's rewards sum to what AEC's cumulative rewards give).
+When every agent is terminated (or truncated, by the env or after `max_cycles`
+turns of this worker's count) the next message has the flag, those rewards and
+already the first observation of a new game (same-step autoreset,
+docs/protocol.md section 5).
+
+Games that work: two agents, a Dict observation with a Box `observation` and an
+`action_mask`, and the same Discrete action space for both. Here, with the base
+dependencies, that is tictactoe_v3, connect_four_v3 and go_v5 (`available_games`
+lists them by trying each registered classic game); chess_v6 and the rlcard and
+hanabi games need packages that are not installed, and rps_v2's observation is
+not a Box. An illegal action from the host (e.g. a host that ignores legal masks)
+is replaced by the first legal one, counted and logged 1 in N
+(`worker_loop.IllegalActions`), as the OpenSpiel worker does. Never imports jax.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Optional
+
+import numpy as np
+
+from envs.worker_loop import GameStep, IllegalActions
+from seedleague.protocol.specs import EnvSpec
+
+log = logging.getLogger("envs.pettingzoo_classic")
+
+NAMESPACE = "classic"
+# Two agents. The host would seat more (one learner seat, a snapshot in every other) and score the learner's seat by
+# the sign of its return, but no classic game that installs here has more than two (hanabi_v5, 2-5 players, needs
+# shimmy), so none was tried: more agents are refused rather than trained untested.
+NUM_SEATS = 2
+
+
+class UnsupportedClassicGame(ValueError):
+    """The name is not a classic PettingZoo game this worker can step (unknown, not installable, or not fitting)."""
+
+
+def _registered() -> list[str]:
+    """Every classic AEC game in PettingZoo's registry, as module names (tictactoe_v3)."""
+    import pettingzoo
+
+    return sorted(spec.id[len(NAMESPACE) + 1:].replace("-v", "_v") for spec in pettingzoo.aec_registry.values()
+                  if spec.namespace == NAMESPACE)
+
+
+@functools.lru_cache(maxsize=1)
+def available_games() -> tuple[str, ...]:
+    """The classic games `make_aec_env` accepts here (their packages installed, their spaces fitting)."""
+    games = []
+    for name in _registered():
+        try:
+            _make(name).close()
+        except UnsupportedClassicGame:
+            continue
+        games.append(name)
+    return tuple(games)
+
+
+def make_aec_env(game_name: str) -> Any:
+    """One AEC env of PettingZoo's registered `classic/<game_name>`. Raises UnsupportedClassicGame naming
+    the problem and the classic games that work here."""
+    try:
+        return _make(game_name)
+    except UnsupportedClassicGame as error:
+        raise UnsupportedClassicGame(f"{error}; the classic games that work here: "
+                                     f"{', '.join(available_games())}") from None
+
+
+def _make(game_name: str) -> Any:
+    import pettingzoo
+    import pettingzoo.env_registry.exceptions as registry_errors
+
+    problem = f"unsupported PettingZoo game 'classic/{game_name}'"
+    try:
+        spec = pettingzoo.spec("aec", f"{NAMESPACE}/{game_name}")
+    except registry_errors.PettingZooRegistryError:
+        raise UnsupportedClassicGame(f"{problem}: no such classic game (registered: {', '.join(_registered())})") \
+            from None
+    try:
+        env = pettingzoo.make("aec", spec)
+    except (registry_errors.FailedToImport, ImportError) as error:  # a package the game needs is not installed
+        cause = error.__cause__ or error
+        raise UnsupportedClassicGame(f"{problem}: it does not import here ({str(cause).splitlines()[0]})") from None
+    agents = list(env.possible_agents)
+    observation, action = env.observation_space(agents[0]), env.action_space(agents[0])
+    fits = (len(agents) == NUM_SEATS and hasattr(action, "n")
+            and all(env.action_space(agent) == action and env.observation_space(agent) == observation
+                    for agent in agents)
+            and hasattr(observation, "spaces") and "action_mask" in observation.spaces
+            and getattr(observation.spaces.get("observation"), "shape", None))
+    if not fits:
+        env.close()
+        raise UnsupportedClassicGame(
+            f"{problem}: the worker steps games of {NUM_SEATS} agents with a Dict observation (a Box 'observation' "
+            f"and an 'action_mask') and one Discrete action space; it has agents {agents}, observation space "
+            f"{observation} and action space {action}")
+    return env
+
+
+def seat_observation_shape(shape: tuple) -> tuple:
+    """An [H, W, C] board as [C, H, W] planes; any other shape as it is."""
+    return (shape[2], shape[0], shape[1]) if len(shape) == 3 else tuple(shape)
+
+
+class ClassicVectorGame:
+    """`num_envs` games of one classic PettingZoo AEC game, stepped turn by turn; a `worker_loop.VectorGame`.
+
+    The returned arrays are buffers reused by the next call. Raises UnsupportedClassicGame.
+    """
+
+    def __init__(self, game_name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000):
+        if num_envs < 1 or max_cycles < 1:
+            raise ValueError(f"need num_envs >= 1 and max_cycles >= 1, got {num_envs} and {max_cycles}")
+        self.max_cycles = max_cycles
+        self._envs = []
+        try:
+            for _ in range(num_envs):
+                self._envs.append(make_aec_env(game_name))
+        except BaseException:
+            self.close()
+            raise
+        first = self._envs[0]
+        self._agents = list(first.possible_agents)
+        self.num_actions = int(first.action_space(self._agents[0]).n)
+        board = first.observation_space(self._agents[0]).spaces["observation"].shape
+        self._transpose = len(board) == 3
+        self.spec = EnvSpec(
+            env_name=f"pettingzoo:{NAMESPACE}/{game_name}",
+            observation_shape=seat_observation_shape(board),
+            observation_dtype=np.float32,
+            num_actions=self.num_actions,
+            num_envs=num_envs,
+            num_seats=NUM_SEATS,
+            has_legal_mask=True,
+        )
+        agents = (num_envs, NUM_SEATS)
+        self._out = GameStep(
+            observation=np.zeros(agents + self.spec.observation_shape, np.float32),
+            reward=np.zeros(agents, np.float32),
+            terminated=np.zeros(num_envs, bool),
+            truncated=np.zeros(num_envs, bool),
+            legal_mask=np.zeros(agents + (self.num_actions,), bool),
+            acting=np.zeros(agents, bool),
+        )
+        self._seed, self._seeded = seed, False
+        self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode
+        self.episodes = 0  # games finished
+        self._illegal = IllegalActions(log)  # host actions replaced by the first legal action
+
+    def reset(self, seed: Optional[int] = None) -> GameStep:
+        """Fresh games in every env; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's
+        seed when given None; later ones continue each env's random stream)."""
+        if seed is None and not self._seeded:
+            seed = self._seed
+        self._seeded = True
+        for env in range(self.spec.num_envs):
+            self._start(env, None if seed is None else seed + env)
+        self._out.reward.fill(0.0)
+        self._out.terminated.fill(False)
+        self._out.truncated.fill(False)
+        return self._out
+
+    def step(self, actions: np.ndarray) -> GameStep:
+        """The acting seat's action in every env; games that end restart in the same step."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.spec.num_envs, NUM_SEATS):
+            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, NUM_SEATS)}")
+        out = self._out
+        for env, game in enumerate(self._envs):
+            seat = self._agents.index(game.agent_selection)
+            game.step(self._illegal.checked(env, seat, int(actions[env, seat]), out.legal_mask[env, seat]))
+            self._turns[env] += 1
+            for s, agent in enumerate(self._agents):
+                out.reward[env, s] = game.rewards.get(agent, 0.0)
+            ended = [agent for agent in game.agents if game.terminations[agent] or game.truncations[agent]]
+            over = not game.agents or len(ended) == len(game.agents)
+            out.terminated[env] = over and any(game.terminations.get(agent, False) for agent in self._agents)
+            out.truncated[env] = not out.terminated[env] and (over or self._turns[env] >= self.max_cycles)
+            if out.terminated[env] or out.truncated[env]:
+                self.episodes += 1
+                self._start(env, None)
+            else:
+                self._render(env)
+        return out
+
+    @property
+    def illegal_actions(self) -> int:
+        """Host actions replaced by the first legal action so far."""
+        return self._illegal.count
+
+    def summary(self) -> str:
+        return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    def _start(self, env: int, seed: Optional[int]) -> None:
+        self._envs[env].reset(seed=seed)
+        self._turns[env] = 0
+        self._render(env)
+
+    def _render(self, env: int) -> None:
+        """Write env's observations, legal mask and acting flags for its agent to move."""
+        game, out = self._envs[env], self._out
+        mover = game.agent_selection
+        # The agent to move is observed last: TerminateIllegalWrapper judges the next action by the last observation.
+        for seat, agent in sorted(enumerate(self._agents), key=lambda pair: pair[1] == mover):
+            observed = game.observe(agent)
+            board = observed["observation"]
+            out.observation[env, seat] = np.transpose(board, (2, 0, 1)) if self._transpose else board
+            out.acting[env, seat] = agent == mover
+            out.legal_mask[env, seat] = np.asarray(observed["action_mask"], bool) if agent == mover else False
