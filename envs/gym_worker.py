@@ -54,6 +54,7 @@ from envs.worker_loop import (
     game_worker_main,
     positive_int,
     run_game_worker,
+    seat_actions,
 )
 from seedleague.protocol.specs import EnvSpec
 
@@ -148,9 +149,7 @@ class GymVectorGame:
         allows (module docstring)."""
         if self.spaces is not None:
             return self._step_structured(actions)
-        actions = np.asarray(actions)
-        if actions.shape != (self.spec.num_envs, 1):
-            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, 1)}")
+        actions = seat_actions(actions, self.spec)
         chosen = actions[:, 0]
         if self._acting is not None:  # a restarting env ignores its action: keep it in range all the same
             chosen = np.where(self._acting[:, 0], chosen, 0)

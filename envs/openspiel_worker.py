@@ -35,7 +35,8 @@ import numpy as np
 import pyspiel
 
 from envs.openspiel_games import Encoder, UnsupportedGame, load_game
-from envs.worker_loop import GameStep, IllegalActions, add_game_worker_arguments, game_worker_main, positive_int
+from envs.worker_loop import (CountsIllegalActions, GameStep, IllegalActions, add_game_worker_arguments,
+                               game_worker_main, positive_int, seat_actions)
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.openspiel_worker")
@@ -43,7 +44,7 @@ log = logging.getLogger("envs.openspiel_worker")
 NUM_SEATS = 2
 
 
-class OpenSpielVectorGame:
+class OpenSpielVectorGame(CountsIllegalActions):
     """`num_envs` games of one OpenSpiel game, stepped together; a `worker_loop.VectorGame`.
 
         game = OpenSpielVectorGame("kuhn_poker", num_envs=64, seed=0)
@@ -99,9 +100,7 @@ class OpenSpielVectorGame:
 
     def step(self, actions: np.ndarray) -> GameStep:
         """Play the acting seat's action in every env; finished games restart in the same step."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.spec.num_envs, NUM_SEATS):
-            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, NUM_SEATS)}")
+        actions = seat_actions(actions, self.spec)
         out = self._out
         out.terminated.fill(False)
         for env, state in enumerate(self._states):
@@ -126,14 +125,6 @@ class OpenSpielVectorGame:
     def states(self) -> tuple[pyspiel.State, ...]:
         """The live OpenSpiel state of every env (to inspect, not to mutate); a finished one is replaced."""
         return tuple(self._states)
-
-    @property
-    def illegal_actions(self) -> int:
-        """Host actions replaced by the first legal action so far."""
-        return self._illegal.count
-
-    def summary(self) -> str:
-        return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
 
     def close(self) -> None:
         pass

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from envs.worker_loop import GameStep, IllegalActions
+from envs.worker_loop import CountsIllegalActions, GameStep, IllegalActions, seat_actions
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.pettingzoo_classic")
@@ -119,7 +119,7 @@ def seat_observation_shape(shape: tuple) -> tuple:
     return (shape[2], shape[0], shape[1]) if len(shape) == 3 else tuple(shape)
 
 
-class ClassicVectorGame:
+class ClassicVectorGame(CountsIllegalActions):
     """`num_envs` games of one classic PettingZoo AEC game, stepped turn by turn; a `worker_loop.VectorGame`.
 
     The returned arrays are buffers reused by the next call. Raises UnsupportedClassicGame.
@@ -172,16 +172,11 @@ class ClassicVectorGame:
         self._seeded = True
         for env in range(self.spec.num_envs):
             self._start(env, None if seed is None else seed + env)
-        self._out.reward.fill(0.0)
-        self._out.terminated.fill(False)
-        self._out.truncated.fill(False)
-        return self._out
+        return self._out.clear_ends()
 
     def step(self, actions: np.ndarray) -> GameStep:
         """The acting seat's action in every env; games that end restart in the same step."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.spec.num_envs, NUM_SEATS):
-            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, NUM_SEATS)}")
+        actions = seat_actions(actions, self.spec)
         out = self._out
         for env, game in enumerate(self._envs):
             seat = self._agents.index(game.agent_selection)
@@ -199,14 +194,6 @@ class ClassicVectorGame:
             else:
                 self._render(env)
         return out
-
-    @property
-    def illegal_actions(self) -> int:
-        """Host actions replaced by the first legal action so far."""
-        return self._illegal.count
-
-    def summary(self) -> str:
-        return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
 
     def close(self) -> None:
         for env in self._envs:

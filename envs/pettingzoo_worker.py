@@ -46,7 +46,7 @@ import numpy as np
 
 from envs.atari import FRAME_STACK, SCREEN_SIZE
 from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
-from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
+from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.pettingzoo_worker")
@@ -176,16 +176,11 @@ class PettingZooVectorGame:
             self._rng = np.random.default_rng(seed)
         for env in range(self.spec.num_envs):
             self._start(env, None if seed is None else seed + env)
-        self._out.reward.fill(0.0)
-        self._out.terminated.fill(False)
-        self._out.truncated.fill(False)
-        return self._out
+        return self._out.clear_ends()
 
     def step(self, actions: np.ndarray) -> GameStep:
         """Both seats' actions for FRAME_SKIP frames in every env; ended episodes restart in the same step."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.spec.num_envs, NUM_SEATS):
-            raise ValueError(f"actions have shape {actions.shape}, expected {(self.spec.num_envs, NUM_SEATS)}")
+        actions = seat_actions(actions, self.spec)
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise ValueError(f"actions must be in [0, {self.num_actions}), got {actions.tolist()}")
         out = self._out
@@ -208,10 +203,10 @@ class PettingZooVectorGame:
         for env in self._envs:
             env.close()
 
-    def _repeat(self, env: int, seat_actions: np.ndarray) -> tuple[Optional[np.ndarray], bool]:
+    def _repeat(self, env: int, row: np.ndarray) -> tuple[Optional[np.ndarray], bool]:
         """Play one action per seat for FRAME_SKIP frames; (max of the last two frames, game over?)."""
         game = self._envs[env]
-        chosen = {agent: int(seat_actions[seat]) for seat, agent in enumerate(self._agents)}
+        chosen = {agent: int(row[seat]) for seat, agent in enumerate(self._agents)}
         reward = self._out.reward[env]
         reward.fill(0.0)
         last = previous = None

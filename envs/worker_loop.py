@@ -67,6 +67,22 @@ class GameStep:
     episode_stats: Optional[dict] = None
 
 
+    def clear_ends(self) -> "GameStep":
+        """No rewards and no episode ends: the step a reset returns."""
+        self.reward.fill(0.0)
+        self.terminated.fill(False)
+        self.truncated.fill(False)
+        return self
+
+
+def seat_actions(actions, spec: EnvSpec) -> np.ndarray:
+    """The host's actions as an [E, S] array, or ValueError naming the shape it should have."""
+    actions = np.asarray(actions)
+    if actions.shape != (spec.num_envs, spec.num_seats):
+        raise ValueError(f"actions have shape {actions.shape}, expected {(spec.num_envs, spec.num_seats)}")
+    return actions
+
+
 class VectorGame(Protocol):
     """`num_envs` game instances with `num_seats` seats each, stepped together in one process.
 
@@ -375,3 +391,19 @@ def game_worker_main(
         game.close()
     logger.info("stopped: %s; %s", stats, game.summary())
     return 0
+
+
+class CountsIllegalActions:
+    """For a turn-based VectorGame that keeps an `IllegalActions` as `_illegal` and counts `episodes`: the
+    count in its `illegal_actions` and its `summary`."""
+
+    _illegal: IllegalActions
+    episodes: int
+
+    @property
+    def illegal_actions(self) -> int:
+        """Host actions replaced by the first legal action so far."""
+        return self._illegal.count
+
+    def summary(self) -> str:
+        return f"{self.episodes} games played, {self.illegal_actions} illegal host actions replaced"
