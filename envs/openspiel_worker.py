@@ -70,15 +70,7 @@ class OpenSpielVectorGame(CountsIllegalActions):
             num_seats=NUM_SEATS,
             has_legal_mask=True,
         )
-        agents = (num_envs, NUM_SEATS)
-        self._out = GameStep(
-            observation=np.zeros(agents + shape, np.float32),
-            reward=np.zeros(agents, np.float32),
-            terminated=np.zeros(num_envs, bool),
-            truncated=np.zeros(num_envs, bool),
-            legal_mask=np.zeros(agents + (self.num_actions,), bool),
-            acting=np.zeros(agents, bool),
-        )
+        self._out = GameStep.zeros(self.spec)
         self._rng = np.random.default_rng(seed)
         self._states: list[pyspiel.State] = []
         self._returns: list[list[float]] = []  # returns at the previous message, per env

@@ -150,15 +150,7 @@ class ClassicVectorGame(CountsIllegalActions):
             num_seats=NUM_SEATS,
             has_legal_mask=True,
         )
-        agents = (num_envs, NUM_SEATS)
-        self._out = GameStep(
-            observation=np.zeros(agents + self.spec.observation_shape, np.float32),
-            reward=np.zeros(agents, np.float32),
-            terminated=np.zeros(num_envs, bool),
-            truncated=np.zeros(num_envs, bool),
-            legal_mask=np.zeros(agents + (self.num_actions,), bool),
-            acting=np.zeros(agents, bool),
-        )
+        self._out = GameStep.zeros(self.spec)
         self._seed, self._seeded = seed, False
         self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode
         self.episodes = 0  # games finished

@@ -158,14 +158,7 @@ class PettingZooVectorGame:
             num_envs=num_envs,
             num_seats=NUM_SEATS,
         )
-        agents = (num_envs, NUM_SEATS)
-        self._out = GameStep(
-            observation=np.zeros(agents + self.spec.observation_shape, np.uint8),
-            reward=np.zeros(agents, np.float32),
-            terminated=np.zeros(num_envs, bool),
-            truncated=np.zeros(num_envs, bool),
-            acting=np.ones(agents, bool),
-        )
+        self._out = GameStep.zeros(self.spec, acting=True)
         self._rng = np.random.default_rng(seed)
         self._steps = np.zeros(num_envs, np.int64)  # steps of each env's current episode
         self.episodes = 0

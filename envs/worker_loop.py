@@ -67,6 +67,17 @@ class GameStep:
     episode_stats: Optional[dict] = None
 
 
+    @classmethod
+    def zeros(cls, spec: EnvSpec, acting: bool = False) -> "GameStep":
+        """Buffers for a v1 `spec`'s steps, all zero (a legal mask where the spec has one; every seat acting when
+        `acting`): what a game's `step` fills in place."""
+        agents = (spec.num_envs, spec.num_seats)
+        return cls(observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
+                   reward=np.zeros(agents, np.float32), terminated=np.zeros(spec.num_envs, bool),
+                   truncated=np.zeros(spec.num_envs, bool),
+                   legal_mask=np.zeros(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
+                   acting=(np.ones if acting else np.zeros)(agents, bool))
+
     def clear_ends(self) -> "GameStep":
         """No rewards and no episode ends: the step a reset returns."""
         self.reward.fill(0.0)
