@@ -81,7 +81,7 @@ class ShootoutGame:
         return f"{self.episodes} games played"
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the games are numpy arrays in this process."""
 
     def _draw_targets(self) -> None:
         self._lane = self._rng.integers(LANES, size=self._lane.shape)
