@@ -12,7 +12,7 @@ from seedleague.rl.networks import NetworkConfig, make_network
 from seedleague.rl.types import Unroll
 
 NUM_ACTIONS = 3
-EXPECTED_METRICS = {"total_loss", "policy_loss", "value_loss", "entropy", "grad_norm", "anneal_progress",
+EXPECTED_METRICS = {"total_loss", "policy_loss", "value_loss", "entropy", "grad_norm", "anneal_progress", "entropy_cost",
                     "importance_ratio", "policy_lag"}
 
 
@@ -169,6 +169,27 @@ def test_learning_rate_and_entropy_cost_anneal_linearly_then_hold():
         LearnerConfig(entropy_cost_final=-1.0)
     with pytest.raises(ValueError, match="anneal_seconds must be >= 0"):
         LearnerConfig(anneal_seconds=-1.0)
+
+
+def test_the_entropy_cost_can_fall_as_one_over_the_root_of_the_updates():
+    # alpha(n) = 0.2 * sqrt(1000 / (1000 + n)): 0.2 at 0, 0.1 at 3,000 updates, 0.05 at 15,000; floored at the final cost.
+    from seedleague.rl.learner import schedule
+
+    config = LearnerConfig(entropy_cost=0.2, entropy_cost_final=0.04, entropy_decay_steps=1000, anneal_seconds=60.0)
+    for fn in (schedule, jax.jit(schedule, static_argnums=0)):
+        alphas = [float(fn(config, n, 30.0).entropy_cost) for n in (0, 3000, 15000, 10**6)]
+        np.testing.assert_allclose(alphas, [0.2, 0.1, 0.05, 0.04], rtol=1e-6)
+        assert float(fn(config, 3000, 30.0).progress) == pytest.approx(0.5)  # the anneal still runs for the rest
+    linear = dataclasses.replace(config, entropy_decay_steps=0)
+    assert float(schedule(linear, 10**6, 30.0).entropy_cost) == pytest.approx(0.12)  # halfway from 0.2 to 0.04
+    with pytest.raises(ValueError, match="entropy_decay_steps must be >= 0"):
+        LearnerConfig(entropy_decay_steps=-1)
+    # Through an update: the metric is the cost the loss used.
+    network = NETWORKS[0]
+    state = init_train_state(config, network, jax.random.key(0))
+    _, metrics = make_update(config, network)(state._replace(step=jnp.asarray(3000, state.step.dtype)),
+                                              _synthetic_batch(network), np.float32(30.0))
+    assert float(metrics["entropy_cost"]) == pytest.approx(0.1, rel=1e-6)
 
 
 def test_an_update_follows_the_trained_seconds_it_is_given():
@@ -370,7 +391,7 @@ def test_a_magnet_in_the_returns_takes_its_kl_from_the_rewards_scaled_to_the_adv
     # times magnet_cost (and, for MMD's normalised advantages, the spread of the plain advantages),
     # taken from each reward.
     from seedleague.rl import losses
-    from seedleague.rl.learner import _in_returns, _magnet_kl_rows
+    from seedleague.rl.learner import _in_returns, _magnet_kl_rows, schedule
 
     network = NETWORKS[0]
     batch = _synthetic_batch(network)
@@ -389,7 +410,7 @@ def test_a_magnet_in_the_returns_takes_its_kl_from_the_rewards_scaled_to_the_adv
         assert scale > 0.1
     want = np.asarray(inputs.r_t) - 0.3 * scale * np.asarray(inputs.discount_t) * np.asarray(kl_rows[:, 1:])
     for fn in (_in_returns, jax.jit(_in_returns, static_argnums=0)):
-        got = fn(config, inputs, kl_rows, jnp.float32(0.0))
+        got = fn(config, inputs, kl_rows, schedule(config, 0))
         np.testing.assert_allclose(got.r_t, want, rtol=1e-5, atol=1e-6)
     # Through a whole update: the KL in the returns changes the value loss, and the update runs.
     def metrics_of(config):  # a fresh state each time: the update takes its state's buffers

@@ -101,6 +101,14 @@ class LearnerConfig:
         the learning rate and the entropy cost move linearly from their initial
         values to the *_final ones (None: stay constant) over that many updates,
         then stay there.
+    entropy_decay_steps: when > 0, the entropy cost follows the update count n instead
+        of the anneal: entropy_cost * sqrt(n0 / (n0 + n)) with n0 = entropy_decay_steps,
+        never below entropy_cost_final (0 when None). Converging to the quantal-response
+        equilibrium at temperature alpha takes on the order of 1 / alpha^2 updates (MMD's
+        linear rate, contraction 1 / (1 + eta * alpha) per step, with a step eta that must
+        shrink with alpha to stay stable; benchmarks/qre_floor.py measures it), so alpha
+        falling as 1 / sqrt(n) keeps it as low as the updates made so far can follow:
+        lower on a faster machine or a longer budget, higher on a loaded one.
     anneal_seconds: when > 0, the anneal follows the learner's trained seconds
         (counted across --resume) instead of its updates, so a run annealed over
         its time budget ends annealed on a fast machine and a slow one alike.
@@ -163,6 +171,7 @@ class LearnerConfig:
     anneal_steps: int = 0
     learning_rate_final: Optional[float] = None
     entropy_cost_final: Optional[float] = None
+    entropy_decay_steps: int = 0  # > 0: alpha = entropy_cost * sqrt(n0 / (n0 + updates)) instead of the anneal
     magnet_cost: float = 0.0  # weight of KL(pi || magnet) in the loss (0: no magnet)
     magnet_rate: float = 0.0  # rate per update of the moving average the magnet follows (or, with an interval, is replaced by)
     magnet_interval: int = 0  # replace the magnet with the params every this many updates (R-NaD's outer loop)
@@ -210,6 +219,9 @@ class LearnerConfig:
             problems.append(f"kl_cost applies to loss 'mmd' only; loss is {self.loss!r} (set --learner.loss mmd)")
         if self.anneal_steps < 0:
             problems.append(f"anneal_steps must be >= 0, got {self.anneal_steps}")
+        if self.entropy_decay_steps < 0:
+            problems.append(f"entropy_decay_steps must be >= 0 (0: the entropy cost follows the anneal), "
+                            f"got {self.entropy_decay_steps}")
         if self.learning_rate_final is not None and not self.learning_rate_final > 0:
             problems.append(f"learning_rate_final must be > 0 (or None), got {self.learning_rate_final}")
         if self.entropy_cost_final is not None and not self.entropy_cost_final >= 0:
@@ -286,6 +298,23 @@ def anneal_progress(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> jax
     return jnp.zeros((), jnp.float32)
 
 
+class Anneal(NamedTuple):
+    """Where an update stands in its schedules: computed once per update (`schedule`), read by every loss term."""
+
+    progress: jax.Array  # the anneal's, in [0, 1] (`anneal_progress`)
+    entropy_cost: jax.Array  # alpha at this update
+
+
+def schedule(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> Anneal:
+    """The anneal's progress and the entropy cost at update `step` (and trained `seconds`)."""
+    progress = anneal_progress(config, step, seconds)
+    if config.entropy_decay_steps > 0:
+        n0 = jnp.float32(config.entropy_decay_steps)
+        alpha = config.entropy_cost * jnp.sqrt(n0 / (n0 + jnp.asarray(step, jnp.float32)))
+        return Anneal(progress, jnp.maximum(alpha, config.entropy_cost_final or 0.0))
+    return Anneal(progress, annealed(config.entropy_cost, config.entropy_cost_final, progress))
+
+
 def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax.Array:
     """`initial` moved linearly to `final` by `progress` in [0, 1] (None: constant)."""
     if final is None:
@@ -347,7 +376,7 @@ def _magnet_kl_rows(network: Network | StructuredNetwork, outputs: Any, magnet_o
 
 
 def _in_returns(config: LearnerConfig, inputs: losses.LossInputs, kl_rows: jax.Array,
-                progress: jax.Array) -> losses.LossInputs:
+                anneal: Anneal) -> losses.LossInputs:
     """`inputs` with the magnet's KL at each next state in the rewards (`losses.magnet_rewards`).
 
     PPO and MMD weigh the loss's own KL term against advantages normalised to unit spread, so the
@@ -357,7 +386,7 @@ def _in_returns(config: LearnerConfig, inputs: losses.LossInputs, kl_rows: jax.A
     scale = 1.0
     if config.normalize_advantages and config.loss in ("ppo", "mmd"):
         plain = losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
-                                   entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
+                                   entropy_cost=anneal.entropy_cost,
                                    entropy_in_returns=config.entropy_in_returns)
         scale = jax.lax.stop_gradient(jnp.std(plain.advantage))
     return losses.magnet_rewards(inputs, config.magnet_cost * scale, kl_rows[:, 1:])
@@ -365,18 +394,18 @@ def _in_returns(config: LearnerConfig, inputs: losses.LossInputs, kl_rows: jax.A
 
 def _magnet_terms(config: LearnerConfig, network: Network | StructuredNetwork, outputs: Any, magnet: Any,
                   batch: Unroll | StructuredUnroll, inputs: losses.LossInputs,
-                  progress: jax.Array) -> tuple[losses.LossInputs, jax.Array]:
+                  anneal: Anneal) -> tuple[losses.LossInputs, jax.Array]:
     """(inputs, mean KL(pi || magnet) over rows 0..T-1): the inputs carry the magnet's KL in their
     rewards when `magnet_in_returns`."""
     magnet_outputs, _, _ = network.apply(magnet, batch.observation, batch.first, batch.core_state)
     kl_rows = _magnet_kl_rows(network, outputs, magnet_outputs, batch)
     if config.magnet_in_returns:
-        inputs = _in_returns(config, inputs, kl_rows, progress)
+        inputs = _in_returns(config, inputs, kl_rows, anneal)
     return inputs, jnp.mean(kl_rows[:, :-1])
 
 
 def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, params: Any,
-                   batch: Unroll | StructuredUnroll, progress: jax.Array,
+                   batch: Unroll | StructuredUnroll, anneal: Anneal,
                    magnet: Any = ()) -> Optional[losses.PPOTargets]:
     """PPO's advantages and value targets under `params` (the update's starting ones) when
     `fixed_targets` holds them over the epochs; None: each minibatch recomputes its own."""
@@ -385,23 +414,23 @@ def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, 
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = _loss_inputs(network, logits, values, batch, config.discount)
     if config.magnet_in_returns:
-        inputs, _ = _magnet_terms(config, network, logits, magnet, batch, inputs, progress)
+        inputs, _ = _magnet_terms(config, network, logits, magnet, batch, inputs, anneal)
     return losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
-                              entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
+                              entropy_cost=anneal.entropy_cost,
                               entropy_in_returns=config.entropy_in_returns)
 
 
 def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll,
-          progress: jax.Array, magnet: Any, targets: Optional[losses.PPOTargets] = None):
-    """Scalar loss and its metrics for one batch under `params`, at anneal `progress`."""
+          anneal: Anneal, magnet: Any, targets: Optional[losses.PPOTargets] = None):
+    """Scalar loss and its metrics for one batch under `params`, at `anneal`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = _loss_inputs(network, logits, values, batch, config.discount)
     if config.magnet_cost > 0:
-        inputs, magnet_kl = _magnet_terms(config, network, logits, magnet, batch, inputs, progress)
+        inputs, magnet_kl = _magnet_terms(config, network, logits, magnet, batch, inputs, anneal)
     common = dict(
         lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
-        entropy_cost=annealed(config.entropy_cost, config.entropy_cost_final, progress),
+        entropy_cost=anneal.entropy_cost,
         baseline_cost=config.baseline_cost,
         entropy_in_returns=config.entropy_in_returns,
     )
@@ -419,14 +448,14 @@ def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: A
     return loss, metrics
 
 
-def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array, params: Any,
+def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, anneal: Anneal, params: Any,
                    opt_state: Any, batch: Unroll,
                    targets: Optional[losses.PPOTargets] = None) -> tuple[Any, Any, dict[str, jax.Array]]:
     """One Adam step on `batch` from (params, opt_state): the new pair and the step's metrics."""
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
-    (loss, metrics), grads = grad_fn(params, batch, progress, state.magnet, targets)
+    (loss, metrics), grads = grad_fn(params, batch, anneal, state.magnet, targets)
     updates, opt_state = _optimizer(config).update(grads, opt_state, params)
-    learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress)
+    learning_rate = annealed(config.learning_rate, config.learning_rate_final, anneal.progress)
     params = optax.apply_updates(params, jax.tree.map(lambda u: (learning_rate * u).astype(u.dtype), updates))
     return params, opt_state, dict(metrics, total_loss=loss, grad_norm=optax.tree.norm(grads))
 
@@ -441,7 +470,7 @@ def _minibatch_rows(config: LearnerConfig, batch_size: int, rng: jax.Array) -> j
     return order.reshape(config.steps_per_update, batch_size // config.minibatches)
 
 
-def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress: jax.Array, batch: Unroll,
+def _epochs(config: LearnerConfig, network: Network, state: TrainState, anneal: Anneal, batch: Unroll,
             targets: Optional[losses.PPOTargets]) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
     """`epochs` passes over `batch` (and its fixed `targets`, if any) in minibatches:
     (params, opt_state, rng, mean metrics over the steps)."""
@@ -451,7 +480,7 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState, progress
     def step(carry, ids):
         params, opt_state = carry
         minibatch, minibatch_targets = jax.tree.map(lambda x: x[ids], (batch, targets))
-        params, opt_state, metrics = _gradient_step(config, network, state, progress, params, opt_state, minibatch,
+        params, opt_state, metrics = _gradient_step(config, network, state, anneal, params, opt_state, minibatch,
                                                     minibatch_targets)
         return (params, opt_state), metrics
 
@@ -508,21 +537,21 @@ def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tupl
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
             seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
-    progress = anneal_progress(config, state.step, seconds)
-    targets = _fixed_targets(config, network, state.params, batch, progress, state.magnet)
+    anneal = schedule(config, state.step, seconds)
+    targets = _fixed_targets(config, network, state.params, batch, anneal, state.magnet)
     if config.steps_per_update == 1:
-        params, opt_state, metrics = _gradient_step(config, network, state, progress, state.params,
+        params, opt_state, metrics = _gradient_step(config, network, state, anneal, state.params,
                                                     state.opt_state, batch, targets)
         rng = state.rng
     else:
-        params, opt_state, rng, metrics = _epochs(config, network, state, progress, batch, targets)
+        params, opt_state, rng, metrics = _epochs(config, network, state, anneal, batch, targets)
     magnet, target = _moved_magnet(config, state, params)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
-                   anneal_progress=progress)
+                   anneal_progress=anneal.progress, entropy_cost=anneal.entropy_cost)
     new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
                            magnet_target=target,
-                           average=_averaged(config, state.average, state.step, progress, params))
+                           average=_averaged(config, state.average, state.step, anneal.progress, params))
     return new_state, metrics
 
 
