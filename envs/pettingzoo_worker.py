@@ -46,6 +46,8 @@ import numpy as np
 
 from envs.atari import FRAME_STACK, SCREEN_SIZE
 from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
+from envs.pettingzoo_mpe import UnsupportedMPEGame, make_mpe_game
+from envs.pettingzoo_parallel import ParallelVectorGame
 from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
 from seedleague.protocol.specs import EnvSpec
 
@@ -57,7 +59,7 @@ NOOP_MAX = 30
 NOOP_ACTION = 0  # ALE's NOOP is first in every minimal action set
 
 
-FAMILIES = ("atari", "classic")  # the PettingZoo families this worker steps
+FAMILIES = ("atari", "classic", "mpe")  # the PettingZoo families this worker steps
 
 
 class UnsupportedGame(ValueError):
@@ -65,21 +67,29 @@ class UnsupportedGame(ValueError):
 
 
 def split_game_name(name: str) -> tuple[str, str]:
-    """("atari", "pong_v3") for "pong_v3" or "atari/pong_v3", ("classic", "tictactoe_v3") for "classic/tictactoe_v3";
-    raises UnsupportedGame for another family."""
-    family, _, game = name.rpartition("/")
+    """("atari", "pong_v3") for "pong_v3" or "atari/pong_v3", ("classic", "tictactoe_v3") for "classic/tictactoe_v3",
+    ("mpe", "simple_tag_v3(num_good=2)") for "mpe/simple_tag_v3(num_good=2)"; raises UnsupportedGame for another
+    family."""
+    head, paren, kwargs = name.partition("(")  # mpe/simple_tag_v3(num_good=2): keyword arguments after "("
+    family, _, game = head.rpartition("/")
+    game += paren + kwargs
     family = family or "atari"
     if family not in FAMILIES or not game:
         raise UnsupportedGame(f"unsupported PettingZoo game {name!r}: the PettingZoo worker runs the families "
                               f"{', '.join(FAMILIES)}, named <family>/<game> (a bare name is atari): e.g. pong_v3, "
-                              "classic/tictactoe_v3")
+                              "classic/tictactoe_v3, mpe/simple_spread_v3")
     return family, game
 
 
 def make_vector_game(name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000,
-                     mirror: bool = True) -> "PettingZooVectorGame | ClassicVectorGame":
+                     mirror: bool = True) -> "PettingZooVectorGame | ClassicVectorGame | ParallelVectorGame":
     """The VectorGame for a PettingZoo game name (see `split_game_name`); raises UnsupportedGame."""
     family, game = split_game_name(name)
+    if family == "mpe":
+        try:
+            return make_mpe_game(game, num_envs, seed, max_cycles)
+        except UnsupportedMPEGame as error:
+            raise UnsupportedGame(str(error)) from None
     if family == "classic":
         try:
             return ClassicVectorGame(game, num_envs, seed, max_cycles)
@@ -265,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envs.pettingzoo_worker", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
 
-    def make_game(args: argparse.Namespace) -> "PettingZooVectorGame | ClassicVectorGame":
+    def make_game(args: argparse.Namespace) -> "PettingZooVectorGame | ClassicVectorGame | ParallelVectorGame":
         return make_vector_game(args.game, args.num_envs, args.seed, args.max_cycles, mirror=not args.no_mirror)
 
     return game_worker_main(parser, argv, make_game, UnsupportedGame, log)
