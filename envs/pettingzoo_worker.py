@@ -1,15 +1,18 @@
 """The PettingZoo env worker: steps `num_envs` copies of a two-player PettingZoo
-Atari game (Pong by default) or classic turn-based game and lets a seedleague host
-choose the seats' actions.
+Atari game (Pong by default), a classic turn-based game or a multi-particle (MPE)
+game and lets a seedleague host choose the seats' actions.
 
     python -m envs.pettingzoo_worker --address 127.0.0.1:50051 --game pong_v3 --num-envs 2
     python -m envs.pettingzoo_worker --address host:50051 --game boxing_v2 --max-cycles 2000
     python -m envs.pettingzoo_worker --address host:50051 --game classic/tictactoe_v3 --num-envs 64
+    python -m envs.pettingzoo_worker --address host:50051 --game 'mpe/simple_tag_v3(num_good=2)' --num-envs 8
 
 A game is named `<family>/<game>` as in PettingZoo's registry; a bare name is an
 Atari one (`pong_v3` = `atari/pong_v3`). `classic/<game>` games are AEC envs
 stepped turn by turn by `envs.pettingzoo_classic` (its docstring says what each
-message carries); the rest of this docstring is about the Atari ones.
+message carries); `mpe/<game>` games (the mpe2 package, any number of agents,
+teams, protocol v2) come from `envs.pettingzoo_mpe`; the rest of this docstring
+is about the Atari ones.
 
 Both seats act on every step (`acting` all True, no legal mask); seat s is the
 env's agent s (`possible_agents` order: Pong's `first_0` is the right paddle,
@@ -259,11 +262,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The worker's flags."""
     parser.add_argument("--address", required=True, help="host address, host:port")
     parser.add_argument("--game", default="pong_v3",
-                        help="two-player pettingzoo.atari game, or classic/<game> (default pong_v3)")
+                        help="two-player pettingzoo.atari game, classic/<game>, or mpe/<game> with optional keyword "
+                             "arguments, e.g. 'mpe/simple_tag_v3(num_good=2)' (default pong_v3)")
     parser.add_argument("--num-envs", type=positive_int, default=2, help="games stepped together (default 2)")
     parser.add_argument(
         "--max-cycles", type=positive_int, default=5000,
-        help=f"steps ({FRAME_SKIP} frames each; classic games: turns) before an episode is truncated (default 5000)",
+        help=f"steps ({FRAME_SKIP} frames each; classic games: turns; MPE games: steps, their own max_cycles keyword "
+             "truncating first) before an episode is truncated (default 5000)",
     )
     parser.add_argument("--no-mirror", action="store_true",
                         help="Atari: give seat 1 the same frame as seat 0, not mirrored")
