@@ -138,12 +138,15 @@ def test_the_worker_process_refuses_before_connecting():
     assert done.returncode == 2 and "has no keyword 'speed'" in done.stderr and "connected" not in done.stderr
 
 
-def test_train_refuses_an_unknown_mpe_game_before_starting_anything(tmp_path):
-    done = subprocess.run(SEEDLEAGUE + ["train", "--env", "pettingzoo:mpe/simple_nope_v3", "--run-dir",
-                                        str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("game, message", [
+    ("mpe/simple_nope_v3", "unsupported PettingZoo game 'mpe/simple_nope_v3': no such MPE game"),
+    ("mpe/simple_tag_v3(curriculum=True)", "keyword 'curriculum' is refused: the worker never advances"),
+])
+def test_train_refuses_an_unknown_mpe_game_or_keyword_before_starting_anything(tmp_path, game, message):
+    done = subprocess.run(SEEDLEAGUE + ["train", "--env", f"pettingzoo:{game}", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "--env pettingzoo:mpe/simple_nope_v3 is refused: unsupported PettingZoo game 'mpe/simple_nope_v3'" \
-        in done.stderr
+    assert f"--env pettingzoo:{game} is refused: " in done.stderr and message in done.stderr, done.stderr[-2000:]
     assert not os.path.exists(tmp_path / "run" / "logs")
 
 
