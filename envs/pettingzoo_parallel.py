@@ -136,9 +136,6 @@ class ParallelVectorGame:
                              legal_mask=None if self._legal is None else {
                                  ACTION: np.broadcast_to(self._legal, agents_shape + self._legal.shape[1:]).copy()},
                              episode_stats={name: np.zeros(agents_shape, np.float32) for name in stats} or None)
-        for seat in range(len(agents)):  # role one-hots never change
-            if self._num_roles:
-                self._out.observation[OBSERVATION][:, seat, max(self._sizes) + self._role[seat]] = 1.0
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes everywhere; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's
