@@ -1,15 +1,18 @@
 """The PettingZoo env worker: steps `num_envs` copies of a two-player PettingZoo
-Atari game (Pong by default) or classic turn-based game and lets a seedleague host
-choose the seats' actions.
+Atari game (Pong by default), a classic turn-based game or a multi-particle (MPE)
+game and lets a seedleague host choose the seats' actions.
 
     python -m envs.pettingzoo_worker --address 127.0.0.1:50051 --game pong_v3 --num-envs 2
     python -m envs.pettingzoo_worker --address host:50051 --game boxing_v2 --max-cycles 2000
     python -m envs.pettingzoo_worker --address host:50051 --game classic/tictactoe_v3 --num-envs 64
+    python -m envs.pettingzoo_worker --address host:50051 --game 'mpe/simple_tag_v3(num_good=2)' --num-envs 8
 
 A game is named `<family>/<game>` as in PettingZoo's registry; a bare name is an
 Atari one (`pong_v3` = `atari/pong_v3`). `classic/<game>` games are AEC envs
 stepped turn by turn by `envs.pettingzoo_classic` (its docstring says what each
-message carries); the rest of this docstring is about the Atari ones.
+message carries); `mpe/<game>` games (the mpe2 package, any number of agents,
+teams, protocol v2) come from `envs.pettingzoo_mpe`; the rest of this docstring
+is about the Atari ones.
 
 Both seats act on every step (`acting` all True, no legal mask); seat s is the
 env's agent s (`possible_agents` order: Pong's `first_0` is the right paddle,
@@ -46,6 +49,8 @@ import numpy as np
 
 from envs.atari import FRAME_STACK, SCREEN_SIZE
 from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
+from envs.pettingzoo_mpe import UnsupportedMPEGame, make_mpe_game
+from envs.pettingzoo_parallel import ParallelVectorGame
 from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
 from seedleague.protocol.specs import EnvSpec
 
@@ -57,7 +62,7 @@ NOOP_MAX = 30
 NOOP_ACTION = 0  # ALE's NOOP is first in every minimal action set
 
 
-FAMILIES = ("atari", "classic")  # the PettingZoo families this worker steps
+FAMILIES = ("atari", "classic", "mpe")  # the PettingZoo families this worker steps
 
 
 class UnsupportedGame(ValueError):
@@ -65,21 +70,29 @@ class UnsupportedGame(ValueError):
 
 
 def split_game_name(name: str) -> tuple[str, str]:
-    """("atari", "pong_v3") for "pong_v3" or "atari/pong_v3", ("classic", "tictactoe_v3") for "classic/tictactoe_v3";
-    raises UnsupportedGame for another family."""
-    family, _, game = name.rpartition("/")
+    """("atari", "pong_v3") for "pong_v3" or "atari/pong_v3", ("classic", "tictactoe_v3") for "classic/tictactoe_v3",
+    ("mpe", "simple_tag_v3(num_good=2)") for "mpe/simple_tag_v3(num_good=2)"; raises UnsupportedGame for another
+    family."""
+    head, paren, kwargs = name.partition("(")  # mpe/simple_tag_v3(num_good=2): keyword arguments after "("
+    family, _, game = head.rpartition("/")
+    game += paren + kwargs
     family = family or "atari"
     if family not in FAMILIES or not game:
         raise UnsupportedGame(f"unsupported PettingZoo game {name!r}: the PettingZoo worker runs the families "
                               f"{', '.join(FAMILIES)}, named <family>/<game> (a bare name is atari): e.g. pong_v3, "
-                              "classic/tictactoe_v3")
+                              "classic/tictactoe_v3, mpe/simple_spread_v3")
     return family, game
 
 
 def make_vector_game(name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000,
-                     mirror: bool = True) -> "PettingZooVectorGame | ClassicVectorGame":
+                     mirror: bool = True) -> "PettingZooVectorGame | ClassicVectorGame | ParallelVectorGame":
     """The VectorGame for a PettingZoo game name (see `split_game_name`); raises UnsupportedGame."""
     family, game = split_game_name(name)
+    if family == "mpe":
+        try:
+            return make_mpe_game(game, num_envs, seed, max_cycles)
+        except UnsupportedMPEGame as error:
+            raise UnsupportedGame(str(error)) from None
     if family == "classic":
         try:
             return ClassicVectorGame(game, num_envs, seed, max_cycles)
@@ -249,11 +262,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The worker's flags."""
     parser.add_argument("--address", required=True, help="host address, host:port")
     parser.add_argument("--game", default="pong_v3",
-                        help="two-player pettingzoo.atari game, or classic/<game> (default pong_v3)")
+                        help="two-player pettingzoo.atari game, classic/<game>, or mpe/<game> with optional keyword "
+                             "arguments, e.g. 'mpe/simple_tag_v3(num_good=2)' (default pong_v3)")
     parser.add_argument("--num-envs", type=positive_int, default=2, help="games stepped together (default 2)")
     parser.add_argument(
         "--max-cycles", type=positive_int, default=5000,
-        help=f"steps ({FRAME_SKIP} frames each; classic games: turns) before an episode is truncated (default 5000)",
+        help=f"steps ({FRAME_SKIP} frames each; classic games: turns; MPE games: steps, their own max_cycles keyword "
+             "truncating first) before an episode is truncated (default 5000)",
     )
     parser.add_argument("--no-mirror", action="store_true",
                         help="Atari: give seat 1 the same frame as seat 0, not mirrored")
@@ -265,7 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envs.pettingzoo_worker", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
 
-    def make_game(args: argparse.Namespace) -> "PettingZooVectorGame | ClassicVectorGame":
+    def make_game(args: argparse.Namespace) -> "PettingZooVectorGame | ClassicVectorGame | ParallelVectorGame":
         return make_vector_game(args.game, args.num_envs, args.seed, args.max_cycles, mirror=not args.no_mirror)
 
     return game_worker_main(parser, argv, make_game, UnsupportedGame, log)

@@ -48,8 +48,8 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
     preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
     parser.add_argument("--env", default=None,
-                        help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game> or "
-                             "pettingzoo:classic/<game>, whose preset the run uses "
+                        help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game>, "
+                             "pettingzoo:classic/<game> or pettingzoo:mpe/<game>, whose preset the run uses "
                              + (f"(default: {presets.DEFAULT_ENV}, and its built-in worker; with --worker-cmd: none, "
                                 "the settings come from the worker's spec)" if with_workers else
                                 "(default: none: the host waits for the first worker from any machine and takes "
@@ -151,11 +151,12 @@ def _check_game(env_id: str) -> None:
 
 
 def _check_pettingzoo_game(env_id: str, game: str) -> None:
-    """Unknown families and classic games are refused here; an Atari game's ROM is checked by its worker."""
+    """Unknown families, classic and MPE games (and MPE keyword arguments) are refused here; an Atari game's ROM is
+    checked by its worker."""
     from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
 
     try:
-        if split_game_name(game)[0] == "classic":
+        if split_game_name(game)[0] in ("classic", "mpe"):
             make_vector_game(game, num_envs=1).close()
     except UnsupportedGame as error:
         raise ValueError(f"--env {env_id} is refused: {error}") from None
@@ -241,7 +242,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
                              "each other player as its own `seedleague host --league.address ...`, or give --env")
         run_dir = args.run_dir = args.run_dir or _default_run_dir("worker")
         preset, spec = _spec_preset(args, workers)
-        multiplayer, name = spec.num_seats >= 2, f"the worker's game {spec.env_name!r}"
+        multiplayer, name = presets.plays_in_league(spec), f"the worker's game {spec.env_name!r}"
     else:
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env

@@ -42,8 +42,17 @@ class Preset:
 
 
 def is_multiplayer(env_id: str) -> bool:
-    """Two-player games (run in a league): "openspiel:<game>" and "pettingzoo:<game>"."""
-    return env_id.startswith(("openspiel:", "pettingzoo:"))
+    """Two-player games (run in a league): "openspiel:<game>" and "pettingzoo:<game>", except PettingZoo's MPE games
+    ("pettingzoo:mpe/<game>"), whose rewards are general-sum: they train every seat with one shared policy."""
+    return env_id.startswith(("openspiel:", "pettingzoo:")) and not env_id.startswith("pettingzoo:mpe/")
+
+
+def plays_in_league(spec: "EnvSpec | StructuredEnvSpec") -> bool:
+    """Whether a worker's spec is a game of two or more teams (a league game; every seat its own team unless a
+    protocol v2 spec groups them). One team of several seats is a cooperative game: one policy plays every seat."""
+    if isinstance(spec, StructuredEnvSpec):
+        return len(set(spec.teams)) >= 2
+    return spec.num_seats >= 2
 
 
 def league_flags(config: LeagueConfig) -> tuple[str, ...]:
@@ -226,19 +235,27 @@ def _pettingzoo() -> Preset:
 
 def _pettingzoo_game(game: str) -> Preset:
     """Atari games get `_pettingzoo`; classic ones the preset of the spec their worker declares (read from one env,
-    as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses."""
+    as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses. MPE games
+    (general-sum, outside the league) get `shared_seats` of their spec, whatever their teams."""
     from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
 
     try:
-        if split_game_name(game)[0] != "classic":
+        family = split_game_name(game)[0]
+        if family not in ("classic", "mpe"):
             return _pettingzoo()
         vector_game = make_vector_game(game, num_envs=1)
     except UnsupportedGame:
         return _game(board=False)  # the worker refuses the game by name, before anything is trained
     try:
-        return preset_for_spec(vector_game.spec)
+        return shared_seats(vector_game.spec) if family == "mpe" else preset_for_spec(vector_game.spec)
     finally:
         vector_game.close()
+
+
+def shared_seats(spec: "EnvSpec | StructuredEnvSpec") -> Preset:
+    """A game trained outside a league, one policy learning at every seat (parameter sharing): the single-agent
+    settings of its action, continuous control for a continuous head, else classic control."""
+    return _continuous_control() if has_continuous_actions(spec) else _classic_control()
 
 
 def _shows_pixels(spec: EnvSpec) -> bool:
@@ -285,7 +302,10 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari settings; a protocol v2
     spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
     (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
-    ones for a spec with a continuous head, else the classic-control ones."""
+    ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
+    cooperative game): `shared_seats`, no league."""
+    if isinstance(spec, StructuredEnvSpec) and spec.num_seats >= 2 and not plays_in_league(spec):
+        return shared_seats(spec)
     if isinstance(spec, StructuredEnvSpec):
         if v1_model_of(spec) is None:
             if spec.num_seats >= 2:

@@ -115,7 +115,8 @@ def test_tictactoe_worker_passes_every_check():
 @pytest.mark.parametrize("game, message", [
     ("classic/nope_v1", "unsupported PettingZoo game 'classic/nope_v1': no such classic game"),
     ("classic/rps_v2", "unsupported PettingZoo game 'classic/rps_v2': the worker steps games of 2 agents"),
-    ("mpe/simple_v3", "unsupported PettingZoo game 'mpe/simple_v3': the PettingZoo worker runs the families"),
+    ("butterfly/pistonball_v6", "unsupported PettingZoo game 'butterfly/pistonball_v6': the PettingZoo worker runs "
+                                "the families"),
 ])
 def test_a_game_it_cannot_play_exits_2_naming_it_before_connecting(game, message):
     command = [sys.executable, "-m", "envs.pettingzoo_worker", "--address", "127.0.0.1:1", "--game", game]
