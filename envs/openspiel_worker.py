@@ -36,8 +36,7 @@ import pyspiel
 
 from envs.openspiel_games import Encoder, UnsupportedGame, load_game
 from envs.worker_loop import (CountsIllegalActions, GameStep, IllegalActions, add_game_worker_arguments,
-                               game_worker_main, positive_int, seat_actions)
-from seedleague.protocol.specs import EnvSpec
+                               game_worker_main, positive_int, seat_actions, turn_based_spec)
 
 log = logging.getLogger("envs.openspiel_worker")
 
@@ -61,15 +60,7 @@ class OpenSpielVectorGame(CountsIllegalActions):
         self.game = load_game(game_name)
         self._encoder = Encoder(self.game)
         self.num_actions, shape = self._encoder.num_actions, self._encoder.shape
-        self.spec = EnvSpec(
-            env_name=f"openspiel:{game_name}",
-            observation_shape=shape,
-            observation_dtype=np.float32,
-            num_actions=self.num_actions,
-            num_envs=num_envs,
-            num_seats=NUM_SEATS,
-            has_legal_mask=True,
-        )
+        self.spec = turn_based_spec(f"openspiel:{game_name}", shape, self.num_actions, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec)
         self._rng = np.random.default_rng(seed)
         self._states: list[pyspiel.State] = []

@@ -36,8 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from envs.worker_loop import CountsIllegalActions, GameStep, IllegalActions, seat_actions
-from seedleague.protocol.specs import EnvSpec
+from envs.worker_loop import CountsIllegalActions, GameStep, IllegalActions, seat_actions, turn_based_spec
 
 log = logging.getLogger("envs.pettingzoo_classic")
 
@@ -141,15 +140,8 @@ class ClassicVectorGame(CountsIllegalActions):
         self.num_actions = int(first.action_space(self._agents[0]).n)
         board = first.observation_space(self._agents[0]).spaces["observation"].shape
         self._transpose = len(board) == 3
-        self.spec = EnvSpec(
-            env_name=f"pettingzoo:{NAMESPACE}/{game_name}",
-            observation_shape=seat_observation_shape(board),
-            observation_dtype=np.float32,
-            num_actions=self.num_actions,
-            num_envs=num_envs,
-            num_seats=NUM_SEATS,
-            has_legal_mask=True,
-        )
+        self.spec = turn_based_spec(f"pettingzoo:{NAMESPACE}/{game_name}", seat_observation_shape(board),
+                                    self.num_actions, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec)
         self._seed, self._seeded = seed, False
         self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode

@@ -404,6 +404,26 @@ def game_worker_main(
     return 0
 
 
+def turn_based_spec(env_name: str, observation_shape: Sequence[int], num_actions: int, num_envs: int,
+                    num_seats: int = 2) -> EnvSpec:
+    """The v1 spec of a turn-based board or card game: float32 observations for every seat, and a legal mask
+    (all False for the seats not to move), as the OpenSpiel and PettingZoo classic workers send."""
+    return EnvSpec(env_name=env_name, observation_shape=tuple(observation_shape), observation_dtype=np.float32,
+                   num_actions=num_actions, num_envs=num_envs, num_seats=num_seats, has_legal_mask=True)
+
+
+def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]],
+                    make_game: Callable[[int, int], VectorGame], logger: logging.Logger) -> int:
+    """The entry point of a worker whose game has no settings of its own (`envs.shootout_worker`,
+    `envs.tug_worker`): --address, --num-envs and the flags every game worker shares, then `game_worker_main`
+    with `make_game(num_envs, seed)` (a ValueError from it exits 2). `doc`'s first paragraph is the --help text."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
+    parser.add_argument("--address", required=True, help="host address, host:port")
+    parser.add_argument("--num-envs", type=positive_int, default=64, help="games stepped together (default 64)")
+    add_game_worker_arguments(parser)
+    return game_worker_main(parser, argv, lambda args: make_game(args.num_envs, args.seed), ValueError, logger)
+
+
 class CountsIllegalActions:
     """For a turn-based VectorGame that keeps an `IllegalActions` as `_illegal` and counts `episodes`: the
     count in its `illegal_actions` and its `summary`."""
