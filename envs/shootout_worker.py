@@ -20,14 +20,13 @@ Never imports jax.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
+from envs.worker_loop import GameStep, fixed_game_main
 from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                           StructuredEnvSpec, TensorSpec)
 
@@ -119,11 +118,8 @@ def play_against_random(act: Callable[[dict], dict], games: int, seed: int = 0) 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.shootout_worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--address", required=True, help="host address, host:port")
-    parser.add_argument("--num-envs", type=positive_int, default=64, help="games stepped together (default 64)")
-    add_game_worker_arguments(parser)
-    return game_worker_main(parser, argv, lambda args: ShootoutGame(args.num_envs, args.seed), ValueError, log)
+    """CLI entry point; 0 stopped, 2 bad flags or refused by the host."""
+    return fixed_game_main("envs.shootout_worker", __doc__, argv, ShootoutGame, log)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ Never imports jax.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Optional, Sequence
 
 import numpy as np
 
-from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int
+from envs.worker_loop import GameStep, fixed_game_main
 from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
 
 log = logging.getLogger("envs.tug_worker")
@@ -110,11 +109,8 @@ def play_against_random(act, games: int, seed: int = 0) -> tuple[int, int, int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.tug_worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--address", required=True, help="host address, host:port")
-    parser.add_argument("--num-envs", type=positive_int, default=64, help="games stepped together (default 64)")
-    add_game_worker_arguments(parser)
-    return game_worker_main(parser, argv, lambda args: TugGame(args.num_envs, args.seed), ValueError, log)
+    """CLI entry point; 0 stopped, 2 bad flags or refused by the host."""
+    return fixed_game_main("envs.tug_worker", __doc__, argv, TugGame, log)
 
 
 if __name__ == "__main__":
