@@ -156,15 +156,19 @@ def test_pong_worker_passes_every_check():
     assert "ended at step 10" in report.result(cw.EPISODES).detail
 
 
-@pytest.mark.parametrize(
-    "game, message",
-    [
-        ("chess_v6", "unsupported PettingZoo game 'chess_v6': the PettingZoo worker runs two-player pettingzoo.atari"),
-        ("quadrapong_v4", "unsupported PettingZoo game 'quadrapong_v4': it has agents"),
-    ],
-)
-def test_an_unsupported_game_exits_2_naming_it_before_connecting(game, message):
+@pytest.mark.parametrize("game, message", [
+    ("chess_v6", "unsupported PettingZoo game 'chess_v6': the PettingZoo worker runs two-player pettingzoo.atari"),
+    ("quadrapong_v4", "unsupported PettingZoo game 'quadrapong_v4': it has agents"),
+    ("classic/nope_v1", "unsupported PettingZoo game 'classic/nope_v1': no such classic game"),
+    ("classic/rps_v2", "unsupported PettingZoo game 'classic/rps_v2': the worker steps games of 2 agents"),
+    ("butterfly/pistonball_v6", "unsupported PettingZoo game 'butterfly/pistonball_v6': the PettingZoo worker runs "
+                                "the families"),
+])
+def test_a_game_it_cannot_play_exits_2_naming_it_before_connecting(game, message):
+    """Atari and classic games alike: exit 2 with the reason, before connecting to the (absent) host."""
     command = [sys.executable, "-m", "envs.pettingzoo_worker", "--address", "127.0.0.1:1", "--game", game]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "connected" not in done.stderr, done.stderr
+    if game.startswith("classic/"):
+        assert "the classic games that work here: connect_four_v3, go_v5, tictactoe_v3" in done.stderr
