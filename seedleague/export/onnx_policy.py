@@ -28,7 +28,7 @@ import contextlib
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -155,16 +155,18 @@ def write_json(path: str, data: dict) -> None:
 def write(policy: Policy, path: str, extra: dict | None = None) -> dict:
     """Write `policy` to `path` (.onnx) and its sidecar, with `extra` entries added, to `path`.json;
     returns the sidecar."""
-    model = policy_model(policy)
-    sidecar = dict(describe(policy, model), **(extra or {}))
-    save(model, path, sidecar)
-    return sidecar
+    return write_exported(policy, path, extra, policy_model, describe)
 
 
-def save(model: Any, path: str, sidecar: dict) -> None:
-    """`model` to `path` and `sidecar` to `path`.json, each atomically."""
+def write_exported(policy: Any, path: str, extra: dict | None, build: Callable[[Any], Any],
+                   describe_model: Callable[[Any, Any], dict]) -> dict:
+    """What every exporter's `write` does: `build(policy)` its graph, `describe_model(policy, model)` it, add
+    `extra`, write the graph to `path` and the sidecar to `path`.json, each atomically; returns the sidecar."""
     import onnx
 
+    model = build(policy)
+    sidecar = dict(describe_model(policy, model), **(extra or {}))
     onnx.save(model, path + ".tmp")
     os.replace(path + ".tmp", path)
     write_json(path + ".json", sidecar)
+    return sidecar

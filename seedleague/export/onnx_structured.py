@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.checkpoint_meta import spec_to_json
-from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, quiet_exporter, save
+from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, quiet_exporter, write_exported
 from seedleague.rl.encoders import encoder_kind, image_layout
 from seedleague.rl.structured_spec import ContinuousHead, DiscreteHead, mask_key
 from seedleague.structured_policy import StructuredPolicy
@@ -240,7 +240,4 @@ def describe(policy: StructuredPolicy, model: Any) -> dict:
 def write(policy: StructuredPolicy, path: str, extra: dict | None = None) -> dict:
     """Write `policy` to `path` (.onnx) and its sidecar, with `extra` entries added, to `path`.json;
     returns the sidecar."""
-    model = policy_model(policy)
-    sidecar = dict(describe(policy, model), **(extra or {}))
-    save(model, path, sidecar)
-    return sidecar
+    return write_exported(policy, path, extra, policy_model, describe)
