@@ -349,6 +349,25 @@ void SetData(Tensor* t, const std::vector<T>& v) {
   t->set_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
+// The StepBatch fields both versions have under the same names: reward [E, 2] float32, terminated [E],
+// truncated [E] and acting [E, 2] bool. ShapeShared sets their shapes once; FillShared their data every step.
+template <typename Batch, typename DType>
+void ShapeShared(Batch* batch, int64_t num_envs, DType float32, DType boolean) {
+  SetShape(batch->mutable_reward(), float32, {num_envs, kSeats});
+  SetShape(batch->mutable_terminated(), boolean, {num_envs});
+  SetShape(batch->mutable_truncated(), boolean, {num_envs});
+  SetShape(batch->mutable_acting(), boolean, {num_envs, kSeats});
+}
+
+template <typename Batch>
+void FillShared(Batch* batch, const Envs& envs, uint64_t seq) {
+  batch->set_sequence(seq);
+  SetData(batch->mutable_reward(), envs.reward());
+  SetData(batch->mutable_terminated(), envs.terminated());
+  SetData(batch->mutable_truncated(), envs.truncated());
+  SetData(batch->mutable_acting(), envs.acting());
+}
+
 // The raw bytes of an INT32 [num_envs, 2] action tensor, or nullptr with `*problem` saying what it is instead.
 template <typename Tensor, typename DType>
 const std::string* ActionBytes(const Tensor& a, DType int32, int num_envs, const std::string& name,
@@ -395,24 +414,17 @@ class V1Messages {
 
     const int64_t e = num_envs;
     SetShape(batch_.mutable_observation(), pb1::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
-    SetShape(batch_.mutable_reward(), pb1::FLOAT32, {e, kSeats});
-    SetShape(batch_.mutable_terminated(), pb1::BOOL, {e});
-    SetShape(batch_.mutable_truncated(), pb1::BOOL, {e});
     SetShape(batch_.mutable_legal_mask(), pb1::BOOL, {e, kSeats, c4::kCols});
-    SetShape(batch_.mutable_acting(), pb1::BOOL, {e, kSeats});
+    ShapeShared(&batch_, e, pb1::FLOAT32, pb1::BOOL);
   }
 
   const pb1::HandshakeRequest& request() const { return request_; }
   StepBatch& batch() { return batch_; }
 
   void Fill(const Envs& envs, uint64_t seq) {
-    batch_.set_sequence(seq);
+    FillShared(&batch_, envs, seq);
     SetData(batch_.mutable_observation(), envs.obs());
-    SetData(batch_.mutable_reward(), envs.reward());
-    SetData(batch_.mutable_terminated(), envs.terminated());
-    SetData(batch_.mutable_truncated(), envs.truncated());
     SetData(batch_.mutable_legal_mask(), envs.mask());
-    SetData(batch_.mutable_acting(), envs.acting());
   }
 
   const std::string* Actions(const ActionBatch& actions, std::string* problem) const {
@@ -459,12 +471,9 @@ class V2Messages {
     const int64_t e = num_envs;
     obs_ = Named(batch_.add_observation(), kBoard);
     SetShape(obs_, pb2::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
-    SetShape(batch_.mutable_reward(), pb2::FLOAT32, {e, kSeats});
-    SetShape(batch_.mutable_terminated(), pb2::BOOL, {e});
-    SetShape(batch_.mutable_truncated(), pb2::BOOL, {e});
     mask_ = Named(batch_.add_legal_mask(), kColumn);
     SetShape(mask_, pb2::BOOL, {e, kSeats, c4::kCols});
-    SetShape(batch_.mutable_acting(), pb2::BOOL, {e, kSeats});
+    ShapeShared(&batch_, e, pb2::FLOAT32, pb2::BOOL);
     win_ = Named(batch_.add_episode_stats(), "win");
     SetShape(win_, pb2::FLOAT32, {e, kSeats});
     moves_ = Named(batch_.add_episode_stats(), "moves");
@@ -475,13 +484,9 @@ class V2Messages {
   StepBatch& batch() { return batch_; }
 
   void Fill(const Envs& envs, uint64_t seq) {
-    batch_.set_sequence(seq);
+    FillShared(&batch_, envs, seq);
     SetData(obs_, envs.obs());
-    SetData(batch_.mutable_reward(), envs.reward());
-    SetData(batch_.mutable_terminated(), envs.terminated());
-    SetData(batch_.mutable_truncated(), envs.truncated());
     SetData(mask_, envs.mask());
-    SetData(batch_.mutable_acting(), envs.acting());
     SetData(win_, envs.win());
     SetData(moves_, envs.moves());
   }
