@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from seedleague import config_flags
+from seedleague import config_flags, subcommand
 from seedleague.league import tables
 from seedleague.league.client import LeagueClient, LeagueUnavailable
 from seedleague.league.config import LeagueConfig
@@ -51,13 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `league` subcommand on an argparse subparsers object."""
-    parser = subparsers.add_parser(
-        "league", help="the league: serve it, print standings or payoff", description=__doc__.split("\n\n")[0],
+    return subcommand.register(
+        subparsers, "league", "the league: serve it, print standings or payoff", __doc__, add_arguments,
         epilog="Hosts on any machine join a served league with `seedleague host --league.address ADDRESS "
                "--league.player NAME --league.pool-dir SHARED_DIR`; without --env each host takes its game from its "
                "first worker's spec (docs/protocol.md section 12).")
-    add_arguments(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,9 +108,7 @@ def _query(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m seedleague.league.cli`, the same commands without the seedleague CLI."""
-    parser = argparse.ArgumentParser(prog="seedleague league", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return subcommand.standalone_main("league", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from launch.child import Child, ChildExited, ChildNotReady
+from seedleague import subcommand
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, StepBatch
 from seedleague.protocol.specs_v2 import AnySpec, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
@@ -433,13 +434,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `check-worker` subcommand on an argparse subparsers object."""
-    parser = subparsers.add_parser(
-        "check-worker",
-        help="run an env worker against a fake host and check that it speaks the protocol",
-        description=__doc__.split("\n\n")[0],
-    )
-    add_arguments(parser)
-    return parser
+    return subcommand.register(subparsers, "check-worker", "run an env worker against a fake host and check that it speaks the protocol", __doc__,
+                               add_arguments)
 
 
 def config_from_args(args: argparse.Namespace) -> CheckConfig:
@@ -468,9 +464,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m seedleague.tools.check_worker`, the same command without the seedleague CLI."""
-    parser = argparse.ArgumentParser(prog="seedleague check-worker", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return subcommand.standalone_main("check-worker", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from seedleague import subcommand
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol import codec, codec_v2
@@ -154,13 +155,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `fake-host` subcommand on an argparse subparsers object."""
-    parser = subparsers.add_parser(
-        "fake-host",
-        help="serve random legal actions to env workers and print every protocol violation",
-        description=__doc__.split("\n\n")[0],
-    )
-    add_arguments(parser)
-    return parser
+    return subcommand.register(subparsers, "fake-host", "serve random legal actions to env workers and print every protocol violation", __doc__,
+                               add_arguments)
 
 
 def config_from_args(args: argparse.Namespace) -> FakeHostConfig:
@@ -226,9 +222,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m seedleague.tools.fake_host`, the same command without the seedleague CLI."""
-    parser = argparse.ArgumentParser(prog="seedleague fake-host", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return subcommand.standalone_main("fake-host", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
