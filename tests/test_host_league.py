@@ -80,6 +80,26 @@ def wait_for(condition, timeout=20.0):
     return False
 
 
+def duel_against_a_snapshot(league_host, **link):
+    """A league host whose league serves the snapshot p:000000, and a worker that has played the duel's first
+    3 steps: (league, host, worker, steps)."""
+    league = FakeLeague(opponents=["p:000000"])
+    host, server = league_host(league, **link)
+    worker = RawWorker(server.address, SPEC)
+    steps = duel_steps(worker.session_id)
+    play(worker, steps, 3)
+    return league, host, worker, steps
+
+
+def play_until_a_reset(host, worker) -> None:
+    """Play the duel until the league has reset the learner once."""
+    steps = duel_steps(worker.session_id)
+    deadline = time.monotonic() + 60
+    while host.pipeline is None or host.pipeline.league.stats.resets < 1:
+        play(worker, steps, 3)
+        assert time.monotonic() < deadline, "no reset happened"
+
+
 def test_single_seat_game_is_refused_in_a_league(league_host):
     host, server = league_host(FakeLeague())
     with pytest.raises(Exception, match="2 or more seats"):
@@ -106,11 +126,7 @@ def test_a_game_whose_episodes_are_not_zero_sum_is_refused_in_a_league(league_ho
 
 
 def test_results_follow_the_learner_seat_and_are_reported_once(league_host):
-    league = FakeLeague(opponents=["p:000000"])
-    host, server = league_host(league)
-    worker = RawWorker(server.address, SPEC)
-    steps = duel_steps(worker.session_id)
-    play(worker, steps, 3)
+    league, host, worker, steps = duel_against_a_snapshot(league_host)
     assert wait_for(lambda: any(s.key == "p:000000" for s in league.added)), "the initial snapshot never reached the league"
     assert ModelPool(str(host.config.league.pool_dir)).keys("p") == ["p:000000"]
     play(worker, steps, 3 * 40)
@@ -127,11 +143,7 @@ def test_results_follow_the_learner_seat_and_are_reported_once(league_host):
 
 
 def test_outage_loses_and_duplicates_nothing(league_host):
-    league = FakeLeague(opponents=["p:000000"])
-    host, server = league_host(league)
-    worker = RawWorker(server.address, SPEC)
-    steps = duel_steps(worker.session_id)
-    play(worker, steps, 3)
+    league, host, worker, steps = duel_against_a_snapshot(league_host)
     assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
     league.available = False
     play(worker, steps, 3 * 25)  # play goes on against the cached opponents while the league is away
@@ -149,11 +161,7 @@ def test_outage_loses_and_duplicates_nothing(league_host):
 
 
 def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_learner(league_host):
-    league = FakeLeague(opponents=["p:000000"])
-    host, server = league_host(league, cache_size=2)
-    worker = RawWorker(server.address, SPEC)
-    steps = duel_steps(worker.session_id)
-    play(worker, steps, 3)
+    league, host, worker, steps = duel_against_a_snapshot(league_host, cache_size=2)
     assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
 
     def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
@@ -185,11 +193,7 @@ def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     league = FakeLeague(snapshot_every=2, reset=True)  # self-play; snapshot every 2 learner steps, then reset
     host, server = league_host(league)
     worker = RawWorker(server.address, SPEC)
-    steps = duel_steps(worker.session_id)
-    deadline = time.monotonic() + 60
-    while host.pipeline is None or host.pipeline.league.stats.resets < 1:
-        play(worker, steps, 3)
-        assert time.monotonic() < deadline, "no reset happened"
+    play_until_a_reset(host, worker)
     keys = ModelPool(host.config.league.pool_dir).keys("p")
     assert len(keys) >= 2
     assert [s.key for s in league.added][: len(keys)] == keys[: len(league.added)]
@@ -203,11 +207,7 @@ def test_a_reset_starts_the_param_average_again(league_host):
     league = FakeLeague(snapshot_every=2, reset=True)
     host, server = league_host(league, learner=dataclasses.replace(SMALL_HOST.learner, average_from=0))
     worker = RawWorker(server.address, SPEC)
-    steps = duel_steps(worker.session_id)
-    deadline = time.monotonic() + 60
-    while host.pipeline is None or host.pipeline.league.stats.resets < 1:
-        play(worker, steps, 3)
-        assert time.monotonic() < deadline, "no reset happened"
+    play_until_a_reset(host, worker)
     seen = []
     host.pipeline.learner.call(lambda state: seen.append((int(state.average.count), int(state.step))))
     count, step = seen[0]
