@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 
 import grpc
@@ -13,7 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from seedleague.protocol.channel import channel_options
 from seedleague.host.servicer import SERVICE_NAME
 from seedleague.protocol import codec
-from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.protocol.specs import EnvSpec, zero_step
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2 as pb
@@ -61,18 +62,8 @@ class Lockstep:
 
 
 def _step(session_id: str, sequence: int, spec: EnvSpec = SPEC, **overrides) -> pb.StepBatch:
-    agents = (spec.num_envs, spec.num_seats)
-    fields = dict(
-        session_id=session_id,
-        sequence=sequence,
-        observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
-        reward=np.zeros(agents, np.float32),
-        terminated=np.zeros(spec.num_envs, bool),
-        truncated=np.zeros(spec.num_envs, bool),
-        legal_mask=np.ones(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-    )
-    fields.update(overrides)
-    return codec.encode_step(StepBatch(**fields))
+    """`spec`'s zero step (`specs.zero_step`) with `overrides` of its fields, encoded."""
+    return codec.encode_step(dataclasses.replace(zero_step(spec, session_id, sequence), **overrides))
 
 
 def _handshake(stub, spec: EnvSpec = SPEC, version: int = 1) -> pb.HandshakeResponse:
