@@ -8,6 +8,7 @@ and in the hosts they launch, and each compile after the first is then read back
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # before anything imports jax
@@ -32,6 +33,13 @@ from seedleague.protocol.specs import EnvSpec, StepBatch, zero_step
 from seedleague.rl.networks import NetworkConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2_grpc
+
+def free_port() -> int:
+    """A loopback TCP port free right now, for a child process that must be told its address up front."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 SMALL_HOST = HostConfig(
     unroll_length=4,

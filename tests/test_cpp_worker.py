@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import RawWorker
+from conftest import RawWorker, free_port
 from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role, Standing
 from seedleague.grpc_server import ThreadedServer
@@ -58,12 +58,6 @@ def worker_binary():
             pytrace=False,
         )
     return BINARY
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # What the worker declares on protocol v2: exactly v1's game, named, with teams and stats.

@@ -7,7 +7,6 @@ and those must be the single-device update on the global batch.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,17 +17,12 @@ import pytest
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
 from tests.distributed_checks import STEPS, global_batches
 from tests.test_learner import NETWORKS
+from tests.conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO_DEVICES = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_pair(commands, logs, timeout):

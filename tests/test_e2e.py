@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,11 @@ import time
 import pytest
 
 from seedleague import progress
+from tests.conftest import free_port
 
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16",
         "--replay.capacity", "64", "--checkpoint.interval_s", "1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_cli(args, timeout=180):

@@ -8,7 +8,6 @@ test here with its output. Skips when `node` is not on PATH.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import python_sdk_status_rule
+from conftest import free_port, python_sdk_status_rule
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,12 +40,6 @@ def worker_cmd():
             pytrace=False,
         )
     return [NODE, WORKER_JS]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_node_unit_tests_pass(worker_cmd):

@@ -10,7 +10,6 @@ its `grpc` gem or `grpc_tools_ruby_protoc` is missing (`make ruby-deps` installs
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import python_sdk_status_rule
+from conftest import free_port, python_sdk_status_rule
 from seedleague import progress
 from seedleague.api import load_policy
 from seedleague.v1 import env_pb2, env_pb2_grpc
@@ -54,12 +53,6 @@ def worker_cmd():
     if result.returncode != 0:
         pytest.fail("`make ruby-worker` failed:\n" + result.stdout[-4000:] + result.stderr[-4000:], pytrace=False)
     return [RUBY, WORKER_RB]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_check_worker_passes_every_check(worker_cmd):
