@@ -9,6 +9,8 @@ import atexit
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # before anything imports jax
@@ -87,6 +89,18 @@ class RawWorker:
         self._pending.put(None)
         self._call.cancel()
         self.channel.close()
+
+
+def check_worker_output(worker_command: list) -> str:
+    """`seedleague check-worker -- WORKER_COMMAND` run as a user would, asserted to pass all 8 checks; its output."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-m", "seedleague.cli", "check-worker", "--"] + worker_command,
+                            cwd=root, capture_output=True, text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "all 8 checks passed" in out, out[-4000:]
+    assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+    return out
 
 
 def python_sdk_status_rule() -> dict[str, list[str]]:

@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import RawWorker, free_port
+from conftest import RawWorker, check_worker_output, free_port
 from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role, Standing
 from seedleague.grpc_server import ThreadedServer
@@ -69,14 +69,7 @@ SPEC_V2 = StructuredEnvSpec(
 
 @pytest.mark.parametrize("protocol", [[], ["--protocol", "1"]], ids=["v2", "v1"])
 def test_check_worker_passes_every_check(worker_binary, protocol):
-    result = subprocess.run(
-        SEEDLEAGUE + ["check-worker", "--", worker_binary, "--address", "{address}", "--num-envs", "4", *protocol],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    assert "all 8 checks passed" in out, out[-4000:]
-    assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+    out = check_worker_output([worker_binary, "--address", "{address}", "--num-envs", "4", *protocol])
     version = "v1" if protocol else "v2"
     assert f"PASS handshake: protocol {version}," in out, out[-4000:]
 

@@ -17,7 +17,7 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import free_port, python_sdk_status_rule
+from conftest import check_worker_output, free_port, python_sdk_status_rule
 from seedleague.v1 import env_pb2, env_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,14 +66,7 @@ def test_reconnect_rule_matches_the_python_sdk(worker_cmd):
 
 
 def test_check_worker_passes_every_check(worker_cmd):
-    result = subprocess.run(
-        SEEDLEAGUE + ["check-worker", "--"] + worker_cmd + ["--address", "{address}", "--envs", "4"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    assert "all 8 checks passed" in out, out[-4000:]
-    assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
+    check_worker_output(worker_cmd + ["--address", "{address}", "--envs", "4"])
 
 
 def start_host(port, run_dir, log_path, learner_steps):
