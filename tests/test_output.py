@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker
-from seedleague import output
+from seedleague import cli, output
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
 from seedleague.host.host import Host, HostConfig
 from seedleague.league.nash import league_nash
@@ -160,9 +160,22 @@ def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path)
      "self-play leaves empty"),
     (["--env", "CartPole-v1", "--output", "average_policy"], "CartPole-v1 is single-agent"),
 ])
-def test_refusals_come_before_anything_starts(tmp_path, args, message):
+def test_refusals_come_before_anything_starts(tmp_path, capsys, args, message):
+    """`seedleague train` run in this process (the same main; the console path of one refusal as its own
+    process is checked below): exit 2 with the reason on stderr, and nothing started."""
     run_dir = tmp_path / "run"
-    result = subprocess.run(SEEDLEAGUE + ["train", "--run-dir", str(run_dir)] + args, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    try:
+        status = cli.main(["train", "--run-dir", str(run_dir)] + args)
+    except SystemExit as exit:  # argparse's refusals
+        status = exit.code
+    stderr = capsys.readouterr().err
+    assert status == 2 and message in stderr, stderr[-2000:]
     assert not run_dir.exists()  # no run directory, so no league, host or worker was started
+
+
+def test_a_refusal_reaches_the_console_of_a_train_process(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(SEEDLEAGUE + ["train", "--run-dir", str(run_dir), "--env", "openspiel:sheriff"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "sheriff is general-sum, not zero-sum" in result.stderr, result.stderr[-2000:]
+    assert not run_dir.exists()
