@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from seedleague import progress
-from tests.conftest import free_port
+from seedleague.protocol.specs import EnvSpec
+from tests.conftest import RawWorker, free_port
 
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16",
@@ -29,11 +31,22 @@ def summary(run_dir):
         return json.load(f)
 
 
-def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
-    run_dir = str(tmp_path / "run")
-    common = ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir] + TINY
-    out = run_cli(common + ["--max-learner-steps", "5", "--max-seconds", "120"])
-    first = summary(run_dir)
+def train_command(run_dir: str) -> list:
+    return ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir] + TINY
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """A CartPole run of `seedleague train` (one worker process) stopped at 5 learner steps: (run_dir, its
+    output, its summary). The resume test and the serve test both start from it, so it is trained once."""
+    run_dir = str(tmp_path_factory.mktemp("cartpole") / "run")
+    out = run_cli(train_command(run_dir) + ["--max-learner-steps", "5", "--max-seconds", "120"])
+    return run_dir, out, summary(run_dir)
+
+
+def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run):
+    run_dir, out, first = cartpole_run
+    common = train_command(run_dir)
     assert first["reason"] == "reached 5 learner steps", out.stdout[-2000:]
     assert first["learner_step"] >= 5 and first["env_steps"] > 0 and first["episodes"] > 0
     assert str(first["learner_step"]) in os.listdir(os.path.join(run_dir, "checkpoints"))  # final checkpoint
@@ -70,6 +83,45 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(tmp_path):
     every = ticks + later
     assert all(a["env_steps"] <= b["env_steps"] and a["learner_step"] <= b["learner_step"]
                for a, b in zip(every, every[1:]))
+
+
+def test_serve_answers_a_worker_from_a_trained_runs_checkpoint(cartpole_run, tmp_path):
+    """`seedleague serve` on the run `seedleague train` wrote (resumed or not): an unchanged worker is answered
+    with the newest checkpoint's params, with no learning and no new checkpoints."""
+    run_dir = cartpole_run[0]
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    saved = sorted(os.listdir(checkpoints))
+    newest = max(int(d) for d in saved if d.isdigit())
+
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        SEEDLEAGUE + ["serve", "--checkpoint", run_dir, "--address", f"127.0.0.1:{port}", "--run-dir",
+                      str(tmp_path / "serve"), "--greedy", "true"],
+        stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: "listening" in log_path.read_text(), 60, "the serving host")
+        # the unchanged gym worker plays against it
+        worker = subprocess.run(
+            [sys.executable, "-m", "envs.gym_worker", "--address", f"127.0.0.1:{port}", "--env", "CartPole-v1",
+             "--num-envs", "4", "--max-steps", "400"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+        # every answer carries the checkpoint's policy version: the params come from it and never change
+        raw = RawWorker(f"127.0.0.1:{port}", EnvSpec("CartPole-v1", (4,), np.float32, 2, 1))
+        assert {raw.step().policy_version for _ in range(3)} == {newest}
+        raw.close()
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+    served = summary(str(tmp_path / "serve"))
+    assert 400 <= served["env_steps"] <= 420  # counts only what it served, not the training run's steps
+    assert served["learner_steps"] == 0 and served["learner_step"] == 0
+    assert sorted(os.listdir(checkpoints)) == saved  # serving wrote nothing
 
 
 def wait_for(predicate, timeout, what):
