@@ -317,36 +317,43 @@ class WorkerClient:
         except grpc.FutureCancelledError:
             raise ConnectionLost("connect cancelled: client closed") from None
 
+    # What differs between the protocol versions' clients (StructuredWorkerClient sets v2's): the service stub,
+    # the version and its service's name in refusals, the handshake request and the largest step's size.
+    _STUB = env_pb2_grpc.EnvServiceStub
+    _VERSION = PROTOCOL_VERSION
+    _ON_SERVICE = ""
+
+    def _handshake_request(self) -> Any:
+        return codec.encode_handshake(self.spec, self.config.worker_name)
+
+    def _largest_step_bytes(self, session_id: str) -> int:
+        """The encoded size of the largest step this worker can send (every seat acting)."""
+        return _template_step(self.spec, session_id, acting=True).ByteSize()
+
     def _handshake(self, channel: grpc.Channel) -> env_pb2.HandshakeResponse:
-        stub = env_pb2_grpc.EnvServiceStub(channel)
-        request = codec.encode_handshake(self.spec, self.config.worker_name)
         try:
-            reply = stub.Handshake(
-                request, timeout=self.config.connect_timeout_s, metadata=self.config.security.metadata()
-            )
+            reply = self._STUB(channel).Handshake(self._handshake_request(), timeout=self.config.connect_timeout_s,
+                                                  metadata=self.config.security.metadata())
         except grpc.RpcError as error:
             raise classify_rpc_error(error, "handshake") from None
-        if reply.protocol_version != PROTOCOL_VERSION:
-            raise HostRefused(
-                FAILED_PRECONDITION,
-                f"host speaks protocol version {reply.protocol_version}, this worker {PROTOCOL_VERSION}",
-                "handshake",
-            )
+        if reply.protocol_version != self._VERSION:
+            raise HostRefused(FAILED_PRECONDITION, f"host speaks protocol version {reply.protocol_version}"
+                              f"{self._ON_SERVICE}, this worker {self._VERSION}", "handshake")
         return reply
 
     def _open_stream(self, channel: grpc.Channel, reply: env_pb2.HandshakeResponse) -> None:
-        largest = _template_step(self.spec, reply.session_id, acting=True).ByteSize()
+        largest = self._largest_step_bytes(reply.session_id)
         limit = min(reply.max_message_bytes or self.config.max_message_bytes, self.config.max_message_bytes)
         if largest > limit:
             raise HostRefused(
                 RESOURCE_EXHAUSTED,
-                f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is {largest} bytes, but the "
-                f"host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
+                f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is up to {largest} bytes, but "
+                f"the host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
                 "use fewer envs per worker or raise the limits",
                 "handshake",
             )
         self._set_template(reply.session_id)
-        self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+        self._start_call(self._STUB(channel), reply)
 
     def _set_template(self, session_id: str) -> None:
         """The message each step copies: every tensor's dtype and shape set, no data."""

@@ -23,9 +23,8 @@ import numpy as np
 
 from seedleague.protocol import codec_v2
 from seedleague.protocol.codec import encode_tensor
-from seedleague.protocol.client import (ClientConfig, ConnectionLost, HostRefused, WorkerClient, _Slot,
-                                        classify_rpc_error)
-from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient, _Slot
+from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, StructuredEnvSpec,
                                           StructuredStepBatch, check_structured_actions, v1_of_structured,
                                           zero_structured_step)
@@ -174,30 +173,15 @@ class StructuredWorkerClient(WorkerClient):
 
     # -- WorkerClient's v1-specific halves, for v2 ------------------------------------------------------
 
-    def _handshake(self, channel: grpc.Channel) -> env_pb2.HandshakeResponse:
-        stub = env_pb2_grpc.EnvServiceStub(channel)
-        request = codec_v2.encode_handshake(self.spec, self.config.worker_name)
-        try:
-            reply = stub.Handshake(request, timeout=self.config.connect_timeout_s,
-                                   metadata=self.config.security.metadata())
-        except grpc.RpcError as error:
-            raise classify_rpc_error(error, "handshake") from None
-        if reply.protocol_version != PROTOCOL_VERSION_V2:
-            raise HostRefused(FAILED_PRECONDITION, f"host speaks protocol version {reply.protocol_version} on "
-                              f"seedleague.v2.EnvService, this worker {PROTOCOL_VERSION_V2}", "handshake")
-        return reply
+    _STUB = env_pb2_grpc.EnvServiceStub
+    _VERSION = PROTOCOL_VERSION_V2
+    _ON_SERVICE = " on seedleague.v2.EnvService"
 
-    def _open_stream(self, channel: grpc.Channel, reply: env_pb2.HandshakeResponse) -> None:
-        largest = codec_v2.encode_step(self._largest_step(reply.session_id)).ByteSize()
-        limit = min(reply.max_message_bytes or self.config.max_message_bytes, self.config.max_message_bytes)
-        if largest > limit:
-            raise HostRefused(
-                RESOURCE_EXHAUSTED,
-                f"one step of {self.spec.num_envs} envs x {self.spec.num_seats} seats is up to {largest} bytes, but "
-                f"the host accepts {reply.max_message_bytes} and this client {self.config.max_message_bytes}; "
-                "use fewer envs per worker or raise the limits", "handshake")
-        self._set_template(reply.session_id)
-        self._start_call(env_pb2_grpc.EnvServiceStub(channel), reply)
+    def _handshake_request(self) -> env_pb2.HandshakeRequest:
+        return codec_v2.encode_handshake(self.spec, self.config.worker_name)
+
+    def _largest_step_bytes(self, session_id: str) -> int:
+        return codec_v2.encode_step(self._largest_step(session_id)).ByteSize()
 
     def _set_template(self, session_id: str) -> None:
         """The message each step copies: every named tensor's dtype and shape set, no data."""
