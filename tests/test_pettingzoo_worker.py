@@ -164,11 +164,18 @@ def test_pong_worker_passes_every_check():
     ("butterfly/pistonball_v6", "unsupported PettingZoo game 'butterfly/pistonball_v6': the PettingZoo worker runs "
                                 "the families"),
 ])
-def test_a_game_it_cannot_play_exits_2_naming_it_before_connecting(game, message):
-    """Atari and classic games alike: exit 2 with the reason, before connecting to the (absent) host."""
-    command = [sys.executable, "-m", "envs.pettingzoo_worker", "--address", "127.0.0.1:1", "--game", game]
+def test_a_game_it_cannot_play_exits_2_naming_it_before_connecting(game, message, caplog):
+    """Atari and classic games alike: exit 2 with the reason logged, before connecting to the (absent) host. The
+    worker's main in this process; that the reason reaches the console of a worker process is checked below."""
+    assert pzw.main(["--address", "127.0.0.1:1", "--game", game]) == 2
+    assert message in caplog.text and "connected" not in caplog.text, caplog.text
+    if game.startswith("classic/"):
+        assert "the classic games that work here: connect_four_v3, go_v5, tictactoe_v3" in caplog.text
+
+
+def test_a_refusal_reaches_the_console_of_a_worker_process():
+    command = [sys.executable, "-m", "envs.pettingzoo_worker", "--address", "127.0.0.1:1", "--game", "classic/nope_v1"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert message in done.stderr and "connected" not in done.stderr, done.stderr
-    if game.startswith("classic/"):
-        assert "the classic games that work here: connect_four_v3, go_v5, tictactoe_v3" in done.stderr
+    assert "unsupported PettingZoo game 'classic/nope_v1': no such classic game" in done.stderr, done.stderr
+    assert "connected" not in done.stderr, done.stderr
