@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # before anything imports jax
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="seedleague-tests-jax-cache-")
@@ -89,6 +90,16 @@ class RawWorker:
         self._pending.put(None)
         self._call.cancel()
         self.channel.close()
+
+
+def wait_for(condition, timeout: float = 20.0) -> bool:
+    """Whether `condition()` came true within `timeout` seconds (asked every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def check_worker_output(worker_command: list) -> str:

@@ -19,7 +19,7 @@ from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
-from tests.conftest import SMALL_HOST, RawWorker
+from tests.conftest import SMALL_HOST, RawWorker, wait_for
 
 NUM_ENVS = 4
 # A two-move game: seat 0 moves, seat 1 moves, then seat 0 has won (+1) and seat 1 lost (-1).
@@ -69,15 +69,6 @@ def league_host(tmp_path):
     for host, server in made:
         server.stop()
         host.stop()
-
-
-def wait_for(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def duel_against_a_snapshot(league_host, **link):

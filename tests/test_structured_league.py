@@ -8,7 +8,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -28,7 +27,7 @@ from seedleague.rl.networks import NetworkConfig
 from seedleague.structured_policy import StructuredPolicy
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
-from tests.conftest import SMALL_HOST
+from tests.conftest import SMALL_HOST, wait_for
 
 SPEC = shootout_spec(num_envs=8)
 PRESET = presets.preset_for_spec(SPEC)
@@ -40,15 +39,6 @@ HOST = dataclasses.replace(PRESET.host, unroll_length=4, batch_size=8, max_messa
                            network=NetworkConfig(torso="auto", hidden_sizes=(16,)),
                            learner=dataclasses.replace(PRESET.host.learner, epochs=1, minibatches=2))
 LEAGUE = dataclasses.replace(PRESET.league, snapshot_interval_steps=4, self_play_share=0.5)
-
-
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def link_config(run_dir: str, address: str) -> LeagueLinkConfig:
