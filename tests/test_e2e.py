@@ -1,5 +1,6 @@
 """End to end with real processes: `seedleague train` and `seedleague host` + workers over loopback."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -85,6 +86,31 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run
                for a, b in zip(every, every[1:]))
 
 
+@contextlib.contextmanager
+def serving(serve_args: list, tmp_path):
+    """`seedleague serve SERVE_ARGS` on a free loopback port: yields its address once it listens; then SIGTERM,
+    which must stop it with status 0."""
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    serve = subprocess.Popen(SEEDLEAGUE + ["serve", *serve_args, "--address", f"127.0.0.1:{port}"],
+                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "listening" in log_path.read_text(), 60, "the serving host")
+        yield f"127.0.0.1:{port}"
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def run_worker(address: str, module: str, *args: str) -> None:
+    """Python worker MODULE (e.g. envs.gym_worker) against `address`, to its end, which must be status 0."""
+    worker = subprocess.run([sys.executable, "-m", module, "--address", address, *args],
+                            capture_output=True, text=True, timeout=60)
+    assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+
+
 def test_serve_answers_a_worker_from_a_trained_runs_checkpoint(cartpole_run, tmp_path):
     """`seedleague serve` on the run `seedleague train` wrote (resumed or not): an unchanged worker is answered
     with the newest checkpoint's params, with no learning and no new checkpoints."""
@@ -93,31 +119,13 @@ def test_serve_answers_a_worker_from_a_trained_runs_checkpoint(cartpole_run, tmp
     saved = sorted(os.listdir(checkpoints))
     newest = max(int(d) for d in saved if d.isdigit())
 
-    port = free_port()
-    log_path = tmp_path / "serve.log"
-    serve = subprocess.Popen(
-        SEEDLEAGUE + ["serve", "--checkpoint", run_dir, "--address", f"127.0.0.1:{port}", "--run-dir",
-                      str(tmp_path / "serve"), "--greedy", "true"],
-        stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for(lambda: "listening" in log_path.read_text(), 60, "the serving host")
-        # the unchanged gym worker plays against it
-        worker = subprocess.run(
-            [sys.executable, "-m", "envs.gym_worker", "--address", f"127.0.0.1:{port}", "--env", "CartPole-v1",
-             "--num-envs", "4", "--max-steps", "400"],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+    with serving(["--checkpoint", run_dir, "--run-dir", str(tmp_path / "serve"), "--greedy", "true"],
+                 tmp_path) as address:
+        run_worker(address, "envs.gym_worker", "--env", "CartPole-v1", "--num-envs", "4", "--max-steps", "400")
         # every answer carries the checkpoint's policy version: the params come from it and never change
-        raw = RawWorker(f"127.0.0.1:{port}", EnvSpec("CartPole-v1", (4,), np.float32, 2, 1))
+        raw = RawWorker(address, EnvSpec("CartPole-v1", (4,), np.float32, 2, 1))
         assert {raw.step().policy_version for _ in range(3)} == {newest}
         raw.close()
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(60) == 0
-    finally:
-        if serve.poll() is None:
-            serve.kill()
     served = summary(str(tmp_path / "serve"))
     assert 400 <= served["env_steps"] <= 420  # counts only what it served, not the training run's steps
     assert served["learner_steps"] == 0 and served["learner_step"] == 0

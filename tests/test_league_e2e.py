@@ -2,9 +2,7 @@
 main exploiter), OpenSpiel workers; then serving one of its snapshots to an unchanged worker."""
 
 import os
-import signal
 import subprocess
-import sys
 
 import numpy as np
 
@@ -12,7 +10,7 @@ from conftest import RawWorker
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
 from seedleague.protocol.specs import EnvSpec
-from test_e2e import SEEDLEAGUE, free_port, run_cli, summary, wait_for
+from test_e2e import SEEDLEAGUE, run_cli, run_worker, serving, summary
 
 SMALL = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
          "--checkpoint.interval_s", "2", "--envs-per-worker", "16", "--league.check_in_interval_s", "0.5"]
@@ -48,27 +46,14 @@ def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path
 
     # serve one of main's snapshots: the unchanged OpenSpiel worker plays against it
     key = next(s.key for s in snapshots if s.player == "main")
-    port = free_port()
-    log_path = tmp_path / "serve.log"
-    serve = subprocess.Popen(SEEDLEAGUE + ["serve", "--checkpoint", run_dir, "--snapshot", key,
-                                           "--address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "serve")],
-                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "listening" in log_path.read_text(), 60, "the serving host")
-        worker = subprocess.run([sys.executable, "-m", "envs.openspiel_worker", "--address", f"127.0.0.1:{port}",
-                                 "--game", "kuhn_poker", "--num-envs", "4", "--max-steps", "200"],
-                                capture_output=True, text=True, timeout=60)
-        assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+    with serving(["--checkpoint", run_dir, "--snapshot", key, "--run-dir", str(tmp_path / "serve")],
+                 tmp_path) as address:
+        run_worker(address, "envs.openspiel_worker", "--game", "kuhn_poker", "--num-envs", "4", "--max-steps", "200")
         spec = EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, 1, num_seats=2, has_legal_mask=True)
-        raw = RawWorker(f"127.0.0.1:{port}", spec)
+        raw = RawWorker(address, spec)
         step = int(key.split(":")[1])
         assert raw.step().policy_version == step  # the answers come from that snapshot's params
         raw.close()
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(60) == 0
-    finally:
-        if serve.poll() is None:
-            serve.kill()
 
 
 def test_serve_refuses_an_unknown_snapshot(tmp_path):
