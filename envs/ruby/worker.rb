@@ -331,7 +331,8 @@ class Worker
 
   def sleep_unless_stopped(seconds)
     deadline = Time.now + seconds
-    sleep([deadline - Time.now, 0.05].min) while !stopping? && Time.now < deadline
+    # clamped at 0: the deadline can pass between the loop's test and the subtraction (Kernel#sleep raises on < 0)
+    sleep([[deadline - Time.now, 0.05].min, 0].max) while !stopping? && Time.now < deadline
   end
 end
 
