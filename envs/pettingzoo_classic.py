@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from envs.worker_loop import CountsIllegalActions, GameStep, IllegalActions, seat_actions, turn_based_spec
+from envs.worker_loop import CountsIllegalActions, EnvPerSlot, GameStep, IllegalActions, seat_actions, turn_based_spec
 
 log = logging.getLogger("envs.pettingzoo_classic")
 
@@ -118,7 +118,7 @@ def seat_observation_shape(shape: tuple) -> tuple:
     return (shape[2], shape[0], shape[1]) if len(shape) == 3 else tuple(shape)
 
 
-class ClassicVectorGame(CountsIllegalActions):
+class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
     """`num_envs` games of one classic PettingZoo AEC game, stepped turn by turn; a `worker_loop.VectorGame`.
 
     The returned arrays are buffers reused by the next call. Raises UnsupportedClassicGame.
@@ -128,13 +128,7 @@ class ClassicVectorGame(CountsIllegalActions):
         if num_envs < 1 or max_cycles < 1:
             raise ValueError(f"need num_envs >= 1 and max_cycles >= 1, got {num_envs} and {max_cycles}")
         self.max_cycles = max_cycles
-        self._envs = []
-        try:
-            for _ in range(num_envs):
-                self._envs.append(make_aec_env(game_name))
-        except BaseException:
-            self.close()
-            raise
+        self._open_envs(lambda: make_aec_env(game_name), num_envs, seed)
         first = self._envs[0]
         self._agents = list(first.possible_agents)
         self.num_actions = int(first.action_space(self._agents[0]).n)
@@ -143,19 +137,13 @@ class ClassicVectorGame(CountsIllegalActions):
         self.spec = turn_based_spec(f"pettingzoo:{NAMESPACE}/{game_name}", seat_observation_shape(board),
                                     self.num_actions, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec)
-        self._seed, self._seeded = seed, False
         self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode
-        self.episodes = 0  # games finished
         self._illegal = IllegalActions(log)  # host actions replaced by the first legal action
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh games in every env; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's
         seed when given None; later ones continue each env's random stream)."""
-        if seed is None and not self._seeded:
-            seed = self._seed
-        self._seeded = True
-        for env in range(self.spec.num_envs):
-            self._start(env, None if seed is None else seed + env)
+        self._start_all(seed)
         return self._out.clear_ends()
 
     def step(self, actions: np.ndarray) -> GameStep:
@@ -178,10 +166,6 @@ class ClassicVectorGame(CountsIllegalActions):
             else:
                 self._render(env)
         return out
-
-    def close(self) -> None:
-        for env in self._envs:
-            env.close()
 
     def _start(self, env: int, seed: Optional[int]) -> None:
         self._envs[env].reset(seed=seed)

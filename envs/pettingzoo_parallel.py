@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from envs.worker_loop import GameStep
+from envs.worker_loop import EnvPerSlot, GameStep
 from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                           StructuredEnvSpec, TensorSpec)
 
@@ -83,7 +83,7 @@ def _action_head(name: str, agents: list[str], spaces: list[Any]) -> tuple[Any, 
         "continuous dimensions that the losses ignore, which the host does not have")
 
 
-class ParallelVectorGame:
+class ParallelVectorGame(EnvPerSlot):
     """`num_envs` copies of a PettingZoo parallel env stepped together; a `worker_loop.VectorGame` (protocol v2).
 
     `make_env()` returns one fresh parallel env; `team_of(env, agent)` names an agent's team (None: one team). The
@@ -95,18 +95,14 @@ class ParallelVectorGame:
         if num_envs < 1 or max_cycles < 1:
             raise ValueError(f"need num_envs >= 1 and max_cycles >= 1, got {num_envs} and {max_cycles}")
         self.max_cycles = max_cycles
-        self._envs = []
+        self._open_envs(make_env, num_envs, seed)
         try:
-            for _ in range(num_envs):
-                self._envs.append(make_env())
             self._describe(env_name, num_envs, team_of)
         except BaseException:
             self.close()
             raise
-        self._seed, self._seeded = seed, False
         self._steps = np.zeros(num_envs, np.int64)  # steps of each env's current episode
         self._returns = np.zeros((num_envs, len(self._agents)), np.float32)
-        self.episodes = 0
 
     def _describe(self, env_name: str, num_envs: int, team_of) -> None:
         """The spec and the per-seat layout: observation sizes, role one-hots, legal mask, teams."""
@@ -140,11 +136,7 @@ class ParallelVectorGame:
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes everywhere; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's
         seed when given None; later ones continue each env's random stream)."""
-        if seed is None and not self._seeded:
-            seed = self._seed
-        self._seeded = True
-        for env in range(self.spec.num_envs):
-            self._start(env, None if seed is None else seed + env)
+        self._start_all(seed)
         out = self._out.clear_ends()
         out.final_observation = None
         for values in (out.episode_stats or {}).values():
@@ -177,13 +169,6 @@ class ParallelVectorGame:
             self._write(env, observations)
         out.final_observation = ({OBSERVATION: np.stack(ended_final)} if ended_final else None)
         return out
-
-    def summary(self) -> str:
-        return f"{self.episodes} episodes played"
-
-    def close(self) -> None:
-        for env in self._envs:
-            env.close()
 
     def _agent_action(self, value: np.ndarray) -> Any:
         return int(value) if self.discrete else np.asarray(value, np.float32)

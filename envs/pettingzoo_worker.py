@@ -51,7 +51,7 @@ from envs.atari import FRAME_STACK, SCREEN_SIZE
 from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
 from envs.pettingzoo_mpe import UnsupportedMPEGame, make_mpe_game
 from envs.pettingzoo_parallel import ParallelVectorGame
-from envs.worker_loop import GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
+from envs.worker_loop import EnvPerSlot, GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
 from seedleague.protocol.specs import EnvSpec
 
 log = logging.getLogger("envs.pettingzoo_worker")
@@ -137,7 +137,7 @@ def make_parallel_env(game_name: str, max_frames: int) -> Any:
     return env
 
 
-class PettingZooVectorGame:
+class PettingZooVectorGame(EnvPerSlot):
     """`num_envs` two-player PettingZoo Atari games, stepped together; a `worker_loop.VectorGame`.
 
         game = PettingZooVectorGame("pong_v3", num_envs=2, seed=0, max_cycles=5000)
@@ -154,13 +154,7 @@ class PettingZooVectorGame:
         self.mirror = mirror
         # The env never truncates on its own: this class counts steps (each FRAME_SKIP frames).
         max_frames = (max_cycles + 1) * FRAME_SKIP + NOOP_MAX + 1
-        self._envs = []
-        try:
-            for _ in range(num_envs):
-                self._envs.append(make_parallel_env(game_name, max_frames))
-        except BaseException:
-            self.close()
-            raise
+        self._open_envs(lambda: make_parallel_env(game_name, max_frames), num_envs)
         self._agents = list(self._envs[0].possible_agents)
         self.num_actions = int(self._envs[0].action_space(self._agents[0]).n)
         self.spec = EnvSpec(
@@ -174,7 +168,6 @@ class PettingZooVectorGame:
         self._out = GameStep.zeros(self.spec, acting=True)
         self._rng = np.random.default_rng(seed)
         self._steps = np.zeros(num_envs, np.int64)  # steps of each env's current episode
-        self.episodes = 0
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes everywhere; `seed` reseeds the emulators (env e gets seed + e) and the no-op starts."""
@@ -201,13 +194,6 @@ class PettingZooVectorGame:
             else:
                 self._push(env, frame)
         return out
-
-    def summary(self) -> str:
-        return f"{self.episodes} episodes played"
-
-    def close(self) -> None:
-        for env in self._envs:
-            env.close()
 
     def _repeat(self, env: int, row: np.ndarray) -> tuple[Optional[np.ndarray], bool]:
         """Play one action per seat for FRAME_SKIP frames; (max of the last two frames, game over?)."""

@@ -25,7 +25,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -422,6 +422,41 @@ def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]],
     parser.add_argument("--num-envs", type=positive_int, default=64, help="games stepped together (default 64)")
     add_game_worker_arguments(parser)
     return game_worker_main(parser, argv, lambda args: make_game(args.num_envs, args.seed), ValueError, logger)
+
+
+class EnvPerSlot:
+    """For a VectorGame that holds one env object per slot in `_envs` (each with a `close()`), restarts slot e with
+    `_start(e, seed)` and counts finished `episodes`: opening the envs, seeded restarts, `summary` and `close`."""
+
+    _envs: list
+    episodes: int
+    _start: Callable[[int, Optional[int]], None]  # the subclass's: (re)start slot `env`'s episode, seeded when given
+
+    def _open_envs(self, make_env: Callable[[], Any], num_envs: int, seed: Optional[int] = None) -> None:
+        """`num_envs` envs from `make_env()` (those made are closed if one fails); `seed` is the first reset's."""
+        self._envs, self._seed, self._seeded, self.episodes = [], seed, False, 0
+        try:
+            for _ in range(num_envs):
+                self._envs.append(make_env())
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_all(self, seed: Optional[int]) -> None:
+        """Restart every env; `seed` reseeds env e with `seed + e` (the first reset uses the constructor's seed when
+        given None; later ones continue each env's random stream)."""
+        if seed is None and not self._seeded:
+            seed = self._seed
+        self._seeded = True
+        for env in range(len(self._envs)):
+            self._start(env, None if seed is None else seed + env)
+
+    def summary(self) -> str:
+        return f"{self.episodes} episodes played"
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
 
 
 class CountsIllegalActions:
