@@ -303,16 +303,18 @@ class Anneal(NamedTuple):
 
     progress: jax.Array  # the anneal's, in [0, 1] (`anneal_progress`)
     entropy_cost: jax.Array  # alpha at this update
+    learning_rate: jax.Array  # the optimiser's step size at this update
 
 
 def schedule(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> Anneal:
-    """The anneal's progress and the entropy cost at update `step` (and trained `seconds`)."""
+    """The anneal's progress, the entropy cost and the learning rate at update `step` (and trained `seconds`)."""
     progress = anneal_progress(config, step, seconds)
+    learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress)
     if config.entropy_decay_steps > 0:
         n0 = jnp.float32(config.entropy_decay_steps)
         alpha = config.entropy_cost * jnp.sqrt(n0 / (n0 + jnp.asarray(step, jnp.float32)))
-        return Anneal(progress, jnp.maximum(alpha, config.entropy_cost_final or 0.0))
-    return Anneal(progress, annealed(config.entropy_cost, config.entropy_cost_final, progress))
+        return Anneal(progress, jnp.maximum(alpha, config.entropy_cost_final or 0.0), learning_rate)
+    return Anneal(progress, annealed(config.entropy_cost, config.entropy_cost_final, progress), learning_rate)
 
 
 def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax.Array:
@@ -455,8 +457,7 @@ def _gradient_step(config: LearnerConfig, network: Network, state: TrainState, a
     grad_fn = jax.value_and_grad(functools.partial(_loss, config, network), has_aux=True)
     (loss, metrics), grads = grad_fn(params, batch, anneal, state.magnet, targets)
     updates, opt_state = _optimizer(config).update(grads, opt_state, params)
-    learning_rate = annealed(config.learning_rate, config.learning_rate_final, anneal.progress)
-    params = optax.apply_updates(params, jax.tree.map(lambda u: (learning_rate * u).astype(u.dtype), updates))
+    params = optax.apply_updates(params, jax.tree.map(lambda u: (anneal.learning_rate * u).astype(u.dtype), updates))
     return params, opt_state, dict(metrics, total_loss=loss, grad_norm=optax.tree.norm(grads))
 
 
