@@ -165,8 +165,9 @@ class ParallelVectorGame(EnvPerSlot):
                 ended_final.append(self._observed(observations))
             if over:
                 self._end(env)
-                observations, _ = game.reset()
-            self._write(env, observations)
+                self._start(env, None)
+            else:
+                self._write(env, observations)
         out.final_observation = ({OBSERVATION: np.stack(ended_final)} if ended_final else None)
         return out
 
@@ -180,15 +181,13 @@ class ParallelVectorGame(EnvPerSlot):
         self._write(env, observations)
 
     def _end(self, env: int) -> None:
-        """Count env's episode, write its teams' returns as episode stats, and zero its counters."""
+        """Count env's episode and write its teams' returns as episode stats (`_start` zeroes its counters)."""
         self.episodes += 1
         stats = self._out.episode_stats
         if stats:
             for team, name in enumerate(self.team_names):
                 seats = self._seat_team == team
                 stats[f"return_{name}"][env] = self._returns[env, seats].mean()
-        self._steps[env] = 0
-        self._returns[env] = 0.0
 
     def _observed(self, observations: dict) -> np.ndarray:
         """[S, D]: every agent's observation, padded, with its role one-hot (absent agents: zeros and the role)."""
