@@ -92,14 +92,15 @@ class RawWorker:
         self.channel.close()
 
 
-def wait_for(condition, timeout: float = 20.0) -> bool:
-    """Whether `condition()` came true within `timeout` seconds (asked every 20 ms)."""
+def wait_for(condition, timeout: float = 20.0, what="the condition") -> bool:
+    """True once `condition()` holds (asked every 20 ms); AssertionError naming `what` (a string, or a
+    function giving one, asked only then) when it has not within `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
-    return False
+    return True
 
 
 def check_worker_output(worker_command: list) -> str:

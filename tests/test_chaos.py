@@ -20,10 +20,9 @@ from launch.league import LeagueProcess, LeagueSpec
 from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role
 from seedleague.testing.fakes import FakeLeague
-from test_e2e import SEEDLEAGUE, wait_for
+from test_e2e import SEEDLEAGUE
 from test_host_league import SPEC, duel_steps, league_host, play  # noqa: F401 (league_host is a fixture)
-from test_host_league import wait_for as wait_until
-from tests.conftest import RawWorker
+from tests.conftest import RawWorker, wait_for
 
 # A worker process whose observations say who sent them: [marker, step of its session, env].
 # It steps only when told ("N" on stdin: N more steps, then prints how many in all), so a test can
@@ -115,10 +114,10 @@ def test_host_starts_while_the_league_is_away_and_stops_while_it_is_away_again(l
     assert "p" not in league.registered
     league.available = True
     link = host.pipeline.league
-    assert wait_until(lambda: "p" in league.registered and league.added)
+    assert wait_for(lambda: "p" in league.registered and league.added)
     league.opponents = [league.added[0].key]  # from now on every match is against that snapshot
     play(worker, steps, 3 * 20)
-    assert wait_until(lambda: league.results and link.stats.pending == 0)
+    assert wait_for(lambda: league.results and link.stats.pending == 0)
     assert link.stats.acknowledged == len(league.results)
     league.available = False
     play(worker, steps, 3 * 20)

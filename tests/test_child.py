@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from launch.child import Child, ChildExited, ChildNotReady, stop_all
-from test_e2e import wait_for
+from tests.conftest import wait_for
 
 PY = sys.executable
 

@@ -14,7 +14,7 @@ import pytest
 
 from seedleague import progress
 from seedleague.protocol.specs import EnvSpec
-from tests.conftest import RawWorker, free_port
+from tests.conftest import RawWorker, free_port, wait_for
 
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16",
@@ -130,15 +130,6 @@ def test_serve_answers_a_worker_from_a_trained_runs_checkpoint(cartpole_run, tmp
     assert 400 <= served["env_steps"] <= 420  # counts only what it served, not the training run's steps
     assert served["learner_steps"] == 0 and served["learner_step"] == 0
     assert sorted(os.listdir(checkpoints)) == saved  # serving wrote nothing
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_worker_reconnects_after_the_host_is_killed_and_restarted(tmp_path):

@@ -2,12 +2,14 @@
 main exploiter), OpenSpiel workers; then serving one of its snapshots to an unchanged worker."""
 
 import os
+import signal
 import subprocess
 
 import numpy as np
 
 from conftest import RawWorker
 from seedleague.league.config import LeagueConfig
+from seedleague import progress
 from seedleague.league.service import League
 from seedleague.protocol.specs import EnvSpec
 from test_e2e import SEEDLEAGUE, run_cli, run_worker, serving, summary
@@ -16,20 +18,39 @@ SMALL = ["--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", 
          "--checkpoint.interval_s", "2", "--envs-per-worker", "16", "--league.check_in_interval_s", "0.5"]
 
 
+def _both_players_snapshot(pool: str) -> bool:
+    return all(os.path.isdir(os.path.join(pool, player)) and os.listdir(os.path.join(pool, player))
+               for player in ("main", "exploiter"))
+
+
 def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path):
     run_dir = str(tmp_path / "league-run")
-    out = run_cli(["train", "--env", "openspiel:kuhn_poker", "--run-dir", run_dir, "--max-seconds", "35",
-                   "--players", "main,exploiter:main_exploiter", "--league_config.mode", "alphastar",
-                   "--league_config.snapshot_interval_steps", "20", "--league_config.exploiter_min_steps", "20",
-                   "--league_config.main_exploiter_timeout_steps", "60"] + SMALL, timeout=240)
+    pool = os.path.join(run_dir, "pool")
+    # Runs until both players have frozen a snapshot and the league has rated games (asked at each console line;
+    # the progress file's tick is written before its line), then gets Ctrl-C; --max-seconds is a safety cap only.
+    run = subprocess.Popen(SEEDLEAGUE + ["train", "--env", "openspiel:kuhn_poker", "--run-dir", run_dir,
+                                         "--max-seconds", "180", "--players", "main,exploiter:main_exploiter",
+                                         "--league_config.mode", "alphastar",
+                                         "--league_config.snapshot_interval_steps", "20",
+                                         "--league_config.exploiter_min_steps", "20",
+                                         "--league_config.main_exploiter_timeout_steps", "60"] + SMALL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in run.stdout:
+        seen.append(line)
+        if _both_players_snapshot(pool) and any(tick.get("league_games") for tick in progress.read(run_dir)):
+            run.send_signal(signal.SIGINT)
+            break
+    rest, _ = run.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert run.returncode == 0, output[-4000:]
     result = summary(run_dir)
     assert result["learner_step"] > 0 and result["episodes"] > 0
     keys = {s["key"] for s in result["standings"]}
     assert {"main", "exploiter"} <= keys, keys  # both learning players appear in the standings
-    assert "exploitability" in out.stdout  # the run ends by printing its evaluation
+    assert "exploitability" in output  # the run ends by printing its evaluation
 
     # Both hosts froze snapshots into the shared pool, registered with the league.
-    pool = os.path.join(run_dir, "pool")
     assert sorted(os.listdir(pool)) == ["exploiter", "main"]
     with League(LeagueConfig(), os.path.join(run_dir, "league", "league.sqlite")) as league:
         snapshots = league.snapshots()
@@ -41,7 +62,7 @@ def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path
     # Each host loaded the other's snapshots as they appeared (orbax's cached step list once hid every
     # snapshot written after a host first opened that player's directory, so the exploiter met only main:0).
     exploiter_log = open(os.path.join(run_dir, "players", "exploiter", "player.log")).read()
-    for log_text in (out.stdout + out.stderr, exploiter_log):
+    for log_text in (output, exploiter_log):
         assert "no checkpoint" not in log_text, [line for line in log_text.splitlines() if "no checkpoint" in line][:3]
 
     # serve one of main's snapshots: the unchanged OpenSpiel worker plays against it

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import grpc
@@ -28,6 +27,7 @@ from seedleague.protocol.errors import ProtocolError
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.v1 import league_pb2 as pb
 from seedleague.v1 import league_pb2_grpc
+from tests.conftest import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = LeagueConfig(payoff_decay=1.0, min_games=0)
@@ -154,10 +154,8 @@ def test_tls_round_trip(tmp_path):
 
 def test_client_gives_up_after_its_deadline_when_nothing_listens():
     with LeagueClient("127.0.0.1:1", retry_deadline_s=0.3, backoff_initial_s=0.02) as client:
-        start = time.monotonic()
         with pytest.raises(LeagueUnavailable, match="did not answer ListPlayers within 0.3 s"):
             client.players()
-        assert time.monotonic() - start < 3.0
     with pytest.raises(LeagueUnavailable, match="closed"):
         client.players()
 
@@ -189,13 +187,6 @@ def _start_serve(run_dir: str, address: str) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[-1]
 
 
-def _wait_for(predicate, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_results_survive_kill_9_and_the_client_retries_until_the_league_is_back(tmp_path):
     run_dir = str(tmp_path / "run")
     proc, address = _start_serve(run_dir, "127.0.0.1:0")
@@ -218,12 +209,12 @@ def test_results_survive_kill_9_and_the_client_retries_until_the_league_is_back(
         client.add_snapshot("p", 0, "/pool/p/0")
         reporter = threading.Thread(target=report)
         reporter.start()
-        _wait_for(lambda: len(acked) >= 10)
+        wait_for(lambda: len(acked) >= 10, 30, "10 acknowledged results")
         proc.kill()  # SIGKILL: no shutdown code runs
         proc.wait()
         at_kill = len(acked)
         proc, _ = _start_serve(run_dir, address)
-        _wait_for(lambda: len(acked) >= at_kill + 10 or errors)
+        wait_for(lambda: len(acked) >= at_kill + 10 or errors, 30, "10 more results, or an error, after the kill")
         stop.set()
         reporter.join()
         assert not errors

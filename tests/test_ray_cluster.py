@@ -15,7 +15,7 @@ import pytest
 
 from launch import ray_cluster
 from launch.ray_cluster import HOST_READY, NODE_IP, ProcessRunner, RayLaunchConfig
-from test_e2e import wait_for
+from tests.conftest import wait_for
 
 PY = sys.executable
 

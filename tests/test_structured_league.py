@@ -120,9 +120,10 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
         return [s for s in league.standings() if s.key.startswith("main:") and s.games > 0]
 
     try:
-        played = wait_for(lambda: len(rated_snapshots()) >= 2 and host.metrics.league_games >= 20, timeout=120)
+        wait_for(lambda: len(rated_snapshots()) >= 2 and host.metrics.league_games >= 20, timeout=120,
+                 what=lambda: f"2 rated snapshots and 20 league games: {league.leaderboard_text()}, "
+                              f"{host.metrics.league_games} games, {host.pipeline.league.stats}")
         assert worker.poll() is None, worker.communicate()[0][-3000:]
-        assert played, (league.leaderboard_text(), host.metrics.league_games, host.pipeline.league.stats)
     finally:
         worker.terminate()
         worker_log = worker.communicate(timeout=30)[0]

@@ -28,17 +28,10 @@ from seedleague.protocol.client import (
 from seedleague.protocol.specs import EnvSpec
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
+from tests.conftest import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=2, num_envs=3)
-
-
-def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def _zeros(spec: EnvSpec = SPEC):
@@ -178,10 +171,8 @@ def test_close_from_another_thread_unblocks_connect():
     # Nothing listens on this port, so connect waits for the channel until closed.
     client = WorkerClient(ClientConfig("127.0.0.1:1", connect_timeout_s=30), SPEC)
     threading.Timer(0.2, client.close).start()
-    started = time.monotonic()
-    with pytest.raises(ConnectionLost):
+    with pytest.raises(ConnectionLost, match="connect cancelled: client closed"):  # not its 30 s timeout
         client.connect()
-    assert time.monotonic() - started < 5
 
 
 # --- the gym worker, in-process -----------------------------------------------------------------
@@ -301,11 +292,11 @@ def test_gym_worker_reconnects_after_host_restart():
     server = ServerThread(backend).start()
     worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "4")
     try:
-        wait_until(lambda: backend.sessions and backend.sessions[0].steps > 20, what="first session")
+        wait_for(lambda: backend.sessions and backend.sessions[0].steps > 20, what="first session")
         server.stop()
         time.sleep(0.3)  # The worker finds nobody there and backs off.
         server.start()
-        wait_until(lambda: len(backend.sessions) == 2 and backend.sessions[1].steps > 20, what="second session")
+        wait_for(lambda: len(backend.sessions) == 2 and backend.sessions[1].steps > 20, what="second session")
         worker.send_signal(signal.SIGTERM)
         code, output = _finish(worker)
     finally:
@@ -330,12 +321,12 @@ def test_gym_worker_sigterm_exits_zero():
     with ServerThread(backend) as server:
         worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "2")
         try:
-            wait_until(lambda: backend.sessions and backend.sessions[0].steps > 10, what="steps")
+            wait_for(lambda: backend.sessions and backend.sessions[0].steps > 10, what="steps")
             worker.send_signal(signal.SIGTERM)
             code, output = _finish(worker, timeout_s=10)
         finally:
             worker.kill()
-        wait_until(lambda: backend.sessions[0].closed is not None, what="session close")
+        wait_for(lambda: backend.sessions[0].closed is not None, what="session close")
     assert code == 0, output
     assert "got SIGTERM" in output and "stopped" in output
 
