@@ -17,10 +17,10 @@ import pytest
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
 from tests.distributed_checks import STEPS, global_batches
 from tests.test_learner import NETWORKS
-from tests.conftest import free_port
+from tests.conftest import free_port, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TWO_DEVICES = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+TWO_DEVICES = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=2"), JAX_PLATFORMS="cpu")
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
 

@@ -23,10 +23,11 @@ from seedleague.host.league_link import LeagueLinkConfig
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
 from seedleague.rl.sharding import DeviceConfig, DistributedConfig
+from tests.conftest import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(ROOT, "tests", "sharding_checks.py")
-FOUR_DEVICES = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+FOUR_DEVICES = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
 SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
 
