@@ -180,6 +180,37 @@ def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_lea
     worker.close()
 
 
+def test_without_training_on_matches_the_learner_plays_its_seat_but_replay_records_none_of_the_match(league_host):
+    league, host, worker, steps = duel_against_a_snapshot(league_host, train_on_matches=False)
+    assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
+
+    def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
+        params = state.params
+        head = dict(params["params"]["policy_head"], bias=jax.numpy.array([-50.0, 50.0]))
+        return state._replace(params={"params": dict(params["params"], policy_head=head)})
+
+    host.pipeline.learner.call(always_one)
+    play(worker, steps, 3)  # episodes seated before the first opponents arrived were self-play; finish them
+    session = next(iter(host.sessions._sessions.values()))
+    recorded = []
+    add = session.unrolls.add
+    session.unrolls.add = lambda **kw: recorded.append(kw["acting"].copy()) or add(**kw)
+    results_before = len(league.results)
+    learner_actions, opponent_actions = [], []
+    for _ in range(3 * 30):
+        batch = play(worker, steps, 1)[0]
+        assert not session.seating.learning().any()  # every env plays the snapshot (the fake league's only draw)
+        assert not recorded[-1].any()  # ... and replay records none of it
+        learner_rows = session.seating.learner_rows(np.arange(NUM_ENVS))
+        opponent_rows = np.setdiff1d(np.arange(2 * NUM_ENVS), learner_rows)
+        learner_actions += batch.action.reshape(-1)[learner_rows].tolist()
+        opponent_actions += batch.action.reshape(-1)[opponent_rows].tolist()
+    assert set(learner_actions) == {1}  # the learner's seat still plays with its live params
+    assert set(opponent_actions) == {0, 1}
+    assert wait_for(lambda: len(league.results) >= results_before + 30)  # and the games still rate the two
+    worker.close()
+
+
 def test_snapshots_and_resets_on_the_leagues_schedule(league_host):
     league = FakeLeague(snapshot_every=2, reset=True)  # self-play; snapshot every 2 learner steps, then reset
     host, server = league_host(league)

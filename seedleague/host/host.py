@@ -105,7 +105,8 @@ class Host:
             seating = None
             if pipeline.opponents() is not None:
                 seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32),
-                                  every_seat=pipeline.mixture is not None, teams=getattr(wire_spec, "seat_team", None))
+                                  every_seat=pipeline.mixture is not None, teams=getattr(wire_spec, "seat_team", None),
+                                  train_on_matches=self.config.league.train_on_matches)
             session = Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating,
                               heads=getattr(pipeline.network, "heads", None))
             session.wire_spec = wire_spec

@@ -5,7 +5,9 @@ Every episode of every env gets a `Match` from the league: either self-play
 or an opponent snapshot, which takes every seat but one learner seat drawn at
 random per episode (so neither seat is favoured); with teams (protocol v2's seat_team) the learner
 takes every seat of one team drawn at random and the snapshot every seat of the others. With `every_seat` (a served
-mixture, host.mixture) the match's network takes every seat and none learns.
+mixture, host.mixture) the match's network takes every seat and none learns. With `train_on_matches` False the
+learner still plays its seat of a snapshot match with its live params, but replay records none of the match: the
+game only rates the two, and the learner trains on self-play alone.
 Agent rows are env-major, seat-minor, like the session's tensors.
 
     seating = Seating(num_envs=64, num_seats=2, rng=np.random.default_rng(0))
@@ -27,10 +29,11 @@ class Seating:
     """The current match of each env and the learner's seat in it."""
 
     def __init__(self, num_envs: int, num_seats: int, rng: np.random.Generator, every_seat: bool = False,
-                 teams: Optional[Sequence[int]] = None):
+                 teams: Optional[Sequence[int]] = None, train_on_matches: bool = True):
         """`teams`: the team of each seat (protocol v2's seat_team); None: every seat its own team."""
         self.num_envs, self.num_seats = num_envs, num_seats
         self.every_seat = every_seat  # a non-self-play match takes every seat (no learner seat)
+        self.train_on_matches = train_on_matches  # replay records the learner's seats of snapshot matches
         self._rng = rng
         self.teams = np.asarray(teams if teams else range(num_seats), np.int64)
         if self.teams.shape != (num_seats,):
@@ -61,13 +64,15 @@ class Seating:
                 self.learner_team[env] = team
                 self.learner_seat[env] = seats[0] - env * self.num_seats
                 self._learning[rows] = False
-                self._learning[seats] = not self.every_seat
+                self._learning[seats] = self.train_on_matches and not self.every_seat
                 self._opponents[rows] = match.opponent
                 if not self.every_seat:
                     self._opponents[seats] = None
 
     def learning(self) -> np.ndarray:
-        """[E*S] bool: agent rows the learner plays. A copy: later episode starts do not change it."""
+        """[E*S] bool: agent rows the learner plays and replay records (with `train_on_matches` False, its rows in
+        snapshot matches are played but not recorded: `opponents()` is None there). A copy: later episode starts
+        do not change it."""
         return self._learning.copy()
 
     def opponents(self) -> np.ndarray:
