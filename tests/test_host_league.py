@@ -14,6 +14,7 @@ from seedleague.host import inference
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.league.model_pool import ModelPool, ParamsCache
+from seedleague.league.types import Role
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
@@ -209,6 +210,12 @@ def test_without_training_on_matches_the_learner_plays_its_seat_but_replay_recor
     assert set(opponent_actions) == {0, 1}
     assert wait_for(lambda: len(league.results) >= results_before + 30)  # and the games still rate the two
     worker.close()
+
+
+def test_an_exploiter_that_would_train_on_no_match_is_refused():
+    with pytest.raises(ValueError, match="main_exploiter learns from its games against snapshots"):
+        LeagueLinkConfig(address="fake", role=Role.MAIN_EXPLOITER, train_on_matches=False)
+    assert not LeagueLinkConfig(address="fake", role=Role.MAIN, train_on_matches=False).train_on_matches
 
 
 def test_snapshots_and_resets_on_the_leagues_schedule(league_host):

@@ -61,6 +61,10 @@ class LeagueLinkConfig:
         if not self.player or ":" in self.player or any(c.isspace() for c in self.player):
             raise ValueError(f"league player name {self.player!r} must be non-empty, without ':' or whitespace")
         Role(self.role)  # raises for an unknown role
+        if not self.train_on_matches and Role(self.role) is not Role.MAIN:
+            raise ValueError(f"a {Role(self.role).value} learns from its games against snapshots, and "
+                             "league.train_on_matches false would leave it nothing to train on: drop "
+                             "--league.train-on-matches false for this player (main agents only)")
         for name in ("prefetch", "report_batch", "cache_size", "max_pending_results"):
             if getattr(self, name) < 1:
                 raise ValueError(f"league.{name} must be >= 1, got {getattr(self, name)}")
