@@ -152,11 +152,13 @@ def test_outage_loses_and_duplicates_nothing(league_host):
     worker.close()
 
 
-def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_learner(league_host):
-    league, host, worker, steps = duel_against_a_snapshot(league_host, cache_size=2)
+def _live_params_play_one_and_record(league, host, worker, steps):
+    """Once the snapshot is in play: the live params always choose action 1 (the frozen snapshot is near
+    uniform), the episodes seated before are finished, and each later `unrolls.add`'s acting rows are recorded.
+    (session, the recorded acting masks)."""
     assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
 
-    def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
+    def always_one(state):
         params = state.params
         head = dict(params["params"]["policy_head"], bias=jax.numpy.array([-50.0, 50.0]))
         return state._replace(params={"params": dict(params["params"], policy_head=head)})
@@ -167,6 +169,12 @@ def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_lea
     recorded = []
     add = session.unrolls.add
     session.unrolls.add = lambda **kw: recorded.append(kw["acting"].copy()) or add(**kw)
+    return session, recorded
+
+
+def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_learner(league_host):
+    league, host, worker, steps = duel_against_a_snapshot(league_host, cache_size=2)
+    session, recorded = _live_params_play_one_and_record(league, host, worker, steps)
     learner_actions, opponent_actions = [], []
     for _ in range(3 * 30):
         batch = play(worker, steps, 1)[0]
@@ -183,19 +191,7 @@ def test_opponent_seat_uses_the_snapshot_params_and_only_learner_rows_act_as_lea
 
 def test_without_training_on_matches_the_learner_plays_its_seat_but_replay_records_none_of_the_match(league_host):
     league, host, worker, steps = duel_against_a_snapshot(league_host, train_on_matches=False)
-    assert wait_for(lambda: league.added and host.pipeline.league.stats.fetched > 0)
-
-    def always_one(state):  # live params now always choose action 1; the frozen snapshot is near uniform
-        params = state.params
-        head = dict(params["params"]["policy_head"], bias=jax.numpy.array([-50.0, 50.0]))
-        return state._replace(params={"params": dict(params["params"], policy_head=head)})
-
-    host.pipeline.learner.call(always_one)
-    play(worker, steps, 3)  # episodes seated before the first opponents arrived were self-play; finish them
-    session = next(iter(host.sessions._sessions.values()))
-    recorded = []
-    add = session.unrolls.add
-    session.unrolls.add = lambda **kw: recorded.append(kw["acting"].copy()) or add(**kw)
+    session, recorded = _live_params_play_one_and_record(league, host, worker, steps)
     results_before = len(league.results)
     learner_actions, opponent_actions = [], []
     for _ in range(3 * 30):
