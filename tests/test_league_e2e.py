@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 
 from conftest import RawWorker
-from seedleague.league.config import LeagueConfig
 from seedleague import progress
+from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
 from seedleague.protocol.specs import EnvSpec
 from test_e2e import SEEDLEAGUE, run_cli, run_worker, serving, summary
