@@ -16,6 +16,7 @@ import pytest
 
 from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
 from seedleague import presets
+from seedleague.api import load_policy
 from seedleague.protocol.specs_v2 import ContinuousHead, DiscreteHead, check_structured_step, StructuredStepBatch
 from seedleague.tools import check_worker as cw
 from test_e2e import SEEDLEAGUE, run_cli, summary
@@ -188,3 +189,17 @@ def test_a_one_team_worker_spec_trains_every_seat_without_a_league(tmp_path):
     result = summary(run_dir)
     assert result["learner_step"] >= 3 and result["episodes"] > 0, out.stdout[-2000:]
     assert "games" not in result and not os.path.exists(os.path.join(run_dir, "pool"))
+
+
+def test_a_continuous_action_game_trains_by_name_with_the_continuous_preset(tmp_path):
+    name = "pettingzoo:mpe/simple_spread_v3(max_cycles=5,N=2,continuous_actions=True)"
+    assert presets.preset_for(name).host == presets.shared_seats(make_vector_game(name.partition(":")[2], 1).spec).host
+    run_dir = str(tmp_path / "spread-continuous")
+    out = run_cli(["train", "--env", name, "--run-dir", run_dir, "--workers", "1", "--envs-per-worker", "4"] + TINY,
+                  timeout=240)
+    result = summary(run_dir)
+    assert result["learner_step"] >= 3 and result["episodes"] > 0, out.stdout[-2000:]
+    policy = load_policy(run_dir)  # the trained network acts in the Box on every seat
+    actions = policy.act(policy.spec.observation.zeros((3,)))
+    assert policy.spec.action.heads == (ContinuousHead("action", (0.0,) * 5, (1.0,) * 5),)
+    assert ((actions["action"] >= 0.0) & (actions["action"] <= 1.0)).all() and actions["action"].shape == (3, 5)
