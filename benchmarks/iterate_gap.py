@@ -23,8 +23,9 @@ The recipe's iterates can at best settle on the agent QRE of their final tempera
   self-play QRE, then follows where that pulls the policy. Run it with --opponent-share 0 as the
   control: a step too large for the temperature drifts with no opponent at all.
 
-The run's final params are the policy and, with --opponent-share, the fixed opponent too (the most
-exploitable of the run's candidates: an upper bound on the pull of its PSRO draws). Measurements:
+"Where" examines the run's final params and its param average. With --opponent-share the fixed
+opponent is the final params (usually the most exploitable of the run's candidates, so the pull is an
+upper bound on that of its PSRO draws, which follow the snapshots' Nash mixture). Measurements:
 benchmarks/README.md ("Where the iterates go wrong").
 """
 
