@@ -78,7 +78,8 @@ def _exploitability(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy,
 def split_by_visits(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, probs: np.ndarray, qre: np.ndarray,
                     fractions: Sequence[float] = FRACTIONS) -> list[dict]:
     """Per fraction f: the share of visits its rarest f of states get, and the exploitability of `probs` with
-    those states set to `qre` ("rare_to_qre") and of `qre` with `probs` kept on them only ("rest_to_qre")."""
+    those states set to `qre` ("rare_to_qre") and of `qre` with `probs` kept on them only ("rest_to_qre").
+    `tabular` is scratch: its table holds the last hybrid scored afterwards."""
     visits = self_play_visits(game, tabular, probs)
     order = np.argsort(visits, kind="stable")
     rows = []
