@@ -3,6 +3,7 @@ share of training episodes against a fixed opponent moves that equilibrium.
 
     python -m benchmarks.iterate_gap leduc_poker --run-dir RUN                      # where the policy is off
     python -m benchmarks.iterate_gap leduc_poker --run-dir RUN --opponent-share 0.1  # the share's pull
+    python -m benchmarks.iterate_gap leduc_poker --run-dir RUN --snapshots 40        # how the iterates move
 
 The recipe's iterates can at best settle on the agent QRE of their final temperature
 (benchmarks/qre_floor.py). This measures what stands between a run's policy and that floor, two ways:
@@ -22,6 +23,12 @@ The recipe's iterates can at best settle on the agent QRE of their final tempera
   with c the counterfactual reach probabilities. The same MMD step as qre_floor's, started from the
   self-play QRE, then follows where that pulls the policy. Run it with --opponent-share 0 as the
   control: a step too large for the temperature drifts with no opponent at all.
+- **How the iterates move.** With --snapshots N, the newest N league snapshots of the run's main
+  player, oldest first: each one's exploitability, its visit-weighted distance to the QRE, and its
+  visit-weighted distance to the snapshot before it (visits of the newer one's self-play). Iterates
+  that have settled away from the QRE (lag, bias) barely move from one snapshot to the next; iterates
+  that fluctuate around it (gradient noise, cycling) move about as far between snapshots as they are
+  from the QRE.
 
 "Where" examines the run's final params and its param average. With --opponent-share the fixed
 opponent is the final params (usually the most exploitable of the run's candidates, so the pull is an
@@ -93,6 +100,20 @@ def split_by_visits(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy,
     return rows
 
 
+def snapshot_moves(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, snapshots: Sequence[np.ndarray],
+                   qre: np.ndarray) -> list[dict]:
+    """Per snapshot [S, A] in order: its exploitability, its visit-weighted distance to `qre` and to the
+    snapshot before it (None for the first), both weighted by its own self-play visits."""
+    rows, previous = [], None
+    for probs in snapshots:
+        visits = self_play_visits(game, tabular, probs)
+        rows.append(dict(exploitability=_exploitability(game, tabular, probs),
+                         to_qre=visit_weighted_distance(visits, probs, qre),
+                         moved=None if previous is None else visit_weighted_distance(visits, probs, previous)))
+        previous = probs
+    return rows
+
+
 def mixed_action_values(calculator: action_value.TreeWalkCalculator, pi: openspiel_policy.TabularPolicy,
                         sigma: openspiel_policy.TabularPolicy, seats: np.ndarray, share: float) -> np.ndarray:
     """[S, A] action values of `pi`'s data when `share` of its episodes meet `sigma` (module docstring);
@@ -135,6 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--qre-steps", type=int, default=3000, help="steps of the QRE solve")
     parser.add_argument("--opponent-share", type=float, help="follow the pull of this share against the final params")
     parser.add_argument("--steps", type=int, default=600, help="--opponent-share: MMD steps to follow it")
+    parser.add_argument("--snapshots", type=int, help="how the newest this many snapshots of the main player move")
     args = parser.parse_args(argv)
     if args.opponent_share is not None and not 0.0 <= args.opponent_share <= 1.0:
         parser.error(f"--opponent-share is a share of episodes in [0, 1], got {args.opponent_share}")
@@ -156,6 +178,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                 args.step_size, args.steps, every=max(1, args.steps // 6)):
             print(f"  step {step}: exploitability {score:.4f}", flush=True)
         return
+    if args.snapshots is not None:
+        _print_snapshot_moves(game, args.run_dir, args.snapshots, qre_probs)
+        return
     print("| policy | exploitability | fraction f | visits to the rarest f | rarest f set to the QRE | only the rarest f kept |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, average in (("final params", False), ("param average", True)):
@@ -167,6 +192,26 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         for row in split_by_visits(game, tabular, probs, qre_probs):
             print(f"| {name} | {score:.4f} | {row['fraction']:.0%} | {row['visit_share']:.1%} | "
                   f"{row['rare_to_qre']:.4f} | {row['rest_to_qre']:.4f} |", flush=True)
+
+
+def _print_snapshot_moves(game: pyspiel.Game, run_dir: str, count: int, qre: np.ndarray) -> None:
+    import os
+
+    from seedleague.api import load_policies
+    from seedleague.eval.openspiel_eval import tabular_policy
+
+    directory = os.path.join(run_dir, "pool", "main")
+    steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit())[-count:]
+    tables = [tabular_policy(game, policy) for policy in load_policies(directory, steps)]
+    rows = snapshot_moves(game, tables[0], [table.action_probability_array.copy() for table in tables], qre)
+    print("| snapshot (learner step) | exploitability | distance to the QRE | moved since the one before |")
+    print("|---:|---:|---:|---:|")
+    for step, row in zip(steps, rows):
+        moved = "-" if row["moved"] is None else f"{row['moved']:.4f}"
+        print(f"| {step} | {row['exploitability']:.4f} | {row['to_qre']:.4f} | {moved} |", flush=True)
+    moves = [row["moved"] for row in rows[1:]]
+    print(f"medians: exploitability {np.median([row['exploitability'] for row in rows]):.4f}, distance to the QRE "
+          f"{np.median([row['to_qre'] for row in rows]):.4f}, moved {np.median(moves) if moves else float('nan'):.4f}")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,19 @@ def test_an_opponent_share_weighs_each_opponents_values_by_how_often_it_lets_the
     half = iterate_gap.mixed_action_values(calculator, pi, sigma, seats, share=0.5)
     np.testing.assert_allclose(half[after_bet], (own[after_bet] * 0.5 + against[after_bet] * 1.0) / 1.5)
     np.testing.assert_allclose(half[after_pass], own[after_pass])
+
+
+def test_snapshot_moves_measure_each_snapshot_against_the_qre_and_the_one_before():
+    tabular, uniform = _uniform()
+    first_states = np.flatnonzero([len(state.history()) == 2 for state in tabular.states])  # the opening player's 3
+    always_bet = uniform.copy()
+    always_bet[first_states] = [0.0, 1.0]
+    rows = iterate_gap.snapshot_moves(KUHN, tabular, [uniform, always_bet, always_bet], uniform)
+    assert rows[0]["moved"] is None and rows[0]["to_qre"] == 0.0
+    # the opener never passes now: its 3 states (1/3 of the deal each) are 0.5 (TV) off, the 3 states after
+    # a pass are never reached, the 3 after a bet are reached with 1/3 each and unchanged
+    assert np.isclose(rows[1]["to_qre"], 0.5 * 1.0 / 2.0)
+    assert np.isclose(rows[1]["moved"], rows[1]["to_qre"])  # the one before was the QRE itself
+    assert rows[2]["moved"] == 0.0 and np.isclose(rows[2]["to_qre"], rows[1]["to_qre"])
+    expected = [float(openspiel_exploitability.exploitability(KUHN, _with(p))) for p in (uniform, always_bet)]
+    assert np.allclose([row["exploitability"] for row in rows], expected + expected[1:])
