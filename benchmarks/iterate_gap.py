@@ -27,8 +27,12 @@ The recipe's iterates can at best settle on the agent QRE of their final tempera
   player, oldest first: each one's exploitability, its visit-weighted distance to the QRE, and its
   visit-weighted distance to the snapshot before it (visits of the newer one's self-play). Iterates
   that have settled away from the QRE (lag, bias) barely move from one snapshot to the next; iterates
-  that fluctuate around it (gradient noise, cycling) move about as far between snapshots as they are
-  from the QRE.
+  that fluctuate (gradient noise, cycling) move about as far between snapshots as they are from the
+  QRE. Then the snapshots' mixture: each information state's action probabilities averaged over the
+  snapshots weighted by the acting player's own reach probability under each (the behaviour policy
+  that plays like the uniform mixture of the snapshots, Kuhn's theorem), scored the same way. Its
+  distance to the QRE is the offset of the centre the snapshots scatter around, which no average
+  of them removes.
 
 "Where" examines the run's final params and its param average. With --opponent-share the fixed
 opponent is the final params (usually the most exploitable of the run's candidates, so the pull is an
@@ -112,6 +116,37 @@ def snapshot_moves(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, 
                          moved=None if previous is None else visit_weighted_distance(visits, probs, previous)))
         previous = probs
     return rows
+
+
+def own_reach(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, probs: np.ndarray) -> np.ndarray:
+    """[S] the acting player's own reach probability of each information state under `probs`: the product of
+    that player's action probabilities on the way there (well defined with perfect recall)."""
+    reach = np.zeros(len(probs))
+
+    def walk(state: pyspiel.State, mine: tuple[float, ...]) -> None:
+        if state.is_terminal():
+            return
+        if state.is_chance_node():
+            for action, _ in state.chance_outcomes():
+                walk(state.child(action), mine)
+            return
+        index, player = tabular.state_index(state), state.current_player()
+        reach[index] = mine[player]
+        for action in state.legal_actions():
+            walk(state.child(action), mine[:player] + (mine[player] * probs[index, action],) + mine[player + 1:])
+
+    walk(game.new_initial_state(), (1.0,) * game.num_players())
+    return reach
+
+
+def snapshot_mixture(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy,
+                     snapshots: Sequence[np.ndarray]) -> np.ndarray:
+    """[S, A] the behaviour policy of the uniform mixture of `snapshots`: each state's rows averaged with
+    the acting player's own reach under each snapshot as weights (the plain mean where no snapshot reaches it)."""
+    weights = np.array([own_reach(game, tabular, probs) for probs in snapshots])  # [K, S]
+    weighted = np.einsum("ks,ksa->sa", weights, np.asarray(snapshots))
+    total = weights.sum(axis=0)[:, None]
+    return np.where(total > 0, weighted / np.where(total > 0, total, 1.0), np.mean(snapshots, axis=0))
 
 
 def mixed_action_values(calculator: action_value.TreeWalkCalculator, pi: openspiel_policy.TabularPolicy,
@@ -203,7 +238,8 @@ def _print_snapshot_moves(game: pyspiel.Game, run_dir: str, count: int, qre: np.
     directory = os.path.join(run_dir, "pool", "main")
     steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit())[-count:]
     tables = [tabular_policy(game, policy) for policy in load_policies(directory, steps)]
-    rows = snapshot_moves(game, tables[0], [table.action_probability_array.copy() for table in tables], qre)
+    snapshots = [table.action_probability_array.copy() for table in tables]
+    rows = snapshot_moves(game, tables[0], snapshots, qre)
     print("| snapshot (learner step) | exploitability | distance to the QRE | moved since the one before |")
     print("|---:|---:|---:|---:|")
     for step, row in zip(steps, rows):
@@ -212,6 +248,10 @@ def _print_snapshot_moves(game: pyspiel.Game, run_dir: str, count: int, qre: np.
     moves = [row["moved"] for row in rows[1:]]
     print(f"medians: exploitability {np.median([row['exploitability'] for row in rows]):.4f}, distance to the QRE "
           f"{np.median([row['to_qre'] for row in rows]):.4f}, moved {np.median(moves) if moves else float('nan'):.4f}")
+    mixture = snapshot_mixture(game, tables[0], snapshots)
+    visits = self_play_visits(game, tables[0], mixture)
+    print(f"their mixture: exploitability {_exploitability(game, tables[0], mixture):.4f}, distance to the QRE "
+          f"{visit_weighted_distance(visits, mixture, qre):.4f}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import numpy as np
 import pyspiel
 from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import action_value
+from open_spiel.python.algorithms import expected_game_score
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
 from benchmarks import iterate_gap
@@ -87,3 +88,26 @@ def test_snapshot_moves_measure_each_snapshot_against_the_qre_and_the_one_before
     assert rows[2]["moved"] == 0.0 and np.isclose(rows[2]["to_qre"], rows[1]["to_qre"])
     expected = [float(openspiel_exploitability.exploitability(KUHN, _with(p))) for p in (uniform, always_bet)]
     assert np.allclose([row["exploitability"] for row in rows], expected + expected[1:])
+
+
+def test_the_snapshots_mixture_weighs_each_snapshot_by_its_own_reach():
+    tabular, uniform = _uniform()
+    opener = np.array([len(state.history()) == 2 for state in tabular.states])
+    pass_bet = np.array([state.history()[2:] == [0, 1] for state in tabular.states])
+    assert opener.sum() == pass_bet.sum() == 3
+    always_bet, always_pass = uniform.copy(), uniform.copy()
+    always_bet[opener], always_pass[opener] = [0.0, 1.0], [1.0, 0.0]
+    always_bet[pass_bet], always_pass[pass_bet] = [1.0, 0.0], [0.0, 1.0]  # fold / call after pass-bet
+    reach = iterate_gap.own_reach(KUHN, tabular, always_bet)
+    assert (reach[opener] == 1.0).all() and (reach[pass_bet] == 0.0).all()  # it never passes, so never gets there
+    mixture = iterate_gap.snapshot_mixture(KUHN, tabular, [always_bet, always_pass])
+    np.testing.assert_allclose(mixture[opener], 0.5)  # both reach the opening: the plain mean
+    np.testing.assert_allclose(mixture[pass_bet], np.tile([0.0, 1.0], (3, 1)))  # only always_pass gets there
+    np.testing.assert_allclose(mixture[~(opener | pass_bet)], uniform[~(opener | pass_bet)])  # the second player's
+    # Kuhn's theorem: the mixture's behaviour policy plays like the 50/50 mixture of the two, here as the opener
+    # against a second player who always bets after a pass (so the pass-bet states matter) and calls half the time
+    second = uniform.copy()
+    second[[i for i, state in enumerate(tabular.states) if state.history()[2:] == [0]]] = [0.0, 1.0]
+    value = lambda probs: expected_game_score.policy_value(KUHN.new_initial_state(), [_with(probs), _with(second)])[0]  # noqa: E731
+    assert not np.isclose(value(always_bet), value(always_pass))
+    assert np.isclose(value(mixture), 0.5 * (value(always_bet) + value(always_pass)))
