@@ -43,6 +43,7 @@ benchmarks/README.md ("Where the iterates go wrong").
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -230,8 +231,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def _print_snapshot_moves(game: pyspiel.Game, run_dir: str, count: int, qre: np.ndarray) -> None:
-    import os
-
     from seedleague.api import load_policies
     from seedleague.eval.openspiel_eval import tabular_policy
 

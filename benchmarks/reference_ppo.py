@@ -69,8 +69,7 @@ def main() -> None:
         def __init__(self):
             super().__init__()
             self.reached_at = None
-
-            self.next_point = 0.0
+            self.next_point = 0.0  # seconds of training at which the next curve point is due
             self.episodes = 0
 
         def _on_step(self) -> bool:
