@@ -5,7 +5,8 @@ variables below are inherited): many tests build the same networks and learner u
 and in the hosts they launch, and each compile after the first is then read back instead of repeated.
 Those processes also compile without LLVM's optimisation passes (`TEST_XLA_FLAGS`): the suite compiles
 hundreds of small functions and runs each briefly, so the passes cost it about a quarter of its CPU time
-and save none of it (benchmarks/README.md, "Test suite time"). They change how fast the code runs, never what it computes.
+and save none of it (benchmarks/README.md, "Test suite time"). They change how fast the code runs, never
+what it computes.
 """
 
 import atexit

@@ -108,6 +108,8 @@ def test_the_snapshots_mixture_weighs_each_snapshot_by_its_own_reach():
     # against a second player who always bets after a pass (so the pass-bet states matter) and calls half the time
     second = uniform.copy()
     second[[i for i, state in enumerate(tabular.states) if state.history()[2:] == [0]]] = [0.0, 1.0]
-    value = lambda probs: expected_game_score.policy_value(KUHN.new_initial_state(), [_with(probs), _with(second)])[0]  # noqa: E731
+    def value(probs):
+        return expected_game_score.policy_value(KUHN.new_initial_state(), [_with(probs), _with(second)])[0]
+
     assert not np.isclose(value(always_bet), value(always_pass))
     assert np.isclose(value(mixture), 0.5 * (value(always_bet) + value(always_pass)))

@@ -399,8 +399,8 @@ def test_mmd_loss_is_minimised_by_the_papers_closed_form_step(jitted):
         from scipy.optimize import minimize
 
         value_and_grad = jax.jit(jax.value_and_grad(loss_of))
-        result = minimize(lambda t: tuple(np.asarray(x, np.float64) for x in value_and_grad(jnp.asarray(t, jnp.float32))),
-                          np.zeros(3), jac=True, method="BFGS", options=dict(gtol=1e-7))
+        as_float64 = lambda t: tuple(np.asarray(x, np.float64) for x in value_and_grad(jnp.asarray(t, jnp.float32)))  # noqa: E731
+        result = minimize(as_float64, np.zeros(3), jac=True, method="BFGS", options=dict(gtol=1e-7))
         np.testing.assert_allclose(jax.nn.softmax(result.x), expected, atol=1e-4)
     assert np.abs(gradient(jnp.zeros(3))).max() > 0.05  # away from it the loss does pull
 

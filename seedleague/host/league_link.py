@@ -53,8 +53,9 @@ class LeagueLinkConfig:
     cache_keep_s: float = 30.0  # an opponent used within this long counts as in play
     max_pending_results: int = 1_000_000  # beyond this the oldest unreported results are dropped, with a warning
     # False: games against snapshots rate them and the learner, but replay records none of them (nor do the
-    # episode metrics count them: they are league games, counted there); the learner trains on self-play alone. An entropy-regularised learner's fixed point in self-play is the game's QRE; a
-    # share of data against a fixed exploitable opponent moves that fixed point (benchmarks/README.md).
+    # episode metrics count them: they are league games, counted there); the learner trains on self-play
+    # alone. An entropy-regularised learner's fixed point in self-play is the game's QRE; a share of data
+    # against a fixed exploitable opponent moves that fixed point (benchmarks/README.md).
     train_on_matches: bool = True
 
     def __post_init__(self):
