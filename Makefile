@@ -40,12 +40,15 @@ run: install
 	$(VENV)/bin/seedleague train
 
 ## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker and
-##       installs the Node worker's packages it tests (without npm, the Node tests skip and say why).
+##       installs the Node worker's packages and the Ruby worker it tests (without npm, or without ruby and apt-get,
+##       those tests skip and say why).
 ##       TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
 ##       shared fixtures start once); TEST_PROCS=0 runs them in this process.
 test: install cpp-worker
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-worker; \
 	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
+	@if command -v ruby >/dev/null || command -v apt-get >/dev/null; then $(MAKE) --no-print-directory ruby-worker; \
+	else echo "test: neither ruby nor apt-get found, so tests/test_ruby_worker.py will skip (make ruby-deps says how)"; fi
 	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).

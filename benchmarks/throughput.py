@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import statistics
 import subprocess
 import sys
@@ -89,16 +90,17 @@ def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps:
 
 def grpc_rate(
     env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str,
-    protocol: int = 0,
+    protocol: int = 0, streams: int = 1,
 ) -> dict:
-    """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each."""
+    """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each, each stepping them
+    as `streams` groups on streams of their own (`envs.gym_worker --streams`)."""
     preset = preset_for(env_id).host
     config = dataclasses.replace(preset, learn=learn, seed=0)
     metrics = Metrics()
     host = Host(config, metrics)
     server = ServerThread(host).start()
     command = [sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env", env_id,
-               "--num-envs", str(num_envs), "--vector", vector, "--protocol", str(protocol)]
+               "--num-envs", str(num_envs), "--vector", vector, "--protocol", str(protocol), "--streams", str(streams)]
     procs = [subprocess.Popen(command + ["--seed", str(i)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(workers)]
     try:
@@ -145,29 +147,32 @@ def main(argv=None) -> int:
     parser.add_argument("--vector", default="auto", choices=["auto", "native", "sync", "async"],
                         help="the workers' --vector (default auto: the native vector env where there is one)")
     parser.add_argument("--protocols", default="1", help="comma-separated worker protocol versions (1, 2)")
+    parser.add_argument("--streams", default="1",
+                        help="comma-separated streams per worker (`envs.gym_worker --streams`: its envs as that many "
+                             "groups, one stepping while the others wait for the host)")
     args = parser.parse_args(argv)
     protocols = [int(p) for p in args.protocols.split(",")]
+    stream_counts = [int(k) for k in args.streams.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     envs = [int(e) for e in args.envs.split(",")]
     native = has_native_vector_env(args.env)
     print(f"{args.env}, {jax.devices()[0].platform} JAX, workers --vector {args.vector}, "
           f"median env steps/s over {args.seconds:g} s windows; % of the faster in-process limit\n")
-    print("| envs/worker | limit: sync vector env | limit: native vector env | workers | protocol | inference only "
-          "| % of limit | with learner | % of limit | learner updates/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| envs/worker | limit: sync vector env | limit: native vector env | workers | streams each | protocol "
+          "| inference only | % of limit | with learner | % of limit | learner updates/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_envs in envs:
         sync_limit = in_process_rate(args.env, num_envs, args.seconds, "sync")
         native_limit = in_process_rate(args.env, num_envs, args.seconds, "native") if native else None
         limit = max(sync_limit, native_limit or 0.0)
         native_text = f"{native_limit:,.0f}" if native_limit else "none"
-        for count in workers:
-            for protocol in protocols:
-                version = 2 if protocol == 2 else 0
-                infer = grpc_rate(args.env, count, num_envs, False, args.seconds, args.warmup, args.vector, version)
-                learn = grpc_rate(args.env, count, num_envs, True, args.seconds, args.warmup, args.vector, version)
-                print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {protocol} | {infer['rate']:,.0f} "
-                      f"| {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} "
-                      f"| {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |", flush=True)
+        for count, protocol, streams in itertools.product(workers, protocols, stream_counts):
+            version = 2 if protocol == 2 else 0
+            infer, learn = (grpc_rate(args.env, count, num_envs, learning, args.seconds, args.warmup, args.vector,
+                                      version, streams) for learning in (False, True))
+            print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {streams} | {protocol} "
+                  f"| {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} "
+                  f"| {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |", flush=True)
     return 0
 
 

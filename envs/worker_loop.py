@@ -12,7 +12,9 @@ modules own their games; this module owns what happens around them: handshake,
 lockstep steps, backoff and fresh episodes after a lost connection, SIGTERM/SIGINT
 (exit 0), and `HostRefused` (exit 2). Every Python worker is a `VectorGame` run
 here: `envs.gym_worker` (gymnasium vector envs), `envs.openspiel_worker`,
-`envs.pettingzoo_worker`. Never imports jax.
+`envs.pettingzoo_worker`. With `--streams K` a worker steps its envs as K games on
+K streams (`run_game_streams`), so one group steps while the others wait for the
+host. Never imports jax.
 """
 
 from __future__ import annotations
@@ -150,6 +152,63 @@ def run_game_worker(
 
     with closed_when_set(stop, client):
         return serve(client, stop, run_session, seed=config.seed, max_steps=config.max_steps, logger=logger)
+
+
+def run_game_streams(
+    games: Sequence[VectorGame], config: GameWorkerConfig, stop: Optional[threading.Event] = None,
+    logger: logging.Logger = log,
+) -> WorkerStats:
+    """Double-buffered sampling (Petrenko et al. 2020, Sample Factory): each game steps on a stream of its own, in a
+    thread of its own, so one group's envs step while the others' wait for the host's actions. The process's envs
+    split into groups this way are as many sessions at the host. One game: `run_game_worker` in this thread.
+
+    Stream i is named `<worker name>/i`, seeds its first reset with `config.seed + i * len(games[0] envs)` (so
+    seeded envs never repeat across streams) and stops at its share of `config.max_steps`. A HostRefused on any
+    stream stops them all and is raised here."""
+    if len(games) == 1:
+        return run_game_worker(games[0], config, stop, logger)
+    stop = stop if stop is not None else threading.Event()
+    outcomes: list[Any] = [None] * len(games)
+    stride = games[0].spec.num_envs
+
+    def run(i: int) -> None:
+        stream = dataclasses.replace(
+            config,
+            client=dataclasses.replace(config.client, worker_name=f"{config.client.worker_name}/{i}"),
+            seed=config.seed + i * stride,
+            max_steps=-(-config.max_steps // len(games)),
+        )
+        try:
+            outcomes[i] = run_game_worker(games[i], stream, stop, logger)
+        except BaseException as error:  # noqa: BLE001 -- re-raised in the caller's thread below
+            outcomes[i] = error
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"stream-{i}", daemon=True) for i in range(len(games))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return WorkerStats(
+        steps=sum(stats.steps for stats in outcomes),
+        env_steps=sum(stats.env_steps for stats in outcomes),
+        sessions=sum(stats.sessions for stats in outcomes),
+        reconnects=sum(stats.reconnects for stats in outcomes),
+        policy_version=max(stats.policy_version for stats in outcomes),
+        elapsed_s=max(stats.elapsed_s for stats in outcomes),
+    )
+
+
+def split_envs(num_envs: int, streams: int) -> list[int]:
+    """`num_envs` envs as `streams` groups whose sizes differ by at most one, largest first. Raises ValueError."""
+    if not 1 <= streams <= num_envs:
+        raise ValueError(f"--streams must be between 1 and --num-envs ({num_envs}): each stream steps at least one "
+                         f"env; got {streams}")
+    share, extra = divmod(num_envs, streams)
+    return [share + (i < extra) for i in range(streams)]
 
 
 def _run_game_session(
@@ -359,6 +418,11 @@ def add_game_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-steps", type=int, default=0, help="exit after this many env steps, all envs together (0 = no limit)"
     )
+    parser.add_argument(
+        "--streams", type=positive_int, default=1,
+        help="step the envs as this many groups, each on its own stream and thread, so one group steps while the "
+             "others wait for the host's actions (double-buffered sampling; default 1)",
+    )
     add_connection_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -387,20 +451,30 @@ def game_worker_main(
     except ValueError as error:
         parser.error(str(error))
     try:
-        game = make_game(args)
+        shares = split_envs(args.num_envs, args.streams)
+    except ValueError as error:
+        parser.error(str(error))
+    games: list[VectorGame] = []
+    try:
+        for i, share in enumerate(shares):
+            games.append(make_game(argparse.Namespace(**{**vars(args), "num_envs": share,
+                                                         "seed": args.seed + i * shares[0]})))
     except unsupported as error:
         logger.error("%s", error)
+        for game in games:
+            game.close()
         return 2
     stop = threading.Event()
     stop_on_signals(stop, logger)
     try:
-        stats = run_game_worker(game, config, stop, logger)
+        stats = run_game_streams(games, config, stop, logger)
     except HostRefused as error:
         logger.error("%s", error)
         return 2
     finally:
-        game.close()
-    logger.info("stopped: %s; %s", stats, game.summary())
+        for game in games:
+            game.close()
+    logger.info("stopped: %s; %s", stats, "; ".join(game.summary() for game in games))
     return 0
 
 

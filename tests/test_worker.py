@@ -16,7 +16,7 @@ import pytest
 
 from envs.gym_vector import make_vector_env
 from envs.gym_worker import UnsupportedEnv, WorkerConfig, env_spec, run_worker
-from envs.worker_loop import GameWorkerConfig
+from envs.worker_loop import GameWorkerConfig, split_envs
 from seedleague.protocol.client import (
     Backoff,
     ClientConfig,
@@ -264,7 +264,8 @@ class _CartPoleChecks:
             self.problems.append(f"{where}: an env starting an episode does not show a fresh reset")
         if (~acting & ~ended).any():
             self.problems.append(f"{where}: an env that did not end is not acting")
-        shows_end = (np.abs(cart) > 2.4) | (np.abs(pole) > 0.2095)
+        # CartPole's bounds: 2.4 and 12 degrees (0.20944 rad), less float32 rounding of the observation.
+        shows_end = (np.abs(cart) > 2.4 - 1e-6) | (np.abs(pole) > np.radians(12) - 1e-6)
         if (~acting & step.terminated & ~shows_end).any():
             self.problems.append(f"{where}: a terminated env's final observation is inside the bounds")
 
@@ -285,6 +286,40 @@ def test_gym_worker_process_steps_cartpole(vector):
     assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
     assert min(session.episode_lengths) >= 8
     assert ("native vector env" if vector == "auto" else "sync vector env") in output and "stopped" in output
+
+
+def test_gym_worker_streams_step_their_groups_as_sessions_of_their_own():
+    """--streams 2: the envs split 5 + 4, each group on its own stream (double-buffered sampling), the budget
+    shared, and every stream's episodes whole as the host sees them."""
+    checks: dict[str, _CartPoleChecks] = {}
+    backend = FakeBackend(on_step=lambda session, step: checks.setdefault(session.session_id, _CartPoleChecks())(
+        session, step))
+    with ServerThread(backend) as server:
+        worker = _spawn(server.address, "--env", "CartPole-v1", "--num-envs", "9", "--streams", "2",
+                        "--max-steps", "2400", "--worker-name", "w")
+        code, output = _finish(worker)
+    assert code == 0, output
+    sessions = sorted(backend.sessions, key=lambda session: session.worker_name)
+    assert [(s.worker_name, s.spec.num_envs) for s in sessions] == [("w/0", 5), ("w/1", 4)]
+    assert [s.steps for s in sessions] == [240, 300]  # 1200 env steps each: half the budget
+    assert backend.violations == [] and [c.problems for c in checks.values()] == [[], []]
+    assert all(s.episodes >= 20 for s in sessions) and "stopped" in output
+
+
+def test_gym_worker_refuses_more_streams_than_envs_and_stops_every_stream_on_a_refusal():
+    with ServerThread(FakeBackend()) as server:
+        code, output = _finish(_spawn(server.address, "--env", "CartPole-v1", "--num-envs", "2", "--streams", "3"))
+    assert code == 2 and "--streams must be between 1 and --num-envs (2)" in output, output
+    backend = FakeBackend(FakeHostConfig(num_actions=3))
+    with ServerThread(backend) as server:
+        code, output = _finish(_spawn(server.address, "--env", "CartPole-v1", "--num-envs", "4", "--streams", "2"))
+    assert code == 2 and "2 actions do not fit the model's 3" in output, output
+
+
+def test_split_envs_spreads_the_remainder_over_the_first_groups():
+    assert split_envs(9, 2) == [5, 4] and split_envs(8, 4) == [2, 2, 2, 2] and split_envs(3, 3) == [1, 1, 1]
+    with pytest.raises(ValueError, match="between 1 and --num-envs"):
+        split_envs(2, 0)
 
 
 def test_gym_worker_reconnects_after_host_restart():
