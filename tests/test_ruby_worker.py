@@ -95,6 +95,13 @@ def test_a_spec_the_host_cannot_serve_exits_2_with_the_hosts_reason(worker_cmd):
     assert "FAILED_PRECONDITION" in worker.stderr and "9" in worker.stderr, worker.stderr
 
 
+def test_a_backoff_cap_below_the_first_wait_is_refused_before_connecting(worker_cmd):
+    worker = subprocess.run(worker_cmd + ["--address", "127.0.0.1:1", "--backoff-max", "0.01"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert worker.returncode == 2 and "--backoff-max must be >= 0.1 s (the first wait), got 0.01" in worker.stderr, (
+        worker.stdout + worker.stderr)
+
+
 HOST_FLAGS = ["--unroll_length", "8", "--batch_size", "4", "--replay.capacity", "64", "--network.hidden_sizes", "16",
               "--network.torso", "mlp",  # the worker is tested here, not the board torso (slow to compile)
               "--checkpoint.interval-s", "1", "--max-seconds", "120"]
@@ -112,7 +119,7 @@ def test_a_sigkilled_host_resumed_on_its_port_gets_the_worker_back(worker_cmd, t
     host_cmd = SEEDLEAGUE + ["host", "--address", f"127.0.0.1:{port}", "--run-dir", str(run_dir)] + HOST_FLAGS
     worker_log = tmp_path / "worker.log"
     logs = lambda: worker_log.read_text()[-3000:]  # noqa: E731
-    worker = subprocess.Popen(worker_cmd + ["--address", f"127.0.0.1:{port}", "--num-envs", "8"],
+    worker = subprocess.Popen(worker_cmd + ["--address", f"127.0.0.1:{port}", "--num-envs", "8", "--backoff-max", "1"],
                               cwd=ROOT, stdout=open(worker_log, "w"), stderr=subprocess.STDOUT)
     try:
         first = subprocess.Popen(host_cmd, cwd=ROOT, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)

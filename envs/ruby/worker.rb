@@ -132,9 +132,13 @@ def parse_options(argv)
     o.on('--seed N', Integer, 'accepted for `train --worker-cmd ... {seed}`; the game has no randomness') { |v| options[:seed] = v }
     o.on('--max-steps N', Integer, 'stop after N steps in all, 0 = run until SIGTERM (default 0)') { |v| options[:max_steps] = v }
     o.on('--stubs DIR', 'generated Ruby stubs (default: build/ruby of this repository)') { |v| options[:stubs] = v }
+    o.on('--backoff-max S', Float, 'cap of the reconnect backoff in seconds (default 5)') { |v| options[:backoff_max] = v }
   end.parse!(argv)
   refuse('--address HOST:PORT (or $SEEDLEAGUE_ADDRESS) is required') if options[:address].to_s.empty?
   refuse("--num-envs must be >= 1, got #{options[:num_envs]}") if options[:num_envs] < 1
+  if options[:backoff_max] < options[:backoff_initial]
+    refuse("--backoff-max must be >= #{options[:backoff_initial]} s (the first wait), got #{options[:backoff_max]}")
+  end
   options
 rescue OptionParser::ParseError => e
   refuse(e.message)
