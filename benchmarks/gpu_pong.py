@@ -38,20 +38,20 @@ def gpu_devices() -> list:
         return []
 
 
-def measure(workers: int, envs: int, learn: bool, seconds: float, warmup: float) -> dict:
-    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup, vector="auto")
+def measure(workers: int, envs: int, learn: bool, seconds: float, warmup: float, streams: int = 1) -> dict:
+    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup, vector="auto", streams=streams)
     frames = FRAME_SKIP * result["rate"]
-    return dict(mode="with learner" if learn else "inference only", workers=workers, envs=envs,
+    return dict(mode="with learner" if learn else "inference only", workers=workers, envs=envs, streams=streams,
                 env_steps_per_s=result["rate"], frames_per_s=frames, of_seed=frames / SEED_RL_FRAMES_PER_S,
                 batch=result["batch"], learner_steps_per_s=result["learner_steps_per_s"] if learn else 0.0,
                 copies=result["copies"])
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| mode | workers x envs | env steps/s | frames/s | of SEED RL's 67K | inference batch | learner updates/s "
+    lines = ["| mode | workers x envs | streams each | env steps/s | frames/s | of SEED RL's 67K | inference batch | learner updates/s "
              "| copies per forward in / out (arrays each) | bytes per env step in / out |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
-    lines += [f"| {r['mode']} | {r['workers']} x {r['envs']} | {r['env_steps_per_s']:,.0f} | {r['frames_per_s']:,.0f} "
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    lines += [f"| {r['mode']} | {r['workers']} x {r['envs']} | {r['streams']} | {r['env_steps_per_s']:,.0f} | {r['frames_per_s']:,.0f} "
               f"| {100 * r['of_seed']:.0f}% | {r['batch']:.0f} | {r['learner_steps_per_s']:.1f} "
               f"| {c['in_per_forward']:.0f} ({c['arrays_in']:.0f}) / {c['out_per_forward']:.2f} ({c['arrays_out']:.0f}) "
               f"| {c['bytes_in_per_step']:,.0f} / {c['bytes_out_per_step']:,.0f} |"
@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="measurement window per row")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds after the first step before measuring")
     parser.add_argument("--modes", default="inference,learn", help="inference and/or learn")
+    parser.add_argument("--streams", default="1", help="comma-separated streams per worker (`envs.gym_worker --streams`)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU anyway (checks the path; not the benchmark)")
     args = parser.parse_args(argv)
     gpus = gpu_devices()
@@ -78,8 +79,8 @@ def main(argv=None) -> int:
         return 2
     device = gpus[0].device_kind if gpus else f"{jax.devices()[0].platform} (--allow-cpu: not the benchmark)"
     print(f"{ENV_ID}, Nature CNN on {device}, {os.cpu_count()} CPUs, median over {args.seconds:g} s windows\n")
-    rows = [measure(args.workers, args.envs_per_worker, mode == "learn", args.seconds, args.warmup)
-            for mode in args.modes.split(",")]
+    rows = [measure(args.workers, args.envs_per_worker, mode == "learn", args.seconds, args.warmup, int(streams))
+            for mode in args.modes.split(",") for streams in args.streams.split(",")]
     print(table(rows), flush=True)
     return 0
 
