@@ -421,7 +421,9 @@ def add_game_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streams", type=positive_int, default=1,
         help="step the envs as this many groups, each on its own stream and thread, so one group steps while the "
-             "others wait for the host's actions (double-buffered sampling; default 1)",
+             "others wait for the host's actions (double-buffered sampling; default 1). It pays where the env steps "
+             "outside the GIL (ALE's C++ vector env) on spare CPUs, and costs where stepping is Python or numpy "
+             "(benchmarks/README.md, 'Several streams per worker')",
     )
     add_connection_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
