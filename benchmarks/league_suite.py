@@ -3,8 +3,8 @@
     python -m benchmarks.league_suite --games openspiel:kuhn_poker openspiel:leduc_poker \\
         openspiel:connect_four --seconds 600 --runs 3 --out R [--at 0.25 0.5]
 
-For each game and run it trains, one run after the other (never two at once: the
-machine has 2 cores), with the same budget:
+For each game and run it trains, one run after the other by default (`--parallel` below), with
+the same budget:
 
 - **recipe**: `seedleague train --env GAME --run-dir DIR --max-seconds S --no-eval`,
   the default recipe with no per-game flags;
@@ -24,18 +24,24 @@ midway keeps its finished rows, and rerunning with the same --out skips them (a 
 killed before its summary.json is trained again). The Markdown table is printed and
 written to R/league_suite.md. Runs go to R/runs/<game>-<method>-<run>, their console
 output beside them as <run dir>.log.
+
+One after the other, no run shares the machine with another. On a machine with
+cores to spare (a GPU box), `--parallel K` trains K at once: every run of that call then shares
+the machine, so its rows compare methods and seeds with each other, not with rows from another
+call or machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from seedleague import api
 from seedleague.eval import curve, output_score
@@ -52,14 +58,16 @@ METHODS = {"recipe": (), "self-play": SELF_PLAY_BASELINE_FLAGS}
 ROWS_FILE, TABLE_FILE = "league_suite.jsonl", "league_suite.md"
 
 
-def seedleague_command() -> str:
-    """The `seedleague` entry point of the Python environment running this script."""
-    return os.path.join(os.path.dirname(sys.executable), "seedleague")
+def seedleague_command() -> list[str]:
+    """The `seedleague` entry point of the Python environment running this script, or `python -m
+    seedleague.cli` where the package is importable but not installed (a checkout on PYTHONPATH)."""
+    entry_point = os.path.join(os.path.dirname(sys.executable), "seedleague")
+    return [entry_point] if os.path.exists(entry_point) else [sys.executable, "-m", "seedleague.cli"]
 
 
 def train_command(game: str, run_dir: str, seconds: float, method: str,
                   methods: Optional[dict[str, tuple[str, ...]]] = None) -> list[str]:
-    return [seedleague_command(), "train", "--env", game, "--run-dir", run_dir, "--max-seconds", f"{seconds:g}",
+    return [*seedleague_command(), "train", "--env", game, "--run-dir", run_dir, "--max-seconds", f"{seconds:g}",
             "--no-eval", "--seed", str(_seed(run_dir)), *(methods or METHODS)[method]]
 
 
@@ -86,13 +94,45 @@ def parse_methods(names: Sequence[str], extra: Sequence[str]) -> dict[str, tuple
     return methods
 
 
-def train(command: list[str], run_dir: str, seconds: float) -> int:
+def train(command: list[str], run_dir: str, seconds: float, env: Optional[dict[str, str]] = None) -> int:
     """Run one training to its end (killed at twice its budget plus two minutes); returns its exit code."""
     with open(run_dir + ".log", "w") as log:
         try:
-            return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=2 * seconds + 120).returncode
+            return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=2 * seconds + 120,
+                                  env=env).returncode
         except subprocess.TimeoutExpired:
             return -9
+
+
+def sharing_env() -> dict[str, str]:
+    """The environment for runs that share one machine (`--parallel`): JAX does not take three quarters of a
+    GPU's memory for each of them, unless the caller says otherwise."""
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ}
+
+
+def trained_in_order(jobs: Sequence[tuple[list[str], str]], seconds: float, parallel: int,
+                     train_fn: Callable[..., int]) -> Iterator[int]:
+    """Each (command, run_dir) trained (skipped where its run left a summary.json: 0), its exit code yielded in
+    job order. One at a time when `parallel` is 1, so nothing the caller does between two yields shares the
+    machine with a run; else up to `parallel` runs at once, and the caller scores finished runs while
+    later ones train."""
+
+    def train_one(command: list[str], run_dir: str) -> int:
+        if os.path.exists(os.path.join(run_dir, "summary.json")):
+            return 0
+        shutil.rmtree(run_dir, ignore_errors=True)  # a run killed midway starts again
+        print(f"[{time.strftime('%H:%M:%S')}] {' '.join(command)}", flush=True)
+        return train_fn(command, run_dir, seconds) if parallel == 1 else train_fn(command, run_dir, seconds,
+                                                                                  sharing_env())
+
+    if parallel == 1:
+        for command, run_dir in jobs:
+            yield train_one(command, run_dir)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(train_one, command, run_dir) for command, run_dir in jobs]
+        for future in futures:
+            yield future.result()
 
 
 def load_output(run_dir: str, seed: int = 0) -> tuple[api.Policy | api.PolicyMixture, str]:
@@ -198,31 +238,27 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
 
 
 def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fractions: Sequence[float],
-              budget: output_score.BoardBudget, train_fn: Callable[[list[str], str, float], int] = train,
-              methods: Optional[dict[str, tuple[str, ...]]] = None) -> list[dict]:
-    """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time;
-    returns every row (old and new) and writes the table."""
+              budget: output_score.BoardBudget, train_fn: Callable[..., int] = train,
+              methods: Optional[dict[str, tuple[str, ...]]] = None, parallel: int = 1) -> list[dict]:
+    """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time (or
+    `parallel` at once); returns every row (old and new) and writes the table."""
     os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
     rows = read_rows(out_dir)
     done = {(r["game"], r["method"], r["run"]) for r in rows}
-    for game in games:
-        for run in range(runs):
-            for method in methods or METHODS:
-                if (game, method, run) in done:
-                    continue
-                run_dir = os.path.join(out_dir, "runs", f"{game.replace(':', '_').replace('/', '_')}-{method}-{run}")
-                command = train_command(game, run_dir, seconds, method, methods)
-                returncode = 0
-                if not os.path.exists(os.path.join(run_dir, "summary.json")):
-                    shutil.rmtree(run_dir, ignore_errors=True)  # a run killed midway starts again
-                    print(f"[{time.strftime('%H:%M:%S')}] {' '.join(command)}", flush=True)
-                    returncode = train_fn(command, run_dir, seconds)
-                row = dict(game=game, method=method, run=run, run_dir=run_dir, seconds=seconds,
-                           command=command, returncode=returncode)
-                row.update(score_run(run_dir, game, seconds, fractions, budget))
-                append_row(out_dir, row)
-                rows.append(row)
-                print(markdown_table([row], fractions).splitlines()[-1], flush=True)
+    todo = [(game, method, run) for game in games for run in range(runs) for method in methods or METHODS
+            if (game, method, run) not in done]
+    jobs = []
+    for game, method, run in todo:
+        run_dir = os.path.join(out_dir, "runs", f"{game.replace(':', '_').replace('/', '_')}-{method}-{run}")
+        jobs.append((train_command(game, run_dir, seconds, method, methods), run_dir))
+    for (game, method, run), (command, run_dir), returncode in zip(
+            todo, jobs, trained_in_order(jobs, seconds, parallel, train_fn)):
+        row = dict(game=game, method=method, run=run, run_dir=run_dir, seconds=seconds,
+                   command=command, returncode=returncode)
+        row.update(score_run(run_dir, game, seconds, fractions, budget))
+        append_row(out_dir, row)
+        rows.append(row)
+        print(markdown_table([row], fractions).splitlines()[-1], flush=True)
     table = markdown_table(rows, fractions)
     with open(os.path.join(out_dir, TABLE_FILE), "w") as f:
         f.write(table)
@@ -245,15 +281,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--method", action="append", default=[], metavar="NAME=FLAGS",
                         help="also run a candidate: the default command plus FLAGS, e.g. "
                              "--method lowlr='--learner.learning-rate 1e-4' (repeatable)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="runs trained at once, for a machine with cores to spare (a GPU box): they share it, "
+                             "so compare methods only within one call, seeds side by side. On CPU give each run "
+                             "one XLA thread pool: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false JAX_PLATFORMS=cpu")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.runs < 1 or not all(0 < f <= 1 for f in args.at):
-        parser.error("--seconds must be > 0, --runs >= 1 and every --at fraction in (0, 1]")
+    if args.seconds <= 0 or args.runs < 1 or args.parallel < 1 or not all(0 < f <= 1 for f in args.at):
+        parser.error("--seconds must be > 0, --runs >= 1, --parallel >= 1 and every --at fraction in (0, 1]")
     try:
         methods = parse_methods(args.methods, args.method)
     except ValueError as error:
         parser.error(str(error))
     budget = output_score.BoardBudget(args.games_vs_random, args.games_vs_mcts, args.mcts_simulations)
-    rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget, methods=methods)
+    rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget, methods=methods,
+                     parallel=args.parallel)
     print("\n" + markdown_table(rows, sorted(args.at)))
     print(f"rows: {os.path.join(args.out, ROWS_FILE)}; table: {os.path.join(args.out, TABLE_FILE)}")
 

@@ -150,3 +150,38 @@ def test_candidate_methods_are_parsed_and_bad_ones_refused():
     assert league_suite.parse_methods([], ["lowlr=--x 1"]) == {"lowlr": ("--x", "1")}
     with pytest.raises(ValueError, match="nothing to run"):
         league_suite.parse_methods([], [])
+
+
+def test_parallel_runs_train_at_once_and_their_rows_keep_the_job_order(tmp_path):
+    """Two runs at once: the second starts before the first ends (each waits for the other to start),
+    both get an environment that keeps JAX from preallocating a GPU, and the rows come in job order."""
+    import threading
+
+    started = threading.Barrier(2, timeout=60)
+    calls, envs = [], []
+    train = fake_train(calls)
+
+    def train_together(command, run_dir, seconds, env=None):
+        envs.append(env)
+        started.wait()  # raises BrokenBarrierError if the other run never starts while this one trains
+        return train(command, run_dir, seconds)
+
+    out = str(tmp_path / "R")
+    rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.5], output_score.BoardBudget(),
+                                  train_together, parallel=2)
+    assert [r["method"] for r in rows] == ["recipe", "self-play"] and len(calls) == 2
+    assert all(env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" for env in envs)
+    assert [r["method"] for r in league_suite.read_rows(out)] == ["recipe", "self-play"]
+
+
+def test_the_command_falls_back_to_the_module_where_no_entry_point_is_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr(league_suite.sys, "executable", str(tmp_path / "python3"))
+    assert league_suite.seedleague_command() == [str(tmp_path / "python3"), "-m", "seedleague.cli"]
+    (tmp_path / "seedleague").write_text("#!/bin/sh\n")
+    assert league_suite.seedleague_command() == [str(tmp_path / "seedleague")]
+
+
+def test_parallel_below_one_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        league_suite.main(["--games", "openspiel:kuhn_poker", "--out", "R", "--parallel", "0"])
+    assert "--parallel >= 1" in capsys.readouterr().err
