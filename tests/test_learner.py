@@ -138,6 +138,7 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(lambda_=-0.1), r"lambda_ must be in \[0, 1\]"),
         (dict(entropy_cost=-1.0), "entropy_cost must be >= 0"),
         (dict(ppo_clip_epsilon=0.0), "ppo_clip_epsilon must be > 0"),
+        (dict(max_grad_norm=0.0), r"max_grad_norm must be > 0 \(or None: no clipping\)"),
         (dict(neurd_bound=0.0), "neurd_bound must be > 0"),
         (dict(loss="ppo", neurd_bound=2.0), "neurd_bound replaces the policy term of the vtrace loss"),
         (dict(loss="mmd"), "loss 'mmd' needs kl_cost > 0"),
@@ -152,6 +153,35 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
 def test_config_errors_say_what_to_change(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LearnerConfig(**kwargs)
+
+
+def test_max_grad_norm_none_feeds_adam_the_raw_gradient_and_keeps_the_state_shape():
+    """Two steps, a large gradient then a small one: with clipping Adam sees the first clipped to norm 0.5
+    (so the second step differs); with None it sees both as they are. The optimiser state has one shape
+    either way, so a run can resume with the other setting."""
+    import optax
+
+    from seedleague.rl.learner import _optimizer
+
+    params = {"w": jnp.zeros(2)}
+    grads = [{"w": jnp.array([30.0, 40.0])}, {"w": jnp.array([0.3, -0.1])}]  # norms 50 and about 0.32
+
+    def steps(optimizer, scale=lambda g: g):
+        state, updates = optimizer.init(params), []
+        for g in grads:
+            update, state = optimizer.update(scale(g), state, params)
+            updates.append(update["w"])
+        return state, updates
+
+    plain_state, plain = steps(_optimizer(LearnerConfig(max_grad_norm=None)))
+    _, adam = steps(optax.adam(1.0, eps=1e-5))
+    np.testing.assert_allclose(plain[1], adam[1], rtol=1e-6)
+    clip_state, clipped = steps(_optimizer(LearnerConfig(max_grad_norm=0.5)))
+    _, by_hand = steps(optax.adam(1.0, eps=1e-5), lambda g: jax.tree.map(lambda x: x * min(1.0, 0.5 / float(
+        jnp.linalg.norm(x))), g))
+    np.testing.assert_allclose(clipped[1], by_hand[1], rtol=1e-5)
+    assert not np.allclose(clipped[1], plain[1], rtol=1e-2)
+    assert jax.tree.structure(plain_state) == jax.tree.structure(clip_state)
 
 
 def test_learning_rate_and_entropy_cost_anneal_linearly_then_hold():

@@ -89,6 +89,7 @@ class LearnerConfig:
         rather than 1e-8 keeps steps bounded when gradients are tiny.
     max_grad_norm: clip the global gradient norm to this (0.5 as in OpenAI
         baselines' and CleanRL's PPO); it bounds the step on outlier batches.
+        None: no clipping (Adam alone scales the steps).
     discount: gamma.
     lambda_: trace-cutting lambda of V-trace (c_i = lambda * min(1, rho_i)); with
         on-policy data the advantages are then GAE(lambda). 0.95 trades a little
@@ -160,7 +161,7 @@ class LearnerConfig:
     loss: str = "vtrace"
     learning_rate: float = 2e-3
     adam_eps: float = 1e-5
-    max_grad_norm: float = 0.5
+    max_grad_norm: Optional[float] = 0.5
     discount: float = 0.99
     lambda_: float = 0.95
     entropy_cost: float = 0.01
@@ -228,10 +229,11 @@ class LearnerConfig:
             problems.append(f"entropy_cost_final must be >= 0 (or None), got {self.entropy_cost_final}")
         if self.loss not in _LOSSES:
             problems.append(f"loss must be one of {_LOSSES}, got {self.loss!r}")
-        for name in ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
-                     "clip_pg_rho_threshold", "ppo_clip_epsilon"):
+        for name in ("learning_rate", "adam_eps", "clip_rho_threshold", "clip_pg_rho_threshold", "ppo_clip_epsilon"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            problems.append(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
         for name in ("discount", "lambda_"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -326,7 +328,8 @@ def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax
 
 def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
     """Adam at unit rate; `_gradient_step` scales its steps by the annealed learning rate."""
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(1.0, eps=config.adam_eps))
+    clip = optax.identity() if config.max_grad_norm is None else optax.clip_by_global_norm(config.max_grad_norm)
+    return optax.chain(clip, optax.adam(1.0, eps=config.adam_eps))  # same state either way: a run resumes with the other
 
 
 def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) -> TrainState:
