@@ -26,8 +26,10 @@ def _both_players_snapshot(pool: str) -> bool:
 def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path):
     run_dir = str(tmp_path / "league-run")
     pool = os.path.join(run_dir, "pool")
-    # Runs until both players have frozen a snapshot and the league has rated games (asked at each console line;
-    # the progress file's tick is written before its line), then gets Ctrl-C; --max-seconds is a safety cap only.
+    # Runs until both players have frozen a snapshot, main's learner has updated and the league has rated games
+    # (asked at each console line; the progress file's tick is written before its line), then gets Ctrl-C;
+    # --max-seconds is a safety cap only. A player's first snapshot holds its initial params (step 0), so
+    # snapshots alone do not say that main has stepped: on a loaded machine Ctrl-C once came before its first update.
     run = subprocess.Popen(SEEDLEAGUE + ["train", "--env", "openspiel:kuhn_poker", "--run-dir", run_dir,
                                          "--max-seconds", "180", "--players", "main,exploiter:main_exploiter",
                                          "--league_config.mode", "alphastar",
@@ -38,7 +40,9 @@ def test_two_players_train_against_one_league_then_a_snapshot_is_served(tmp_path
     seen = []
     for line in run.stdout:
         seen.append(line)
-        if _both_players_snapshot(pool) and any(tick.get("league_games") for tick in progress.read(run_dir)):
+        ticks = progress.read(run_dir)
+        if (_both_players_snapshot(pool) and any(tick.get("league_games") for tick in ticks)
+                and any(tick.get("learner_step", 0) > 0 for tick in ticks)):
             run.send_signal(signal.SIGINT)
             break
     rest, _ = run.communicate(timeout=120)
