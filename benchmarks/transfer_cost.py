@@ -1,6 +1,6 @@
 """What one host-to-device copy of an inference batch costs in Python, per way of making it.
 
-    python -m benchmarks.transfer_cost              # a league batch's 9 leaves, 256 learner rows
+    python -m benchmarks.transfer_cost              # a league batch's 7 leaves, 256 learner rows
     python -m benchmarks.transfer_cost --rows 1024
 
 The host copies each batch to the device in one explicit `jax.device_put` of the whole pytree
