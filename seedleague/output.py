@@ -34,7 +34,8 @@ SOURCES = {
     "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
     "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
-    "selected": "the least exploitable of final, param_average and the newest snapshots' Nash mixture and average, measured "
+    "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
+                "least exploitable mixture of them all, measured "
                 "exactly (OpenSpiel imperfect-information games); param_average where that cannot be measured",
 }
 MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots

@@ -216,7 +216,7 @@ def _game(board: bool) -> Preset:
         # PSRO's opponent draw (the Nash mixture of the snapshots) for a tenth of the episodes: the league's
         # games rate the snapshots; more costs learner updates (opponent rows need a second pass).
         league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100),
-        output="selected",  # the least exploitable of final, param average and the snapshots' Nash mixture
+        output="selected",  # the least exploitable of final, param average, the snapshots' mixtures and all of them
         anneal_over_budget=True,
     )
 

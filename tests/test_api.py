@@ -41,14 +41,17 @@ def train_state(network, shape, dtype, actions, learner):
 
 
 def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=False, bias=None,
-                    learner=LearnerConfig(), dtype=np.float32, extra_meta=None, average=None):
-    """A real checkpoint as the host writes it; `uniform` zeroes the policy head (logits exactly 0);
+                    learner=LearnerConfig(), dtype=np.float32, extra_meta=None, average=None, sharpen=None):
+    """A real checkpoint as the host writes it; `uniform` zeroes the policy head (logits exactly 0),
+    `sharpen` scales its random kernel (a policy that depends on the observation, far from uniform);
     `average` = (params, count) replaces the learner's param average (needs `learner.average_from`)."""
     env_name, shape, actions = env
     state = train_state(network, shape, np.dtype(dtype), actions, learner)
     state = state._replace(params=_network(network, shape, np.dtype(dtype), actions).init(jax.random.key(seed)))
     if uniform or bias is not None:
         state = state._replace(params=head_params(state.params, 0.0, np.zeros(actions) if bias is None else bias))
+    elif sharpen is not None:
+        state = state._replace(params=head_params(state.params, sharpen))
     state = state._replace(step=jnp.asarray(step, jnp.int32))
     if average is not None:
         state = state._replace(average=ParamAverage(average[0], jnp.asarray(average[1], jnp.int32)))

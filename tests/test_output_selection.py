@@ -1,6 +1,6 @@
 """The `selected` output (seedleague.eval.output_selection): the least exploitable of a run's final
-params, param average, snapshots' meta-game Nash mixture and their time average, each scored exactly, cached while the run
-is unchanged, and the param average where exploitability cannot be measured.
+params, param average, snapshots' meta-game Nash mixture, their time average and the least exploitable mixture
+of all of them, each scored exactly, cached while the run is unchanged, and the param average where exploitability cannot be measured.
 
 Policies here ignore their observation (the policy head's kernel is zero), so each is one Kuhn behaviour
 strategy: "pass" (always check/fold, exploitability 1.0), "uniform" (0.458), "bet" (bet/call with
@@ -14,7 +14,7 @@ import pytest
 
 from seedleague import output
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
-from seedleague.eval import metagame, openspiel_eval, output_selection
+from seedleague.eval import least_exploitable, metagame, openspiel_eval, output_selection
 from seedleague.rl.learner import LearnerConfig
 from test_api import save_checkpoint
 
@@ -58,12 +58,39 @@ def test_the_snapshots_nash_mixture_is_chosen_when_it_is_least_exploitable(tmp_p
     average = openspiel_eval.mixture_exploitability("kuhn_poker", snapshots + [load_policy(run, average=True)],
                                                     [1 / 6, 1 / 6, 1 / 6, 1 / 2])  # snapshots uniform, average half
     assert scores["population_average"] == pytest.approx(average)
-    assert min(scores, key=scores.get) == "population_nash"
-    assert resolved.source == "selected" and "population_nash" in resolved.note
+    classic = {name: value for name, value in scores.items() if name != "least_exploitable_mixture"}
+    assert min(classic, key=classic.get) == "population_nash"
+    # The least exploitable mixture of every network is one LP over all of them; the Nash mixture is one of its
+    # feasible mixtures, and here (constant strategies) it is already the best one: a tie goes to the Nash mixture.
+    assert scores["least_exploitable_mixture"] == pytest.approx(scores["population_nash"], abs=1e-9)
+    assert resolved.source == "selected" and resolved.note.startswith("population_nash, the least")
     trained = load_trained(run)
     kept = [i for i, w in enumerate(weights) if w > 1e-6]
     assert [m.key for m in resolved.members] == [f"main:{10 * (i + 1):06d}" for i in kept]
     assert exploitability(trained) == pytest.approx(expected_nash)  # what load_trained gives is what was scored
+
+
+def test_the_least_exploitable_mixture_of_every_network_is_served_when_it_beats_the_rest(tmp_path):
+    run = tmp_path / "run"
+    output.record(str(run), output.OutputConfig("selected"))
+    for i in range(5):  # near-pure strategies that depend on the card and the bets, unlike the ones above
+        save_checkpoint(run / "pool" / "main", step=10 * (i + 1), seed=i, sharpen=300.0)
+    save_checkpoint(run / "checkpoints", step=60, seed=5, sharpen=300.0)  # no param average
+    resolved = output.resolve(str(run))
+    with open(os.path.join(run, output_selection.FILE)) as f:
+        scores = json.load(f)["scores"]
+    assert set(scores) == {"final", "population_nash", "population_average", "least_exploitable_mixture"}
+    assert scores["least_exploitable_mixture"] < min(v for n, v in scores.items() if n != "least_exploitable_mixture") - 1e-3
+    assert resolved.note.startswith("least_exploitable_mixture, the least")
+    pool = os.path.join(run, "pool", "main")
+    networks = [load_policy(pool, step) for step in (10, 20, 30, 40, 50)] + [load_policy(str(run), 60)]
+    value, weights = least_exploitable.least_exploitable_mixture("kuhn_poker", networks)
+    keys = ["main:000010", "main:000020", "main:000030", "main:000040", "main:000050", "checkpoint:000060"]
+    assert {m.key: m.weight for m in resolved.members} == pytest.approx(
+        {k: w for k, w in zip(keys, weights) if w > 1e-6}, abs=1e-6)
+    trained = load_trained(str(run))
+    assert isinstance(trained, PolicyMixture)
+    assert exploitability(trained) == pytest.approx(scores["least_exploitable_mixture"]) == pytest.approx(value)
 
 
 def test_the_meta_game_grows_from_the_newest_snapshots_to_every_snapshot_kept(tmp_path, monkeypatch):

@@ -35,6 +35,11 @@ class TerminalTable:
 
     weight: np.ndarray  # [H] chance probability x utility of seat 0
     decisions: tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]  # per seat: [H, S*A] counts
+    # The sequence form (Koller, Megiddo and von Stengel 1994), for best responses as linear programs.
+    # A seat's sequence is its last decision (column row * A + action) on a path, -1 before its first.
+    last: tuple[np.ndarray, np.ndarray]  # per seat: [H] the seat's sequence at each terminal history
+    parent: dict  # infostate row -> (its seat, the seat's sequence that leads to it)
+    columns: tuple[np.ndarray, np.ndarray]  # per seat: every sequence of the seat but the empty one, sorted
 
 
 def terminal_table(game: pyspiel.Game) -> TerminalTable:
@@ -44,41 +49,54 @@ def terminal_table(game: pyspiel.Game) -> TerminalTable:
     weights: list[float] = []
     rows: tuple[list[int], list[int]] = ([], [])
     cols: tuple[list[int], list[int]] = ([], [])
+    last: tuple[list[int], list[int]] = ([], [])
+    parent: dict = {}
+    columns: tuple[set, set] = (set(), set())
 
-    def visit(state: pyspiel.State, chance: float, path: list[tuple[int, int]]) -> None:
+    def visit(state: pyspiel.State, chance: float, path: list[tuple[int, int]], sequence: tuple[int, int]) -> None:
         if state.is_terminal():
             h = len(weights)
             weights.append(chance * state.returns()[0])
             for seat, column in path:
                 rows[seat].append(h)
                 cols[seat].append(column)
+            last[0].append(sequence[0])
+            last[1].append(sequence[1])
             return
         if state.is_chance_node():
             for action, probability in state.chance_outcomes():
-                visit(state.child(action), chance * probability, path)
+                visit(state.child(action), chance * probability, path, sequence)
             return
         seat = state.current_player()
         row = tabular.state_lookup[state.information_state_string(seat)]
+        parent[row] = (seat, sequence[seat])
         for action in state.legal_actions():
-            visit(state.child(action), chance, path + [(seat, row * actions + action)])
+            column = row * actions + action
+            columns[seat].add(column)
+            after = (column, sequence[1]) if seat == 0 else (sequence[0], column)
+            visit(state.child(action), chance, path + [(seat, column)], after)
 
-    visit(game.new_initial_state(), 1.0, [])
+    visit(game.new_initial_state(), 1.0, [], (-1, -1))
     shape = (len(weights), len(tabular.states) * actions)
     decisions = tuple(
         scipy.sparse.csr_matrix((np.ones(len(rows[s])), (rows[s], cols[s])), shape=shape) for s in (0, 1)
     )
-    return TerminalTable(np.asarray(weights), decisions)
+    return TerminalTable(np.asarray(weights), decisions, (np.asarray(last[0]), np.asarray(last[1])), parent,
+                         tuple(np.asarray(sorted(c), np.int64) for c in columns))
+
+
+def reaches(tables: Sequence[np.ndarray], terminal: TerminalTable) -> list[np.ndarray]:
+    """Per seat, [H, K]: each policy's own reach of each terminal history from that seat, from their
+    [S, A] tables (the product of the policy's probabilities of the seat's decisions on the way)."""
+    with np.errstate(divide="ignore"):
+        log_pi = np.log(np.stack([t.reshape(-1) for t in tables], axis=1))  # [S*A, K]; -inf for probability 0
+    # Only stored entries multiply, so an untaken action's -inf never meets a 0.
+    return [np.exp(decisions @ np.where(np.isfinite(log_pi), log_pi, -1e9)) for decisions in terminal.decisions]
 
 
 def payoff_matrix(game: pyspiel.Game, tables: Sequence[np.ndarray], terminal: TerminalTable) -> np.ndarray:
     """[K, K] expected utility of policy i in seat 0 against policy j in seat 1, from their [S, A] tables."""
-    with np.errstate(divide="ignore"):
-        log_pi = np.log(np.stack([t.reshape(-1) for t in tables], axis=1))  # [S*A, K]; -inf for probability 0
-    reach = []
-    for decisions in terminal.decisions:
-        # Only stored entries multiply, so an untaken action's -inf never meets a 0.
-        log_reach = decisions @ np.where(np.isfinite(log_pi), log_pi, -1e9)
-        reach.append(np.exp(log_reach))  # [H, K]
+    reach = reaches(tables, terminal)
     return reach[0].T @ (terminal.weight[:, None] * reach[1])
 
 

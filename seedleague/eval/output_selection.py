@@ -8,10 +8,15 @@ least exploitable differs from game to game: in Kuhn poker the iterates circle t
 and their Nash mixture is far better than any one network; in Leduc the newest snapshot beats
 its population yet is exploitable, and the averages are best. In an imperfect-information
 OpenSpiel game every candidate's exploitability can be computed exactly, so the `selected`
-output (seedleague.output) measures all of them and hands over the least exploitable:
+output (seedleague.output) measures all of them and hands over the least exploitable. One more
+candidate mixes every network at once: Anytime PSRO's restricted distribution
+(seedleague.eval.least_exploitable), the mixture of the newest snapshots, the final params and the
+param average that no strategy of the whole game exploits more, an exact LP. Each other candidate
+is one of its feasible mixtures, so it never loses; a tie goes to the simpler candidate listed first.
 
     choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
-    choice.scores   # {"final": 0.167, "param_average": 0.017, "population_nash": 0.003, "population_average": 0.01}
+    choice.scores   # {"final": 0.167, "param_average": 0.017, "population_nash": 0.003, "population_average": 0.01,
+                    #  "least_exploitable_mixture": 0.0016}
 
 The meta-game is solved with exact payoffs (seedleague.eval.metagame) over the newest
 `POPULATION` snapshots, then over twice as many, and so on up to every snapshot the run kept
@@ -54,7 +59,7 @@ MAX_HISTORIES = 500_000
 class Choice:
     """The least exploitable candidate, with every candidate's score, for the run's state `stamp`."""
 
-    name: str  # "final", "param_average", "population_nash[_K|_all]" or "population_average"
+    name: str  # "final", "param_average", "population_nash[_K|_all]", "population_average" or "least_exploitable_mixture"
     members: tuple[Member, ...]
     scores: dict  # candidate name -> exact exploitability
     stamp: dict  # {"checkpoint": step, "snapshot": newest key}: what the choice was made from
@@ -162,7 +167,7 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
     `snapshot_keys`, oldest first) and return the least exploitable; None when the run's game
     is not measurable. Cached (see the module docstring)."""
     from seedleague.api import NoParamAverageError, load_policies, load_policy
-    from seedleague.eval import metagame, openspiel_eval
+    from seedleague.eval import least_exploitable, metagame, openspiel_eval
     from seedleague.league.types import parse_key
 
     stamp = _stamp(checkpoint, snapshot_keys)
@@ -204,6 +209,17 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
                 dataclasses.replace(average_member, weight=0.5)]
         candidates["population_average"] = (_normalised(members), openspiel_eval.mixture_exploitability(
             game, mixed, [m.weight for m in members]))
+        # Anytime PSRO's restricted distribution: the mixture of every network above that no strategy of the
+        # whole game exploits more; each candidate above is one such mixture, so it is never worse.
+        networks = [(candidates["final"][0][0], final)] + ([(average_member, average)] if average is not None else [])
+        newest = max(0, least_exploitable.largest_population(terminal) - len(networks))
+        pool = snapshots[len(snapshots) - newest:] + [member for member, _ in networks]
+        pool_policies = policies[len(policies) - newest:] + [policy for _, policy in networks]
+        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal)
+        support = [i for i, w in enumerate(weights) if w > 1e-6]
+        members = _normalised([dataclasses.replace(pool[i], weight=float(weights[i])) for i in support])
+        candidates["least_exploitable_mixture"] = (members, openspiel_eval.mixture_exploitability(
+            game, [pool_policies[i] for i in support], [m.weight for m in members]))
     best = min(value for _, value in candidates.values())
     name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
