@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+from typing import Optional
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ class Member:
     path: str  # the directory seedleague.api.load_policy reads it from
     step: int
     average: bool = False  # the learner's param average of that checkpoint, not its params
+    seat_weights: Optional[tuple[float, ...]] = None  # a mixture with one mix per seat: its weight in each seat
+
+    def __post_init__(self):
+        if self.seat_weights is not None:  # read back from JSON as a list
+            object.__setattr__(self, "seat_weights", tuple(float(w) for w in self.seat_weights))
 
     def load(self, seed: int = 0):
         from seedleague.api import load_policy
@@ -117,7 +123,9 @@ class Output:
         """{"source", "kind", "step", "members": [{"key", "weight"}] (mixtures), "note" (if any)}."""
         out = dict(source=self.source, kind=self.kind, step=self.step)
         if self.kind == "mixture":
-            out["members"] = [dict(key=m.key, weight=m.weight) for m in self.members]
+            out["members"] = [dict(key=m.key, weight=m.weight, **({"seat_weights": list(m.seat_weights)}
+                                                                 if m.seat_weights is not None else {}))
+                              for m in self.members]
         if self.note:
             out["note"] = self.note
         return out
@@ -128,7 +136,14 @@ class Output:
 
         if self.kind == "policy":
             return self.members[0].load(seed)
-        return PolicyMixture([m.load(seed) for m in self.members], [m.weight for m in self.members], seed)
+        return PolicyMixture([m.load(seed) for m in self.members], [m.weight for m in self.members], seed,
+                             self.seat_weights())
+
+    def seat_weights(self) -> "list[list[float]] | None":
+        """[seats][members]: each seat's mix, where the output has one per seat; else None."""
+        if any(m.seat_weights is None for m in self.members):
+            return None
+        return [list(row) for row in zip(*(m.seat_weights for m in self.members))]
 
 
 def resolve(run_dir: str) -> Output:

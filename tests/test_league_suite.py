@@ -55,6 +55,7 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     row = rows[0]
     assert [(p["fraction"], p["snapshot"]) for p in row["points"]] == [(0.25, "main:000001"), (0.5, "main:000002")]
     snapshot = api.load_snapshot(row["run_dir"], "main:000002")
+    assert row["points"][1].get("error") is None, row["points"][1]
     assert row["points"][1]["score"]["exploitability"] == pytest.approx(openspiel_eval.exploitability(KUHN, snapshot))
     assert row["final"]["output"] == "load_trained"
     assert (row["env_steps"], row["learner_steps"]) == (12345, 67)

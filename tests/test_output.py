@@ -2,11 +2,13 @@
 from what is on disk (a finished run, a stopped one, one with nothing yet), named in summary.json, scored at
 the end of the run, and served (a mixture: one member per env per episode); unusable games are refused."""
 
+import contextlib
 import json
 import logging
 import os
 import subprocess
 
+import grpc
 import numpy as np
 import pytest
 
@@ -113,6 +115,22 @@ def test_a_stopped_run_gives_its_newest_checkpoint_and_param_average_falls_back_
         output.OutputConfig("best")
 
 
+@contextlib.contextmanager
+def served(run, num_envs: int):
+    """A greedy host serving `run`'s output, and a raw two-seat Kuhn worker of `num_envs` envs on it:
+    (server, worker, spec)."""
+    host = Host(HostConfig(learn=False, greedy=True, serve_output=str(run)), Metrics())
+    server = ServerThread(host).start()
+    spec = EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, num_envs, num_seats=2, has_legal_mask=True)
+    worker = RawWorker(server.address, spec)
+    try:
+        yield server, worker, spec
+    finally:
+        worker.close()
+        server.stop()
+        host.stop()
+
+
 def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path):
     """Two members that are told apart by their greedy action (5 -> 0, 6 -> 1), on every seat of an env."""
     run = tmp_path / "run"
@@ -120,12 +138,8 @@ def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path)
         bias = {5: [8.0, -8.0], 6: [-8.0, 8.0]}.get(step)
         save_checkpoint(run / "pool" / "main", step=step, seed=step, bias=bias, network=SMALL)
     with_source(run, "average_policy")  # the newest third of six snapshots: 5 and 6, half each
-    host = Host(HostConfig(learn=False, greedy=True, serve_output=str(run)), Metrics())
-    server = ServerThread(host).start()
     num_envs = 8
-    spec = EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, num_envs, num_seats=2, has_legal_mask=True)
-    worker = RawWorker(server.address, spec)
-    try:
+    with served(run, num_envs) as (_, worker, spec):
         members = [[] for _ in range(num_envs)]  # per env: the member of each episode
         for t in range(40):
             step = zero_step(spec, worker.session_id, t, acting=True)
@@ -144,10 +158,42 @@ def test_a_served_mixture_plays_one_member_per_env_for_a_whole_episode(tmp_path)
         drawn = [episode[0] for env in members for episode in env]
         assert set(drawn) == {0, 1} and 0.3 < np.mean(drawn) < 0.7  # both members, about half each
         assert any(len({e[0] for e in env}) == 2 for env in members)  # an env draws again at its next episode
-    finally:
-        worker.close()
-        server.stop()
-        host.stop()
+
+
+def test_a_served_mixture_with_one_mix_per_seat_draws_each_seats_member_by_its_own_weights(tmp_path):
+    """The least exploitable mixture's shape (seat weights), written as output selection caches it: seat 0
+    always plays member 5 (greedy action 0), seat 1 always member 6 (action 1)."""
+    from seedleague.eval import output_selection
+
+    run = tmp_path / "run"
+    for step, bias in ((5, [8.0, -8.0]), (6, [-8.0, 8.0])):
+        save_checkpoint(run / "pool" / "main", step=step, seed=step, bias=bias, network=SMALL)
+    save_checkpoint(run / "checkpoints", step=6, seed=6, network=SMALL)
+    with_source(run, "selected")
+    pool = str(run / "pool" / "main")
+    members = (output.Member("main:000005", 0.5, pool, 5, seat_weights=(1.0, 0.0)),
+               output.Member("main:000006", 0.5, pool, 6, seat_weights=(0.0, 1.0)))
+    output_selection._write(str(run), output_selection.Choice(
+        "least_exploitable_mixture", members, {"least_exploitable_mixture": 0.5},
+        output_selection._stamp(6, ["main:000005", "main:000006"])))
+    trained = load_trained(str(run))
+    assert trained.seat_weights.tolist() == [[1.0, 0.0], [0.0, 1.0]] and trained.weights.tolist() == [0.5, 0.5]
+    assert [trained.draw(seed, seat=0).step for seed in range(5)] == [5] * 5
+    assert [trained.draw(seed, seat=1).step for seed in range(5)] == [6] * 5
+    with pytest.raises(ValueError, match="weights for seats 0-1, got seat 2"):
+        trained.draw(0, seat=2)
+    num_envs = 8
+    with served(run, num_envs) as (server, worker, spec):
+        for t in range(12):
+            step = zero_step(spec, worker.session_id, t, acting=True)
+            step.terminated = (np.arange(num_envs) + t) % 3 == 0 if t else np.zeros(num_envs, bool)
+            actions = np.asarray(codec.decode_actions(worker.send(codec.encode_step(step))).action).reshape(num_envs, 2)
+            assert (actions[:, 0] == 0).all() and (actions[:, 1] == 1).all()  # each seat its own member
+        with pytest.raises(grpc.RpcError) as refused:  # one seat: not the game this mixture was made for
+            RawWorker(server.address, EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, 4, num_seats=1,
+                                              has_legal_mask=True))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "mixes its networks per seat for 2 seats" in refused.value.details()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -39,7 +39,8 @@ def make_run(tmp_path, final, average=None, snapshots=()):
 
 def exploitability(policy_or_mixture):
     if isinstance(policy_or_mixture, PolicyMixture):
-        return openspiel_eval.mixture_exploitability("kuhn_poker", policy_or_mixture.members, policy_or_mixture.weights)
+        weights = policy_or_mixture.weights if policy_or_mixture.seat_weights is None else policy_or_mixture.seat_weights
+        return openspiel_eval.mixture_exploitability("kuhn_poker", policy_or_mixture.members, weights)
     return openspiel_eval.exploitability("kuhn_poker", policy_or_mixture)
 
 
@@ -84,12 +85,15 @@ def test_the_least_exploitable_mixture_of_every_network_is_served_when_it_beats_
     assert resolved.note.startswith("least_exploitable_mixture, the least")
     pool = os.path.join(run, "pool", "main")
     networks = [load_policy(pool, step) for step in (10, 20, 30, 40, 50)] + [load_policy(str(run), 60)]
-    value, weights = least_exploitable.least_exploitable_mixture("kuhn_poker", networks)
+    value, weights = least_exploitable.least_exploitable_mixture("kuhn_poker", networks)  # [seats, networks]
     keys = ["main:000010", "main:000020", "main:000030", "main:000040", "main:000050", "checkpoint:000060"]
-    assert {m.key: m.weight for m in resolved.members} == pytest.approx(
-        {k: w for k, w in zip(keys, weights) if w > 1e-6}, abs=1e-6)
+    expected = {k: (weights[0, i], weights[1, i]) for i, k in enumerate(keys) if weights[:, i].max() > 1e-6}
+    assert {m.key for m in resolved.members} == set(expected)
+    for m in resolved.members:
+        assert m.seat_weights == pytest.approx(expected[m.key], abs=1e-6) and m.weight == pytest.approx(np.mean(m.seat_weights))
     trained = load_trained(str(run))
-    assert isinstance(trained, PolicyMixture)
+    assert isinstance(trained, PolicyMixture) and trained.seat_weights.shape == (2, len(expected))
+    assert resolved.describe()["members"][0]["seat_weights"] == list(resolved.members[0].seat_weights)
     assert exploitability(trained) == pytest.approx(scores["least_exploitable_mixture"]) == pytest.approx(value)
 
 

@@ -24,7 +24,7 @@ from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
 from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
-from seedleague.api import Policy, mixture_weights
+from seedleague.api import Policy, mixture_weights, seat_mixture_weights
 
 GameLike = Union[pyspiel.Game, str]
 
@@ -137,27 +137,38 @@ class PolicyTables:
         self._tabular, observations, masks = _infostates(self.game)
         self.probs = np.stack([_table(p, observations, masks) for p in policies])
         self.reach = own_reach(self.game, self._tabular, self.probs)
+        self._seat = np.array([state.current_player() for state in self._tabular.states])  # [S]: who acts there
 
-    def mixture(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
-        """The behaviour strategy of the mixture of policies[members] (default: all) with `weights`."""
+    def mixture(self, weights, members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
+        """The behaviour strategy of the mixture of policies[members] (default: all) with `weights`
+        ([K], or [seats, K] for one mix per seat: each information state mixed by its seat's row)."""
         index = np.arange(len(self.probs)) if members is None else np.asarray(members, np.int64)
-        w = mixture_weights(len(index), weights)
         tabular = copy.copy(self._tabular)
-        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index], w)
+        if np.ndim(weights) == 2:
+            rows = seat_mixture_weights(len(index), weights)
+            if len(rows) != self.game.num_players():
+                raise ValueError(f"{self.game} has {self.game.num_players()} seats, got seat weights for {len(rows)}")
+            mixed = np.stack([mix_behaviour(self.probs[index], self.reach[index], row) for row in rows])
+            tabular.action_probability_array = mixed[self._seat, np.arange(len(self._seat))]
+            return tabular
+        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index],
+                                                         mixture_weights(len(index), weights))
         return tabular
 
     def exploitability(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> float:
         return float(openspiel_exploitability.exploitability(self.game, self.mixture(weights, members)))
 
 
-def mixture_policy(game: GameLike, policies: Sequence[Policy], weights: Sequence[float]) -> openspiel_policy.TabularPolicy:
+def mixture_policy(game: GameLike, policies: Sequence[Policy], weights) -> openspiel_policy.TabularPolicy:
     """The behaviour strategy of playing policies[k] with probability weights[k] (normalised)
-    for a whole game, in both seats, as one TabularPolicy."""
-    mixture_weights(len(policies), weights)  # names a bad weight before any forward pass
+    for a whole game, in both seats (or by weights[seat][k] in each seat), as one TabularPolicy."""
+    # names a bad weight before any forward pass
+    (seat_mixture_weights if np.ndim(weights) == 2 else mixture_weights)(len(policies), weights)
     return PolicyTables(game, policies).mixture(weights)
 
 
-def mixture_exploitability(game: GameLike, policies: Sequence[Policy], weights: Sequence[float]) -> float:
-    """Exploitability of the mixture that plays policies[k] with probability weights[k] for a whole game."""
+def mixture_exploitability(game: GameLike, policies: Sequence[Policy], weights) -> float:
+    """Exploitability of the mixture that plays policies[k] with probability weights[k] for a whole game
+    (weights [seats, K]: by its seat's row in each seat)."""
     game = as_game(game)
     return float(openspiel_exploitability.exploitability(game, mixture_policy(game, policies, weights)))

@@ -57,6 +57,11 @@ def _members(output: Output) -> tuple[list[Policy], np.ndarray]:
     return [output], np.ones(1)
 
 
+def _scored_weights(output: Output, weights: np.ndarray) -> np.ndarray:
+    """The mix to score: one per seat where the mixture has one."""
+    return output.seat_weights if isinstance(output, PolicyMixture) and output.seat_weights is not None else weights
+
+
 def _shares(weights: np.ndarray, games: int) -> list[int]:
     """`games` split by `weights` (largest remainders), so the shares add up to `games`."""
     exact = np.asarray(weights, np.float64) * games
@@ -83,7 +88,7 @@ def score(game: pyspiel.Game, output: Output, budget: BoardBudget = BoardBudget(
     "vs_mcts_greedy": {...}, "mcts_simulations": n}, by `game_kind`."""
     if game_kind(game) == EXPLOITABILITY:
         members, weights = _members(output)
-        return {EXPLOITABILITY: openspiel_eval.mixture_exploitability(game, members, weights)
+        return {EXPLOITABILITY: openspiel_eval.mixture_exploitability(game, members, _scored_weights(output, weights))
                 if len(members) > 1 else openspiel_eval.exploitability(game, members[0])}
     return dict(
         vs_random=_wdl(game, output, budget.games, lambda g, p, n: board.vs_random(g, p, n, seed=seed)),

@@ -11,7 +11,7 @@ OpenSpiel game every candidate's exploitability can be computed exactly, so the 
 output (seedleague.output) measures all of them and hands over the least exploitable. One more
 candidate mixes every network at once: Anytime PSRO's restricted distribution
 (seedleague.eval.least_exploitable), the mixture of the newest snapshots, the final params and the
-param average that no strategy of the whole game exploits more, an exact LP. Each other candidate
+param average that no strategy of the whole game exploits more, one mix per seat, from an exact LP. Each other candidate
 is one of its feasible mixtures, so it never loses; a tie goes to the simpler candidate listed first.
 
     choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
@@ -210,16 +210,19 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
         candidates["population_average"] = (_normalised(members), openspiel_eval.mixture_exploitability(
             game, mixed, [m.weight for m in members]))
         # Anytime PSRO's restricted distribution: the mixture of every network above that no strategy of the
-        # whole game exploits more; each candidate above is one such mixture, so it is never worse.
+        # whole game exploits more, one mix per seat; each candidate above is one such mixture, so it is never worse.
         networks = [(candidates["final"][0][0], final)] + ([(average_member, average)] if average is not None else [])
         newest = max(0, least_exploitable.largest_population(terminal) - len(networks))
         pool = snapshots[len(snapshots) - newest:] + [member for member, _ in networks]
         pool_policies = policies[len(policies) - newest:] + [policy for _, policy in networks]
-        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal)
-        support = [i for i, w in enumerate(weights) if w > 1e-6]
-        members = _normalised([dataclasses.replace(pool[i], weight=float(weights[i])) for i in support])
+        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal)  # [seats, K]
+        support = [i for i in range(len(pool)) if weights[:, i].max() > 1e-6]
+        seat_weights = weights[:, support] / weights[:, support].sum(axis=1, keepdims=True)
+        members = tuple(dataclasses.replace(pool[i], weight=float(seat_weights[:, j].mean()),
+                                            seat_weights=tuple(float(w) for w in seat_weights[:, j]))
+                        for j, i in enumerate(support))
         candidates["least_exploitable_mixture"] = (members, openspiel_eval.mixture_exploitability(
-            game, [pool_policies[i] for i in support], [m.weight for m in members]))
+            game, [pool_policies[i] for i in support], seat_weights))
     best = min(value for _, value in candidates.values())
     name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,

@@ -7,8 +7,8 @@ Without --snapshot it exports the run's output as seedleague.output.resolve and
 seedleague.api.load_trained define it. One network (sources final, param_average) becomes OUT and
 OUT.json. A mixture (average_policy, league_nash: one member played per whole episode) becomes one
 file per member, OUT with ".onnx" replaced by ".member0.onnx", ".member1.onnx", ... (each with its
-own .json), and OUT.json lists the members, their files, keys and weights; OUT itself is not
-written. A protocol v1 policy's graph takes one observation and legal mask; a protocol v2 one's
+own .json), and OUT.json lists the members, their files, keys and weights (and each seat's weights,
+where the output mixes its networks per seat); OUT itself is not written. A protocol v1 policy's graph takes one observation and legal mask; a protocol v2 one's
 takes one input per named observation tensor (and entity and legal masks) and answers per action
 head. Recurrent (LSTM) policies are refused.
 
@@ -159,6 +159,8 @@ def _export_mixture(resolved: output.Output, out: str) -> list[str]:
     for i, member in enumerate(resolved.members):
         path = f"{stem}.member{i}.onnx"
         entry = dict(file=os.path.basename(path), key=member.key, weight=member.weight, step=member.step)
+        if member.seat_weights is not None:
+            entry["seat_weights"] = list(member.seat_weights)
         policy = _load(member, None)
         writer = _writer(policy)
         sidecar = writer.write(policy, path, dict(kind="member", member=entry, mixture=os.path.basename(out) + ".json"))
@@ -166,9 +168,12 @@ def _export_mixture(resolved: output.Output, out: str) -> list[str]:
         written += [path, path + ".json"]
         members.append(entry)
     index = dict(shared)
+    per_seat = resolved.seat_weights() is not None
     index.update(kind="mixture", output=resolved.describe(), members=members, how_to_play=(
-        "a strategy over whole episodes: at each episode start draw one member with probability its weight and "
-        "act with that member's file until the episode ends (every member has the inputs and outputs above); "
+        "a strategy over whole episodes: at each episode start draw one member with probability its weight "
+        + ("in the seat you play (seat_weights[seat]; weight is their mean, for a caller that does not know its seat) "
+           if per_seat else "")
+        + "and act with that member's file until the episode ends (every member has the inputs and outputs above); "
         "averaging the members' probabilities per step would be a different strategy"))
     onnx_policy.write_json(out + ".json", index)
     if os.path.exists(out):

@@ -99,6 +99,10 @@ class Host:
             raise ProtocolError(FAILED_PRECONDITION, f"this host plays in a league, which needs a game with 2 or more "
                                 f"seats; {spec.env_name} declares {spec.num_seats}")
         pipeline = self._pipeline_for(spec)
+        seat_weights = pipeline.mixture.seat_weights if pipeline.mixture is not None else None
+        if seat_weights is not None and len(seat_weights) != spec.num_seats:
+            raise ProtocolError(FAILED_PRECONDITION, f"the served output mixes its networks per seat for {len(seat_weights)} "
+                                f"seats; {spec.env_name} declares {spec.num_seats}: serve it to the game it was trained on")
         unroll_length = self.config.unroll_length if self.config.learn else 0
 
         def make(sid: str) -> Session:

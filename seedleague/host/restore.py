@@ -83,6 +83,7 @@ def from_output(config: HostConfig, device: Any) -> tuple[Restored, ServedMixtur
     state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     mixture = ServedMixture([m.key for m in resolved.members], [m.weight for m in resolved.members],
-                            [jax.device_put(m.params, device) for m in members], np.random.default_rng(config.seed))
+                            [jax.device_put(m.params, device) for m in members], np.random.default_rng(config.seed),
+                            resolved.seat_weights())
     log.info("serving the output of %s: %s", config.serve_output, resolved.describe())
     return Restored(config, spec, state), mixture

@@ -5,7 +5,8 @@ Every episode of every env gets a `Match` from the league: either self-play
 or an opponent snapshot, which takes every seat but one learner seat drawn at
 random per episode (so neither seat is favoured); with teams (protocol v2's seat_team) the learner
 takes every seat of one team drawn at random and the snapshot every seat of the others. With `every_seat` (a served
-mixture, host.mixture) the match's network takes every seat and none learns. With `train_on_matches` False the
+mixture, host.mixture) the match's network takes every seat and none learns (a mixture with one mix per seat names the
+network of each seat: `Match.seats`). With `train_on_matches` False the
 learner still plays its seat of a snapshot match with its live params, but replay records none of the match: the
 game only rates the two, and the learner trains on self-play alone.
 Agent rows are env-major, seat-minor, like the session's tensors.
@@ -66,6 +67,12 @@ class Seating:
                 self._learning[rows] = False
                 self._learning[seats] = self.train_on_matches and not self.every_seat
                 self._opponents[rows] = match.opponent
+                if match.seats:  # a served mixture with one mix per seat names each seat's member
+                    if not self.every_seat or len(match.seats) != self.num_seats:
+                        raise ValueError(f"a match naming {len(match.seats)} seats' members needs a served mixture on "
+                                         f"an env of as many seats; this session has {self.num_seats} seats "
+                                         f"(served mixture: {self.every_seat}); serve an output made for this game")
+                    self._opponents[rows] = list(match.seats)
                 if not self.every_seat:
                     self._opponents[seats] = None
 

@@ -74,6 +74,7 @@ class Match:
 
     opponent: str  # the player's own name for self-play, else a snapshot key
     self_play: bool  # True when both seats run the learner's live params
+    seats: tuple[str, ...] = ()  # a served mixture with one mix per seat: the member on each seat (host only)
 
 
 @dataclasses.dataclass(frozen=True)
