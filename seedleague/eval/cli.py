@@ -231,7 +231,7 @@ def _output(run_dir: str, policy, config: EvalConfig) -> dict:
     games (a mixture as played, one member per game), win/draw/loss against random otherwise."""
     from envs.openspiel_games import load_game
     from seedleague import output as run_output
-    from seedleague.eval import board, openspiel_eval
+    from seedleague.eval import board, output_score
     import pyspiel
 
     try:
@@ -242,8 +242,8 @@ def _output(run_dir: str, policy, config: EvalConfig) -> dict:
     out = {"output": resolved.describe()}
     game = load_game(openspiel_game_name(policy.spec.env_name))
     if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION:
-        members, weights = (trained.members, trained.weights) if resolved.kind == "mixture" else ([trained], [1.0])
-        out["output_exploitability"] = openspiel_eval.mixture_exploitability(game, members, weights)
+        # a mixture as it is played: one member per game, by its seat's weights where it has them
+        out["output_exploitability"] = output_score.score(game, trained)[output_score.EXPLOITABILITY]
     elif resolved.kind == "policy":
         out["output_vs_random"] = board.vs_random(game, trained, config.games, config.greedy, config.seed).to_dict()
     else:
