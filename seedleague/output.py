@@ -96,6 +96,14 @@ class Member:
         if self.seat_weights is not None:  # read back from JSON as a list
             object.__setattr__(self, "seat_weights", tuple(float(w) for w in self.seat_weights))
 
+    def entry(self) -> dict:
+        """{"key", "weight"} and, for a mixture with one mix per seat, "seat_weights": how summary.json and an
+        export's index list the member."""
+        out = dict(key=self.key, weight=self.weight)
+        if self.seat_weights is not None:
+            out["seat_weights"] = list(self.seat_weights)
+        return out
+
     def load(self, seed: int = 0):
         from seedleague.api import load_policy
 
@@ -123,9 +131,7 @@ class Output:
         """{"source", "kind", "step", "members": [{"key", "weight"}] (mixtures), "note" (if any)}."""
         out = dict(source=self.source, kind=self.kind, step=self.step)
         if self.kind == "mixture":
-            out["members"] = [dict(key=m.key, weight=m.weight, **({"seat_weights": list(m.seat_weights)}
-                                                                 if m.seat_weights is not None else {}))
-                              for m in self.members]
+            out["members"] = [m.entry() for m in self.members]
         if self.note:
             out["note"] = self.note
         return out

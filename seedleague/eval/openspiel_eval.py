@@ -123,6 +123,11 @@ def own_reach(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, probs
     return reach
 
 
+def _checked_weights(count: int, weights) -> np.ndarray:
+    """Normalised mixture weights: [K], or [seats, K] for one mix per seat; ValueError names a bad one."""
+    return (seat_mixture_weights if np.ndim(weights) == 2 else mixture_weights)(count, weights)
+
+
 class PolicyTables:
     """Action probabilities [K, S, A] and own reach [K, S] of K policies over every information
     state, computed once, so that many mixtures of the same policies are cheap to score (the
@@ -144,15 +149,14 @@ class PolicyTables:
         ([K], or [seats, K] for one mix per seat: each information state mixed by its seat's row)."""
         index = np.arange(len(self.probs)) if members is None else np.asarray(members, np.int64)
         tabular = copy.copy(self._tabular)
-        if np.ndim(weights) == 2:
-            rows = seat_mixture_weights(len(index), weights)
-            if len(rows) != self.game.num_players():
-                raise ValueError(f"{self.game} has {self.game.num_players()} seats, got seat weights for {len(rows)}")
-            mixed = np.stack([mix_behaviour(self.probs[index], self.reach[index], row) for row in rows])
+        checked = _checked_weights(len(index), weights)
+        if checked.ndim == 2:
+            if len(checked) != self.game.num_players():
+                raise ValueError(f"{self.game} has {self.game.num_players()} seats, got seat weights for {len(checked)}")
+            mixed = np.stack([mix_behaviour(self.probs[index], self.reach[index], row) for row in checked])
             tabular.action_probability_array = mixed[self._seat, np.arange(len(self._seat))]
             return tabular
-        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index],
-                                                         mixture_weights(len(index), weights))
+        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index], checked)
         return tabular
 
     def exploitability(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> float:
@@ -162,8 +166,7 @@ class PolicyTables:
 def mixture_policy(game: GameLike, policies: Sequence[Policy], weights) -> openspiel_policy.TabularPolicy:
     """The behaviour strategy of playing policies[k] with probability weights[k] (normalised)
     for a whole game, in both seats (or by weights[seat][k] in each seat), as one TabularPolicy."""
-    # names a bad weight before any forward pass
-    (seat_mixture_weights if np.ndim(weights) == 2 else mixture_weights)(len(policies), weights)
+    _checked_weights(len(policies), weights)  # names a bad weight before any forward pass
     return PolicyTables(game, policies).mixture(weights)
 
 

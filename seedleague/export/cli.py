@@ -158,9 +158,7 @@ def _export_mixture(resolved: output.Output, out: str) -> list[str]:
     written, members, shared = [], [], None
     for i, member in enumerate(resolved.members):
         path = f"{stem}.member{i}.onnx"
-        entry = dict(file=os.path.basename(path), key=member.key, weight=member.weight, step=member.step)
-        if member.seat_weights is not None:
-            entry["seat_weights"] = list(member.seat_weights)
+        entry = dict(file=os.path.basename(path), **member.entry(), step=member.step)
         policy = _load(member, None)
         writer = _writer(policy)
         sidecar = writer.write(policy, path, dict(kind="member", member=entry, mixture=os.path.basename(out) + ".json"))

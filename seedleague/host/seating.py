@@ -67,11 +67,7 @@ class Seating:
                 self._learning[rows] = False
                 self._learning[seats] = self.train_on_matches and not self.every_seat
                 self._opponents[rows] = match.opponent
-                if match.seats:  # a served mixture with one mix per seat names each seat's member
-                    if not self.every_seat or len(match.seats) != self.num_seats:
-                        raise ValueError(f"a match naming {len(match.seats)} seats' members needs a served mixture on "
-                                         f"an env of as many seats; this session has {self.num_seats} seats "
-                                         f"(served mixture: {self.every_seat}); serve an output made for this game")
+                if match.seats:  # a served mixture with one mix per seat (the host checked its seat count)
                     self._opponents[rows] = list(match.seats)
                 if not self.every_seat:
                     self._opponents[seats] = None
