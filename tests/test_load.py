@@ -119,9 +119,11 @@ async def _stalled_worker(address: str, kind: str, start: float, idle_s: float, 
         call = stub.Stream(timeout=600)
         if kind != "silent":
             await call.write(codec.encode_step(zero_step(SPEC, session_id)))
+        # Counted from the worker's last write, which the host's idle clock cannot start before: the host
+        # starts it once its answer is written, and under load that answer reaches us some 100 ms later.
+        quiet_since = time.perf_counter()
         if kind == "one step then quiet":
             await call.read()
-        quiet_since = time.perf_counter()
         if kind == "never reads":
             # A client sees the status only after reading what came before it, so this one looks late;
             # the host drops it on time all the same (the test watches the host's sessions).
