@@ -245,3 +245,32 @@ def test_numpy_integers_are_accepted(league):
     assert league.add_snapshot("main", np.int64(600), "/pool/main/600").step == 600
     assert league.check_in("main", np.int32(700)).snapshot is False
     assert league.report_results([MatchResult("np-1", "main", "x:000000", np.float64(1.0), np.int64(5))]) == 1
+
+
+def test_psro_solves_its_nash_once_per_snapshot_set_and_draws_what_a_fresh_solve_gives(db, monkeypatch):
+    """The meta-game covers snapshots only, and results move only a live player's row: so the mixture
+    is solved when a snapshot joins, never per request, and a fresh solve after any results agrees."""
+    from seedleague.league import matchmaking
+
+    solves = []
+    solve = matchmaking.psro_mixture
+    monkeypatch.setattr(matchmaking, "psro_mixture", lambda view, eps: solves.append(len(view.snapshots)) or solve(view, eps))
+    config = LeagueConfig(mode=Mode.PSRO, psro_epsilon=0.0, payoff_decay=1.0, min_games=0)
+    with League(config, db) as league:
+        league.register_player("a", Role.MAIN)
+        league.add_snapshot("a", 0, "/a/0")
+        league.report_results([result("a", "a:000000", 1.0) for _ in range(3)])
+        league.add_snapshot("a", 100, "/a/100")  # inherits a's row: a:000100 beat a:000000 3 of 3
+        for _ in range(3):
+            assert {m.opponent for m in league.get_opponents("a", 20)} == {"a:000100"}
+            # a beats both snapshots from now on: its own row moves, the snapshots' meta-game does not
+            league.report_results([result("a", key, 1.0) for key in ("a:000000", "a:000100") for _ in range(5)])
+        assert solves == [2]
+    with League(config, db) as league:  # replayed from the file, solved afresh: the same mixture
+        assert {m.opponent for m in league.get_opponents("a", 20)} == {"a:000100"}
+        assert solves == [2, 2]
+        # a:000200 inherits a's row, which beat both older snapshots 15 times in 15: the mixture moves to it
+        league.add_snapshot("a", 200, "/a/200")
+        assert {m.opponent for m in league.get_opponents("a", 20)} == {"a:000200"}
+        assert {m.opponent for m in league.get_opponents("a", 20)} == {"a:000200"}
+        assert solves == [2, 2, 3]

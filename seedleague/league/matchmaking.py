@@ -211,8 +211,10 @@ _ROLE_MATCH = {
 }
 
 
-def _draw(view: LeagueView, player: str, config: LeagueConfig) -> Callable[[np.random.Generator], Match]:
-    """One draw of `player`'s opponent under config.mode; per-call work (the Nash LP) done once here."""
+def _draw(view: LeagueView, player: str, config: LeagueConfig,
+          mixture: Optional[np.ndarray]) -> Callable[[np.random.Generator], Match]:
+    """One draw of `player`'s opponent under config.mode; per-call work (the Nash LP, unless `mixture`
+    gives its result) done once here."""
     if config.mode == Mode.SELF_PLAY:
         return lambda rng: self_play(player)
     if config.mode == Mode.LAST_N:
@@ -221,7 +223,8 @@ def _draw(view: LeagueView, player: str, config: LeagueConfig) -> Callable[[np.r
         return _with_self_play(player, config, lambda rng: pfsp_match(
             view, player, view.snapshots, config.pfsp_weighting, config.pfsp_p, rng))
     if config.mode == Mode.PSRO:
-        mixture = psro_mixture(view, config.psro_epsilon)
+        if mixture is None:
+            mixture = psro_mixture(view, config.psro_epsilon)
         return _with_self_play(player, config, lambda rng: psro_match(view, player, mixture, rng))
     role_match = _ROLE_MATCH[Role(view.players[player].role)]
     return lambda rng: role_match(view, player, config, rng)
@@ -236,10 +239,12 @@ def _with_self_play(player: str, config: LeagueConfig,
 
 
 def choose_opponents(
-    view: LeagueView, player: str, count: int, config: LeagueConfig, rng: np.random.Generator
+    view: LeagueView, player: str, count: int, config: LeagueConfig, rng: np.random.Generator,
+    psro: Optional[np.ndarray] = None,
 ) -> list[Match]:
-    """`count` independent opponent draws for live player `player`."""
-    draw = _draw(view, player, config)
+    """`count` independent opponent draws for live player `player`; `psro`: Mode.PSRO's mixture over
+    `view.snapshots` when the caller has it (`psro_mixture`), else it is solved here."""
+    draw = _draw(view, player, config, psro)
     return [draw(rng) for _ in range(count)]
 
 

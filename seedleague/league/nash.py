@@ -64,7 +64,7 @@ def symmetric_nash(win_rate_matrix: np.ndarray) -> np.ndarray:
         raise ValueError(f"win_rate_matrix must be a non-empty square matrix [K, K], got shape {p.shape}")
     if not np.all((p >= 0.0) & (p <= 1.0)):
         raise ValueError("win rates must lie in [0, 1]")
-    row, _, _ = solve_zero_sum(p - p.T)
+    row, _ = _maximin(p - p.T)  # a symmetric game: the column player's LP has the same solution
     return row
 
 

@@ -32,6 +32,7 @@ from seedleague.league.store import LeagueStore, PlayerRow, SnapshotRow
 from seedleague.league.types import (
     Match,
     MatchResult,
+    Mode,
     PayoffMatrix,
     PlayerInfo,
     Role,
@@ -59,6 +60,7 @@ class League:
         self._store: Optional[LeagueStore] = LeagueStore(db_path)
         self._state = LeagueState(config)
         self._rng = np.random.default_rng(config.seed)
+        self._psro = _PsroMixture(config.psro_epsilon)
         _replay(self._state, self._store)
 
     # --- LeagueAPI --------------------------------------------------------------------------------
@@ -86,7 +88,9 @@ class League:
         with self._lock:
             self._open_store()
             self._player(player)
-            return matchmaking.choose_opponents(self._state.view(), player, count, self.config, self._rng)
+            view = self._state.view()
+            psro = self._psro.mixture(view) if self.config.mode == Mode.PSRO else None
+            return matchmaking.choose_opponents(view, player, count, self.config, self._rng, psro)
 
     def report_results(self, results: Sequence[MatchResult]) -> int:
         """Record the results whose ids are new, in one transaction; returns how many were new."""
@@ -271,3 +275,23 @@ def _check_int(value, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
         raise ProtocolError(INVALID_ARGUMENT, f"{what} must be an integer in [{low}, {high}], got {value!r}")
     return int(value)
+
+
+class _PsroMixture:
+    """Mode.PSRO's meta-strategy (`matchmaking.psro_mixture`), solved again only when a snapshot joins.
+
+    Exact, not a staleness trade: the mixture reads only the win rates among snapshots, and those change
+    only when a snapshot joins (`payoff.inherit`); every result is a live player's and moves only that
+    player's row. Solving it at every request made the league process the host's rival for the CPU as
+    snapshots piled up (benchmarks/README.md, "The league's Nash solve, once per snapshot")."""
+
+    def __init__(self, epsilon: float):
+        self._epsilon = epsilon
+        self._keys: Optional[tuple[str, ...]] = None
+        self._mixture = np.zeros(0)
+
+    def mixture(self, view: matchmaking.LeagueView) -> np.ndarray:
+        keys = tuple(s.key for s in view.snapshots)
+        if keys != self._keys:
+            self._mixture, self._keys = matchmaking.psro_mixture(view, self._epsilon), keys
+        return self._mixture
