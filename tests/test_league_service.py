@@ -252,9 +252,13 @@ def test_psro_solves_its_nash_once_per_snapshot_set_and_draws_what_a_fresh_solve
     is solved when a snapshot joins, never per request, and a fresh solve after any results agrees."""
     from seedleague.league import matchmaking
 
-    solves = []
-    solve = matchmaking.psro_mixture
-    monkeypatch.setattr(matchmaking, "psro_mixture", lambda view, eps: solves.append(len(view.snapshots)) or solve(view, eps))
+    solves, solve = [], matchmaking.psro_mixture
+
+    def counted(view, epsilon):
+        solves.append(len(view.snapshots))
+        return solve(view, epsilon)
+
+    monkeypatch.setattr(matchmaking, "psro_mixture", counted)
     config = LeagueConfig(mode=Mode.PSRO, psro_epsilon=0.0, payoff_decay=1.0, min_games=0)
     with League(config, db) as league:
         league.register_player("a", Role.MAIN)
