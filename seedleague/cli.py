@@ -247,6 +247,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
         run_dir = args.run_dir or _default_run_dir(args.env)
+    preset = presets.for_output(preset, args.output)
     host = config_flags.build(HostConfig, args, preset.host)
     if from_spec:
         presets.check_trainable(spec, host.batcher.max_batch_size, host.max_message_bytes)

@@ -164,6 +164,8 @@ def _atari() -> Preset:
 # is set from --max-seconds, see `anneal_over_budget`), so a run ends annealed on a fast
 # machine and a slow one alike; the output is the mean of the params over the last quarter
 # of that anneal. Measurements and the per-game schedules this replaced: benchmarks/README.md.
+# GAME_RECIPE is the recipe where the run's output is one network (the param average); MIXTURE_RECIPE
+# where it is the least exploitable mixture of the run's networks (`mixes_networks`).
 GAME_RECIPE = LearnerConfig(
     loss="mmd",
     kl_cost=0.2,  # 1 / eta, MMD's proximal weight on KL(pi || the policy that acted)
@@ -172,10 +174,15 @@ GAME_RECIPE = LearnerConfig(
     learning_rate=3e-4,
     learning_rate_final=3e-5,
     entropy_cost=0.2,  # alpha, on normalised advantages, so its scale does not depend on the game's rewards
-    entropy_cost_final=0.05,  # below about 0.07 Kuhn's iterates destabilised (benchmarks/README.md, kuhn_d1)
+    entropy_cost_final=0.05,  # below about 0.07 Kuhn's single iterates destabilised (benchmarks/README.md, kuhn_d1)
     discount=1.0,  # games end; their return is the outcome
     average_tail=0.25,
 )
+# Where the output mixes the run's networks by an exact LP (Anytime PSRO's restricted distribution), the
+# iterates' cycling at a lower temperature becomes coverage: the mixture, not any one iterate, approaches the
+# lower temperature's QRE, which is nearer Nash (benchmarks/README.md, "A lower final temperature under the
+# mixture output"). The single networks get worse, so this holds only where the mixture is the output.
+MIXTURE_RECIPE = dataclasses.replace(GAME_RECIPE, entropy_cost_final=0.02)
 ANNEALED_SHARE = 0.9  # the anneal ends at this share of the time budget; the rest trains at the final settings
 _DEFAULT_GAME_SECONDS = 600.0
 
@@ -195,12 +202,26 @@ def _shows_a_board(game: str) -> bool:
         return False  # the worker refuses the game by name, before anything is trained
 
 
+def mixes_networks(env_name: str) -> bool:
+    """Whether the `selected` output of a run on `env_name` can be the least exploitable mixture of its networks:
+    exactly when every candidate's exploitability can be measured (seedleague.eval.output_selection.unmeasurable,
+    asked of the name the worker's spec declares, as the output's choice asks it)."""
+    from envs.openspiel_games import UnsupportedGame
+    from seedleague.eval.output_selection import unmeasurable
+
+    try:
+        return not unmeasurable(env_name)
+    except UnsupportedGame:
+        return False  # the worker refuses the game by name, before anything is trained
+
+
 def _openspiel(game: str) -> Preset:
-    return _game(board=_shows_a_board(game))
+    return _game(board=_shows_a_board(game), mixture=mixes_networks(f"openspiel:{game}"))
 
 
-def _game(board: bool) -> Preset:
-    """Two-player zero-sum games: GAME_RECIPE in self-play; the board torso for [C, H, W] planes."""
+def _game(board: bool, mixture: bool = False) -> Preset:
+    """Two-player zero-sum games: GAME_RECIPE in self-play, MIXTURE_RECIPE where the output mixes the networks by
+    exact exploitability; the board torso for [C, H, W] planes."""
     return Preset(
         host=HostConfig(
             unroll_length=8,
@@ -208,7 +229,7 @@ def _game(board: bool) -> Preset:
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
             network=_BOARD_NETWORK if board else _FLAT_NETWORK,
-            learner=GAME_RECIPE,
+            learner=MIXTURE_RECIPE if mixture else GAME_RECIPE,
         ),
         workers=1,
         envs_per_worker=128,
@@ -219,6 +240,14 @@ def _game(board: bool) -> Preset:
         output="selected",  # the least exploitable of final, param average, the snapshots' mixtures and all of them
         anneal_over_budget=True,
     )
+
+
+def for_output(preset: Preset, source: str | None) -> Preset:
+    """`preset` for a run whose output is `source` (--output; None: the preset's own). The recipe's lower final
+    temperature serves only the mixture output: any other output is one network, and gets GAME_RECIPE."""
+    if source in (None, preset.output) or preset.host.learner != MIXTURE_RECIPE:
+        return preset
+    return dataclasses.replace(preset, output=source, host=dataclasses.replace(preset.host, learner=GAME_RECIPE))
 
 
 def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerConfig:
@@ -297,11 +326,12 @@ def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_bat
 
 
 def preset_for_spec(spec: EnvSpec) -> Preset:
-    """The preset for a worker's spec, from what the spec says and never from its name.
+    """The preset for a worker's spec, from what the spec says; its name is read only to ask whether the run's
+    output can be measured exactly (`mixes_networks`, as the output's choice asks it), never to look up settings.
 
     Two or more seats (or teams): a game, trained in the league (the host checks that every
-    episode's rewards sum to zero over the seats): GAME_RECIPE, with the board torso for
-    [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari settings; a protocol v2
+    episode's rewards sum to zero over the seats): GAME_RECIPE, or MIXTURE_RECIPE where the output can mix the
+    networks, with the board torso for [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari settings; a protocol v2
     spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
     (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
@@ -317,7 +347,9 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
             return _continuous_control() if has_continuous_actions(spec) else _classic_control()
         spec = v1_model_of(spec)
     if spec.num_seats >= 2:
-        return _pettingzoo() if _shows_pixels(spec) else _game(board=len(spec.observation_shape) == 3)
+        if _shows_pixels(spec):
+            return _pettingzoo()
+        return _game(board=len(spec.observation_shape) == 3, mixture=mixes_networks(spec.env_name))
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()
 
 

@@ -1,6 +1,7 @@
 """seedleague.presets: the defaults `seedleague train --env X` starts from."""
 
 import argparse
+import dataclasses
 
 from seedleague import cli, presets
 from seedleague.presets import preset_for
@@ -22,18 +23,55 @@ def test_openspiel_board_games_get_the_board_torso_and_the_others_an_mlp():
 
 
 def test_every_two_player_game_gets_the_same_recipe():
-    # No table keyed by a game's name: only what the spec shows (a board or not) differs.
-    games = ["kuhn_poker", "leduc_poker", "liars_dice", "connect_four", "tic_tac_toe", "kuhn_poker(players=2)"]
-    for game in games:
+    # No table keyed by a game's name: only what the run can measure differs, a board or not, and whether its
+    # output can mix the networks by exact exploitability (an imperfect-information game small enough to measure).
+    mixed = ["kuhn_poker", "leduc_poker", "liars_dice", "kuhn_poker(players=2)"]
+    single = ["connect_four", "tic_tac_toe", "turn_based_simultaneous_game(game=oshi_zumo(coins=6,size=2,horizon=6))"]
+    for game in mixed + single:
         preset = preset_for(f"openspiel:{game}")
-        assert preset.host.learner == presets.GAME_RECIPE, game
-        assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"))
+        assert preset.host.learner == (presets.MIXTURE_RECIPE if game in mixed else presets.GAME_RECIPE), game
+        assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"),
+                                                                                  learner=preset.host.learner)
 
 
-def dataclasses_without_network(preset):
-    import dataclasses
+def test_only_the_mixture_output_anneals_to_the_lower_temperature():
+    # The two recipes differ in the anneal's end alone, the mixture's the lower.
+    assert presets.MIXTURE_RECIPE == dataclasses.replace(presets.GAME_RECIPE, entropy_cost_final=0.02)
+    assert presets.MIXTURE_RECIPE.entropy_cost_final < presets.GAME_RECIPE.entropy_cost_final
+    assert _run_config("openspiel:leduc_poker").host.learner.entropy_cost_final == 0.02
+    assert _run_config("openspiel:leduc_poker").output.source == "selected"
+    # An output of one network gets the recipe whose single iterates stay stable.
+    for source in ("final", "param_average"):
+        config = _run_config("openspiel:leduc_poker", "--output", source)
+        assert (config.host.learner.entropy_cost_final, config.output.source) == (0.05, source), source
+    # A flag wins over either.
+    assert _run_config("openspiel:leduc_poker", "--output", "final", "--learner.entropy-cost-final", "0.03"
+                       ).host.learner.entropy_cost_final == 0.03
+    assert _run_config("openspiel:connect_four").host.learner.entropy_cost_final == 0.05
 
-    return dataclasses.replace(preset, host=dataclasses.replace(preset.host, network=preset_for("CartPole-v1").host.network))
+
+def test_a_worker_that_declares_a_measurable_game_gets_the_mixture_recipe():
+    # The name is asked only what the output's choice asks: can its candidates be measured exactly.
+    import numpy as np
+
+    from seedleague.protocol.specs import EnvSpec
+
+    leduc = preset_for("openspiel:leduc_poker")
+    spec = EnvSpec("openspiel:leduc_poker", leduc_shape(), np.float32, 3, 16, num_seats=2)
+    assert presets.preset_for_spec(spec).host == leduc.host
+    assert presets.preset_for_spec(dataclasses.replace(spec, env_name="my game")).host.learner == presets.GAME_RECIPE
+
+
+def leduc_shape():
+    from envs.openspiel_games import load_game, observation_shape
+
+    return observation_shape(load_game("leduc_poker"))
+
+
+def dataclasses_without_network(preset, learner=None):
+    host = dataclasses.replace(preset.host, network=preset_for("CartPole-v1").host.network,
+                               learner=learner or preset.host.learner)
+    return dataclasses.replace(preset, host=host)
 
 
 def test_the_recipes_anneal_follows_the_time_budget():
