@@ -331,8 +331,8 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
 
     Two or more seats (or teams): a game, trained in the league (the host checks that every
     episode's rewards sum to zero over the seats): GAME_RECIPE, or MIXTURE_RECIPE where the output can mix the
-    networks, with the board torso for [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari settings; a protocol v2
-    spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
+    networks, with the board torso for [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari
+    settings; a protocol v2 spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
     (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
     cooperative game): `shared_seats`, no league."""

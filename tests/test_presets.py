@@ -3,7 +3,11 @@
 import argparse
 import dataclasses
 
+import numpy as np
+
+from envs.openspiel_games import load_game, observation_shape
 from seedleague import cli, presets
+from seedleague.protocol.specs import EnvSpec
 from seedleague.presets import preset_for
 
 
@@ -52,10 +56,6 @@ def test_only_the_mixture_output_anneals_to_the_lower_temperature():
 
 def test_a_worker_that_declares_a_measurable_game_gets_the_mixture_recipe():
     # The name is asked only what the output's choice asks: can its candidates be measured exactly.
-    import numpy as np
-
-    from seedleague.protocol.specs import EnvSpec
-
     leduc = preset_for("openspiel:leduc_poker")
     spec = EnvSpec("openspiel:leduc_poker", leduc_shape(), np.float32, 3, 16, num_seats=2)
     assert presets.preset_for_spec(spec).host == leduc.host
@@ -63,8 +63,6 @@ def test_a_worker_that_declares_a_measurable_game_gets_the_mixture_recipe():
 
 
 def leduc_shape():
-    from envs.openspiel_games import load_game, observation_shape
-
     return observation_shape(load_game("leduc_poker"))
 
 
