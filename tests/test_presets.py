@@ -7,6 +7,7 @@ import numpy as np
 
 from envs.openspiel_games import load_game, observation_shape
 from seedleague import cli, presets
+from seedleague.eval import output_selection
 from seedleague.protocol.specs import EnvSpec
 from seedleague.presets import preset_for
 
@@ -26,16 +27,24 @@ def test_openspiel_board_games_get_the_board_torso_and_the_others_an_mlp():
     assert preset_for("openspiel:no_such_game").host.network.torso == "mlp"  # refused by name before it runs
 
 
-def test_every_two_player_game_gets_the_same_recipe():
+def test_every_two_player_game_gets_the_same_recipe(monkeypatch):
     # No table keyed by a game's name: only what the run can measure differs, a board or not, and whether its
     # output can mix the networks by exact exploitability (an imperfect-information game small enough to measure).
-    mixed = ["kuhn_poker", "leduc_poker", "liars_dice", "kuhn_poker(players=2)"]
-    single = ["connect_four", "tic_tac_toe", "turn_based_simultaneous_game(game=oshi_zumo(coins=6,size=2,horizon=6))"]
+    mixed = ["kuhn_poker", "leduc_poker", "liars_dice", "kuhn_poker(players=2)",
+             "turn_based_simultaneous_game(game=oshi_zumo(coins=6,size=2,horizon=6))"]  # 1.4M histories
+    single = ["connect_four", "tic_tac_toe"]
     for game in mixed + single:
         preset = preset_for(f"openspiel:{game}")
         assert preset.host.learner == (presets.MIXTURE_RECIPE if game in mixed else presets.GAME_RECIPE), game
         assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"),
                                                                                   learner=preset.host.learner)
+    # A tree too large to measure: one network is the output, so the single network's recipe.
+    output_selection.unmeasurable.cache_clear()
+    monkeypatch.setattr(output_selection, "MAX_HISTORIES", 9_000)  # Leduc has 9,457
+    try:
+        assert preset_for("openspiel:leduc_poker").host.learner == presets.GAME_RECIPE
+    finally:
+        output_selection.unmeasurable.cache_clear()
 
 
 def test_only_the_mixture_output_anneals_to_the_lower_temperature():

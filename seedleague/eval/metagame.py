@@ -25,13 +25,14 @@ import numpy as np
 import pyspiel
 import scipy.sparse
 
-from seedleague.eval.openspiel_eval import _infostates, _table, as_game, check_fits, mixture_exploitability
+from seedleague.eval import game_tree
+from seedleague.eval.openspiel_eval import PolicyTables, as_game
 from seedleague.league.nash import solve_zero_sum
 
 
 @dataclasses.dataclass(frozen=True)
 class TerminalTable:
-    """Every terminal history of a game, in the coordinates of its TabularPolicy."""
+    """Every terminal history of a game, in the coordinates of its game_tree rows."""
 
     weight: np.ndarray  # [H] chance probability x utility of seat 0
     decisions: tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]  # per seat: [H, S*A] counts
@@ -43,46 +44,8 @@ class TerminalTable:
 
 
 def terminal_table(game: pyspiel.Game) -> TerminalTable:
-    """Enumerate `game`'s tree once (exponential in its size: poker-sized games only)."""
-    tabular, _, _ = _infostates(game)
-    actions = game.num_distinct_actions()
-    weights: list[float] = []
-    rows: tuple[list[int], list[int]] = ([], [])
-    cols: tuple[list[int], list[int]] = ([], [])
-    last: tuple[list[int], list[int]] = ([], [])
-    parent: dict = {}
-    columns: tuple[set, set] = (set(), set())
-
-    def visit(state: pyspiel.State, chance: float, path: list[tuple[int, int]], sequence: tuple[int, int]) -> None:
-        if state.is_terminal():
-            h = len(weights)
-            weights.append(chance * state.returns()[0])
-            for seat, column in path:
-                rows[seat].append(h)
-                cols[seat].append(column)
-            last[0].append(sequence[0])
-            last[1].append(sequence[1])
-            return
-        if state.is_chance_node():
-            for action, probability in state.chance_outcomes():
-                visit(state.child(action), chance * probability, path, sequence)
-            return
-        seat = state.current_player()
-        row = tabular.state_lookup[state.information_state_string(seat)]
-        parent[row] = (seat, sequence[seat])
-        for action in state.legal_actions():
-            column = row * actions + action
-            columns[seat].add(column)
-            after = (column, sequence[1]) if seat == 0 else (sequence[0], column)
-            visit(state.child(action), chance, path + [(seat, column)], after)
-
-    visit(game.new_initial_state(), 1.0, [], (-1, -1))
-    shape = (len(weights), len(tabular.states) * actions)
-    decisions = tuple(
-        scipy.sparse.csr_matrix((np.ones(len(rows[s])), (rows[s], cols[s])), shape=shape) for s in (0, 1)
-    )
-    return TerminalTable(np.asarray(weights), decisions, (np.asarray(last[0]), np.asarray(last[1])), parent,
-                         tuple(np.asarray(sorted(c), np.int64) for c in columns))
+    """Every terminal history of `game` (its tree is enumerated: seedleague.eval.game_tree)."""
+    return game_tree.of(game).terminal_table()
 
 
 def reaches(tables: Sequence[np.ndarray], terminal: TerminalTable) -> list[np.ndarray]:
@@ -121,23 +84,21 @@ def largest_population(terminal: TerminalTable) -> int:
     return max(1, PAYOFF_BYTES // (32 * len(terminal.weight)))
 
 
-def newest_nash_mixtures(game, policies: Sequence, sizes: Sequence[int],
-                         terminal: TerminalTable | None = None) -> list[tuple[float, np.ndarray]]:
+def newest_nash_mixtures(game, policies: Sequence, sizes: Sequence[int], terminal: TerminalTable | None = None,
+                         tables: PolicyTables | None = None) -> list[tuple[float, np.ndarray]]:
     """For each K in `sizes`, the Nash mixture of the meta-game among the last K of `policies` (the
     newest, for a population listed oldest first): (its exploitability, its weights [K]). The payoffs
     are computed once for the whole population and each window solves its own sub-matrix.
-    `terminal`: the game's terminal_table, when the caller has it already."""
+    `terminal`: the game's terminal_table, and `tables`: PolicyTables whose first rows are `policies`,
+    when the caller has them already."""
     game = as_game(game)
-    for policy in policies:
-        check_fits(game, policy)
-    _, observations, masks = _infostates(game)
-    tables = [_table(policy, observations, masks) for policy in policies]
-    payoff = payoff_matrix(game, tables, terminal if terminal is not None else terminal_table(game))
+    tables = tables if tables is not None else PolicyTables(game, policies)
+    count = len(policies)
+    payoff = payoff_matrix(game, tables.probs[:count], terminal if terminal is not None else terminal_table(game))
     out = []
     for size in sizes:
-        window = list(policies[len(policies) - size:])
         weights = symmetric_nash(payoff[-size:, -size:])
         support = np.flatnonzero(weights > 1e-9)
-        value = mixture_exploitability(game, [window[i] for i in support], weights[support] / weights[support].sum())
+        value = tables.exploitability(weights[support] / weights[support].sum(), count - size + support)
         out.append((value, weights))
     return out

@@ -1,30 +1,31 @@
 """Exact exploitability of policies in two-player zero-sum OpenSpiel games.
 
-This file owns turning a `seedleague.api.Policy` into an OpenSpiel `TabularPolicy`
-(one batched forward pass over every information state of both players, encoded
-exactly as the OpenSpiel env worker encodes them) and the realization-equivalent
-behaviour strategy of a weighted mixture of policies (a league's Nash mixture):
+This file owns turning a `seedleague.api.Policy` into a table of action probabilities
+over every information state of both players (batched forward passes over the
+observations the OpenSpiel env worker would send: seedleague.eval.game_tree walks the
+tree once) and the realization-equivalent behaviour strategy of a weighted mixture of
+policies (a league's Nash mixture). Best responses are vectorised over the tree; with
+`reference=True` they are OpenSpiel's own (C++), as a run's final score is checked:
 
     game = load_game("leduc_poker")
     exploitability(game, policy)                          # NashConv / 2; 0 at a Nash equilibrium
     mixture_exploitability(game, [p1, p2], [0.7, 0.3])
 
 Exploitability enumerates the whole game tree, so it is for small games (Kuhn,
-Leduc, small Liar's Dice...), not for connect_four.
+Leduc, Liar's Dice, oshi_zumo's 1.4M histories...), not for connect_four.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Optional, Sequence, Union
 
 import numpy as np
 import pyspiel
 from open_spiel.python import policy as openspiel_policy
-from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
+from envs.openspiel_games import load_game, observation_shape
 from seedleague.api import Policy, mixture_weights, seat_mixture_weights
+from seedleague.eval import game_tree
 
 GameLike = Union[pyspiel.Game, str]
 
@@ -45,13 +46,10 @@ def check_fits(game: pyspiel.Game, policy: Policy) -> None:
         )
 
 
-def _infostates(game: pyspiel.Game) -> tuple[openspiel_policy.TabularPolicy, np.ndarray, np.ndarray]:
-    """Every information state of both players: (uniform TabularPolicy, observations [S, ...], masks [S, A])."""
-    tabular = openspiel_policy.TabularPolicy(game)
-    actions = game.num_distinct_actions()
-    observations = np.stack([encode(s, s.current_player()) for s in tabular.states])
-    masks = np.stack([legal_mask(s, s.current_player(), actions) for s in tabular.states])
-    return tabular, observations, masks
+def _infostates(game: pyspiel.Game) -> tuple[game_tree.GameTree, np.ndarray, np.ndarray]:
+    """Every information state of both players: (the game's tree, observations [S, ...], masks [S, A])."""
+    tree = game_tree.of(game)
+    return tree, tree.observations, tree.masks
 
 
 def _table(policy: Policy, observations: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -60,19 +58,32 @@ def _table(policy: Policy, observations: np.ndarray, masks: np.ndarray) -> np.nd
     return probs / probs.sum(axis=-1, keepdims=True)
 
 
+def as_tabular(game: pyspiel.Game, probs: np.ndarray) -> openspiel_policy.TabularPolicy:
+    """The table `probs` [S, A] (rows of `game_tree.of(game)`) as an OpenSpiel TabularPolicy, for OpenSpiel's
+    Python algorithms (small games: TabularPolicy enumerates every state in Python)."""
+    tree, tabular = game_tree.of(game), openspiel_policy.TabularPolicy(game)
+    tabular.action_probability_array[[tabular.state_lookup[key] for key in tree.keys]] = probs
+    return tabular
+
+
 def tabular_policy(game: GameLike, policy: Policy) -> openspiel_policy.TabularPolicy:
     """`policy` as an OpenSpiel TabularPolicy over every information state of both players."""
     game = as_game(game)
     check_fits(game, policy)
-    tabular, observations, masks = _infostates(game)
-    tabular.action_probability_array[:] = _table(policy, observations, masks)
-    return tabular
+    return as_tabular(game, game_tree.of(game).probabilities(policy))
 
 
-def exploitability(game: GameLike, policy: Policy) -> float:
-    """Exploitability (NashConv / 2) of `policy` playing both seats; 0.458 for uniform random Kuhn."""
+def exploitability(game: GameLike, policy: Policy, reference: bool = False) -> float:
+    """Exploitability (NashConv / 2) of `policy` playing both seats; 0.458 for uniform random Kuhn.
+    `reference`: by OpenSpiel's own best response (slower on large trees; the same number)."""
     game = as_game(game)
-    return float(openspiel_exploitability.exploitability(game, tabular_policy(game, policy)))
+    check_fits(game, policy)
+    tree = game_tree.of(game)
+    return _score(tree, tree.probabilities(policy), reference)
+
+
+def _score(tree: game_tree.GameTree, probs: np.ndarray, reference: bool) -> float:
+    return tree.openspiel_exploitability(probs) if reference else tree.exploitability(probs)
 
 
 def mix_behaviour(probs: np.ndarray, reach: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -98,31 +109,6 @@ def mix_behaviour(probs: np.ndarray, reach: np.ndarray, weights: np.ndarray) -> 
     return np.where(reached[:, None], mixed_sa / np.where(reached, total_s, 1.0)[:, None], average_sa)
 
 
-def own_reach(game: pyspiel.Game, tabular: openspiel_policy.TabularPolicy, probs: np.ndarray) -> np.ndarray:
-    """[K, S] reach probability of each information state by its acting player's own
-    actions, under each of the K policy tables `probs` [K, S, A] (perfect recall:
-    the same for every history of the information state)."""
-    reach = np.zeros(probs.shape[:2])
-
-    def visit(state: pyspiel.State, reach_pk: np.ndarray) -> None:
-        if state.is_terminal() or not reach_pk.any():  # below, every reach is 0 (the default)
-            return
-        if state.is_chance_node():
-            for action, _ in state.chance_outcomes():
-                visit(state.child(action), reach_pk)
-            return
-        player = state.current_player()
-        index = tabular.state_index(state)
-        reach[:, index] = reach_pk[player]
-        for action in state.legal_actions():
-            child_pk = reach_pk.copy()
-            child_pk[player] = reach_pk[player] * probs[:, index, action]
-            visit(state.child(action), child_pk)
-
-    visit(game.new_initial_state(), np.ones((game.num_players(), probs.shape[0])))
-    return reach
-
-
 def _checked_weights(count: int, weights) -> np.ndarray:
     """Normalised mixture weights: [K], or [seats, K] for one mix per seat; ValueError names a bad one."""
     return (seat_mixture_weights if np.ndim(weights) == 2 else mixture_weights)(count, weights)
@@ -131,7 +117,7 @@ def _checked_weights(count: int, weights) -> np.ndarray:
 class PolicyTables:
     """Action probabilities [K, S, A] and own reach [K, S] of K policies over every information
     state, computed once, so that many mixtures of the same policies are cheap to score (the
-    averaging windows of benchmarks/average_policy.py)."""
+    averaging windows of benchmarks/average_policy.py, the output's candidates)."""
 
     def __init__(self, game: GameLike, policies: Sequence[Policy]):
         self.game = as_game(game)
@@ -139,28 +125,29 @@ class PolicyTables:
             raise ValueError("PolicyTables needs at least one policy")
         for p in policies:
             check_fits(self.game, p)
-        self._tabular, observations, masks = _infostates(self.game)
-        self.probs = np.stack([_table(p, observations, masks) for p in policies])
-        self.reach = own_reach(self.game, self._tabular, self.probs)
-        self._seat = np.array([state.current_player() for state in self._tabular.states])  # [S]: who acts there
+        self.tree = game_tree.of(self.game)
+        self.probs = np.stack([self.tree.probabilities(p) for p in policies])
+        self.reach = self.tree.own_reach(self.probs)
 
-    def mixture(self, weights, members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
-        """The behaviour strategy of the mixture of policies[members] (default: all) with `weights`
+    def mixed(self, weights, members: Optional[Sequence[int]] = None) -> np.ndarray:
+        """[S, A]: the behaviour strategy of the mixture of policies[members] (default: all) with `weights`
         ([K], or [seats, K] for one mix per seat: each information state mixed by its seat's row)."""
         index = np.arange(len(self.probs)) if members is None else np.asarray(members, np.int64)
-        tabular = copy.copy(self._tabular)
         checked = _checked_weights(len(index), weights)
         if checked.ndim == 2:
             if len(checked) != self.game.num_players():
                 raise ValueError(f"{self.game} has {self.game.num_players()} seats, got seat weights for {len(checked)}")
             mixed = np.stack([mix_behaviour(self.probs[index], self.reach[index], row) for row in checked])
-            tabular.action_probability_array = mixed[self._seat, np.arange(len(self._seat))]
-            return tabular
-        tabular.action_probability_array = mix_behaviour(self.probs[index], self.reach[index], checked)
-        return tabular
+            return mixed[self.tree.seat, np.arange(len(self.tree.seat))]
+        return mix_behaviour(self.probs[index], self.reach[index], checked)
 
-    def exploitability(self, weights: Sequence[float], members: Optional[Sequence[int]] = None) -> float:
-        return float(openspiel_exploitability.exploitability(self.game, self.mixture(weights, members)))
+    def mixture(self, weights, members: Optional[Sequence[int]] = None) -> openspiel_policy.TabularPolicy:
+        """`mixed` as an OpenSpiel TabularPolicy (small games)."""
+        return as_tabular(self.game, self.mixed(weights, members))
+
+    def exploitability(self, weights: Sequence[float], members: Optional[Sequence[int]] = None,
+                       reference: bool = False) -> float:
+        return _score(self.tree, self.mixed(weights, members), reference)
 
 
 def mixture_policy(game: GameLike, policies: Sequence[Policy], weights) -> openspiel_policy.TabularPolicy:
@@ -170,8 +157,8 @@ def mixture_policy(game: GameLike, policies: Sequence[Policy], weights) -> opens
     return PolicyTables(game, policies).mixture(weights)
 
 
-def mixture_exploitability(game: GameLike, policies: Sequence[Policy], weights) -> float:
+def mixture_exploitability(game: GameLike, policies: Sequence[Policy], weights, reference: bool = False) -> float:
     """Exploitability of the mixture that plays policies[k] with probability weights[k] for a whole game
-    (weights [seats, K]: by its seat's row in each seat)."""
-    game = as_game(game)
-    return float(openspiel_exploitability.exploitability(game, mixture_policy(game, policies, weights)))
+    (weights [seats, K]: by its seat's row in each seat). `reference`: as `exploitability`."""
+    _checked_weights(len(policies), weights)
+    return PolicyTables(game, policies).exploitability(weights, reference=reference)

@@ -8,7 +8,7 @@ This file owns choosing how a game is scored and putting the answer in one table
     format_score(result)      # "0.0213", or "random 48/0/2, mcts100 3/1/6 (greedy 5/0/5)" (wins/draws/losses)
 
 A PolicyMixture is scored as it is played, a member for a whole game: exactly
-(`openspiel_eval.mixture_exploitability`) in poker, and in a board game by giving each
+by OpenSpiel's own best response (`openspiel_eval.mixture_exploitability(..., reference=True)`) in poker, and in a board game by giving each
 member its weight's share of the games and adding up the counts. Against MCTS a board game's output
 plays twice: sampling its moves, as it was trained, and greedily (each member's most probable legal
 move), as a perfect-information game's policy is usually served (`seedleague serve --greedy true`).
@@ -88,8 +88,9 @@ def score(game: pyspiel.Game, output: Output, budget: BoardBudget = BoardBudget(
     "vs_mcts_greedy": {...}, "mcts_simulations": n}, by `game_kind`."""
     if game_kind(game) == EXPLOITABILITY:
         members, weights = _members(output)
-        return {EXPLOITABILITY: openspiel_eval.mixture_exploitability(game, members, _scored_weights(output, weights))
-                if len(members) > 1 else openspiel_eval.exploitability(game, members[0])}
+        return {EXPLOITABILITY: openspiel_eval.mixture_exploitability(game, members, _scored_weights(output, weights),
+                                                                      reference=True)
+                if len(members) > 1 else openspiel_eval.exploitability(game, members[0], reference=True)}
     return dict(
         vs_random=_wdl(game, output, budget.games, lambda g, p, n: board.vs_random(g, p, n, seed=seed)),
         vs_mcts=_wdl(game, output, budget.mcts_games,

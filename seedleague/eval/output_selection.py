@@ -49,10 +49,11 @@ FILE = "output_selection.json"
 POPULATION = 32  # newest snapshots in the smallest meta-game and in the time average; where the anneal has settled
 MAX_POPULATION = 512  # newest snapshots in the largest meta-game (fewer where its payoffs would not fit
 #                       metagame.PAYOFF_BYTES); loading each costs about 0.13 s on 2 cores
-# Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores: liars_dice's
-# 294,883 histories select in 54-226 s; oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 had taken 6.7 GB and
-# not finished after 20 minutes (benchmarks/README.md).
-MAX_HISTORIES = 500_000
+# Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores with the flat tree
+# (seedleague.eval.game_tree): oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 histories walk in 9 s and 0.6 GB,
+# and each exploitability takes about 1 s (benchmarks/README.md). Counting up to the cap costs about 3 s per
+# million histories, paid once at the start of a run on such a game.
+MAX_HISTORIES = 2_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,50 +180,56 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
         return None
     game = game_of(final.spec.env_name)
     start = time.perf_counter()
-    candidates: dict[str, tuple[tuple[Member, ...], float]] = {
-        "final": ((Member(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint),),
-                  openspiel_eval.exploitability(game, final))}
     average, average_member = None, Member(f"param_average:{checkpoint:06d}", 1.0, run_dir, checkpoint, True)
     try:
         average = load_policy(run_dir, checkpoint, seed=seed, average=True)
-        candidates["param_average"] = ((average_member,), openspiel_eval.exploitability(game, average))
     except NoParamAverageError:
         pass  # the learner keeps no param average: that candidate does not exist
+    networks = [(Member(f"checkpoint:{checkpoint:06d}", 1.0, run_dir, checkpoint), final)] + (
+        [(average_member, average)] if average is not None else [])
     terminal = metagame.terminal_table(game) if snapshot_keys else None
     population = snapshot_keys[-min(MAX_POPULATION, metagame.largest_population(terminal)):] if terminal else []
+    player_dir = os.path.join(run_dir, "pool", player)
+    steps = [parse_key(key)[1] for key in population]
+    policies = load_policies(player_dir, steps, seed=seed) if population else []
+    snapshots = [Member(key, 1.0, player_dir, step) for key, step in zip(population, steps)]
+    # Every network's table and own reach, once: rows are the snapshots (oldest first), then the networks.
+    tables = openspiel_eval.PolicyTables(game, policies + [policy for _, policy in networks])
+    count = len(policies)
+    candidates: dict[str, tuple[tuple[Member, ...], float]] = {
+        "final": ((networks[0][0],), tables.exploitability([1.0], [count]))}
+    if average is not None:
+        candidates["param_average"] = ((average_member,), tables.exploitability([1.0], [count + 1]))
     if population:
-        player_dir = os.path.join(run_dir, "pool", player)
-        steps = [parse_key(key)[1] for key in population]
-        policies = load_policies(player_dir, steps, seed=seed)
-        snapshots = [Member(key, 1.0, player_dir, step) for key, step in zip(population, steps)]
         windows = _windows(len(population), len(snapshot_keys))
-        mixtures = metagame.newest_nash_mixtures(game, policies, [size for size, _ in windows], terminal)
+        mixtures = metagame.newest_nash_mixtures(game, policies, [size for size, _ in windows], terminal, tables)
         for (size, name), (value, weights) in zip(windows, mixtures):
             members = [dataclasses.replace(m, weight=float(w)) for m, w in zip(snapshots[-size:], weights) if w > 1e-6]
             candidates[name] = (_normalised(members), value)
         # The time average of the iterates (fictitious play's and CFR's output), the param average at half weight.
-        recent, recent_policies = snapshots[-POPULATION:], policies[-POPULATION:]
+        recent = snapshots[-POPULATION:]
         members = [dataclasses.replace(m, weight=1.0 / len(recent)) for m in recent]
-        mixed = recent_policies + ([average] if average is not None else [])
+        rows = list(range(count - len(recent), count))
         if average is not None:
             members = [dataclasses.replace(m, weight=0.5 * m.weight) for m in members] + [
                 dataclasses.replace(average_member, weight=0.5)]
-        candidates["population_average"] = (_normalised(members), openspiel_eval.mixture_exploitability(
-            game, mixed, [m.weight for m in members]))
+            rows.append(count + 1)
+        candidates["population_average"] = (_normalised(members), tables.exploitability(
+            [m.weight for m in members], rows))
         # Anytime PSRO's restricted distribution: the mixture of every network above that no strategy of the
         # whole game exploits more, one mix per seat; each candidate above is one such mixture, so it is never worse.
-        networks = [(candidates["final"][0][0], final)] + ([(average_member, average)] if average is not None else [])
         newest = max(0, least_exploitable.largest_population(terminal) - len(networks))
-        pool = snapshots[len(snapshots) - newest:] + [member for member, _ in networks]
-        pool_policies = policies[len(policies) - newest:] + [policy for _, policy in networks]
-        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal)  # [seats, K]
+        rows = list(range(count - min(newest, count), count)) + list(range(count, count + len(networks)))
+        pool = [snapshots[i] for i in rows[:len(rows) - len(networks)]] + [member for member, _ in networks]
+        pool_policies = [policies[i] for i in rows[:len(rows) - len(networks)]] + [policy for _, policy in networks]
+        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal, tables.probs[rows])
         support = [i for i in range(len(pool)) if weights[:, i].max() > 1e-6]
         seat_weights = weights[:, support] / weights[:, support].sum(axis=1, keepdims=True)
         members = tuple(dataclasses.replace(pool[i], weight=float(seat_weights[:, j].mean()),
                                             seat_weights=tuple(float(w) for w in seat_weights[:, j]))
                         for j, i in enumerate(support))
-        candidates["least_exploitable_mixture"] = (members, openspiel_eval.mixture_exploitability(
-            game, [pool_policies[i] for i in support], seat_weights))
+        candidates["least_exploitable_mixture"] = (members, tables.exploitability(
+            seat_weights, [rows[i] for i in support]))
     best = min(value for _, value in candidates.values())
     name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
