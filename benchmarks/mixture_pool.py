@@ -2,7 +2,7 @@
 
     python -m benchmarks.mixture_pool RUN_DIR [--player main]
 
-Solves the exact LP of seedleague.eval.least_exploitable (the output selection's strongest candidate)
+Solves seedleague.eval.least_exploitable exactly (the output selection's strongest candidate)
 over subsets of the player's snapshots: all of them, every second and every fourth (density), the
 newest half and quarter and the oldest half (span). One row each: networks, exploitability, support.
 OpenSpiel imperfect-information games whose tree the selection can measure.
@@ -45,8 +45,8 @@ def main() -> None:
         raise SystemExit(f"{args.run_dir!r} cannot be measured exactly: {why}")
     game = game_of(policies[0].spec.env_name)
     terminal = metagame.terminal_table(game)
-    policies = policies[-least_exploitable.largest_population(terminal):]  # the LP's memory cap, as the selection's
-    print("| pool | networks | exploitability | support | LP seconds |\n|---|---:|---:|---:|---:|")
+    policies = policies[-metagame.largest_population(terminal):]  # the payoffs' memory cap, as the selection's
+    print("| pool | networks | exploitability | support | seconds |\n|---|---:|---:|---:|---:|")
     for name, picked in subsets(len(policies)).items():
         if not picked:
             continue

@@ -86,18 +86,24 @@ class GameTree:
         return float(pyspiel.exploitability(self.game, policy))
 
     def best_response_value(self, probs: np.ndarray, responder: int) -> float:
-        """What a best response in seat `responder` earns against `probs` [S, A] in the other seat.
+        """What a best response in seat `responder` earns against `probs` [S, A] in the other seat."""
+        reach = self._node_reach(probs, 1 - responder)[self.terminals]
+        return self.best_response(self.chance[self.terminals] * reach, responder)[0]
 
-        Counterfactual values, bottom up: cv(z) = chance(z) * opponent's reach(z) * u(z) at terminal
-        histories, the sum over children at chance and opponent histories, and at the responder's
-        information state I the action maximising sum_{h in I} cv(h a). The histories of I may lie at
-        different depths, but by perfect recall they share the responder's count of earlier decisions
-        (its level), and everything below a level-L decision is of a higher level. So the levels are
-        decided deepest first, one bottom-up pass each, and a last pass gives the root's value."""
-        opponent = 1 - responder
-        reach, level = self._node_reach(probs, opponent), self._levels(responder)
-        sign = 1.0 if responder == 0 else -1.0
-        leaf = np.where(self.player == TERMINAL, sign * self.utility * self.chance * reach, 0.0)
+    def best_response(self, weight: np.ndarray, responder: int) -> tuple[float, np.ndarray]:
+        """(value, choice [S]) of the best response in seat `responder` when terminal history `terminals[t]`
+        is reached by chance and the opponent with probability weight[t]: choice[row] is its action at each
+        of its information states (-1 at the other seat's).
+
+        Counterfactual values, bottom up: cv(z) = weight(z) * u(z) at terminal histories, the sum over
+        children at chance and opponent histories, and at the responder's information state I the action
+        maximising sum_{h in I} cv(h a). The histories of I may lie at different depths, but by perfect
+        recall they share the responder's count of earlier decisions (its level), and everything below a
+        level-L decision is of a higher level. So the levels are decided deepest first, one bottom-up pass
+        each, and a last pass gives the root's value."""
+        level = self._levels(responder)
+        leaf = np.zeros(len(self.parent))
+        leaf[self.terminals] = (1.0 if responder == 0 else -1.0) * self.utility[self.terminals] * weight
         choice = np.full(len(self.keys), -1, np.int64)
         mine = self.player == responder
         for deciding in range(int(level[mine].max(initial=-1)), -2, -1):  # -1: the last pass, every choice made
@@ -118,7 +124,7 @@ class GameTree:
             if deciding >= 0:
                 states = np.unique(self.row[mine & (level == deciding)])
                 choice[states] = np.argmax(np.where(self.masks[states], values[states], -np.inf), axis=1)
-        return float(cv[0])
+        return float(cv[0]), choice
 
     def _node_reach(self, probs: np.ndarray, seat: int) -> np.ndarray:
         """[N]: `seat`'s own reach of every history under `probs` [S, A]."""

@@ -10,8 +10,9 @@ its population yet is exploitable, and the averages are best. In an imperfect-in
 OpenSpiel game every candidate's exploitability can be computed exactly, so the `selected`
 output (seedleague.output) measures all of them and hands over the least exploitable. One more
 candidate mixes every network at once: Anytime PSRO's restricted distribution
-(seedleague.eval.least_exploitable), the mixture of the newest snapshots, the final params and the
-param average that no strategy of the whole game exploits more, one mix per seat, from an exact LP. Each other candidate
+(seedleague.eval.least_exploitable), the mixture of the loaded snapshots, the final params and the
+param average that no strategy of the whole game exploits more, one mix per seat, solved exactly by
+best-response cuts. Each other candidate
 is one of its feasible mixtures, so it never loses; a tie goes to the simpler candidate listed first.
 
     choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
@@ -218,18 +219,15 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
             [m.weight for m in members], rows))
         # Anytime PSRO's restricted distribution: the mixture of every network above that no strategy of the
         # whole game exploits more, one mix per seat; each candidate above is one such mixture, so it is never worse.
-        newest = max(0, least_exploitable.largest_population(terminal) - len(networks))
-        rows = list(range(count - min(newest, count), count)) + list(range(count, count + len(networks)))
-        pool = [snapshots[i] for i in rows[:len(rows) - len(networks)]] + [member for member, _ in networks]
-        pool_policies = [policies[i] for i in rows[:len(rows) - len(networks)]] + [policy for _, policy in networks]
-        _, weights = least_exploitable.least_exploitable_mixture(game, pool_policies, terminal, tables.probs[rows])
+        pool = snapshots + [member for member, _ in networks]  # the rows of `tables`, in order
+        _, weights, rounds = least_exploitable.by_cuts(tables.tree, terminal, tables.probs)
         support = [i for i in range(len(pool)) if weights[:, i].max() > 1e-6]
         seat_weights = weights[:, support] / weights[:, support].sum(axis=1, keepdims=True)
         members = tuple(dataclasses.replace(pool[i], weight=float(seat_weights[:, j].mean()),
                                             seat_weights=tuple(float(w) for w in seat_weights[:, j]))
                         for j, i in enumerate(support))
-        candidates["least_exploitable_mixture"] = (members, tables.exploitability(
-            seat_weights, [rows[i] for i in support]))
+        candidates["least_exploitable_mixture"] = (members, tables.exploitability(seat_weights, support))
+        log.info("least exploitable mixture of %d networks: %d and %d best responses", len(pool), *rounds)
     best = min(value for _, value in candidates.values())
     name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
