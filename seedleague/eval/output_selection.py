@@ -11,8 +11,8 @@ OpenSpiel game every candidate's exploitability can be computed exactly, so the 
 output (seedleague.output) measures all of them and hands over the least exploitable. One more
 candidate mixes every network at once: Anytime PSRO's restricted distribution
 (seedleague.eval.least_exploitable), the mixture of the loaded snapshots, the final params and the
-param average that no strategy of the whole game exploits more, one mix per seat, solved exactly by
-best-response cuts. Each other candidate
+param average that no strategy of the whole game exploits more, one mix per seat, solved exactly (a
+sequence-form LP, or best-response cuts where the LP would be large). Each other candidate
 is one of its feasible mixtures, so it never loses; a tie goes to the simpler candidate listed first.
 
     choice = select(run_dir, checkpoint, snapshot_keys, "main")   # Choice: name, members, scores
@@ -220,14 +220,14 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
         # Anytime PSRO's restricted distribution: the mixture of every network above that no strategy of the
         # whole game exploits more, one mix per seat; each candidate above is one such mixture, so it is never worse.
         pool = snapshots + [member for member, _ in networks]  # the rows of `tables`, in order
-        _, weights, rounds = least_exploitable.by_cuts(tables.tree, terminal, tables.probs)
+        _, weights, method = least_exploitable.solve(tables.tree, terminal, tables.probs)
         support = [i for i in range(len(pool)) if weights[:, i].max() > 1e-6]
         seat_weights = weights[:, support] / weights[:, support].sum(axis=1, keepdims=True)
         members = tuple(dataclasses.replace(pool[i], weight=float(seat_weights[:, j].mean()),
                                             seat_weights=tuple(float(w) for w in seat_weights[:, j]))
                         for j, i in enumerate(support))
         candidates["least_exploitable_mixture"] = (members, tables.exploitability(seat_weights, support))
-        log.info("least exploitable mixture of %d networks: %d and %d best responses", len(pool), *rounds)
+        log.info("least exploitable mixture of %d networks by %s", len(pool), method)
     best = min(value for _, value in candidates.values())
     name = next(n for n, (_, value) in candidates.items() if value <= best + 1e-9)  # ties: the first, smallest window
     choice = Choice(name, candidates[name][0], {n: float(v) for n, (_, v) in candidates.items()}, stamp,
