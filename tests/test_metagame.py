@@ -6,7 +6,7 @@ import pytest
 from open_spiel.python.algorithms import expected_game_score
 
 from envs.openspiel_games import load_game
-from seedleague.eval import metagame, openspiel_eval
+from seedleague.eval import game_tree, metagame, openspiel_eval
 from test_eval import PurePolicy
 
 KUHN = load_game("kuhn_poker")
@@ -22,8 +22,7 @@ POPULATION = [PurePolicy(first=0, then=1), PurePolicy(first=1, then=0), PurePoli
 
 def test_payoffs_equal_openspiel_expected_values():
     tables = [openspiel_eval.tabular_policy(KUHN, p) for p in POPULATION]
-    _, observations, masks = openspiel_eval._infostates(KUHN)
-    probs = [openspiel_eval._table(p, observations, masks) for p in POPULATION]
+    probs = [game_tree.of(KUHN).probabilities(p) for p in POPULATION]
     matrix = metagame.payoff_matrix(KUHN, probs, metagame.terminal_table(KUHN))
     for i in range(len(POPULATION)):
         for j in range(len(POPULATION)):
@@ -34,8 +33,7 @@ def test_payoffs_equal_openspiel_expected_values():
 def test_nash_mixture_is_an_equilibrium_of_the_symmetric_meta_game():
     value, weights = metagame.nash_mixture_exploitability(KUHN, POPULATION)
     assert weights.sum() == pytest.approx(1.0) and (weights >= -1e-12).all()
-    _, observations, masks = openspiel_eval._infostates(KUHN)
-    probs = [openspiel_eval._table(p, observations, masks) for p in POPULATION]
+    probs = [game_tree.of(KUHN).probabilities(p) for p in POPULATION]
     m = metagame.payoff_matrix(KUHN, probs, metagame.terminal_table(KUHN))
     symmetric = (m - m.T) / 2
     assert (weights @ symmetric >= -1e-7).all()  # no member of the population beats the mixture

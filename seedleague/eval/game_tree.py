@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
 
 import numpy as np
 import pyspiel

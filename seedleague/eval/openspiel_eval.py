@@ -46,18 +46,6 @@ def check_fits(game: pyspiel.Game, policy: Policy) -> None:
         )
 
 
-def _infostates(game: pyspiel.Game) -> tuple[game_tree.GameTree, np.ndarray, np.ndarray]:
-    """Every information state of both players: (the game's tree, observations [S, ...], masks [S, A])."""
-    tree = game_tree.of(game)
-    return tree, tree.observations, tree.masks
-
-
-def _table(policy: Policy, observations: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """[S, A] float64 action probabilities, rows summing to 1 over legal actions."""
-    probs = np.asarray(policy.action_probabilities(observations, masks), np.float64) * masks
-    return probs / probs.sum(axis=-1, keepdims=True)
-
-
 def as_tabular(game: pyspiel.Game, probs: np.ndarray) -> openspiel_policy.TabularPolicy:
     """The table `probs` [S, A] (rows of `game_tree.of(game)`) as an OpenSpiel TabularPolicy, for OpenSpiel's
     Python algorithms (small games: TabularPolicy enumerates every state in Python)."""
