@@ -52,8 +52,8 @@ MAX_POPULATION = 512  # newest snapshots in the largest meta-game (fewer where i
 #                       metagame.PAYOFF_BYTES); loading each costs about 0.13 s on 2 cores
 # Above this many histories (nodes of the game tree) nothing is measured. Measured on 2 cores with the flat tree
 # (seedleague.eval.game_tree): oshi_zumo(coins=6,size=2,horizon=6)'s 1,431,565 histories walk in 9 s and 0.6 GB,
-# and each exploitability takes about 1 s (benchmarks/README.md). Counting up to the cap costs about 3 s per
-# million histories, paid once at the start of a run on such a game.
+# each exploitability takes about 1 s, and the whole choice over 44 networks 204 s (benchmarks/README.md).
+# Counting up to the cap costs about 3 s per million histories, paid once at the start of a run on such a game.
 MAX_HISTORIES = 2_000_000
 
 
