@@ -100,12 +100,11 @@ class GameTree:
         recall they share the responder's count of earlier decisions (its level), and everything below a
         level-L decision is of a higher level. So the levels are decided deepest first, one bottom-up pass
         each, and a last pass gives the root's value."""
-        level = self._levels(responder)
+        level, deciders = self._levels[responder]
         leaf = np.zeros(len(self.parent))
         leaf[self.terminals] = (1.0 if responder == 0 else -1.0) * self.utility[self.terminals] * weight
         choice = np.full(len(self.keys), -1, np.int64)
-        mine = self.player == responder
-        for deciding in range(int(level[mine].max(initial=-1)), -2, -1):  # -1: the last pass, every choice made
+        for deciding in range(len(deciders) - 1, -2, -1):  # -1: the last pass, every choice made
             values = np.zeros((len(self.keys), self.num_actions))
             cv = leaf.copy()
             for depth in range(len(self.depth_starts) - 2, 0, -1):
@@ -121,7 +120,7 @@ class GameTree:
                 now = by_responder & (level[above] == deciding)
                 np.add.at(values, (rows[now], moves[now]), child_cv[now])
             if deciding >= 0:
-                states = np.unique(self.row[mine & (level == deciding)])
+                states = deciders[deciding]
                 choice[states] = np.argmax(np.where(self.masks[states], values[states], -np.inf), axis=1)
         return float(cv[0]), choice
 
@@ -135,13 +134,20 @@ class GameTree:
             reach[start:stop] = reach[above] * np.where(moved, factor, 1.0)
         return reach
 
-    def _levels(self, seat: int) -> np.ndarray:
-        """[N]: how many decisions `seat` took before each history."""
-        level = np.zeros(len(self.parent), np.int64)
-        for start, stop in list(self.depths())[1:]:
-            above = self.parent[start:stop]
-            level[start:stop] = level[above] + (self.player[above] == seat)
-        return level
+    @functools.cached_property
+    def _levels(self) -> tuple[tuple[np.ndarray, list[np.ndarray]], ...]:
+        """Per seat: (how many decisions the seat took before each history [N], the seat's information states
+        at each such count), computed once for every best response."""
+        out = []
+        for seat in (0, 1):
+            level = np.zeros(len(self.parent), np.int64)
+            for start, stop in list(self.depths())[1:]:
+                above = self.parent[start:stop]
+                level[start:stop] = level[above] + (self.player[above] == seat)
+            mine = self.player == seat
+            out.append((level, [np.unique(self.row[mine & (level == n)])
+                                for n in range(int(level[mine].max(initial=-1)) + 1)]))
+        return tuple(out)
 
     def own_reach(self, probs: np.ndarray) -> np.ndarray:
         """[K, S]: for each of the K tables `probs` [K, S, A], the acting seat's own reach probability of
