@@ -114,3 +114,44 @@ def test_best_response_by_hand_in_kuhn():
     assert tree.openspiel_exploitability(uniform) == pytest.approx(11 / 24, abs=1e-12)
     always = np.tile([0.0, 1.0], (len(tree.keys), 1))
     assert tree.best_response_value(always, 0) == pytest.approx(1 / 3, abs=1e-12)
+
+
+@pytest.mark.parametrize("game", [KUHN, load_game("leduc_poker"), GOOFSPIEL], ids=["kuhn", "leduc", "goofspiel"])
+def test_one_pass_best_response_equals_the_level_by_level_one(game):
+    """Where every information state lies at one depth, the best response takes one bottom-up pass; the
+    general pass per level of the responder's decisions must choose the same and value it the same."""
+    tree = game_tree.walk(game)
+    assert all(by_depth is not None for by_depth in tree._deciders_by_depth)
+    for seed in (4, 5):
+        weight = np.random.default_rng(seed).random(len(tree.terminals))
+        for responder in (0, 1):
+            leaf = np.zeros(len(tree.parent))
+            leaf[tree.terminals] = (1.0 if responder == 0 else -1.0) * tree.utility[tree.terminals] * weight
+            value, choice = tree.best_response(weight, responder)
+            by_level = tree._best_response_by_level(leaf, responder)
+            assert value == pytest.approx(by_level[0], abs=1e-12)
+            np.testing.assert_array_equal(choice, by_level[1])
+
+
+def test_best_response_decides_an_information_state_whose_histories_lie_at_two_depths():
+    """A hand-made tree: chance deals a or b (1/2 each); after a, seat 0 decides at I (action 0 wins 1,
+    action 1 wins 0); after b, a second chance node (one outcome) comes first, then seat 0 decides at the
+    same I (action 0 loses 3, action 1 wins 1). Action 0 earns (1 - 3) / 2 = -1, action 1 earns 1/2: the
+    best response plays action 1 in both histories and is worth 1/2, which no choice made depth by depth
+    (action 0 at the shallow history) would find."""
+    T, C = game_tree.TERMINAL, game_tree.CHANCE
+    tree = game_tree.GameTree(
+        game=None, keys=("I",), seat=np.array([0], np.int8), observations=np.zeros((1, 1), np.float32),
+        masks=np.ones((1, 2), bool),
+        parent=np.array([-1, 0, 0, 1, 1, 2, 5, 5]),
+        player=np.array([C, 0, C, T, T, 0, T, T], np.int8),
+        row=np.array([-1, 0, -1, -1, -1, 0, -1, -1]),
+        action=np.array([-1, 0, 1, 0, 1, 0, 0, 1]),
+        chance=np.array([1, .5, .5, .5, .5, .5, .5, .5]),
+        utility=np.array([0, 0, 0, 1, 0, 0, -3, 1], np.float64),
+        depth_starts=np.array([0, 1, 3, 6, 8]))
+    assert tree._deciders_by_depth[0] is None  # so the level-by-level pass is the one taken
+    value, choice = tree.best_response(tree.chance[tree.terminals], 0)
+    assert value == pytest.approx(0.5) and choice.tolist() == [1]
+    plays_1 = tree.chance[tree.terminals] * (tree.action[tree.terminals] == 1)  # seat 0 always plays action 1
+    assert tree.best_response(plays_1, 1)[0] == pytest.approx(-0.5)  # seat 1 has no choice: -(0 + 1) / 2

@@ -96,16 +96,49 @@ class GameTree:
 
         Counterfactual values, bottom up: cv(z) = weight(z) * u(z) at terminal histories, the sum over
         children at chance and opponent histories, and at the responder's information state I the action
-        maximising sum_{h in I} cv(h a). The histories of I may lie at different depths, but by perfect
-        recall they share the responder's count of earlier decisions (its level), and everything below a
-        level-L decision is of a higher level. So the levels are decided deepest first, one bottom-up pass
-        each, and a last pass gives the root's value."""
-        level, deciders = self._levels[responder]
+        maximising sum_{h in I} cv(h a), which needs every history of I valued first. Where each information
+        state's histories share one depth (poker, oshi_zumo, most games), a single bottom-up pass decides
+        each depth's information states as it reaches them. Otherwise the histories of I may lie at
+        different depths, but by perfect recall they share the responder's count of earlier decisions (its
+        level), and everything below a level-L decision is of a higher level. So the levels are decided
+        deepest first, one bottom-up pass each, and a last pass gives the root's value."""
         leaf = np.zeros(len(self.parent))
         leaf[self.terminals] = (1.0 if responder == 0 else -1.0) * self.utility[self.terminals] * weight
-        choice = np.full(len(self.keys), -1, np.int64)
+        by_depth = self._deciders_by_depth[responder]
+        if by_depth is not None:
+            return self._best_response_by_depth(leaf, responder, by_depth)
+        return self._best_response_by_level(leaf, responder)
+
+    def _best_response_by_depth(self, leaf: np.ndarray, responder: int, deciders: list[np.ndarray]
+                                ) -> tuple[float, np.ndarray]:
+        """One bottom-up pass; deciders[d] are the responder's information states at depth d."""
+        states, actions = self.masks.shape
+        choice = np.full(states, -1, np.int64)
+        cv = leaf.copy()
+        for depth in range(len(self.depth_starts) - 2, 0, -1):
+            start, stop = self.depth_starts[depth], self.depth_starts[depth + 1]
+            above, child_cv = self.parent[start:stop], cv[start:stop]
+            rows, moves = self.row[above], self.action[start:stop]
+            by_responder = self.player[above] == responder
+            deciding = deciders[depth - 1]
+            if len(deciding):
+                local = np.searchsorted(deciding, rows[by_responder])  # deciding is sorted
+                values = np.bincount(local * actions + moves[by_responder], weights=child_cv[by_responder],
+                                     minlength=len(deciding) * actions).reshape(len(deciding), actions)
+                choice[deciding] = np.argmax(np.where(self.masks[deciding], values, -np.inf), axis=1)
+            counts = ~by_responder | (moves == choice[np.where(by_responder, rows, 0)])
+            previous = self.depth_starts[depth - 1]
+            cv[previous:start] += np.bincount(above[counts] - previous, weights=child_cv[counts],
+                                              minlength=start - previous)
+        return float(cv[0]), choice
+
+    def _best_response_by_level(self, leaf: np.ndarray, responder: int) -> tuple[float, np.ndarray]:
+        """One bottom-up pass per level of the responder's decisions, deepest first, and a last one."""
+        level, deciders = self._levels[responder]
+        states, actions = self.masks.shape
+        choice = np.full(states, -1, np.int64)
         for deciding in range(len(deciders) - 1, -2, -1):  # -1: the last pass, every choice made
-            values = np.zeros((len(self.keys), self.num_actions))
+            values = np.zeros(states * actions)
             cv = leaf.copy()
             for depth in range(len(self.depth_starts) - 2, 0, -1):
                 start, stop = self.depth_starts[depth], self.depth_starts[depth + 1]
@@ -118,10 +151,12 @@ class GameTree:
                 cv[previous:start] += np.bincount(above[counts] - previous, weights=child_cv[counts],
                                                   minlength=start - previous)
                 now = by_responder & (level[above] == deciding)
-                np.add.at(values, (rows[now], moves[now]), child_cv[now])
+                values += np.bincount(rows[now] * actions + moves[now], weights=child_cv[now],
+                                      minlength=states * actions)
             if deciding >= 0:
-                states = deciders[deciding]
-                choice[states] = np.argmax(np.where(self.masks[states], values[states], -np.inf), axis=1)
+                states_now = deciders[deciding]
+                values = values.reshape(states, actions)[states_now]
+                choice[states_now] = np.argmax(np.where(self.masks[states_now], values, -np.inf), axis=1)
         return float(cv[0]), choice
 
     def _node_reach(self, probs: np.ndarray, seat: int) -> np.ndarray:
@@ -147,6 +182,21 @@ class GameTree:
             mine = self.player == seat
             out.append((level, [np.unique(self.row[mine & (level == n)])
                                 for n in range(int(level[mine].max(initial=-1)) + 1)]))
+        return tuple(out)
+
+    @functools.cached_property
+    def _deciders_by_depth(self) -> tuple[list[np.ndarray] | None, ...]:
+        """Per seat: its information states at each depth, or None where one of them has histories at two
+        depths (then best responses go level by level)."""
+        depth = np.repeat(np.arange(len(self.depth_starts) - 1), np.diff(self.depth_starts))
+        out = []
+        for seat in (0, 1):
+            mine = np.flatnonzero(self.player == seat)
+            pairs = np.unique(np.stack([self.row[mine], depth[mine]]), axis=1)
+            if len(np.unique(pairs[0])) < pairs.shape[1]:
+                out.append(None)
+                continue
+            out.append([pairs[0][pairs[1] == d] for d in range(len(self.depth_starts) - 1)])
         return tuple(out)
 
     def own_reach(self, probs: np.ndarray) -> np.ndarray:
