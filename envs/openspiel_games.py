@@ -49,8 +49,9 @@ def load_game(name: str) -> pyspiel.Game:
                               "self-play and league results assume one seat's gain is the other's loss: pick a "
                               "two-player zero-sum game (kuhn_poker, leduc_poker, connect_four, ...)")
     if kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-        raise UnsupportedGame(f"{name} is not sequential (turn-based); simultaneous-move games are not supported: "
-                              "pick a turn-based game, or its turn-based form if OpenSpiel has one")
+        inner = name if "(" in name else f"{name}()"
+        raise UnsupportedGame(f"{name} is not sequential (turn-based); simultaneous-move games are played in "
+                              f"OpenSpiel's turn-based form: turn_based_simultaneous_game(game={inner})")
     if not (kind.provides_information_state_tensor or kind.provides_observation_tensor):
         raise UnsupportedGame(f"{name} provides neither an information-state tensor (what the worker shows for "
                               "imperfect-information games) nor an observation tensor, so the OpenSpiel worker has "

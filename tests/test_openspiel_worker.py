@@ -203,3 +203,14 @@ def test_a_game_parameter_written_without_parentheses_gets_the_fix_in_the_error(
     with pytest.raises(UnsupportedGame, match=r"takes parentheses.*turn_based_simultaneous_game\(game=blotto\(\)\)"):
         load_game("turn_based_simultaneous_game(game=blotto)")
     assert load_game("turn_based_simultaneous_game(game=blotto())").num_players() == 2
+
+
+@pytest.mark.parametrize("game", ["matrix_rps", "goofspiel(num_cards=3)"])
+def test_a_simultaneous_game_is_refused_with_the_turn_based_name_that_loads(game):
+    from envs.openspiel_games import UnsupportedGame, load_game
+
+    with pytest.raises(UnsupportedGame, match="not sequential") as refused:
+        load_game(game)
+    suggestion = str(refused.value).rsplit(": ", 1)[1]
+    assert suggestion.startswith("turn_based_simultaneous_game(game=")
+    assert load_game(suggestion).num_players() == 2
