@@ -144,6 +144,8 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
         (dict(loss="mmd"), "loss 'mmd' needs kl_cost > 0"),
         (dict(loss="ppo", kl_cost=0.1), "kl_cost applies to loss 'mmd' only"),
         (dict(epochs=0), "epochs must be >= 1"),
+        (dict(reward_scale=0.0), "reward_scale must be a finite number > 0"),
+        (dict(reward_scale=float("inf")), "reward_scale must be a finite number > 0"),
         (dict(minibatches=0), "minibatches must be >= 1"),
         (dict(loss="ppo", fixed_targets=True, value_clip_epsilon=-0.1), "value_clip_epsilon must be >= 0"),
         (dict(loss="ppo", value_clip_epsilon=0.2), "set --learner.fixed-targets true as well"),
@@ -506,3 +508,24 @@ def test_minibatch_steps_of_a_convolutional_network_are_unrolled_on_cpu(torso, l
     assert any(loop.primitive.name == "scan" and loop.params["length"] == 4 for loop in loops_left) is loops
     body = lambda loop: loop.params["jaxpr" if loop.primitive.name == "scan" else "body_jaxpr"].jaxpr
     assert not any(_has_convolution(body(loop)) for loop in loops_left)
+
+
+@pytest.mark.parametrize("loss", ["vtrace", "mmd"])
+def test_reward_scale_is_the_update_on_rewards_multiplied_by_it(loss):
+    """reward_scale c on a batch is exactly the update with its rewards multiplied by c (values and returns
+    are then learnt in the scaled units): the same metrics and the same params."""
+    network = NETWORKS[0]
+    batch = _synthetic_batch(network)
+    scaled_batch = batch._replace(reward=batch.reward * np.float32(0.001))
+    kl = dict(kl_cost=0.1, epochs=2) if loss == "mmd" else {}
+    plain, scaled = LearnerConfig(loss=loss, **kl), LearnerConfig(loss=loss, reward_scale=0.001, **kl)
+    def state():  # a fresh one per update: the update donates its state
+        return init_train_state(plain, network, jax.random.key(0))
+
+    by_batch, by_batch_metrics = make_update(plain, network)(state(), scaled_batch)
+    by_config, by_config_metrics = make_update(scaled, network)(state(), batch)
+    for name, value in by_batch_metrics.items():
+        np.testing.assert_allclose(by_config_metrics[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), by_config.params, by_batch.params)
+    unscaled_metrics = make_update(plain, network)(state(), batch)[1]
+    assert float(unscaled_metrics["value_loss"]) > 10 * float(by_config_metrics["value_loss"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -188,6 +189,7 @@ class LearnerConfig:
     kl_cost: float = 0.0
     fixed_targets: bool = False
     value_clip_epsilon: float = 0.0
+    reward_scale: float = 1.0
 
     @property
     def replaces_magnet_by_average(self) -> bool:
@@ -232,6 +234,9 @@ class LearnerConfig:
         for name in ("learning_rate", "adam_eps", "clip_rho_threshold", "clip_pg_rho_threshold", "ppo_clip_epsilon"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            problems.append(f"reward_scale must be a finite number > 0 (1: rewards as the env gives them), "
+                            f"got {self.reward_scale}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             problems.append(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
         for name in ("discount", "lambda_"):
@@ -364,11 +369,14 @@ def _averaged(config: LearnerConfig, average: Any, step: jax.Array, progress: ja
 
 
 def _loss_inputs(network: Network | StructuredNetwork, outputs: Any, values: jax.Array,
-                 batch: Unroll | StructuredUnroll, discount: float) -> losses.LossInputs:
-    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `StructuredUnroll`."""
+                 batch: Unroll | StructuredUnroll, config: LearnerConfig) -> losses.LossInputs:
+    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `StructuredUnroll`. Rewards
+    are multiplied by `config.reward_scale` first, so values and returns are learnt in its units."""
+    if config.reward_scale != 1.0:
+        batch = batch._replace(reward=batch.reward * config.reward_scale)
     if isinstance(batch, StructuredUnroll):
-        return structured_losses.structured_loss_inputs(network.heads, outputs, values, batch, discount)
-    return losses.loss_inputs(outputs, values, batch, discount)
+        return structured_losses.structured_loss_inputs(network.heads, outputs, values, batch, config.discount)
+    return losses.loss_inputs(outputs, values, batch, config.discount)
 
 
 def _magnet_kl_rows(network: Network | StructuredNetwork, outputs: Any, magnet_outputs: Any,
@@ -417,7 +425,7 @@ def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, 
     if not config.fixed_targets:
         return None
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
-    inputs = _loss_inputs(network, logits, values, batch, config.discount)
+    inputs = _loss_inputs(network, logits, values, batch, config)
     if config.magnet_in_returns:
         inputs, _ = _magnet_terms(config, network, logits, magnet, batch, inputs, anneal)
     return losses.ppo_targets(inputs, lambda_=config.lambda_, clip_rho_threshold=config.clip_rho_threshold,
@@ -429,7 +437,7 @@ def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: A
           anneal: Anneal, magnet: Any, targets: Optional[losses.PPOTargets] = None):
     """Scalar loss and its metrics for one batch under `params`, at `anneal`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
-    inputs = _loss_inputs(network, logits, values, batch, config.discount)
+    inputs = _loss_inputs(network, logits, values, batch, config)
     if config.magnet_cost > 0:
         inputs, magnet_kl = _magnet_terms(config, network, logits, magnet, batch, inputs, anneal)
     common = dict(
