@@ -183,6 +183,12 @@ GAME_RECIPE = LearnerConfig(
 # lower temperature's QRE, which is nearer Nash (benchmarks/README.md, "A lower final temperature under the
 # mixture output"). The single networks get worse, so this holds only where the mixture is the output.
 MIXTURE_RECIPE = dataclasses.replace(GAME_RECIPE, entropy_cost_final=0.02)
+# Values and returns are learnt in the game's own payoff units while its payoffs stay within what the recipe is
+# measured on (Leduc's largest is 13); a game with larger payoffs learns them scaled into [-1, 1]
+# (`payoff_scale`). universal_poker's chips (up to 1,200) put the value loss at about 170,000, the gradient clip
+# was set by the value head alone, and the output stayed at 200.9 exploitability; at 1/1,000 it fell to 132 in
+# the same 600 s (benchmarks/README.md, "Payoffs in chips").
+PAYOFF_RANGE = 16.0
 ANNEALED_SHARE = 0.9  # the anneal ends at this share of the time budget; the rest trains at the final settings
 _DEFAULT_GAME_SECONDS = 600.0
 
@@ -215,13 +221,31 @@ def mixes_networks(env_name: str) -> bool:
         return False  # the worker refuses the game by name, before anything is trained
 
 
+def payoff_scale(env_name: str) -> float:
+    """The learner's reward_scale for a run on `env_name`: 1 unless it is an OpenSpiel game whose largest payoff
+    (in absolute value) exceeds PAYOFF_RANGE, then one over that payoff. Other envs declare no bound: 1."""
+    from envs.openspiel_games import UnsupportedGame, load_game
+    from seedleague.eval.cli import openspiel_game_name
+
+    name = openspiel_game_name(env_name)
+    if name is None:
+        return 1.0
+    try:
+        game = load_game(name)
+    except UnsupportedGame:
+        return 1.0  # the worker refuses the game by name, before anything is trained
+    largest = max(abs(game.max_utility()), abs(game.min_utility()))
+    return 1.0 if largest <= PAYOFF_RANGE else 1.0 / largest
+
+
 def _openspiel(game: str) -> Preset:
-    return _game(board=_shows_a_board(game), mixture=mixes_networks(f"openspiel:{game}"))
+    name = f"openspiel:{game}"
+    return _game(board=_shows_a_board(game), mixture=mixes_networks(name), reward_scale=payoff_scale(name))
 
 
-def _game(board: bool, mixture: bool = False) -> Preset:
+def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Preset:
     """Two-player zero-sum games: GAME_RECIPE in self-play, MIXTURE_RECIPE where the output mixes the networks by
-    exact exploitability; the board torso for [C, H, W] planes."""
+    exact exploitability; the board torso for [C, H, W] planes; rewards times `reward_scale` (`payoff_scale`)."""
     return Preset(
         host=HostConfig(
             unroll_length=8,
@@ -229,7 +253,7 @@ def _game(board: bool, mixture: bool = False) -> Preset:
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
             network=_BOARD_NETWORK if board else _FLAT_NETWORK,
-            learner=MIXTURE_RECIPE if mixture else GAME_RECIPE,
+            learner=dataclasses.replace(MIXTURE_RECIPE if mixture else GAME_RECIPE, reward_scale=reward_scale),
         ),
         workers=1,
         envs_per_worker=128,
@@ -245,9 +269,11 @@ def _game(board: bool, mixture: bool = False) -> Preset:
 def for_output(preset: Preset, source: str | None) -> Preset:
     """`preset` for a run whose output is `source` (--output; None: the preset's own). The recipe's lower final
     temperature serves only the mixture output: any other output is one network, and gets GAME_RECIPE."""
-    if source in (None, preset.output) or preset.host.learner != MIXTURE_RECIPE:
+    learner = preset.host.learner
+    if source in (None, preset.output) or dataclasses.replace(learner, reward_scale=1.0) != MIXTURE_RECIPE:
         return preset
-    return dataclasses.replace(preset, output=source, host=dataclasses.replace(preset.host, learner=GAME_RECIPE))
+    single = dataclasses.replace(GAME_RECIPE, reward_scale=learner.reward_scale)
+    return dataclasses.replace(preset, output=source, host=dataclasses.replace(preset.host, learner=single))
 
 
 def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerConfig:
@@ -349,7 +375,8 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     if spec.num_seats >= 2:
         if _shows_pixels(spec):
             return _pettingzoo()
-        return _game(board=len(spec.observation_shape) == 3, mixture=mixes_networks(spec.env_name))
+        return _game(board=len(spec.observation_shape) == 3, mixture=mixes_networks(spec.env_name),
+                     reward_scale=payoff_scale(spec.env_name))
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()
 
 

@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 
 import numpy as np
+import pytest
 
 from envs.openspiel_games import load_game, observation_shape
 from seedleague import cli, presets
@@ -103,3 +104,15 @@ def test_single_agent_envs_keep_their_presets_and_do_not_anneal_over_the_budget(
     assert cartpole.replay.sampler == "fifo" and cartpole.replay.samples_per_insert == 1.0
     assert _run_config("CartPole-v1").host.learner.anneal_seconds == 0.0
 
+
+
+def test_a_game_with_payoffs_beyond_the_recipes_range_learns_them_scaled_into_unit_range():
+    # universal_poker's default pays up to 1,200 chips; every game the recipe is measured on pays at most 13.
+    assert presets.payoff_scale("openspiel:universal_poker") == pytest.approx(1 / 1200)
+    for game in ("kuhn_poker", "leduc_poker", "connect_four", "no_such_game"):
+        assert presets.payoff_scale(f"openspiel:{game}") == 1.0, game
+    assert presets.payoff_scale("CartPole-v1") == 1.0  # declares no bound
+    poker = preset_for("openspiel:universal_poker")  # 1.22M histories: measurable, so the mixture recipe
+    assert poker.host.learner == dataclasses.replace(presets.MIXTURE_RECIPE, reward_scale=1 / 1200)
+    single = presets.for_output(poker, "param_average").host.learner  # one network's recipe keeps the scale
+    assert single == dataclasses.replace(presets.GAME_RECIPE, reward_scale=1 / 1200)
