@@ -127,9 +127,7 @@ class GameTree:
                                      minlength=len(deciding) * actions).reshape(len(deciding), actions)
                 choice[deciding] = np.argmax(np.where(self.masks[deciding], values, -np.inf), axis=1)
             counts = ~by_responder | (moves == choice[np.where(by_responder, rows, 0)])
-            previous = self.depth_starts[depth - 1]
-            cv[previous:start] += np.bincount(above[counts] - previous, weights=child_cv[counts],
-                                              minlength=start - previous)
+            self._add_to_parents(cv, depth, counts)
         return float(cv[0]), choice
 
     def _best_response_by_level(self, leaf: np.ndarray, responder: int) -> tuple[float, np.ndarray]:
@@ -147,9 +145,7 @@ class GameTree:
                 by_responder = self.player[above] == responder
                 fixed = by_responder & (level[above] > deciding)
                 counts = ~by_responder | (fixed & (moves == choice[np.where(fixed, rows, 0)]))
-                previous = self.depth_starts[depth - 1]
-                cv[previous:start] += np.bincount(above[counts] - previous, weights=child_cv[counts],
-                                                  minlength=start - previous)
+                self._add_to_parents(cv, depth, counts)
                 now = by_responder & (level[above] == deciding)
                 values += np.bincount(rows[now] * actions + moves[now], weights=child_cv[now],
                                       minlength=states * actions)
@@ -158,6 +154,12 @@ class GameTree:
                 values = values.reshape(states, actions)[states_now]
                 choice[states_now] = np.argmax(np.where(self.masks[states_now], values, -np.inf), axis=1)
         return float(cv[0]), choice
+
+    def _add_to_parents(self, cv: np.ndarray, depth: int, counts: np.ndarray) -> None:
+        """Adds cv of each history at `depth` where `counts` (one flag per such history) holds to its parent's."""
+        start, stop, previous = self.depth_starts[depth], self.depth_starts[depth + 1], self.depth_starts[depth - 1]
+        above = self.parent[start:stop][counts]
+        cv[previous:start] += np.bincount(above - previous, weights=cv[start:stop][counts], minlength=start - previous)
 
     def _node_reach(self, probs: np.ndarray, seat: int) -> np.ndarray:
         """[N]: `seat`'s own reach of every history under `probs` [S, A]."""
