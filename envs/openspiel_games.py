@@ -60,6 +60,12 @@ def load_game(name: str) -> pyspiel.Game:
     return game
 
 
+def payoff_bound(game: pyspiel.Game) -> float:
+    """The largest absolute payoff one player can get, from the game's declared utility bounds (a spec's
+    return_bound: 1 for a game won or lost, a poker game's stack)."""
+    return float(max(abs(game.max_utility()), abs(game.min_utility())))
+
+
 def shows_the_clock(game: pyspiel.Game) -> bool:
     """Whether a seat's observation carries the move number: an imperfect-information game without an
     information-state tensor, whose observation tensor alone forgets the history (in the turn-based

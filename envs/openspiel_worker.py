@@ -34,7 +34,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pyspiel
 
-from envs.openspiel_games import Encoder, UnsupportedGame, load_game
+from envs.openspiel_games import Encoder, UnsupportedGame, load_game, payoff_bound
 from envs.worker_loop import (CountsIllegalActions, GameStep, IllegalActions, add_game_worker_arguments,
                                game_worker_main, positive_int, seat_actions, turn_based_spec)
 
@@ -60,7 +60,8 @@ class OpenSpielVectorGame(CountsIllegalActions):
         self.game = load_game(game_name)
         self._encoder = Encoder(self.game)
         self.num_actions, shape = self._encoder.num_actions, self._encoder.shape
-        self.spec = turn_based_spec(f"openspiel:{game_name}", shape, self.num_actions, num_envs, NUM_SEATS)
+        self.spec = turn_based_spec(f"openspiel:{game_name}", shape, self.num_actions, num_envs, NUM_SEATS,
+                                    return_bound=payoff_bound(self.game))
         self._out = GameStep.zeros(self.spec)
         self._rng = np.random.default_rng(seed)
         self._states: list[pyspiel.State] = []

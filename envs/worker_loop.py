@@ -481,11 +481,13 @@ def game_worker_main(
 
 
 def turn_based_spec(env_name: str, observation_shape: Sequence[int], num_actions: int, num_envs: int,
-                    num_seats: int = 2) -> EnvSpec:
+                    num_seats: int = 2, return_bound: float = 0.0) -> EnvSpec:
     """The v1 spec of a turn-based board or card game: float32 observations for every seat, and a legal mask
-    (all False for the seats not to move), as the OpenSpiel and PettingZoo classic workers send."""
+    (all False for the seats not to move), as the OpenSpiel and PettingZoo classic workers send; `return_bound`
+    is the game's largest absolute payoff where it declares one (0: not declared)."""
     return EnvSpec(env_name=env_name, observation_shape=tuple(observation_shape), observation_dtype=np.float32,
-                   num_actions=num_actions, num_envs=num_envs, num_seats=num_seats, has_legal_mask=True)
+                   num_actions=num_actions, num_envs=num_envs, num_seats=num_seats, has_legal_mask=True,
+                   return_bound=return_bound)
 
 
 def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]],

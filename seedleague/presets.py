@@ -185,9 +185,9 @@ GAME_RECIPE = LearnerConfig(
 MIXTURE_RECIPE = dataclasses.replace(GAME_RECIPE, entropy_cost_final=0.02)
 # Values and returns are learnt in the game's own payoff units while its payoffs stay within what the recipe is
 # measured on (Leduc's largest is 13); a game with larger payoffs learns them scaled into [-1, 1]
-# (`payoff_scale`). universal_poker's chips (up to 1,200) put the value loss at about 170,000, the gradient clip
-# was set by the value head alone, and the output stayed at 200.9 exploitability; at 1/1,000 it fell to 132 in
-# the same 600 s (benchmarks/README.md, "Payoffs in chips").
+# (`scale_for_bound` of the return bound the worker's spec declares). universal_poker's chips (up to 1,200) put
+# the value loss at about 170,000, the gradient clip was set by the value head alone, and the output stayed at
+# 200.9 exploitability; at 1/1,000 it fell to 132 in the same 600 s (benchmarks/README.md, "Payoffs in chips").
 PAYOFF_RANGE = 16.0
 ANNEALED_SHARE = 0.9  # the anneal ends at this share of the time budget; the rest trains at the final settings
 _DEFAULT_GAME_SECONDS = 600.0
@@ -221,21 +221,26 @@ def mixes_networks(env_name: str) -> bool:
         return False  # the worker refuses the game by name, before anything is trained
 
 
+def scale_for_bound(return_bound: float) -> float:
+    """The learner's reward_scale for a game whose largest absolute return is `return_bound` (a spec's field;
+    0: not declared): 1 up to PAYOFF_RANGE or when not declared, else one over the bound, so returns lie in
+    [-1, 1]."""
+    return 1.0 if return_bound <= PAYOFF_RANGE else 1.0 / return_bound
+
+
 def payoff_scale(env_name: str) -> float:
-    """The learner's reward_scale for a run on `env_name`: 1 unless it is an OpenSpiel game whose largest payoff
-    (in absolute value) exceeds PAYOFF_RANGE, then one over that payoff. Other envs declare no bound: 1."""
-    from envs.openspiel_games import UnsupportedGame, load_game
+    """`scale_for_bound` of the return bound the worker for `env_name` will declare: an OpenSpiel game's largest
+    payoff (`envs.openspiel_games.payoff_bound`); other env ids declare none here: 1."""
+    from envs.openspiel_games import UnsupportedGame, load_game, payoff_bound
     from seedleague.eval.cli import openspiel_game_name
 
     name = openspiel_game_name(env_name)
     if name is None:
         return 1.0
     try:
-        game = load_game(name)
+        return scale_for_bound(payoff_bound(load_game(name)))
     except UnsupportedGame:
         return 1.0  # the worker refuses the game by name, before anything is trained
-    largest = max(abs(game.max_utility()), abs(game.min_utility()))
-    return 1.0 if largest <= PAYOFF_RANGE else 1.0 / largest
 
 
 def _openspiel(game: str) -> Preset:
@@ -361,13 +366,14 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     settings; a protocol v2 spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
     (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
-    cooperative game): `shared_seats`, no league."""
+    cooperative game): `shared_seats`, no league. A league game's rewards are learnt times
+    `scale_for_bound(spec.return_bound)`: scaled into [-1, 1] where the worker declares a bound above PAYOFF_RANGE."""
     if isinstance(spec, StructuredEnvSpec) and spec.num_seats >= 2 and not plays_in_league(spec):
         return shared_seats(spec)
     if isinstance(spec, StructuredEnvSpec):
         if v1_model_of(spec) is None:
             if spec.num_seats >= 2:
-                game = _game(board=False)
+                game = _game(board=False, reward_scale=scale_for_bound(spec.return_bound))
                 network = dataclasses.replace(game.host.network, torso="auto")  # each tensor's encoder from its spec
                 return dataclasses.replace(game, host=dataclasses.replace(game.host, network=network))
             return _continuous_control() if has_continuous_actions(spec) else _classic_control()
@@ -376,7 +382,7 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
         if _shows_pixels(spec):
             return _pettingzoo()
         return _game(board=len(spec.observation_shape) == 3, mixture=mixes_networks(spec.env_name),
-                     reward_scale=payoff_scale(spec.env_name))
+                     reward_scale=scale_for_bound(spec.return_bound))
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()
 
 

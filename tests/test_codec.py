@@ -77,10 +77,20 @@ def test_big_endian_input_is_sent_little_endian():
 
 def test_spec_round_trip():
     spec = _spec(
-        observation_shape=(84, 84, 4), observation_dtype=np.uint8, num_envs=8, num_seats=2, has_legal_mask=True
+        observation_shape=(84, 84, 4), observation_dtype=np.uint8, num_envs=8, num_seats=2, has_legal_mask=True,
+        return_bound=1200.0,
     )
     wire = pb.EnvSpec.FromString(codec.encode_spec(spec).SerializeToString())
     assert codec.decode_spec(wire) == spec
+    assert codec.decode_spec(codec.encode_spec(_spec())).return_bound == 0.0  # not declared
+
+
+@pytest.mark.parametrize("bound", [-1.0, float("nan"), float("inf")])
+def test_a_return_bound_that_is_no_finite_non_negative_number_is_refused(bound):
+    message = codec.encode_spec(_spec())
+    message.return_bound = bound
+    with _refused(INVALID_ARGUMENT, "return_bound", "finite number >= 0"):
+        codec.decode_spec(message)
 
 
 def test_step_round_trip_with_optional_tensors():

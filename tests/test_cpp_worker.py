@@ -64,7 +64,7 @@ def worker_binary():
 SPEC_V2 = StructuredEnvSpec(
     "ConnectFour-cpp", ObservationSpec((TensorSpec("board", (2, 6, 7), np.float32),)),
     ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),)), num_envs=8, num_seats=2,
-    episode_stats=("win", "moves"), seat_team=(0, 1))
+    episode_stats=("win", "moves"), seat_team=(0, 1), return_bound=1.0)
 
 
 @pytest.mark.parametrize("protocol", [[], ["--protocol", "1"]], ids=["v2", "v1"])
@@ -154,7 +154,7 @@ def test_a_host_without_v2_gets_protocol_1(worker_binary):
         result = run_worker(server.address, "--max-steps", "80")
     assert result.returncode == 0 and "80 env steps" in result.stderr, result.stderr
     assert "no protocol 2 service (UNIMPLEMENTED); speaking protocol 1" in result.stderr, result.stderr
-    assert [s.spec for s in backend.sessions] == [EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True)]
+    assert [s.spec for s in backend.sessions] == [EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True, 1.0)]
     assert "0 reconnects" in result.stderr and not backend.violations
 
 

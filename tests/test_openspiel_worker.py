@@ -36,6 +36,8 @@ def test_spec_of_kuhn_poker():
     spec = OpenSpielVectorGame("kuhn_poker", num_envs=3).spec
     assert (spec.env_name, spec.observation_shape, spec.observation_dtype) == ("openspiel:kuhn_poker", (11,), np.float32)
     assert (spec.num_actions, spec.num_envs, spec.num_seats, spec.has_legal_mask) == (2, 3, 2, True)
+    assert spec.return_bound == 2.0  # bet and call: one chip ante, one bet
+    assert OpenSpielVectorGame("leduc_poker", num_envs=1).spec.return_bound == 13.0
 
 
 @pytest.mark.parametrize("name, steps", [("kuhn_poker", 100), ("leduc_poker", 100), ("connect_four", 150)])

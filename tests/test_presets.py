@@ -112,7 +112,17 @@ def test_a_game_with_payoffs_beyond_the_recipes_range_learns_them_scaled_into_un
     for game in ("kuhn_poker", "leduc_poker", "connect_four", "no_such_game"):
         assert presets.payoff_scale(f"openspiel:{game}") == 1.0, game
     assert presets.payoff_scale("CartPole-v1") == 1.0  # declares no bound
+    assert [presets.scale_for_bound(b) for b in (0.0, 1.0, 16.0, 32.0, 1200.0)] == [1.0, 1.0, 1.0, 1 / 32, 1 / 1200]
     poker = preset_for("openspiel:universal_poker")  # 1.22M histories: measurable, so the mixture recipe
     assert poker.host.learner == dataclasses.replace(presets.MIXTURE_RECIPE, reward_scale=1 / 1200)
     single = presets.for_output(poker, "param_average").host.learner  # one network's recipe keeps the scale
     assert single == dataclasses.replace(presets.GAME_RECIPE, reward_scale=1 / 1200)
+
+
+def test_a_worker_binary_that_declares_a_return_bound_gets_its_rewards_scaled_whatever_its_name():
+    chips = EnvSpec("my poker", (20,), np.float32, 4, 16, num_seats=2, has_legal_mask=True, return_bound=500.0)
+    assert presets.preset_for_spec(chips).host.learner.reward_scale == pytest.approx(1 / 500)
+    for bound in (0.0, 13.0):  # not declared, or within the recipe's range: learnt as sent
+        assert presets.preset_for_spec(dataclasses.replace(chips, return_bound=bound)).host.learner.reward_scale == 1.0
+    solo = EnvSpec("my sim", (20,), np.float32, 4, 16, return_bound=500.0)  # one seat: not a league game
+    assert presets.preset_for_spec(solo).host.learner.reward_scale == 1.0

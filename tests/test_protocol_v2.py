@@ -3,6 +3,7 @@ its tensor or head, version negotiation, and v1 workers unchanged beside v2 ones
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 
 import grpc
@@ -19,7 +20,8 @@ from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                           StructuredEnvSpec, TensorSpec, check_structured_actions,
-                                          check_structured_step, zero_structured_step)
+                                          check_structured_step, structured_of_v1, v1_model_of, v1_of_structured,
+                                          zero_structured_step)
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2 as pb
@@ -118,6 +120,19 @@ def test_bad_specs_are_refused_naming_the_problem():
     message.seat_team[:] = [0, 2]
     with pytest.raises(ProtocolError, match="seat_team"):
         codec_v2.decode_spec(message)
+    message = codec_v2.encode_spec(SPEC)
+    message.return_bound = -2.0
+    with pytest.raises(ProtocolError, match="return_bound must be a finite number >= 0"):
+        codec_v2.decode_spec(message)
+
+
+def test_the_return_bound_crosses_the_wire_and_both_spec_versions():
+    bounded = dataclasses.replace(SPEC, return_bound=1200.0)
+    assert codec_v2.decode_spec(pb.EnvSpec.FromString(codec_v2.encode_spec(bounded).SerializeToString())) == bounded
+    v1 = EnvSpec("poker", (7,), np.float32, 3, 4, num_seats=2, has_legal_mask=True, return_bound=1200.0)
+    assert structured_of_v1(v1).return_bound == 1200.0
+    assert v1_of_structured(structured_of_v1(v1)) == v1
+    assert v1_model_of(structured_of_v1(v1)) == v1
 
 
 @pytest.fixture

@@ -411,6 +411,7 @@ class V1Messages {
     spec->set_num_envs(num_envs);
     spec->set_num_seats(kSeats);
     spec->set_has_legal_mask(true);
+    spec->set_return_bound(1.0f);  // a game won or lost
 
     const int64_t e = num_envs;
     SetShape(batch_.mutable_observation(), pb1::FLOAT32, {e, kSeats, c4::kPlanes, c4::kRows, c4::kCols});
@@ -467,6 +468,7 @@ class V2Messages {
     spec->set_num_seats(kSeats);
     for (const char* stat : {"win", "moves"}) spec->add_episode_stats(stat);
     for (int seat = 0; seat < kSeats; ++seat) spec->add_seat_team(seat);  // two teams of one seat
+    spec->set_return_bound(1.0f);  // a game won or lost
 
     const int64_t e = num_envs;
     obs_ = Named(batch_.add_observation(), kBoard);

@@ -232,7 +232,8 @@ class Worker
       env_name: 'ruby-tic-tac-toe',
       observation: Seedleague::V1::TensorSpec.new(dtype: :FLOAT32, shape: [TicTacToe::OBSERVATION_SIZE]),
       action: Seedleague::V1::ActionSpec.new(num_actions: TicTacToe::NUM_ACTIONS),
-      num_envs: @game.num_envs, num_seats: VectorGame::SEATS, has_legal_mask: true
+      num_envs: @game.num_envs, num_seats: VectorGame::SEATS, has_legal_mask: true,
+      return_bound: 1.0 # a game won, lost or drawn
     )
   end
 

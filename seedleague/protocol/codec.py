@@ -119,6 +119,7 @@ def encode_spec(spec: EnvSpec) -> pb.EnvSpec:
         num_envs=spec.num_envs,
         num_seats=spec.num_seats,
         has_legal_mask=spec.has_legal_mask,
+        return_bound=spec.return_bound,
     )
 
 
@@ -146,6 +147,7 @@ def decode_spec(message: pb.EnvSpec) -> EnvSpec:
         num_envs=message.num_envs,
         num_seats=message.num_seats,
         has_legal_mask=message.has_legal_mask,
+        return_bound=message.return_bound,
     )
 
 

@@ -28,7 +28,8 @@ from seedleague.v2 import env_pb2 as pb
 
 def encode_spec(spec: StructuredEnvSpec) -> pb.EnvSpec:
     message = pb.EnvSpec(env_name=spec.env_name, num_envs=spec.num_envs, num_seats=spec.num_seats,
-                         episode_stats=list(spec.episode_stats), seat_team=list(spec.seat_team))
+                         episode_stats=list(spec.episode_stats), seat_team=list(spec.seat_team),
+                         return_bound=spec.return_bound)
     for tensor in spec.observation.tensors:
         message.observation.add(name=tensor.name, dtype=dtype_to_enum(tensor.dtype), shape=tensor.shape,
                                 masked=tensor.masked)
@@ -88,7 +89,7 @@ def decode_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
     except ValueError as error:
         raise ProtocolError(INVALID_ARGUMENT, f"bad env spec: {error}") from None
     return StructuredEnvSpec(name, observation, action, message.num_envs, message.num_seats,
-                             tuple(message.episode_stats), tuple(message.seat_team))
+                             tuple(message.episode_stats), tuple(message.seat_team), message.return_bound)
 
 
 def encode_handshake(spec: StructuredEnvSpec, worker_name: str,

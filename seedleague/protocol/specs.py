@@ -32,6 +32,7 @@ class EnvSpec:
     num_envs: int
     num_seats: int = 1
     has_legal_mask: bool = False
+    return_bound: float = 0.0  # largest |return| of one seat in one episode; 0: not declared (see `return_bound_problem`)
 
     def __post_init__(self):
         object.__setattr__(self, "observation_shape", tuple(int(d) for d in self.observation_shape))
@@ -47,6 +48,7 @@ class EnvSpec:
             problems.append(f"num_envs must be >= 1, got {self.num_envs}")
         if self.num_seats < 1:
             problems.append(f"num_seats must be >= 1, got {self.num_seats}")
+        problems += return_bound_problem(self.return_bound)
         if problems:
             raise ProtocolError(INVALID_ARGUMENT, "bad env spec: " + "; ".join(problems))
 
@@ -54,6 +56,15 @@ class EnvSpec:
     def num_agents(self) -> int:
         """Agent slots this worker needs on the host: one per (env, seat)."""
         return self.num_envs * self.num_seats
+
+
+def return_bound_problem(bound: float) -> list[str]:
+    """What is wrong with a spec's return_bound (the largest absolute return one seat can get in one episode, 0
+    when the game does not declare it), as a list of at most one problem."""
+    if np.isfinite(bound) and bound >= 0:
+        return []
+    return [f"return_bound must be a finite number >= 0 (the largest absolute return of one seat in one episode; "
+            f"0 if the game does not know it), got {bound}"]
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ from typing import Optional, Union
 import numpy as np
 
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
-from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite
+from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite, return_bound_problem
 from seedleague.rl.structured_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
                                            V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
 
@@ -55,7 +55,7 @@ def _problems_of(spec: "StructuredEnvSpec") -> list[str]:
                             "(give one team per seat, or none)")
         elif sorted(set(spec.seat_team)) != list(range(len(set(spec.seat_team)))):
             problems.append(f"seat_team {list(spec.seat_team)} must number teams 0, 1, ..., T-1, each used")
-    return problems
+    return problems + return_bound_problem(spec.return_bound)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,7 @@ class StructuredEnvSpec:
     num_seats: int = 1
     episode_stats: tuple[str, ...] = ()
     seat_team: tuple[int, ...] = ()  # team of each seat; () = every seat its own team
+    return_bound: float = 0.0  # largest |return| of one seat in one episode; 0: not declared (as v1's)
 
     def __post_init__(self):
         object.__setattr__(self, "episode_stats", tuple(self.episode_stats))
@@ -104,7 +105,8 @@ def structured_of_v1(spec: EnvSpec) -> StructuredEnvSpec:
     """A v1 spec as a v2 one: one tensor "observation", one discrete head "action"."""
     observation, action = v1_specs(spec.observation_shape, spec.observation_dtype, spec.num_actions,
                                    spec.has_legal_mask)
-    return StructuredEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats)
+    return StructuredEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats,
+                             return_bound=spec.return_bound)
 
 
 def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
@@ -115,7 +117,7 @@ def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
-                   head.has_legal_mask)
+                   head.has_legal_mask, spec.return_bound)
 
 
 def v1_model_of(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
@@ -126,7 +128,7 @@ def v1_model_of(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
-                   head.has_legal_mask)
+                   head.has_legal_mask, spec.return_bound)
 
 
 @dataclasses.dataclass

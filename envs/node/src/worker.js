@@ -35,6 +35,7 @@ function envSpec(envs, heaps) {
     num_envs: envs.numEnvs,
     num_seats: SEATS,
     has_legal_mask: true,
+    return_bound: 1, // a game won or lost
   };
 }
 
