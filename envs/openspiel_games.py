@@ -15,6 +15,9 @@ action ids; the legal mask of a seat that is not to move is all False.
 
 from __future__ import annotations
 
+import difflib
+import re
+
 import numpy as np
 import pyspiel
 
@@ -31,6 +34,7 @@ def load_game(name: str) -> pyspiel.Game:
     are refused too: league results and returns are read as zero-sum, a win being a positive
     return), simultaneous moves, or neither an information-state nor an observation tensor.
     """
+    _check_game_names(name)
     try:
         game = pyspiel.load_game(name)
     except pyspiel.SpielError as error:
@@ -58,6 +62,19 @@ def load_game(name: str) -> pyspiel.Game:
                               "nothing to observe: pick a variant that provides one (e.g. phantom_ttt rather than "
                               "phantom_ttt_ir)")
     return game
+
+
+def _check_game_names(name: str) -> None:
+    """Refuse a name whose game (or a game it takes as a parameter, `game=...`) OpenSpiel does not know, naming the
+    nearest known ones, before OpenSpiel itself prints its whole list of games to stderr."""
+    known = pyspiel.registered_names()
+    for short in re.findall(r"(?:^|game=)\s*([^(),=\s]+)", name.strip()):
+        if short not in known:
+            close = difflib.get_close_matches(short, known, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UnsupportedGame(f"OpenSpiel has no game {name!r} ({short!r} is not one of its {len(known)} games"
+                                  f"{hint}): check the name and its parameters, e.g. kuhn_poker, "
+                                  "leduc_poker(players=2), connect_four")
 
 
 def payoff_bound(game: pyspiel.Game) -> float:

@@ -199,6 +199,17 @@ def test_an_unusable_game_exits_2_naming_it_before_connecting(game, message):
     assert "connected" not in done.stderr and "reconnecting" not in done.stderr
 
 
+@pytest.mark.parametrize("name, unknown, nearest", [("kuhn_pokr", "kuhn_pokr", "kuhn_poker"),
+                                                     ("turn_based_simultaneous_game(game=blottto())", "blottto", "blotto")])
+def test_an_unknown_game_is_refused_with_the_nearest_names_and_without_openspiels_list(capfd, name, unknown, nearest):
+    from envs.openspiel_games import UnsupportedGame, load_game
+
+    with pytest.raises(UnsupportedGame, match=f"OpenSpiel has no game.*'{unknown}' is not one of.*did you mean "
+                                              f"{nearest}"):
+        load_game(name)
+    assert "Available games" not in capfd.readouterr().err
+
+
 def test_a_game_parameter_written_without_parentheses_gets_the_fix_in_the_error():
     from envs.openspiel_games import UnsupportedGame, load_game
 
