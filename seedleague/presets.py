@@ -39,6 +39,8 @@ class Preset:
     league: LeagueConfig = LeagueConfig()
     output: str = "final"  # what the run's output is (seedleague.output.SOURCES): --output
     anneal_over_budget: bool = False  # the learner's anneal follows the run's time budget (see anneal_over_budget)
+    # where --output names a single network rather than the preset's mixture output, its learner (see for_output)
+    single_network_learner: LearnerConfig | None = None
 
 
 def is_multiplayer(env_id: str) -> bool:
@@ -251,6 +253,7 @@ def _openspiel(game: str) -> Preset:
 def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Preset:
     """Two-player zero-sum games: GAME_RECIPE in self-play, MIXTURE_RECIPE where the output mixes the networks by
     exact exploitability; the board torso for [C, H, W] planes; rewards times `reward_scale` (`payoff_scale`)."""
+    single = dataclasses.replace(GAME_RECIPE, reward_scale=reward_scale)
     return Preset(
         host=HostConfig(
             unroll_length=8,
@@ -258,7 +261,7 @@ def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Pres
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
             network=_BOARD_NETWORK if board else _FLAT_NETWORK,
-            learner=dataclasses.replace(MIXTURE_RECIPE if mixture else GAME_RECIPE, reward_scale=reward_scale),
+            learner=dataclasses.replace(MIXTURE_RECIPE, reward_scale=reward_scale) if mixture else single,
         ),
         workers=1,
         envs_per_worker=128,
@@ -268,17 +271,18 @@ def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Pres
         league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100),
         output="selected",  # the least exploitable of final, param average, the snapshots' mixtures and all of them
         anneal_over_budget=True,
+        single_network_learner=single if mixture else None,
     )
 
 
 def for_output(preset: Preset, source: str | None) -> Preset:
-    """`preset` for a run whose output is `source` (--output; None: the preset's own). The recipe's lower final
-    temperature serves only the mixture output: any other output is one network, and gets GAME_RECIPE."""
-    learner = preset.host.learner
-    if source in (None, preset.output) or dataclasses.replace(learner, reward_scale=1.0) != MIXTURE_RECIPE:
+    """`preset` for a run whose output is `source` (--output; None: the preset's own). The mixture recipe's lower
+    final temperature serves only the mixture output: any other output is one network, and gets the preset's
+    `single_network_learner` (GAME_RECIPE at the same reward scale)."""
+    if source in (None, preset.output) or preset.single_network_learner is None:
         return preset
-    single = dataclasses.replace(GAME_RECIPE, reward_scale=learner.reward_scale)
-    return dataclasses.replace(preset, output=source, host=dataclasses.replace(preset.host, learner=single))
+    host = dataclasses.replace(preset.host, learner=preset.single_network_learner)
+    return dataclasses.replace(preset, output=source, host=host, single_network_learner=None)
 
 
 def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerConfig:

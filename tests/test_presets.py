@@ -37,6 +37,7 @@ def test_every_two_player_game_gets_the_same_recipe(monkeypatch):
     for game in mixed + single:
         preset = preset_for(f"openspiel:{game}")
         assert preset.host.learner == (presets.MIXTURE_RECIPE if game in mixed else presets.GAME_RECIPE), game
+        assert preset.single_network_learner == (presets.GAME_RECIPE if game in mixed else None), game
         assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"),
                                                                                   learner=preset.host.learner)
     # A tree too large to measure: one network is the output, so the single network's recipe.
@@ -79,7 +80,7 @@ def leduc_shape():
 def dataclasses_without_network(preset, learner=None):
     host = dataclasses.replace(preset.host, network=preset_for("CartPole-v1").host.network,
                                learner=learner or preset.host.learner)
-    return dataclasses.replace(preset, host=host)
+    return dataclasses.replace(preset, host=host, single_network_learner=None)
 
 
 def test_the_recipes_anneal_follows_the_time_budget():
