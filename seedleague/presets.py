@@ -195,9 +195,12 @@ ANNEALED_SHARE = 0.9  # the anneal ends at this share of the time budget; the re
 _DEFAULT_GAME_SECONDS = 600.0
 
 # Board observations ([C, H, W] planes) get the board torso: connect_four reached 98% against
-# uniform random after 10 minutes with it, 90-94% with MLPs even after 40 minutes.
-_BOARD_NETWORK = NetworkConfig(torso="board", hidden_sizes=(256,))
-_FLAT_NETWORK = NetworkConfig(torso="mlp", hidden_sizes=(128, 128))
+# uniform random after 10 minutes with it, 90-94% with MLPs even after 40 minutes. A game's
+# features may be raw counts (universal_poker's information state carries bets in chips, up to
+# 1,200): inputs beyond [-1, 1] enter log-squashed (NetworkConfig.squash_inputs); every game
+# measured before it shows features within [-1, 1] only, which it leaves exactly as they are.
+_BOARD_NETWORK = NetworkConfig(torso="board", hidden_sizes=(256,), squash_inputs=True)
+_FLAT_NETWORK = NetworkConfig(torso="mlp", hidden_sizes=(128, 128), squash_inputs=True)
 
 
 def _shows_a_board(game: str) -> bool:

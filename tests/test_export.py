@@ -185,3 +185,20 @@ def test_the_docs_python_example_runs(tmp_path, capsys, monkeypatch):
     np.testing.assert_allclose(namespace["probabilities"], policy.action_probabilities(namespace["observation"],
                                                                                        namespace["mask"]), atol=1e-5)
     assert "P(pass, bet) =" in capsys.readouterr().out
+
+
+def test_a_network_that_squashes_its_inputs_exports_the_squash_and_says_so(tmp_path):
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints", env=KUHN, step=2, network=dataclasses.replace(SMALL, squash_inputs=True),
+                    seed=5, dtype=np.float32)
+    assert export("--run-dir", run, "--format", "onnx", "--out", tmp_path / "policy.onnx") == 0
+    policy = load_trained(str(run))
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    obs = (rng.normal(size=(5, *policy.spec.observation_shape)) * 300.0).astype(np.float32)  # chip counts
+    mask = legal_masks(policy.spec, 5, rng)
+    logits, _, probs, value = session.run(None, {"observation": obs, "legal_mask": mask})
+    np.testing.assert_allclose(logits, policy.logits(obs), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(value, policy.value(obs), atol=1e-4, rtol=1e-5)
+    sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
+    assert "squashed to sign(x) (1 + ln|x|) inside the graph" in sidecar["observation"]["scaling"]

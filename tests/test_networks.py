@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from seedleague.rl.networks import NATURE_CNN, NetworkConfig, _BoardTorso, make_network
+from seedleague.rl.networks import NATURE_CNN, NetworkConfig, _BoardTorso, make_network, squash_beyond_unit
 
 
 def _first(batch, time, starts=()):
@@ -155,3 +155,27 @@ def test_apply_rejects_mismatched_inputs(mlp):
         network.apply(params, np.zeros((2, 3), np.float32), _first(2, 1), ())
     with pytest.raises(ValueError, match="first must be"):
         network.apply(params, np.zeros((2, 3, 3), np.float32), _first(2, 1), ())
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jitted"])
+def test_squash_beyond_unit_keeps_unit_range_inputs_and_logs_the_rest(jit):
+    squash = jax.jit(squash_beyond_unit) if jit else squash_beyond_unit
+    x = np.array([-1200.0, -np.e, -1.0, -0.5, 0.0, 0.25, 1.0, np.e ** 2, 1200.0], np.float32)
+    expected = [-(1 + np.log(1200.0)), -2.0, -1.0, -0.5, 0.0, 0.25, 1.0, 3.0, 1 + np.log(1200.0)]
+    np.testing.assert_allclose(np.asarray(squash(x)), expected, rtol=1e-6)
+    assert float(squash(np.float32(1200.0))) == pytest.approx(8.0901, abs=1e-4)  # a stack of 1,200 chips
+
+
+def test_a_squashing_network_sees_unit_range_inputs_as_they_are_and_large_ones_squashed():
+    plain = make_network(NetworkConfig(hidden_sizes=(8,)), (3,), np.float32, 2)
+    squashing = make_network(NetworkConfig(hidden_sizes=(8,), squash_inputs=True), (3,), np.float32, 2)
+    params = plain.init(jax.random.key(1))
+    assert jax.tree.structure(params) == jax.tree.structure(squashing.init(jax.random.key(1)))  # same params
+    first = _first(1, 2)
+    unit = np.array([[[1.0, -0.3, 0.0], [0.5, 0.5, -1.0]]], np.float32)
+    for a, b in zip(plain.apply(params, unit, first, ()), squashing.apply(params, unit, first, ())):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chips = np.array([[[300.0, 1.0, 0.0], [-1200.0, 0.5, 2.0]]], np.float32)
+    logged = np.array([[[1 + np.log(300.0), 1.0, 0.0], [-(1 + np.log(1200.0)), 0.5, 1 + np.log(2.0)]]], np.float32)
+    for a, b in zip(squashing.apply(params, chips, first, ()), plain.apply(params, logged, first, ())):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

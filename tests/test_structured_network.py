@@ -7,7 +7,7 @@ import pytest
 
 from seedleague.rl import losses
 from seedleague.rl.encoders import encoder_kind, image_layout
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import NetworkConfig, make_network, squash_beyond_unit
 from seedleague.rl.structured_losses import structured_loss_inputs
 from seedleague.rl.structured_network import (StructuredNetworkConfig, act, all_legal, check_observation,
                                               make_structured_network)
@@ -182,3 +182,20 @@ def test_act_samples_legal_actions_in_the_box_and_greedy_takes_the_modes(dict_ne
     greedy, _, _ = act(network, params, observation, np.ones(B, bool), (), legal, jax.random.key(0), greedy=True)
     for name, mode in network.heads.mode(behaviour, legal).items():
         np.testing.assert_array_equal(greedy[name], mode)
+
+
+def test_squash_inputs_logs_every_float_tensor_beyond_unit_range_and_leaves_frames_alone(dict_network):
+    network, params = dict_network
+    squashing = make_structured_network(StructuredNetworkConfig(NetworkConfig(hidden_sizes=(32,), squash_inputs=True),
+                                                                entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
+    large = _observation()
+    large["vector"] = large["vector"] * 500.0
+    large["entities"] = large["entities"] * 500.0
+    logged = dict(large, vector=np.asarray(squash_beyond_unit(large["vector"])),
+                  entities=np.asarray(squash_beyond_unit(large["entities"])))
+    first = np.zeros((B, ROWS), bool)
+    squashed_out, squashed_value, _ = squashing.apply(params, large, first, network.initial_state(B))
+    plain_out, plain_value, _ = network.apply(params, logged, first, network.initial_state(B))
+    np.testing.assert_allclose(np.asarray(squashed_value), np.asarray(plain_value), rtol=1e-5, atol=1e-5)
+    for head in squashed_out:
+        np.testing.assert_allclose(np.asarray(squashed_out[head]), np.asarray(plain_out[head]), rtol=1e-5, atol=1e-5)

@@ -111,15 +111,26 @@ def graph_tensors(values) -> list[dict]:
     return out
 
 
+def input_scaling(dtype: np.dtype, graph_dtype: str, squash: bool) -> str:
+    """The sidecar's words on what the graph does to an observation input before its first layer."""
+    if dtype == np.uint8:
+        scaling = "uint8 values are divided by 255 inside the graph: feed the raw bytes"
+    elif squash:
+        scaling = ("cast to float32, then values beyond [-1, 1] squashed to sign(x) (1 + ln|x|) inside the graph: "
+                   "feed the values as the env worker sends them")
+    else:
+        scaling = "cast to float32 inside the graph, with no normalisation: feed the values as the env worker sends them"
+    if graph_dtype != np.dtype(dtype).name:
+        scaling += f" (the env sends {np.dtype(dtype).name}; cast it to the graph's {graph_dtype} first)"
+    return scaling
+
+
 def _observation(policy: Policy, graph_dtype: str) -> dict:
     """How to build the observation input: what the env worker sends the host for one agent.
     `graph_dtype` is the graph's input dtype: JAX computes in 32 bits, so a float64 env's input is float32."""
     spec, torso = policy.spec, _resolve_torso(policy.network_config.torso, policy.spec.observation_shape)
     dtype = np.dtype(spec.observation_dtype)
-    scaling = ("uint8 values are divided by 255 inside the graph: feed the raw bytes" if dtype == np.uint8 else
-               "cast to float32 inside the graph, with no normalisation: feed the values as the env worker sends them")
-    if graph_dtype != dtype.name:
-        scaling += f" (the env sends {dtype.name}; cast it to the graph's {graph_dtype} first)"
+    scaling = input_scaling(dtype, graph_dtype, policy.network_config.squash_inputs)
     encoding = ("envs.openspiel_games.encode(state, player): the acting player's information-state tensor (or the "
                 "observation tensor plus one constant plane per player marking whose view it is); actions are "
                 "OpenSpiel's distinct action ids" if spec.env_name.startswith("openspiel:") else

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.checkpoint_meta import spec_to_json
-from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, quiet_exporter, write_exported
+from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, input_scaling, quiet_exporter, write_exported
 from seedleague.rl.encoders import encoder_kind, image_layout
 from seedleague.rl.structured_spec import ContinuousHead, DiscreteHead, mask_key
 from seedleague.structured_policy import StructuredPolicy
@@ -186,7 +186,7 @@ def policy_model(policy: StructuredPolicy) -> Any:
     return model
 
 
-def _tensor(tensor, graph_dtype: str) -> dict:
+def _tensor(tensor, graph_dtype: str, squash: bool) -> dict:
     """How to build one observation tensor's input (and its mask's), as the env worker sends it."""
     kind, dtype = encoder_kind(tensor), np.dtype(tensor.dtype)
     if kind == "image":
@@ -194,10 +194,7 @@ def _tensor(tensor, graph_dtype: str) -> dict:
                   "[H, W, C] frames, channels last")
     else:
         layout = _LAYOUTS[kind]
-    scaling = ("uint8 values are divided by 255 inside the graph: feed the raw bytes" if dtype == np.uint8 else
-               "cast to float32 inside the graph, with no normalisation: feed the values as the env worker sends them")
-    if graph_dtype != dtype.name:
-        scaling += f" (the env sends {dtype.name}; cast it to the graph's {graph_dtype} first)"
+    scaling = input_scaling(dtype, graph_dtype, squash)
     return dict(name=tensor.name, shape=list(tensor.shape), dtype=graph_dtype, env_dtype=dtype.name, encoder=kind,
                 layout=layout, scaling=scaling, mask=mask_key(tensor.name) if tensor.masked else None)
 
@@ -228,7 +225,8 @@ def describe(policy: StructuredPolicy, model: Any) -> dict:
         format="onnx", opset=OPSET, producer="seedleague", protocol=2, inputs=inputs,
         outputs=graph_tensors(model.graph.output), output_meaning=_OUTPUT_MEANING,
         observation=dict(env_name=spec.env_name, encoding=encoding,
-                         tensors=[_tensor(t, dtypes[t.name]) for t in spec.observation.tensors]),
+                         tensors=[_tensor(t, dtypes[t.name], policy.network_config.squash_inputs)
+                                  for t in spec.observation.tensors]),
         action=dict(heads=[_head(h, continuous) for h in spec.action.heads],
                     independent="the heads are independent given the observation: act on each head on its own"),
         legal_mask=LEGAL_MASK, spec=spec_to_json(spec), recurrent=False,

@@ -104,12 +104,13 @@ class ObservationEncoders(nn.Module):
     hidden_sizes: tuple[int, ...]
     entity_features: int = 64
     entity_heads: int = 2
+    squash_inputs: bool = False  # NetworkConfig.squash_inputs, for every tensor but uint8 frames
 
     @nn.compact
     def __call__(self, observation: dict) -> jax.Array:
         parts = []
         for tensor in self.observation_spec.tensors:
-            x = _to_float(observation[tensor.name])
+            x = _to_float(observation[tensor.name], self.squash_inputs)
             kind = encoder_kind(tensor)
             if kind == "entities":
                 encoder = EntityEncoder(self.entity_features, self.entity_heads, name=f"entities_{tensor.name}")

@@ -62,12 +62,20 @@ class NetworkConfig:
         needs), shared for the conv and board torsos (IMPALA/SEED practice; a second CNN
         doubles the cost) and whenever there is an LSTM core, whose memory the
         value needs too.
+    squash_inputs: float inputs outside [-1, 1] enter as sign(x) (1 + ln|x|)
+        (`squash_beyond_unit`), those inside unchanged: a raw count of 1,200
+        chips enters as 8.1, where a unit-scale init would see it at a thousand
+        times the scale of a one-hot. After DreamerV3's symlog (Hafner et al.
+        2023), which squashes every input; this one leaves unit-range features
+        (one-hots, board planes) exactly as they are. uint8 frames are scaled to
+        [0, 1] first, so it never touches them.
     """
 
     torso: str = "auto"
     hidden_sizes: tuple[int, ...] = (64, 64)
     lstm_size: int = 0
     shared_torso: bool | None = None
+    squash_inputs: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
@@ -209,11 +217,12 @@ class _ActorCritic(nn.Module):
     lstm_size: int
     shared_torso: bool
     num_actions: int
+    squash_inputs: bool = False
 
     @nn.compact
     def __call__(self, observation: jax.Array, first: jax.Array, core_state: CoreState):
         batch, time = first.shape
-        flat = _to_float(observation.reshape((batch * time,) + observation.shape[2:]))
+        flat = _to_float(observation.reshape((batch * time,) + observation.shape[2:]), self.squash_inputs)
         torso = _TORSO_MODULES[self.torso]
 
         def features(name: str) -> jax.Array:
@@ -233,11 +242,20 @@ class _ActorCritic(nn.Module):
         return logits.astype(jnp.float32), value[..., 0].astype(jnp.float32), core_state
 
 
-def _to_float(observation: jax.Array) -> jax.Array:
-    """Cast any numeric observation to float32; uint8 pixels are scaled to [0, 1]."""
+def _to_float(observation: jax.Array, squash: bool = False) -> jax.Array:
+    """Cast any numeric observation to float32; uint8 pixels are scaled to [0, 1]; with `squash`, other inputs
+    pass through `squash_beyond_unit`."""
     if observation.dtype == jnp.uint8:
         return observation.astype(jnp.float32) / 255.0
-    return observation.astype(jnp.float32)
+    x = observation.astype(jnp.float32)
+    return squash_beyond_unit(x) if squash else x
+
+
+def squash_beyond_unit(x: jax.Array) -> jax.Array:
+    """x where |x| <= 1, sign(x) (1 + ln|x|) beyond: continuous, with slope 1 at +-1, and logarithmic growth
+    (NetworkConfig.squash_inputs)."""
+    magnitude = jnp.abs(x)
+    return jnp.where(magnitude > 1.0, jnp.sign(x) * (1.0 + jnp.log(jnp.maximum(magnitude, 1.0))), x)
 
 
 def _resolve_torso(torso: str, observation_shape: tuple[int, ...]) -> str:
@@ -298,7 +316,7 @@ def make_network(
     torso = _resolve_torso(config.torso, observation_shape)
     module = _ActorCritic(torso=torso, hidden_sizes=config.hidden_sizes,
                           lstm_size=config.lstm_size, shared_torso=config.shares_torso(torso),
-                          num_actions=int(num_actions))
+                          num_actions=int(num_actions), squash_inputs=config.squash_inputs)
     return Network(
         # Both jitted: run eagerly, flax dispatches (and compiles) op by op, which
         # costs seconds; inside a caller's jit they are simply inlined.

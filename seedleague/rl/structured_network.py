@@ -88,6 +88,7 @@ class _StructuredActorCritic(nn.Module):
     shared_torso: bool
     entity_features: int
     entity_heads: int
+    squash_inputs: bool = False
 
     @nn.compact
     def __call__(self, observation: dict, first: jax.Array, core_state: CoreState):
@@ -96,7 +97,7 @@ class _StructuredActorCritic(nn.Module):
 
         def features(name: str) -> jax.Array:
             x = ObservationEncoders(self.observation_spec, self.hidden_sizes, self.entity_features,
-                                    self.entity_heads, name=name)(flat)
+                                    self.entity_heads, self.squash_inputs, name=name)(flat)
             return x.reshape((batch, time, x.shape[-1]))
 
         x = features("torso")
@@ -176,7 +177,8 @@ def make_structured_network(config: StructuredNetworkConfig, observation_spec: O
         observation_spec=observation_spec, heads=heads, hidden_sizes=config.network.hidden_sizes,
         lstm_size=config.network.lstm_size,
         shared_torso=config.network.shares_torso("mlp" if all_vectors else "conv"),
-        entity_features=config.entity_features, entity_heads=config.entity_heads)
+        entity_features=config.entity_features, entity_heads=config.entity_heads,
+        squash_inputs=config.network.squash_inputs)
     return StructuredNetwork(
         init=jax.jit(functools.partial(_init, module, observation_spec, config.network.lstm_size)),
         apply=jax.jit(functools.partial(_apply, module, observation_spec)),
