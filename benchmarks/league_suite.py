@@ -44,6 +44,7 @@ import time
 from typing import Callable, Iterator, Optional, Sequence
 
 from seedleague import api
+from seedleague.checkpoint import safe_path_part
 from seedleague.eval import curve, output_score
 
 # Plain self-play by policy gradient, as a game nobody tuned for got it before the recipe: V-trace, one
@@ -249,7 +250,7 @@ def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fra
             if (game, method, run) not in done]
     jobs = []
     for game, method, run in todo:
-        run_dir = os.path.join(out_dir, "runs", f"{game.replace(':', '_').replace('/', '_')}-{method}-{run}")
+        run_dir = os.path.join(out_dir, "runs", f"{safe_path_part(game.replace(':', '_'))}-{method}-{run}")
         jobs.append((train_command(game, run_dir, seconds, method, methods), run_dir))
     for (game, method, run), (command, run_dir), returncode in zip(
             todo, jobs, trained_in_order(jobs, seconds, parallel, train_fn)):

@@ -39,6 +39,27 @@ class CheckpointConfig:
             raise ValueError(f"checkpoint max_to_keep must be >= 1, got {self.max_to_keep}")
 
 
+# Characters orbax-checkpoint cannot have in a checkpoint's path: it globs for its own files, so "[1]" in a
+# directory name reads as a character class and the checkpoint it just wrote cannot be read back (a backslash,
+# glob's escape, likewise). Measured with orbax-checkpoint's StandardCheckpointer: a[1]b and a\b fail, a single
+# [ or ], *, ?, {}, spaces, ;=, and % do not; refused all the same for [ and ] alone, so a rule is easy to state.
+UNREADABLE_PATH_CHARS = "[]\\"
+
+
+def path_problem(path: str) -> Optional[str]:
+    """Why a checkpoint under `path` could not be read back (it holds one of UNREADABLE_PATH_CHARS), or None."""
+    found = sorted({c for c in os.path.abspath(path) if c in UNREADABLE_PATH_CHARS})
+    if not found:
+        return None
+    return (f"{path!r} contains {' and '.join(repr(c) for c in found)}: orbax-checkpoint globs for its files, so a "
+            "checkpoint under that path could not be read back; choose a directory without '[', ']' or '\\'")
+
+
+def safe_path_part(text: str) -> str:
+    """`text` (a game name, say) made fit for one directory name: '/' and UNREADABLE_PATH_CHARS become '_'."""
+    return "".join("_" if c in UNREADABLE_PATH_CHARS + "/" else c for c in text)
+
+
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -55,6 +76,9 @@ class Checkpointer:
     """Saves and restores (state, meta) pairs under one directory."""
 
     def __init__(self, config: CheckpointConfig):
+        problem = path_problem(config.directory)
+        if problem:
+            raise ValueError(f"checkpoint directory {problem}")
         self.config = config
         self.directory = os.path.abspath(config.directory)
         os.makedirs(self.directory, exist_ok=True)

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import compile_cache, config_flags, output, presets
+from seedleague import checkpoint, compile_cache, config_flags, output, presets
 from seedleague.host.host import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
@@ -247,6 +247,9 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
         run_dir = args.run_dir or _default_run_dir(args.env)
+    problem = checkpoint.path_problem(run_dir)
+    if problem:
+        raise ValueError(f"--run-dir {problem}")
     preset = presets.for_output(preset, args.output)
     host = config_flags.build(HostConfig, args, preset.host)
     if from_spec:
@@ -272,7 +275,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
 
 
 def _default_run_dir(name: str) -> str:
-    return os.path.join("runs", f"{name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    return os.path.join("runs", f"{checkpoint.safe_path_part(name)}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:

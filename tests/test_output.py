@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker
-from seedleague import cli, output
+from seedleague import checkpoint, cli, output
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
 from seedleague.host.host import Host, HostConfig
 from seedleague.league.nash import league_nash
@@ -225,3 +226,20 @@ def test_a_refusal_reaches_the_console_of_a_train_process(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "sheriff is general-sum, not zero-sum" in result.stderr, result.stderr[-2000:]
     assert not run_dir.exists()
+
+
+def test_a_run_directory_orbax_could_not_read_back_is_refused_before_anything_starts(tmp_path, capsys):
+    run_dir = tmp_path / "sweep[1]"  # orbax globs for its files: "[1]" would match only "1"
+    assert cli.main(["train", "--run-dir", str(run_dir), "--env", "openspiel:kuhn_poker"]) == 2
+    stderr = capsys.readouterr().err
+    assert "--run-dir" in stderr and "contains '[' and ']'" in stderr and "could not be read back" in stderr, stderr
+    assert not run_dir.exists()
+    with pytest.raises(ValueError, match=r"checkpoint directory .*contains '\\\\'"):
+        Checkpointer(CheckpointConfig(directory=str(tmp_path / "a\\b")))
+
+
+def test_a_game_name_with_a_list_parameter_gets_a_default_run_directory_orbax_can_read():
+    name = "openspiel:battleship(board_width=2,board_height=2,ship_sizes=[1],ship_values=[1],num_shots=2)"
+    run_dir = cli._default_run_dir(name)
+    assert checkpoint.path_problem(run_dir) is None
+    assert "ship_sizes=_1_" in run_dir and run_dir.startswith(os.path.join("runs", "openspiel:battleship("))
