@@ -579,8 +579,13 @@ def config_from_args(args: argparse.Namespace, host_extra: Sequence[str]) -> Ray
                         ("--max-steps", args.max_steps), ("--target-return", args.target_return)):
         if value is not None:
             budget += [flag, str(value)]
+    from seedleague.checkpoint import path_problem, safe_path_part
+
     run_dir = args.run_dir or os.path.join(
-        "runs", f"{args.env.replace('/', '_').replace(':', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}-ray")
+        "runs", f"{safe_path_part(args.env.replace(':', '_'))}-{datetime.datetime.now():%Y%m%d-%H%M%S}-ray")
+    problem = path_problem(run_dir)
+    if problem:
+        raise ValueError(f"--run-dir {problem}")
     return RayLaunchConfig(
         env_id=args.env, run_dir=os.path.abspath(run_dir),
         workers=preset.workers if args.workers is None else args.workers,

@@ -2,6 +2,7 @@
 on this machine (loopback only) trained by the one documented command, and docs/cluster.md's
 one-machine `ray start --head` recipe; the Ray tests skip where Ray is not installed (CI)."""
 
+import argparse
 import contextlib
 import json
 import os
@@ -97,6 +98,12 @@ def test_config_errors_say_what_to_change():
         RayLaunchConfig("CartPole-v1", "runs/x", workers=1, envs_per_worker=1)
     with pytest.raises(ValueError, match="worker_cpus must be >= 0"):
         RayLaunchConfig("CartPole-v1", "/runs/x", workers=1, envs_per_worker=1, worker_cpus=-1)
+    parser = argparse.ArgumentParser()
+    ray_cluster.add_arguments(parser)
+    with pytest.raises(ValueError, match=r"--run-dir .*contains '\[' and '\]'.*could not be read back"):
+        ray_cluster.config_from_args(parser.parse_args(["--env", "CartPole-v1", "--run-dir", "/runs/x[1]"]), [])
+    game = "openspiel:battleship(ship_sizes=[1],ship_values=[1])"  # its default run dir leaves out the brackets
+    assert "ship_sizes=_1_" in ray_cluster.config_from_args(parser.parse_args(["--env", game]), []).run_dir
     config = RayLaunchConfig("CartPole-v1", "/runs/x", workers=1, envs_per_worker=1)
     assert ray_cluster.host_gpus(config, {"CPU": 2.0, "GPU": 1.0}) == 1.0
     assert ray_cluster.host_gpus(config, {"CPU": 2.0}) == 0.0
