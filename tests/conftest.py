@@ -47,6 +47,7 @@ from seedleague.host.sessions import SessionLimits
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch, zero_step
+from seedleague.tools.check_worker import CHECKS
 from seedleague.rl.networks import NetworkConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2_grpc
@@ -118,13 +119,13 @@ def wait_for(condition, timeout: float = 20.0, what="the condition") -> bool:
 
 
 def check_worker_output(worker_command: list) -> str:
-    """`seedleague check-worker -- WORKER_COMMAND` run as a user would, asserted to pass all 8 checks; its output."""
+    """`seedleague check-worker -- WORKER_COMMAND` run as a user would, asserted to pass every check; its output."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-m", "seedleague.cli", "check-worker", "--"] + worker_command,
                             cwd=root, capture_output=True, text=True, timeout=120)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
-    assert "all 8 checks passed" in out, out[-4000:]
+    assert f"all {len(CHECKS)} checks passed" in out, out[-4000:]
     assert "FAIL" not in out and "SKIP" not in out, out[-4000:]
     return out
 

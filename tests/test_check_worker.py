@@ -40,6 +40,7 @@ def test_gym_worker_passes_every_check():
     assert [result.name for result in report.results] == list(cw.CHECKS)
     assert report.spec.env_name == "CartPole-v1" and report.spec.num_envs == 4
     assert "not declared" in report.result(cw.LEGAL_MASKS).detail
+    assert "not declared (return_bound 0)" in report.result(cw.RETURN_BOUND).detail
 
 
 def test_the_gym_worker_on_pendulum_passes_every_check_on_protocol_v2():
@@ -55,6 +56,7 @@ def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
     report = cw.check_worker(["sh", "-c", script, *BROKEN], FAST)
     assert report.passed, report.format()
     assert "steps over 2 sessions" in report.result(cw.LEGAL_MASKS).detail
+    assert "within the declared 14" in report.result(cw.RETURN_BOUND).detail  # its episodes pay up to 14
 
 
 @pytest.mark.parametrize(
@@ -63,6 +65,7 @@ def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
         ("wrong-shape", cw.OBSERVATIONS, "step 4 of session fake-0: INVALID_ARGUMENT: observation has shape (2, 1, 4)"),
         ("bad-mask", cw.LEGAL_MASKS, "step 4 of session fake-0: INVALID_ARGUMENT: legal_mask has no legal action"),
         ("no-reconnect", cw.RECONNECT, "exited with code 1"),
+        ("low-bound", cw.RETURN_BOUND, "beyond the declared return_bound 2"),
     ],
 )
 def test_each_fault_fails_its_check(fault, check, evidence):

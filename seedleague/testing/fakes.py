@@ -72,6 +72,7 @@ class FakeSession:
     closed: Optional[str] = None  # the close reason, once closed
     steps: int = 0  # StepBatch messages accepted
     episodes: int = 0  # episodes ended (terminated or truncated), over all envs
+    largest_return: float = 0.0  # the largest absolute return of one seat in any ended episode
     last_step: Optional[StepBatch] = dataclasses.field(default=None, repr=False)
     episode_returns: collections.deque = dataclasses.field(init=False, repr=False)  # per-seat return tuples
     episode_lengths: collections.deque = dataclasses.field(init=False, repr=False)  # actions per episode
@@ -94,6 +95,7 @@ class FakeSession:
             self._length += self._acted  # an env restarting without an action (next-step autoreset) adds none
             for env in np.flatnonzero(step.terminated | step.truncated):
                 self.episode_returns.append(tuple(self._return[env].tolist()))
+                self.largest_return = max(self.largest_return, float(np.abs(self._return[env]).max()))
                 self.episode_lengths.append(int(self._length[env]))
                 self._return[env] = 0.0
                 self._length[env] = 0

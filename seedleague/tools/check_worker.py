@@ -49,9 +49,10 @@ OBSERVATIONS = "observations"
 REWARDS = "rewards and flags"
 LEGAL_MASKS = "legal masks"
 EPISODES = "episodes reset"
+RETURN_BOUND = "return bound"
 RECONNECT = "reconnect"
 SHUTDOWN = "clean shutdown"
-CHECKS = (HANDSHAKE, STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS, EPISODES, RECONNECT, SHUTDOWN)
+CHECKS = (HANDSHAKE, STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS, EPISODES, RETURN_BOUND, RECONNECT, SHUTDOWN)
 
 # Which check a refused message belongs to, by the first field its error names.
 _FIELD_CHECKS = {  # the StepBatch field a refusal names (ProtocolError.field) -> the check it fails
@@ -306,6 +307,7 @@ def _run_checks(
     why = _stopped_because(outcome, worker, backend, config.timeout_s)
     handshake = _check_handshake(backend, why)
     episodes = _check_episodes(backend, config, outcome, why)
+    bound = _check_return_bound(backend)
     if outcome == "violation":  # A refused worker should give up on its own: let it, before SIGTERM.
         worker.wait(config.shutdown_timeout_s)
     reconnect = _check_reconnect(backend, server, worker, config) if outcome == "done" else _skip(
@@ -313,7 +315,7 @@ def _run_checks(
     )
     shutdown = _check_shutdown(worker, config)
     data = [_check_data(backend, name) for name in (STREAM, OBSERVATIONS, REWARDS, LEGAL_MASKS)]
-    return [handshake, *data, episodes, reconnect, shutdown]
+    return [handshake, *data, episodes, bound, reconnect, shutdown]
 
 
 def _skip(name: str, detail: str) -> CheckResult:
@@ -367,6 +369,27 @@ def _check_episodes(backend: CheckingBackend, config: CheckConfig, outcome: str,
     if outcome == "violation":
         return _skip(EPISODES, f"no episode ended in the {seen} observed before {why}")
     return CheckResult(EPISODES, "FAIL", f"no episode ended in the {seen} observed before {why}")
+
+
+def _check_return_bound(backend: CheckingBackend) -> CheckResult:
+    """Every ended episode's return, per seat, within the spec's declared return_bound (passes when none is
+    declared: the bound is optional)."""
+    sessions = backend.sessions
+    if not sessions:
+        return _skip(RETURN_BOUND, "no session was opened")
+    bound, episodes = sessions[0].spec.return_bound, sum(session.episodes for session in sessions)
+    if not bound:
+        return CheckResult(RETURN_BOUND, "PASS", "not declared (return_bound 0): a league run learns the rewards as "
+                           "sent; declare the largest absolute return of one seat in an episode where the game knows it")
+    if not episodes:
+        return _skip(RETURN_BOUND, f"declared {bound:g}, but no episode ended")
+    largest = max(session.largest_return for session in sessions)
+    if largest > bound * (1 + 1e-6):
+        return CheckResult(RETURN_BOUND, "FAIL", f"an episode returned {largest:g} to one seat, beyond the declared "
+                           f"return_bound {bound:g}: declare the largest absolute return one seat can get in an "
+                           "episode (a league run scales rewards by it), or 0 if the game does not know it")
+    return CheckResult(RETURN_BOUND, "PASS", f"{episodes} episodes, the largest |return| {largest:g} within the "
+                       f"declared {bound:g}")
 
 
 def _check_reconnect(

@@ -48,19 +48,22 @@ def _describe_structured(spec: StructuredEnvSpec) -> str:
                       if isinstance(h, DiscreteHead) else f"{h.name} box{list(h.low)}..{list(h.high)}"
                       for h in spec.action.heads)
     extras = (f", stats {list(spec.episode_stats)}" if spec.episode_stats else "") + (
-        f", teams {list(spec.seat_team)}" if spec.seat_team else "")
+        f", teams {list(spec.seat_team)}" if spec.seat_team else "") + (
+        f", return bound {spec.return_bound:g}" if spec.return_bound else "")
     return (f"{spec.env_name!r} (protocol v2): observation {{{tensors}}}, action {{{heads}}}, "
             f"{spec.num_envs} envs x {spec.num_seats} seats{extras}")
 
 
 def describe_spec(spec: AnySpec) -> str:
-    """One line: name, observation dtype/shape, actions, envs x seats, legal masks (v2: every tensor and head)."""
+    """One line: name, observation dtype/shape, actions, envs x seats, legal masks, a declared return bound (v2: every
+    tensor and head)."""
     if isinstance(spec, StructuredEnvSpec):
         return _describe_structured(spec)
     shape = "x".join(str(d) for d in spec.observation_shape) or "scalar"
     return (
         f"{spec.env_name!r}: observation {spec.observation_dtype.name}[{shape}], {spec.num_actions} actions, "
         f"{spec.num_envs} envs x {spec.num_seats} seats, legal masks {'yes' if spec.has_legal_mask else 'no'}"
+        + (f", return bound {spec.return_bound:g}" if spec.return_bound else "")
     )
 
 

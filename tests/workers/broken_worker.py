@@ -1,9 +1,10 @@
 """A deliberately broken env worker, for testing `seedleague check-worker`.
 
-    python tests/workers/broken_worker.py --address HOST:PORT --fault {none,wrong-shape,bad-mask,no-reconnect}
+    python tests/workers/broken_worker.py --address HOST:PORT --fault {none,wrong-shape,bad-mask,no-reconnect,...}
 
 It steps a tiny counting game (2 envs, 1 seat, observation float32[3], 2
-actions, legal masks declared, episodes of 3 to 7 steps) through WorkerClient.
+actions, legal masks declared, episodes of 3 to 7 steps paying 1 or 2 a step,
+so returns of at most 14, the return bound it declares) through WorkerClient.
 With `--fault none` it is well behaved: it reconnects with backoff after a lost
 connection and exits 0 on SIGTERM. Each fault breaks exactly one rule:
 
@@ -11,6 +12,7 @@ connection and exits 0 on SIGTERM. Each fault breaks exactly one rule:
   bad-mask      from step 4, env 0's legal mask is all false although it acts
   no-reconnect  exits 1 when the connection drops instead of reconnecting
   missing-tensor  (protocol 2 only) from step 4, the "progress" observation tensor is left out
+  low-bound     declares a return bound of 2, which its episodes exceed
 
 With `--protocol 2` it speaks protocol v2 through StructuredWorkerClient: the same
 game with two named observation tensors ("progress" float32[3], "flags" uint8[2])
@@ -20,6 +22,7 @@ and the action as one discrete head "act" with a legal mask.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -34,9 +37,10 @@ from seedleague.protocol.client_v2 import StructuredWorkerClient
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
 
-FAULTS = ("none", "wrong-shape", "bad-mask", "no-reconnect", "missing-tensor")
+FAULTS = ("none", "wrong-shape", "bad-mask", "no-reconnect", "missing-tensor", "low-bound")
 FAULT_FROM_STEP = 4
-SPEC = EnvSpec("broken-counter", (3,), np.float32, num_actions=2, num_envs=2, num_seats=1, has_legal_mask=True)
+SPEC = EnvSpec("broken-counter", (3,), np.float32, num_actions=2, num_envs=2, num_seats=1, has_legal_mask=True,
+               return_bound=14.0)
 
 SPEC_V2 = StructuredEnvSpec(
     "broken-counter-v2", ObservationSpec((TensorSpec("progress", (3,), np.float32), TensorSpec("flags", (2,), np.uint8))),
@@ -127,7 +131,8 @@ def run_session(client: SloppyClient, game: CountingGame, fault: str, stop: thre
 def serve(address: str, fault: str, stop: threading.Event, protocol: int = 1) -> int:
     """Connect and step; reconnect after lost connections (unless the fault says not to)."""
     config = ClientConfig(address, worker_name=f"broken-{fault}", backoff_initial_s=0.05, backoff_max_s=0.5)
-    client = SloppyClient(config, SPEC) if protocol == 1 else SloppyStructuredClient(config, SPEC_V2)
+    spec = dataclasses.replace(SPEC, return_bound=2.0) if fault == "low-bound" else SPEC
+    client = SloppyClient(config, spec) if protocol == 1 else SloppyStructuredClient(config, SPEC_V2)
     watcher = threading.Thread(target=lambda: (stop.wait(), client.close()), daemon=True)
     watcher.start()
     try:
