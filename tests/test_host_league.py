@@ -4,13 +4,14 @@ into the model pool, resets, and the opponent's params actually used for its sea
 
 import collections
 import dataclasses
+import logging
 import time
 
 import jax
 import numpy as np
 import pytest
 
-from seedleague.host import inference
+from seedleague.host import inference, results
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
 from seedleague.league.model_pool import ModelPool, ParamsCache
@@ -407,3 +408,15 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
         assert host.pipeline.spec == spec and host._opponent_table.writes >= 1  # the snapshot acted on the device
     else:
         assert host.pipeline.spec == EnvSpec("2v2 duel", (2,), np.float32, 2, NUM_ENVS, num_seats=4)  # the v1 model
+
+
+def test_a_return_beyond_the_declared_bound_is_warned_about_once_and_play_goes_on(league_host, caplog):
+    host, server = league_host(FakeLeague())
+    worker = RawWorker(server.address, dataclasses.replace(SPEC, return_bound=0.5))  # the duel pays +-1
+    with caplog.at_level(logging.WARNING, logger="seedleague.host.episodes"):
+        play(worker, duel_steps(worker.session_id), 9)  # three episodes end in every env
+    warned = [r.getMessage() for r in caplog.records if "return_bound" in r.getMessage()]
+    assert len(warned) == 1 and "returned 1 to one seat, beyond the return_bound 0.5" in warned[0], warned
+    worker.close()
+    assert results.beyond_return_bound(SPEC, np.array([1.0, -1.0])) is None  # declares no bound
+    assert results.beyond_return_bound(dataclasses.replace(SPEC, return_bound=1.0), np.array([1.0, -1.0])) is None

@@ -1,7 +1,8 @@
 """Episode boundaries in a worker's step, on the batcher thread, before inference.
 
-`end_and_seat` closes the episodes the step ends (episode metrics; in a league run, one result per
-game against a snapshot and the zero-sum check that refuses a worker whose seats do not play one)
+`end_and_seat` closes the episodes the step ends (episode metrics, a warning when a return exceeds the spec's
+declared return_bound; in a league run, one result per game against a snapshot and the zero-sum check that
+refuses a worker whose seats do not play one)
 and seats the episodes it starts (who plays each seat, drawn from the league or a served mixture).
 It sets the step's `learning_before`, `learning` and `opponents` masks that inference and the
 unroll store read.
@@ -30,6 +31,9 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     league = pipeline.league
     counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
     metrics.record_episodes(returns[counted], lengths[counted])
+    if not session.beyond_bound_warned and (problem := results.beyond_return_bound(session.spec, returns[ended])):
+        session.beyond_bound_warned = True  # once per session: the run goes on, on rewards scaled too little
+        log.warning("worker %s: %s", session.worker_name, problem)
     if seating is None:
         step.learning = step.learning_before
         return

@@ -1,8 +1,10 @@
 """A league run's game results: one MatchResult per finished game against a snapshot, scored from the
-learner seat's (team's) return, and the check that a game's seats (teams) really play a zero-sum game.
+learner seat's (team's) return, the check that a game's seats (teams) really play a zero-sum game, and the
+check that its returns stay within the bound its spec declares.
 
     outcomes = report(link, player, version, seating, ended_envs, returns)   # 1 win, 0.5 draw, 0 loss each
     problem = not_zero_sum(spec, ended_envs, returns)                        # None, or why to refuse the worker
+    problem = beyond_return_bound(spec, returns)                              # None, or what to warn about
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, 
 
 
 ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
+
+
+def beyond_return_bound(spec, returns: np.ndarray) -> Optional[str]:
+    """Why `returns` (of episodes just ended, any shape) break the spec's declared return_bound, or None (also when
+    it declares none): a league run scales rewards by that bound (seedleague.presets.scale_for_bound)."""
+    bound = spec.return_bound
+    if not bound or not returns.size:
+        return None
+    largest = float(np.abs(returns).max())
+    if largest <= bound * (1 + 1e-6):
+        return None
+    return (f"an episode of {spec.env_name!r} returned {largest:g} to one seat, beyond the return_bound {bound:g} its "
+            "spec declares (rewards are learnt scaled by that bound): declare the largest absolute return one seat "
+            "can get in an episode, or 0 if the game does not know it")
 
 
 def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray,

@@ -152,6 +152,7 @@ class Session:
         self.attached = False
         self.closed = False
         self.refusal: Optional[str] = None  # why the host refuses this session's next step (e.g. not zero-sum)
+        self.beyond_bound_warned = False  # an episode's return exceeded the spec's return_bound (warned once)
         self.num_agents = spec.num_agents
         self.core_state = initial_state(self.num_agents)
         self.initial_core = initial_state(self.num_agents)  # what a new episode's recurrent state starts from
