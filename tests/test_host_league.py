@@ -344,8 +344,6 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
 
 
 def test_a_game_result_is_scored_from_the_learner_seats_return_sign():
-    from seedleague.host import results
-
     assert [results.outcome(r) for r in (2.0, 1e-9, 0.0, -0.5)] == [1.0, 1.0, 0.5, 0.0]
     spec = EnvSpec("g", (2,), np.dtype(np.float32), 2, num_envs=3, num_seats=2)
     returns = np.array([1.0, -1.0, 0.5, 0.5, 0.0, 0.0], np.float32)  # env 1 pays both seats: not zero-sum

@@ -31,7 +31,8 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     league = pipeline.league
     counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
     metrics.record_episodes(returns[counted], lengths[counted])
-    if not session.beyond_bound_warned and (problem := results.beyond_return_bound(session.spec, returns[ended])):
+    if (session.spec.return_bound and not session.beyond_bound_warned
+            and (problem := results.beyond_return_bound(session.spec, returns[ended]))):
         session.beyond_bound_warned = True  # once per session: the run goes on, on rewards scaled too little
         log.warning("worker %s: %s", session.worker_name, problem)
     if seating is None:

@@ -84,8 +84,8 @@ class LearnerConfig:
         around the values the targets were computed with (baselines ppo2, CleanRL
         clip_vloss; `seedleague.rl.losses.clipped_value_loss`). 0: plain squared error.
     reward_scale: rewards are multiplied by this before the loss, so values and returns are
-        learnt in its units (the game presets set it from an OpenSpiel game's payoff bound,
-        `seedleague.presets.payoff_scale`); the console and episode stats keep the env's units.
+        learnt in its units (the game presets set it from the return bound a worker's spec
+        declares, `seedleague.presets.scale_for_bound`); the console and episode stats keep the env's units.
     kl_cost: MMD's proximal weight 1 / eta on KL(pi || mu) (loss "mmd" only).
     learning_rate, adam_eps: Adam (Kingma & Ba 2015). The default 2e-3 suits one
         step per batch (no PPO epochs); with several epochs use less (PPO's usual

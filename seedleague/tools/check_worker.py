@@ -31,8 +31,11 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from launch.child import Child, ChildExited, ChildNotReady
 from seedleague import subcommand
+from seedleague.host import results
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, StepBatch
 from seedleague.protocol.specs_v2 import AnySpec, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
@@ -384,10 +387,9 @@ def _check_return_bound(backend: CheckingBackend) -> CheckResult:
     if not episodes:
         return _skip(RETURN_BOUND, f"declared {bound:g}, but no episode ended")
     largest = max(session.largest_return for session in sessions)
-    if largest > bound * (1 + 1e-6):
-        return CheckResult(RETURN_BOUND, "FAIL", f"an episode returned {largest:g} to one seat, beyond the declared "
-                           f"return_bound {bound:g}: declare the largest absolute return one seat can get in an "
-                           "episode (a league run scales rewards by it), or 0 if the game does not know it")
+    problem = results.beyond_return_bound(sessions[0].spec, np.array([largest]))
+    if problem:
+        return CheckResult(RETURN_BOUND, "FAIL", f"episodes go beyond the declared return_bound {bound:g}: {problem}")
     return CheckResult(RETURN_BOUND, "PASS", f"{episodes} episodes, the largest |return| {largest:g} within the "
                        f"declared {bound:g}")
 
