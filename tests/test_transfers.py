@@ -54,6 +54,18 @@ def test_one_call_each_way_carries_the_whole_tree():
                                                 to_host=1, to_host_arrays=3, to_host_bytes=48 + 4 + 16)
 
 
+@pytest.mark.parametrize("device", [None, jax.devices()[-1]], ids=["default device", "named device"])
+def test_on_a_cpu_the_copy_is_one_explicit_call_onto_the_named_device(device):
+    transfers = Transfers(device)
+    tree = {"observation": np.arange(12, dtype=np.float32).reshape(4, 3), "step": np.float32(2.5), "none": ()}
+    with no_implicit_copies_to_the_device():
+        on_device = transfers.to_device(tree)
+    np.testing.assert_array_equal(on_device["observation"], tree["observation"])
+    assert float(on_device["step"]) == 2.5 and on_device["none"] == ()
+    assert on_device["observation"].devices() == {device or jax.devices()[0]}
+    assert transfers.counts().to_device == 1
+
+
 def _policy(lstm_size: int = 0) -> InferencePolicy:
     network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,), lstm_size=lstm_size), (3,),
                            np.dtype(np.float32), 2)
