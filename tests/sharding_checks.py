@@ -73,14 +73,17 @@ def test_replay_batches_come_back_split_over_the_learner_devices():
     layout = sharding.make_layout(DeviceConfig(learner_devices=2, inference_device="separate"), batch_size=4)
     rows = _synthetic_batch(network, batch=4)
     example = jax.tree.map(lambda x: np.asarray(x)[:1], rows)
-    replay = Replay(ReplayConfig(capacity=16), example, batch_size=4, batch_sharding=layout.batch_sharding)
-    assert jax.tree.leaves(replay._buffer)[0].devices() == {layout.local_learner_devices[0]}
-    assert replay.insert(rows, timeout=5) == 4
-    batch = replay.sample(timeout=5)
-    for leaf in jax.tree.leaves(batch):
-        assert leaf.sharding == layout.batch_sharding and leaf.shape[0] == 4
-        assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
-    np.testing.assert_array_equal(np.asarray(batch.observation), rows.observation)  # fifo: the rows as inserted
+    for in_host_memory in (False, True):
+        replay = Replay(ReplayConfig(capacity=16), example, batch_size=4, batch_sharding=layout.batch_sharding,
+                        in_host_memory=in_host_memory)
+        if not in_host_memory:
+            assert jax.tree.leaves(replay._buffer)[0].devices() == {layout.local_learner_devices[0]}
+        assert replay.insert(rows, timeout=5) == 4
+        batch = replay.sample(timeout=5)
+        for leaf in jax.tree.leaves(batch):
+            assert leaf.sharding == layout.batch_sharding and leaf.shape[0] == 4
+            assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
+        np.testing.assert_array_equal(np.asarray(batch.observation), rows.observation)  # fifo: the rows as inserted
     with pytest.raises(ValueError, match="batch_size 3 does not split evenly"):
         Replay(ReplayConfig(capacity=16), example, batch_size=3, batch_sharding=layout.batch_sharding)
 

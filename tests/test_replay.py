@@ -31,8 +31,12 @@ def sampled_ids(batch):
     return np.asarray(batch.reward)[:, 0].astype(int).tolist()
 
 
-def test_fifo_samples_oldest_first_each_once():
-    replay = Replay(ReplayConfig(capacity=8, sampler="fifo"), rows([0]), batch_size=2)
+IN_HOST_MEMORY = pytest.mark.parametrize("in_host_memory", [False, True], ids=["on the device", "in host memory"])
+
+
+@IN_HOST_MEMORY
+def test_fifo_samples_oldest_first_each_once(in_host_memory):
+    replay = Replay(ReplayConfig(capacity=8, sampler="fifo"), rows([0]), batch_size=2, in_host_memory=in_host_memory)
     assert replay.insert(rows([1, 2, 3]), timeout=1)
     assert replay.insert(rows([4]), timeout=1)
     assert sampled_ids(replay.sample(timeout=1)) == [1, 2]
@@ -40,8 +44,10 @@ def test_fifo_samples_oldest_first_each_once():
     assert replay.sample(timeout=0.05) is None  # nothing unread
 
 
-def test_ring_buffer_wraps_and_keeps_newest():
-    replay = Replay(ReplayConfig(capacity=4, samples_per_insert=1.0, sampler="uniform", error_buffer=100), rows([0]), batch_size=4)
+@IN_HOST_MEMORY
+def test_ring_buffer_wraps_and_keeps_newest(in_host_memory):
+    replay = Replay(ReplayConfig(capacity=4, samples_per_insert=1.0, sampler="uniform", error_buffer=100), rows([0]),
+                    batch_size=4, in_host_memory=in_host_memory)
     for start in range(0, 12, 3):
         assert replay.insert(rows([start, start + 1, start + 2]), timeout=1)
     assert replay.size == 4

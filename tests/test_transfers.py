@@ -104,15 +104,25 @@ def test_a_batch_with_league_opponents_is_one_copy_each_way():
     assert (counts.to_device, counts.to_host) == (2, 2)
 
 
-def test_the_replay_copies_an_insert_once_and_a_sample_once():
-    replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2)
+@pytest.mark.parametrize("in_host_memory", [False, True], ids=["buffer on the device", "buffer in host memory"])
+def test_the_replay_copies_an_insert_once_and_a_sample_once(in_host_memory):
+    replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2, in_host_memory=in_host_memory)
     with no_implicit_copies_to_the_device():
         assert replay.insert(rows([1, 2, 3]), timeout=1) == 3
         batch = replay.sample(timeout=1)
     assert sorted(np.asarray(batch.reward)[:, 0].tolist())[0] >= 1.0
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(batch))
     counts = replay.transfers.counts()
-    assert counts.to_device == 2 and counts.to_host == 0
-    assert counts.to_device_arrays == len(jax.tree.leaves(rows([1]))) + 1 + 1  # the rows and their slots; indices
+    leaves = len(jax.tree.leaves(rows([1])))
+    if in_host_memory:  # a numpy write per insert; a sample copies its gathered rows
+        assert (counts.to_device, counts.to_device_arrays, counts.to_host) == (1, leaves, 0)
+    else:  # the rows and their slots in; a sample's indices
+        assert (counts.to_device, counts.to_device_arrays, counts.to_host) == (2, leaves + 1 + 1, 0)
+
+
+def test_the_replay_keeps_its_buffer_in_host_memory_exactly_on_a_cpu():
+    replay = Replay(ReplayConfig(capacity=8), rows([0]), batch_size=2)
+    assert replay.in_host_memory == (jax.default_backend() == "cpu")
 
 
 def test_a_learning_host_trains_without_an_implicit_copy(host_server):
