@@ -9,7 +9,7 @@ leaves JAX copies together. The counts say so in benchmarks (benchmarks/gpu_pong
 `jax.transfer_guard("disallow")` any copy made any other way raises, which is how the tests check that none is.
 
 On a CPU device the device's memory is the host's, and `jax.device_put` costs about 40 µs of Python dispatch per
-leaf: 0.56 ms for a replay insert's eleven, a fifth of the host's batcher thread on a league game
+leaf: 0.56 ms for a replay insert's eleven, a quarter of the host's batcher thread on a league game
 (benchmarks/README.md, "The host's copies on a CPU"). There `to_device` hands the numpy tree to one jitted identity
 instead (0.11 ms for the same tree): still one explicit, counted call, the copy made by XLA's C++ argument
 handling. Either way the arrays handed over are the device's from then on: on a CPU the copy may alias or still be
