@@ -14,14 +14,23 @@ Each child runs in a session (process group) of its own, so a Ctrl-C at the
 launcher's terminal does not reach it before the launcher decides, and `stop`
 reaches whatever the child started in its group too. The log is appended to
 (restarts, --resume): readiness is read only from what this start wrote.
+
+A session of its own also means a launcher that dies without stopping its children (SIGKILL, the
+OOM killer, a CI job's timeout) would leave them running: workers reconnecting forever, a league
+service holding its port and database. So every child is started through a small Python trampoline
+that asks Linux to SIGTERM it when the launcher dies (PR_SET_PDEATHSIG, kept across the exec into the
+real command, whatever its language) and then execs the command. Linux sends that signal when the
+thread that started the child ends, so start children from a thread that lives as long as they should.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -30,6 +39,34 @@ from typing import Callable, Mapping, Optional, Sequence, TypeVar
 T = TypeVar("T")
 
 POLL_INTERVAL_S = 0.05
+
+# `python -c DIE_WITH_PARENT PARENT_PID COMMAND...`: ask for SIGTERM when the parent dies, then become COMMAND.
+# The signal survives the exec; a parent that died before prctl ran is caught by the getppid check.
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "parent = int(sys.argv[1])\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass  # not Linux: only the launcher's own stop ends the child\n"
+    "if os.getppid() != parent:\n"
+    "    sys.exit(143)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_this_process(command: Sequence[str]) -> list[str]:
+    """`command` run through DIE_WITH_PARENT, so it gets SIGTERM when this process (the thread starting it) dies.
+    Raises FileNotFoundError or PermissionError, as starting it would, when the command's program cannot run."""
+    program = command[0]
+    if os.sep in program:  # a path: run as it is, relative to the working directory
+        if not os.path.isfile(program):
+            raise FileNotFoundError(2, "No such file", program)
+        if not os.access(program, os.X_OK):
+            raise PermissionError(13, "Permission denied (not executable)", program)
+    elif shutil.which(program) is None:
+        raise FileNotFoundError(2, "No such program on PATH", program)
+    return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *command]
 
 
 class ChildFailed(RuntimeError):
@@ -67,8 +104,8 @@ class Child:
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         self._log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=self.env)
+            self._proc = subprocess.Popen(dying_with_this_process(self.command), stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
         self.starts += 1
         return self._proc.pid
 

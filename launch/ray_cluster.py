@@ -52,22 +52,6 @@ log = logging.getLogger(__name__)
 HOST_READY = "seedleague host listening on "  # printed by launch.local once the host's server is up
 NODE_IP = "{node_ip}"  # in a command: replaced by the IP Ray reports for the node the actor runs on
 
-# Run before the real command in every child: ask Linux to SIGTERM the child when
-# its actor process dies (ray.kill, a lost node, a killed driver), so no process
-# outlives the actor that placed it. The signal survives the exec; a parent that
-# died before prctl ran is caught by the getppid check.
-_DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "parent = int(sys.argv[1])\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
-    "except (OSError, AttributeError):\n"
-    "    pass  # not Linux: teardown still stops the child through ProcessRunner.stop\n"
-    "if os.getppid() != parent:\n"
-    "    sys.exit(143)\n"
-    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
-)
-
 
 # ------------------------------------------------------------------ config --
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +170,7 @@ class ProcessRunner:
     def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None, name: str = ""):
         ip = self.node()["ip"]
         self.args = [arg.replace(NODE_IP, ip) for arg in args]  # a server binds its own node's IP
-        command = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.args]
+        command = [sys.executable, *self.args]  # launch.child starts it to die with this actor (PR_SET_PDEATHSIG)
         self.child = Child(command, log_path, name=name or f"`python {shlex.join(self.args)[:200]}`",
                            env=dict(os.environ, **(env or {})))
         self.child.start()

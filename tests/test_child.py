@@ -118,3 +118,47 @@ def test_a_missing_command_raises_oserror_and_a_running_child_cannot_start_twice
             child.start()
     finally:
         child.stop(timeout_s=30)
+
+
+PARENT = """
+import sys, time
+from launch.child import Child
+child = Child(sys.argv[2:], sys.argv[1], name="orphan")
+child.start()
+print("child", child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("command", [[PY, "-c", "import time; time.sleep(600)"], ["sleep", "600"]],
+                         ids=["python", "binary"])
+def test_a_child_dies_with_a_launcher_killed_before_it_could_stop_it(tmp_path, command):
+    """SIGKILL gives the launcher no chance to stop its children, and each runs in a session of its own: the
+    trampoline's PR_SET_PDEATHSIG, kept across the exec into any program, still ends them."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    launcher = subprocess.Popen([PY, "-c", PARENT, str(tmp_path / "child.log"), *command], stdout=subprocess.PIPE,
+                                text=True, cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    try:
+        pid = int(launcher.stdout.readline().split()[1])
+        wait_for(lambda: open(f"/proc/{pid}/cmdline").read().split("\0")[0] == command[0], 30,
+                 "the trampoline to exec the command")
+        launcher.kill()
+        launcher.wait()
+        wait_for(lambda: not _alive(pid), 30, "the orphaned child to get its SIGTERM")
+    finally:
+        launcher.kill()
+        if "pid" in locals() and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_path_that_is_not_an_executable_file_is_refused_before_starting(tmp_path):
+    (tmp_path / "script").write_text("#!/bin/sh\n")
+    with pytest.raises(PermissionError, match="not executable"):
+        Child([str(tmp_path / "script")], str(tmp_path / "x.log")).start()
+    with pytest.raises(FileNotFoundError):
+        Child([str(tmp_path)], str(tmp_path / "y.log")).start()
+    with pytest.raises(FileNotFoundError, match="PATH"):
+        Child(["no-such-program-anywhere"], str(tmp_path / "z.log")).start()
