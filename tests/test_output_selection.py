@@ -193,6 +193,31 @@ def test_histories_counts_every_node_of_the_tree_and_stops_at_the_cap():
     assert output_selection.histories(game, cap=57) is None
 
 
+def test_knuths_estimate_on_kuhn_by_hand():
+    # A playout takes 3 deals, then 2, then the betting: p or b (x 2), then after p, pp or pb (x 2), and after pb,
+    # pbp or pbb (x 2); after b, bp or bb ends it. So an estimate is 1 + 3 + 6 + 12 + 24 = 46, or 46 + 48 = 94 when
+    # the path goes p, pb (probability 1/4): the mean 0.75 * 46 + 0.25 * 94 = 58 is the exact count above.
+    game = output_selection.game_of("openspiel:kuhn_poker")
+    estimates = output_selection.estimated_histories(game, probes=400, seed=3)
+    assert set(estimates) == {46.0, 94.0} and estimates == sorted(estimates)
+    share = estimates.count(94.0) / len(estimates)
+    assert 0.15 < share < 0.35  # 1/4 in expectation (seeded, so this draw is fixed)
+
+
+def test_a_game_far_beyond_the_cap_is_refused_from_its_estimate_without_counting(monkeypatch):
+    """battleship at its defaults: counting its tree to the cap took 36 s before a run could start."""
+    def counting(*args):
+        raise AssertionError("the exact count ran")
+
+    monkeypatch.setattr(output_selection, "histories", counting)
+    output_selection.unmeasurable.cache_clear()
+    try:
+        reason = output_selection.unmeasurable("openspiel:battleship")
+    finally:
+        output_selection.unmeasurable.cache_clear()
+    assert "random playouts' estimates), far more than the 2,000,000" in reason, reason
+
+
 def test_a_game_too_large_to_measure_gets_the_param_average_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr(output_selection, "MAX_HISTORIES", 57)
     output_selection.unmeasurable.cache_clear()

@@ -42,6 +42,8 @@ import os
 import time
 from typing import Optional
 
+import numpy as np
+
 from seedleague.output import Member  # one network of an output: key, weight, path, step, average
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ MAX_POPULATION = 512  # newest snapshots in the largest meta-game (fewer where i
 # each exploitability takes about 1 s, and the whole choice over 44 networks 204 s (benchmarks/README.md).
 # Counting up to the cap costs about 3 s per million histories, paid once at the start of a run on such a game.
 MAX_HISTORIES = 2_000_000
+SURELY_TOO_LARGE = 100  # a median Knuth estimate this many times MAX_HISTORIES skips the count (`unmeasurable`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,12 +107,39 @@ def histories(game, cap: int) -> Optional[int]:
     return count
 
 
+def estimated_histories(game, probes: int = 32, seed: int = 0) -> list[float]:
+    """Knuth's estimates (1975, "Estimating the efficiency of backtrack programs") of the number of histories of
+    `game`, one per random playout, sorted: along a path that takes a child uniformly at random at every node
+    (chance outcomes too, as `histories` counts them), 1 + d0 + d0 d1 + d0 d1 d2 + ..., d_i the children of the
+    path's i-th node. Each is unbiased (its mean over paths is the exact count); one playout costs one episode."""
+    rng = np.random.default_rng(seed)
+    estimates = []
+    for _ in range(probes):
+        state, total, width = game.new_initial_state(), 1.0, 1.0
+        while not state.is_terminal():
+            actions = [a for a, _ in state.chance_outcomes()] if state.is_chance_node() else state.legal_actions()
+            width *= len(actions)  # nodes at this depth, as this path sees the tree
+            total += width
+            state.apply_action(actions[rng.integers(len(actions))])
+        estimates.append(total)
+    return sorted(estimates)
+
+
 @functools.lru_cache(maxsize=16)
 def unmeasurable(env_name: str) -> str:
-    """Why no candidate of a run on `env_name` can be measured exactly ("" when they can)."""
+    """Why no candidate of a run on `env_name` can be measured exactly ("" when they can). A game whose median
+    Knuth estimate is SURELY_TOO_LARGE times the cap is not counted (counting to the cap took minutes for
+    gin_rummy or rbc, before anything started); the median of such skewed estimates lies below their mean, the
+    exact count, so a game within the cap is not refused by it."""
     game = game_of(env_name)
     if game is None:
         return "not an OpenSpiel imperfect-information game"
+    estimates = estimated_histories(game)
+    median = estimates[len(estimates) // 2]
+    if median > SURELY_TOO_LARGE * MAX_HISTORIES:
+        return (f"its game tree has about {median:.1e} histories (the median of {len(estimates)} random playouts' "
+                f"estimates), far more than the {MAX_HISTORIES:,} that can be measured exactly in minutes "
+                "(`seedleague eval` still measures one policy)")
     if histories(game, MAX_HISTORIES) is None:
         return (f"its game tree has more than {MAX_HISTORIES:,} histories, too many to measure every candidate "
                 "exactly in minutes (`seedleague eval` still measures one policy)")
