@@ -37,7 +37,7 @@ def load_game(name: str) -> pyspiel.Game:
     _check_game_names(name)
     try:
         game = pyspiel.load_game(name)
-    except pyspiel.SpielError as error:
+    except (pyspiel.SpielError, LookupError, RuntimeError, ValueError) as error:  # nfg_game without its file: IndexError
         first = (str(error).strip().splitlines() or ["unknown game"])[0].split(" Available games")[0]
         hint = ("; a parameter that is itself a game takes parentheses, even without parameters of its own, "
                 "e.g. turn_based_simultaneous_game(game=blotto())") if "Expected type: kGame" in first else ""

@@ -188,7 +188,8 @@ def test_worker_passes_every_check(game, shape, actions):
 
 @pytest.mark.parametrize(
     "game, message",
-    [("no_such_game", "OpenSpiel has no game 'no_such_game'"), ("matrix_rps", "matrix_rps is not sequential")],
+    [("no_such_game", "OpenSpiel has no game 'no_such_game'"), ("matrix_rps", "matrix_rps is not sequential"),
+     ("nfg_game", "OpenSpiel has no game 'nfg_game' (map::at)")],  # its loader raises IndexError, not SpielError
 )
 def test_an_unusable_game_exits_2_naming_it_before_connecting(game, message):
     command = [sys.executable, "-m", "envs.openspiel_worker", "--address", "127.0.0.1:1", "--game", game]
