@@ -128,9 +128,10 @@ def estimated_histories(game, probes: int = 32, seed: int = 0) -> list[float]:
 @functools.lru_cache(maxsize=16)
 def unmeasurable(env_name: str) -> str:
     """Why no candidate of a run on `env_name` can be measured exactly ("" when they can). A game whose median
-    Knuth estimate is SURELY_TOO_LARGE times the cap is not counted (counting to the cap took minutes for
-    gin_rummy or rbc, before anything started); the median of such skewed estimates lies below their mean, the
-    exact count, so a game within the cap is not refused by it."""
+    Knuth estimate is over SURELY_TOO_LARGE times the cap is not counted (counting to the cap took minutes on
+    gin_rummy or rbc, before anything started). That refuses no game within the cap: by Markov's inequality an
+    estimate exceeds 100 times the exact count with probability at most 1/100, so the median of 32 does with
+    probability below 1e-23."""
     game = game_of(env_name)
     if game is None:
         return "not an OpenSpiel imperfect-information game"
