@@ -140,3 +140,21 @@ def test_bad_configs_name_the_problem():
         ReplayConfig(sampler="fifo", samples_per_insert=2.0)
     with pytest.raises(ValueError, match="below the learner batch size"):
         Replay(ReplayConfig(capacity=2), rows([0]), batch_size=4)
+
+
+def test_a_slack_too_narrow_to_go_on_is_refused_before_the_run_starts():
+    """With batches of 8 at one sample per insert, inserts stop at diff 8 + slack and a sample needs diff 16 - slack:
+    at 0.5 both would wait for ever. The narrowest slack allowed, (8 + 1) / 2, keeps both going."""
+    from seedleague.host.config import HostConfig
+
+    narrow = ReplayConfig(capacity=64, error_buffer=0.5)
+    for make in (lambda: Replay(narrow, rows([0]), batch_size=8), lambda: HostConfig(batch_size=8, replay=narrow)):
+        with pytest.raises(ValueError, match=r"error_buffer 0.5 is too narrow .* at least 4.5 .* or 0 for the default "
+                                             r"\(8\)"):
+            make()
+    replay = Replay(ReplayConfig(capacity=64, error_buffer=4.5), rows([0]), batch_size=8)
+    inserted = sampled = 0
+    for _ in range(40):  # one unroll at a time, as a worker's finish; the learner takes a batch whenever it may
+        inserted += replay.insert(rows([inserted]), timeout=0)
+        sampled += 8 * (replay.sample(timeout=0) is not None)
+    assert sampled >= 24 and inserted - sampled <= 8 + 4.5  # it went on, and no further ahead than the slack lets

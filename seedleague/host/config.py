@@ -56,6 +56,7 @@ class HostConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.replay.capacity < self.batch_size:
             raise ValueError(f"replay capacity {self.replay.capacity} must be >= batch_size {self.batch_size}")
+        self.replay.error_buffer_for(self.batch_size)  # raises where the limiter's slack would stall the run
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         if self.serve_param_average and self.learn:

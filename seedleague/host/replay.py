@@ -53,6 +53,22 @@ class ReplayConfig:
         if self.sampler == "fifo" and self.samples_per_insert > 1:
             raise ValueError("the fifo sampler reads each unroll once: use samples_per_insert <= 1 or sampler='uniform'")
 
+    def error_buffer_for(self, batch_size: int) -> float:
+        """The limiter's slack for a learner sampling `batch_size` unrolls at a time; ValueError where an explicit
+        one is too narrow to let the run go on. Inserts stop once the ratio's diff passes min_size * spi +
+        error_buffer, and a sample needs it at least batch_size above min_size * spi - error_buffer: unless
+        2 * error_buffer >= batch_size + spi, both can wait on each other for ever (0.5 with batches of 8 did)."""
+        if not self.error_buffer:
+            return batch_size * max(1.0, self.samples_per_insert)
+        narrowest = (batch_size + self.samples_per_insert) / 2
+        if self.error_buffer < narrowest:
+            raise ValueError(f"replay error_buffer {self.error_buffer:g} is too narrow for batches of {batch_size} "
+                             f"unrolls at samples_per_insert {self.samples_per_insert:g}: the workers would wait for "
+                             "the learner and the learner for more unrolls, for ever. Use at least "
+                             f"{narrowest:g} (half a batch plus half a sample per insert), or 0 for the default "
+                             f"({batch_size * max(1.0, self.samples_per_insert):g})")
+        return self.error_buffer
+
 
 class RateLimiter:
     """Reverb-style samples-per-insert limiter; callers hold `lock` (a Condition)."""
@@ -120,8 +136,7 @@ class Replay:
         zeros = np.zeros if in_host_memory else functools.partial(jnp.zeros, device=device)
         self._buffer = jax.tree.map(lambda x: zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype), example)
         min_size = config.min_size or batch_size
-        error_buffer = config.error_buffer or batch_size * max(1.0, config.samples_per_insert)
-        self._limiter = RateLimiter(config.samples_per_insert, min_size, error_buffer)
+        self._limiter = RateLimiter(config.samples_per_insert, min_size, config.error_buffer_for(batch_size))
         self._cond = threading.Condition()
         self._rng = np.random.default_rng(seed)
         self.transfers = Transfers(device)  # an insert: one copy of its rows in; a sample: one of its indices
