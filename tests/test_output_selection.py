@@ -215,7 +215,7 @@ def test_a_game_far_beyond_the_cap_is_refused_from_its_estimate_without_counting
         reason = output_selection.unmeasurable("openspiel:battleship")
     finally:
         output_selection.unmeasurable.cache_clear()
-    assert "random playouts' estimates), far more than the 2,000,000" in reason, reason
+    assert "random playouts' estimates, far more than the 2,000,000" in reason, reason
 
 
 def test_a_game_too_large_to_measure_gets_the_param_average_and_says_why(tmp_path, monkeypatch):
