@@ -55,16 +55,17 @@ DIE_WITH_PARENT = (
 )
 
 
-def dying_with_this_process(command: Sequence[str]) -> list[str]:
+def dying_with_this_process(command: Sequence[str], env: Optional[Mapping[str, str]] = None) -> list[str]:
     """`command` run through DIE_WITH_PARENT, so it gets SIGTERM when this process (the thread starting it) dies.
-    Raises FileNotFoundError or PermissionError, as starting it would, when the command's program cannot run."""
+    Raises FileNotFoundError or PermissionError, as starting it would, when the command's program cannot run
+    (looked up on `env`'s PATH, the child's, else this process's)."""
     program = command[0]
     if os.sep in program:  # a path: run as it is, relative to the working directory
         if not os.path.isfile(program):
             raise FileNotFoundError(2, "No such file", program)
         if not os.access(program, os.X_OK):
             raise PermissionError(13, "Permission denied (not executable)", program)
-    elif shutil.which(program) is None:
+    elif shutil.which(program, path=(os.environ if env is None else env).get("PATH", os.defpath)) is None:
         raise FileNotFoundError(2, "No such program on PATH", program)
     return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *command]
 
@@ -104,7 +105,7 @@ class Child:
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         self._log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(dying_with_this_process(self.command), stdout=out, stderr=subprocess.STDOUT,
+            self._proc = subprocess.Popen(dying_with_this_process(self.command, self.env), stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
         self.starts += 1
         return self._proc.pid
