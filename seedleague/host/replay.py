@@ -4,9 +4,11 @@ The buffer is a pytree of jax arrays [capacity + 1, ...] on one device (the
 default one, or this process's first learner device when given the learner's
 batch sharding, in which case sampled batches come back split over the learner
 mesh: see seedleague.rl.sharding); the extra slot absorbs padding rows so inserts compile for a few bucket sizes
-only. On a CPU device, whose memory is the host's, the buffer is numpy arrays instead: an insert is a numpy write
-(37 µs, against 280 µs for the jitted copy alone while the learner computes beside it), and a sample one copy
-of the gathered batch (benchmarks/README.md, "The host's copies on a CPU"). The rate limiter follows Reverb's SampleToInsertRatio: with
+only. On a CPU device, whose memory is the host's, the buffer is numpy arrays [capacity, ...] instead: an insert
+is a numpy write (37 µs, against 280 µs for the jitted copy alone while the learner computes beside it), and a
+sample one copy of the gathered batch (benchmarks/README.md, "The host's copies on a CPU").
+
+The rate limiter follows Reverb's SampleToInsertRatio: with
 diff = inserts * samples_per_insert - samples, inserts wait while diff would
 exceed min_size * spi + error_buffer and samples wait while diff would drop
 below min_size * spi - error_buffer. So the learner neither starves nor
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.buckets import power_of_two
-from seedleague.host.transfers import Transfers
+from seedleague.host.transfers import Transfers, is_cpu
 from seedleague.rl import sharding as sharding_lib
 from seedleague.rl.types import Unroll
 
@@ -129,11 +131,9 @@ class Replay:
         self.config = config
         self.batch_size = batch_size
         self._batch_sharding = batch_sharding
-        if in_host_memory is None:
-            in_host_memory = (jax.default_backend() if device is None else device.platform) == "cpu"
-        self.in_host_memory = in_host_memory
-        slots = config.capacity + 1  # last slot takes padding rows
-        zeros = np.zeros if in_host_memory else functools.partial(jnp.zeros, device=device)
+        self.in_host_memory = is_cpu(device) if in_host_memory is None else in_host_memory
+        slots = config.capacity + (0 if self.in_host_memory else 1)  # on the device, a last slot takes padding rows
+        zeros = np.zeros if self.in_host_memory else functools.partial(jnp.zeros, device=device)
         self._buffer = jax.tree.map(lambda x: zeros((slots,) + np.shape(x)[1:], np.asarray(x).dtype), example)
         min_size = config.min_size or batch_size
         self._limiter = RateLimiter(config.samples_per_insert, min_size, config.error_buffer_for(batch_size))

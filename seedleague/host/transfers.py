@@ -77,11 +77,15 @@ class Transfers:
             setattr(counts, f"{direction}_bytes", getattr(counts, f"{direction}_bytes") + size)
 
 
+def is_cpu(device: Optional[jax.Device]) -> bool:
+    """Whether `device` (None: the default device) is a CPU, whose memory is the host's."""
+    return (jax.default_backend() if device is None else device.platform) == "cpu"
+
+
 def _host_memory_copy(device: Optional[jax.Device]) -> Optional[Any]:
     """A jitted identity that copies numpy trees onto `device` (None: the default device) when it is a CPU
     device, else None (an accelerator: `jax.device_put` batches the copy)."""
-    platform = jax.default_backend() if device is None else device.platform
-    if platform != "cpu":
+    if not is_cpu(device):
         return None
     placement = {} if device is None else {"out_shardings": jax.sharding.SingleDeviceSharding(device)}
     return jax.jit(lambda tree: tree, **placement)
