@@ -1,0 +1,110 @@
+"""seedleague.host.packing, and Transfers with packing on: a tree crosses to the device and back as one buffer,
+bit for bit, on a CPU as it will on a GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seedleague.host import packing
+from seedleague.host.transfers import Transfers
+from test_transfers import _batch, _policy, no_implicit_copies_to_the_device
+
+
+def _tree():
+    """Every dtype the host sends, scalars, an empty leaf and an empty subtree."""
+    return {
+        "observation": np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5,
+        "first": np.array([True, False, True]),
+        "legal": np.array([[1, 0], [0, 1]], np.int8),
+        "pixels": np.array([[0, 255, 7]], np.uint8),
+        "ids": np.array([-1, 2**31 - 1], np.int32),
+        "half": np.array([1.5, -0.25], np.float16),
+        "bf16": np.array([3.0], jnp.bfloat16),
+        "step": np.float32(2.5),
+        "nothing": np.zeros((0, 4), np.float32),
+        "core": (),
+    }
+
+
+def test_the_layout_aligns_each_leaf_by_hand():
+    treedef = jax.tree.structure((0, 0, 0))
+    layout = packing.Layout.of(treedef, [(2, 3), (3,), ()], [np.float32, np.bool_, np.int32])
+    # 24 bytes -> 32; 3 bytes -> 16; 4 bytes -> 16
+    assert layout.offsets == (0, 32, 48) and layout.size == 64
+    assert [layout.nbytes(i) for i in range(3)] == [24, 3, 4]
+
+
+def test_host_pack_and_unpack_round_trip_without_copies():
+    arrays, treedef = packing.host_leaves(_tree())
+    layout = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
+    buffer = packing.pack_on_host(layout, arrays)
+    assert buffer.dtype == np.uint8 and buffer.shape == (layout.size,)
+    back = packing.unpack_on_host(layout, buffer)
+    _assert_same(back, _tree())
+    assert np.shares_memory(back["observation"], buffer)  # views of the one buffer
+
+
+def test_float64_and_int64_become_what_device_put_would_make_them():
+    arrays, _ = packing.host_leaves((np.ones(2, np.float64), np.arange(2, dtype=np.int64)))
+    expected = [jax.device_put(np.ones(2, np.float64)).dtype, jax.device_put(np.arange(2, dtype=np.int64)).dtype]
+    assert [a.dtype for a in arrays] == expected
+
+
+@pytest.mark.parametrize("jitted", [True, False])
+def test_device_unpack_and_pack_are_exact_inverses_of_the_host_side(jitted):
+    arrays, treedef = packing.host_leaves(_tree())
+    layout = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
+    buffer = packing.pack_on_host(layout, arrays)
+    unpack = packing.unpacker(layout) if jitted else (lambda b: packing._unpack(layout, b))
+    pack = packing.packer(layout) if jitted else (lambda leaves: packing._pack(layout, leaves))
+    on_device = unpack(jnp.asarray(buffer))
+    _assert_same(jax.device_get(on_device), _tree())
+    repacked = np.asarray(pack(jax.tree.leaves(on_device)))
+    np.testing.assert_array_equal(repacked, buffer)  # padding included: zeros both ways
+
+
+def test_packed_transfers_copy_one_buffer_each_way():
+    transfers = Transfers(jax.devices()[0], packed=True)
+    with no_implicit_copies_to_the_device():
+        on_device = transfers.to_device(_tree())
+        back = transfers.to_host(jax.tree.map(lambda x: x, on_device))
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(on_device))
+    _assert_same(back, _tree())
+    counts = transfers.counts()
+    assert (counts.to_device, counts.to_device_buffers, counts.to_host, counts.to_host_buffers) == (1, 1, 1, 1)
+    assert counts.to_device_arrays == counts.to_host_arrays == len(jax.tree.leaves(_tree()))
+
+
+def test_unpackable_trees_are_still_copied_one_array_at_a_time():
+    transfers = Transfers(packed=True)
+    key = jax.random.key(0)
+    back = transfers.to_host((key, jnp.ones(2)))  # a PRNG key has no bytes to bitcast
+    assert jax.dtypes.issubdtype(back[0].dtype, jax.dtypes.extended)
+    assert transfers.to_device(()) == () and transfers.counts().to_device_buffers == 0
+    assert transfers.counts().to_host_buffers == 2
+    transfers.to_host(transfers.to_device(np.arange(3)))  # one array: nothing to pack
+    assert transfers.counts().to_device_buffers == transfers.counts().to_host_buffers - 2 == 1
+
+
+def test_the_default_packs_exactly_off_the_cpu():
+    assert Transfers(jax.devices()[0]).packed is (jax.devices()[0].platform != "cpu")
+
+
+@pytest.mark.parametrize("lstm_size", [0, 4])
+def test_a_packed_forward_pass_gives_what_an_unpacked_one_gives(lstm_size):
+    plain, packed = _policy(lstm_size), _policy(lstm_size)
+    packed.transfers = Transfers(packed.device, packed=True)
+    with no_implicit_copies_to_the_device():
+        for _ in range(2):
+            expected, got = plain.act(*_batch(4, plain)), packed.act(*_batch(4, packed))
+    _assert_same(got, expected)
+    assert packed.transfers.counts().to_device_buffers == packed.transfers.counts().to_host_buffers == 2
+
+
+def _assert_same(got, expected):
+    assert jax.tree.structure(got) == jax.tree.structure(expected)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
