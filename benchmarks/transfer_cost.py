@@ -9,11 +9,11 @@ The host copies each batch to the device in one explicit `jax.device_put` of the
 (seedleague/host/transfers.py), so that an accelerator sees one copy per batch. On the CPU backend
 there is no copy to save, and the call's Python dispatch is what it costs; this prints that cost beside
 the alternatives (device_put per leaf, `jnp.asarray`, and numpy handed straight to a jitted function,
-which JAX's C++ dispatch takes, and `Transfers` packing the tree into one buffer, seedleague.host.packing),
-the median of 5 timings of `--calls` calls each. `--forward` times whole forward passes of a workload's preset
+which JAX's C++ dispatch takes), the median of 5 timings of `--calls` calls each. `--forward` times whole forward passes of a workload's preset
 network (benchmarks/workloads.py) through `InferencePolicy.act`, inputs in and outputs back as numpy, with
-`Transfers(packed=False)` (one copy per array) and `Transfers(packed=True)`; on an accelerator the second is
-the host's default.
+`Transfers(packed=False)` (one copy per array) and `Transfers(packed=True)` (one buffer each way, unpacked and
+packed inside the act's jitted call; seedleague.host.packing); on an accelerator the second is the host's
+default.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seedleague.host.transfers import Transfers
 
 
 def league_batch(rows: int, opponents: int = 4, observation_size: int = 11, actions: int = 2) -> tuple:
@@ -58,14 +57,12 @@ def measure(rows: int, calls: int) -> dict[str, float]:
     leaves = jax.tree.leaves(tree)
     device = jax.devices()[0]
     total = jax.jit(lambda *xs: sum(jnp.sum(x) for x in xs))
-    packed = Transfers(device, packed=True)
     return {
         "device_put(tree)": median_us(lambda: jax.device_put(tree, device), calls),
         "device_put per leaf": median_us(lambda: [jax.device_put(x, device) for x in leaves], calls),
         "jnp.asarray per leaf": median_us(lambda: [jnp.asarray(x) for x in leaves], calls),
         "device_put(tree), then a jitted sum": median_us(lambda: total(*jax.device_put(leaves, device)), calls),
         "numpy into the jitted sum": median_us(lambda: total(*leaves), calls),
-        "Transfers(packed=True).to_device": median_us(lambda: packed.to_device(tree), calls),
     }
 
 
@@ -73,6 +70,7 @@ def measure_forward(workload_name: str, rows: int, calls: int) -> dict[str, floa
     """µs per `InferencePolicy.act` of `rows` agents of a workload, with each way of copying."""
     from benchmarks.workloads import WORKLOADS
     from seedleague.host.policy import InferencePolicy
+    from seedleague.host.transfers import Transfers
 
     workload = WORKLOADS[workload_name]
     network = workload.network()
@@ -86,35 +84,7 @@ def measure_forward(workload_name: str, rows: int, calls: int) -> dict[str, floa
         policy.transfers = Transfers(policy.device, packed=packed)
         results[f"act, {'packed' if packed else 'one copy per array'}"] = median_us(
             lambda: policy.act(observation.copy(), first.copy(), core, legal.copy()), calls)
-    results["act, packed, unpack and pack inside the act's jit"] = _fused_act_us(policy, (observation, first, core,
-                                                                                         legal), calls)
     return results
-
-
-def _fused_act_us(policy: Any, inputs: tuple, calls: int) -> float:
-    """µs per forward pass with one buffer each way and a single dispatch: what fusing the packing into the
-    act's jitted function would save over `Transfers(packed=True)`'s separate unpack and pack calls."""
-    from seedleague.host import packing
-    from seedleague.host.policy import _act
-
-    arrays, treedef = packing.host_leaves(inputs)
-    layout_in = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
-    params, _ = policy.current()
-    outputs = jax.eval_shape(lambda p, r: _act(policy.network, p, *inputs, r)[:3], params, policy._rng)
-    leaves, out_treedef = jax.tree.flatten(outputs)
-    layout_out = packing.Layout.of(out_treedef, [x.shape for x in leaves], [x.dtype for x in leaves])
-
-    @jax.jit
-    def fused(params, buffer, rng):
-        *outputs, rng = _act(policy.network, params, *packing._unpack(layout_in, buffer), rng)
-        return packing._pack(layout_out, jax.tree.leaves(outputs)), rng
-
-    def call():
-        buffer = jax.device_put(packing.pack_on_host(layout_in, [a.copy() for a in arrays]), policy.device)
-        out, policy._rng = fused(params, buffer, policy._rng)
-        return packing.unpack_on_host(layout_out, np.asarray(jax.device_get(out)))
-
-    return median_us(call, calls)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from seedleague.host import packing
 from seedleague.host.transfers import Transfers
+from seedleague.host.policy import stack_params
 from test_transfers import _batch, _policy, no_implicit_copies_to_the_device
 
 
@@ -56,35 +57,50 @@ def test_device_unpack_and_pack_are_exact_inverses_of_the_host_side(jitted):
     arrays, treedef = packing.host_leaves(_tree())
     layout = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
     buffer = packing.pack_on_host(layout, arrays)
-    unpack = packing.unpacker(layout) if jitted else (lambda b: packing._unpack(layout, b))
-    pack = packing.packer(layout) if jitted else (lambda leaves: packing._pack(layout, leaves))
+    unpack, pack = (lambda b: packing.unpack(layout, b)), packing.pack
+    if jitted:
+        unpack, pack = jax.jit(unpack), jax.jit(pack)
     on_device = unpack(jnp.asarray(buffer))
     _assert_same(jax.device_get(on_device), _tree())
-    repacked = np.asarray(pack(jax.tree.leaves(on_device)))
-    np.testing.assert_array_equal(repacked, buffer)  # padding included: zeros both ways
+    assert packing.Layout.of_tree(on_device) == layout
+    np.testing.assert_array_equal(np.asarray(pack(on_device)), buffer)  # padding included: zeros both ways
 
 
-def test_packed_transfers_copy_one_buffer_each_way():
-    transfers = Transfers(jax.devices()[0], packed=True)
+def _double(on_device, inputs, scale):
+    """A `Transfers.call` function: every input times `scale`, and a counter kept on the device."""
+    counter, = on_device
+    return jax.tree.map(lambda x: (x * scale).astype(x.dtype), inputs), counter + 1
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_call_copies_one_buffer_each_way_when_packed(packed):
+    transfers = Transfers(jax.devices()[0], packed=packed)
+    tree = {key: value for key, value in _tree().items() if key not in ("bf16", "first")}
+    counter = jnp.zeros((), jnp.int32)
     with no_implicit_copies_to_the_device():
-        on_device = transfers.to_device(_tree())
-        back = transfers.to_host(jax.tree.map(lambda x: x, on_device))
-    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(on_device))
-    _assert_same(back, _tree())
-    counts = transfers.counts()
-    assert (counts.to_device, counts.to_device_buffers, counts.to_host, counts.to_host_buffers) == (1, 1, 1, 1)
-    assert counts.to_device_arrays == counts.to_host_arrays == len(jax.tree.leaves(_tree()))
+        for _ in range(2):
+            out, counter = transfers.call(_double, (counter,), tree, scale=2)
+    assert int(counter) == 2 and all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(out))
+    _assert_same(out, jax.tree.map(lambda x: (np.asarray(x) * 2).astype(np.asarray(x).dtype), tree))
+    counts, leaves = transfers.counts(), len(jax.tree.leaves(tree))
+    assert (counts.to_device, counts.to_host) == (2, 2)
+    assert counts.to_device_arrays == counts.to_host_arrays == 2 * leaves
+    assert counts.to_device_buffers == counts.to_host_buffers == (2 if packed else 2 * leaves)
+    payload = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(tree))
+    assert counts.to_device_bytes == counts.to_host_bytes == 2 * payload
 
 
-def test_unpackable_trees_are_still_copied_one_array_at_a_time():
-    transfers = Transfers(packed=True)
-    key = jax.random.key(0)
-    back = transfers.to_host((key, jnp.ones(2)))  # a PRNG key has no bytes to bitcast
-    assert jax.dtypes.issubdtype(back[0].dtype, jax.dtypes.extended)
-    assert transfers.to_device(()) == () and transfers.counts().to_device_buffers == 0
-    assert transfers.counts().to_host_buffers == 2
-    transfers.to_host(transfers.to_device(np.arange(3)))  # one array: nothing to pack
-    assert transfers.counts().to_device_buffers == transfers.counts().to_host_buffers - 2 == 1
+def _keep(on_device, inputs):
+    (total,), (rows,) = on_device, inputs
+    return (), total + rows.sum()
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_call_with_no_outputs_fetches_nothing_and_can_donate(packed):
+    transfers = Transfers(jax.devices()[0], packed=packed)
+    total = jnp.zeros((), jnp.float32)
+    out, total = transfers.call(_keep, (total,), (np.ones(3, np.float32),), donate=True)
+    assert out == () and float(total) == 3.0 and transfers.counts().to_host == 0
 
 
 def test_the_default_packs_exactly_off_the_cpu():
@@ -100,6 +116,20 @@ def test_a_packed_forward_pass_gives_what_an_unpacked_one_gives(lstm_size):
             expected, got = plain.act(*_batch(4, plain)), packed.act(*_batch(4, packed))
     _assert_same(got, expected)
     assert packed.transfers.counts().to_device_buffers == packed.transfers.counts().to_host_buffers == 2
+
+
+def test_packed_league_passes_and_values_give_what_unpacked_ones_give():
+    plain, packed = _policy(), _policy()
+    packed.transfers = Transfers(packed.device, packed=True)
+    table = stack_params([plain.current()[0]] * 2)
+    learner, opponents = _batch(3, plain), jax.tree.map(lambda x: np.stack([x, x]), _batch(3, plain))
+    slots = np.array([1, 0], np.int32)
+    with no_implicit_copies_to_the_device():
+        results = [(policy.act_with_table(learner, table, slots, opponents),
+                    policy.act_table(table, slots, *opponents), policy.act_stacked(table, *opponents),
+                    policy.values(*learner[:3])) for policy in (plain, packed)]
+    _assert_same(results[1], results[0])
+    assert packed.transfers.counts().to_device_buffers == 4
 
 
 def _assert_same(got, expected):

@@ -9,13 +9,15 @@ device and the host reads its leaves as views of the one buffer it fetched.
 
 `Layout` is the plan (each leaf's shape, dtype and byte offset) for trees of one structure and shapes; the
 host keeps one per shape it meets (inference batches are padded to a few bucket sizes, see
-seedleague.buckets), each with its jitted unpack or pack. Leaves start on `ALIGNMENT`-byte boundaries.
+seedleague.buckets). `pack` and `unpack` run inside the jitted function that uses the leaves
+(seedleague.host.transfers `Transfers.call`), so the buffers cost no extra dispatch: on an H100 a separate
+jitted unpack and pack made a CartPole forward pass slower than one copy per array (1.51 against 1.21 ms at
+256 rows; benchmarks/README.md). Leaves start on `ALIGNMENT`-byte boundaries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Sequence
 
 import jax
@@ -43,8 +45,19 @@ class Layout:
             size += -(-_nbytes(shape, dtype) // ALIGNMENT) * ALIGNMENT
         return cls(treedef, tuple(map(tuple, shapes)), tuple(map(np.dtype, dtypes)), tuple(offsets), size)
 
+    @classmethod
+    def of_tree(cls, tree: Any) -> Layout:
+        """The layout of `tree`'s leaves (arrays, or anything with a shape and dtype such as a traced value)."""
+        leaves, treedef = jax.tree.flatten(tree)
+        return cls.of(treedef, [leaf.shape for leaf in leaves], [leaf.dtype for leaf in leaves])
+
     def nbytes(self, index: int) -> int:
         return _nbytes(self.shapes[index], self.dtypes[index])
+
+    @property
+    def payload(self) -> int:
+        """The leaves' bytes, without the alignment padding."""
+        return sum(_nbytes(shape, dtype) for shape, dtype in zip(self.shapes, self.dtypes))
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -94,10 +107,16 @@ def _to_bytes(leaf: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(leaf, jnp.uint8).reshape(-1)
 
 
-def _unpack(layout: Layout, buffer: jax.Array) -> Any:
+def unpack(layout: Layout, buffer: jax.Array) -> Any:
+    """In a jitted function: the tree whose packed bytes are `buffer` (uint8 [layout.size])."""
     leaves = [_from_bytes(buffer[offset:offset + layout.nbytes(index)], shape, dtype)
               for index, (shape, dtype, offset) in enumerate(zip(layout.shapes, layout.dtypes, layout.offsets))]
     return jax.tree.unflatten(layout.treedef, leaves)
+
+
+def pack(tree: Any) -> jax.Array:
+    """In a jitted function: `tree`'s leaves packed into one uint8 buffer, as `Layout.of_tree(tree)` places them."""
+    return _pack(Layout.of_tree(tree), jax.tree.leaves(tree))
 
 
 def _pack(layout: Layout, leaves: Sequence[jax.Array]) -> jax.Array:
@@ -108,15 +127,3 @@ def _pack(layout: Layout, leaves: Sequence[jax.Array]) -> jax.Array:
             layout.offsets[index + 1] - layout.offsets[index] - layout.nbytes(index))
         pieces += [raw, jnp.zeros(padding, jnp.uint8)] if padding else [raw]
     return jnp.concatenate(pieces) if pieces else jnp.zeros(0, jnp.uint8)
-
-
-@functools.lru_cache(maxsize=256)
-def unpacker(layout: Layout) -> Any:
-    """A jitted `buffer -> tree` for `layout`, run where its buffer is."""
-    return jax.jit(functools.partial(_unpack, layout))
-
-
-@functools.lru_cache(maxsize=256)
-def packer(layout: Layout) -> Any:
-    """A jitted `leaves -> buffer` for `layout`, run where its leaves are."""
-    return jax.jit(functools.partial(_pack, layout))

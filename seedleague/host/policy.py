@@ -66,20 +66,23 @@ def _sample(network: Network | StructuredNetwork, params, observation, first, co
     return action.astype(jnp.int32), logits, core_state
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy", "explore"))
-def _act(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False,
-         explore: float = 0.0):
+# The forward passes, each `(on_device, inputs, **settings) -> (outputs, rng)` for `Transfers.call`: `on_device`
+# the params (or stacked table) and key already on the device, `inputs` the batch from the host, `outputs` what
+# goes back to it. `Transfers.call` jits them, with the copies of `inputs` and `outputs` in the same call.
+
+def _act(on_device, inputs, network: Network, greedy: bool = False, explore: float = 0.0):
+    params, rng = on_device
     rng, sample_rng = jax.random.split(rng)
-    return *_sample(network, params, observation, first, core_state, legal_mask, sample_rng, greedy, explore), rng
+    return _sample(network, params, *inputs, sample_rng, greedy, explore), rng
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act_stacked(network: Network, params, observation, first, core_state, legal_mask, rng, greedy: bool = False):
-    """_act for K policies in one call: `params` and every input carry a leading [K] axis."""
+def _act_stacked(on_device, inputs, network: Network, greedy: bool = False):
+    """_act for K policies in one call: the params and every input carry a leading [K] axis."""
+    params, rng = on_device
     rng, sample_rng = jax.random.split(rng)
-    keys = jax.random.split(sample_rng, observation.shape[0])
+    keys = jax.random.split(sample_rng, inputs[0].shape[0])
     sample = functools.partial(_sample, network, greedy=greedy)
-    return *jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys), rng
+    return jax.vmap(sample)(params, *inputs, keys), rng
 
 
 def _sample_slots(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool):
@@ -93,31 +96,33 @@ def _sample_slots(network: Network, table, slots, observation, first, core_state
     return jax.vmap(sample)(params, observation, first, core_state, legal_mask, keys)
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act_table(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool = False):
-    """_act_stacked for the K policies at `slots` of a stacked params `table`, gathered on the device."""
+def _act_table(on_device, inputs, network: Network, greedy: bool = False):
+    """_act_stacked for the K policies at `slots` (the first input) of a stacked params table, gathered on the
+    device."""
+    table, rng = on_device
     rng, sample_rng = jax.random.split(rng)
-    return *_sample_slots(network, table, slots, observation, first, core_state, legal_mask, sample_rng, greedy), rng
+    return _sample_slots(network, table, *inputs, sample_rng, greedy), rng
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy", "explore"))
-def _act_with_table(network: Network, params, table, slots, learner_inputs, table_inputs, rng, greedy: bool = False,
-                    explore: float = 0.0):
+def _act_with_table(on_device, inputs, network: Network, greedy: bool = False, explore: float = 0.0):
     """_act on the learner's rows and _act_table on the opponents' rows, in one call (one dispatch, one
-    transfer back): `learner_inputs` = (observation, first, core_state, legal_mask) over [N] rows,
-    `table_inputs` the same over [K, W]."""
+    transfer each way): `inputs` = (slots, learner_inputs, table_inputs), `learner_inputs` = (observation,
+    first, core_state, legal_mask) over [N] rows, `table_inputs` the same over [K, W]."""
+    params, table, rng = on_device
+    slots, learner_inputs, table_inputs = inputs
     rng, learner_rng, table_rng = jax.random.split(rng, 3)
     learner = _sample(network, params, *learner_inputs, learner_rng, greedy, explore)
-    return learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy), rng
+    return (learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy)), rng
 
 
-@functools.partial(jax.jit, static_argnames=("network",))
-def _values(network: Network | StructuredNetwork, params, observation, first, core_state):
-    """V(s) [N] of one step of N agents (observation [N, ...] or a dict of them) from `core_state`."""
+def _values(on_device, inputs, network: Network | StructuredNetwork):
+    """V(s) [N] of one step of N agents (observation [N, ...] or a dict of them) from `core_state`; no key."""
+    params, = on_device
+    observation, first, core_state = inputs
     lift = lambda x: x[:, None]
     observation = jax.tree.map(lift, observation)
     _, value, _ = network.apply(params, observation, lift(first), core_state)
-    return value[:, 0]
+    return value[:, 0], ()
 
 
 def stack_params(params: list[Any]) -> Any:
@@ -145,7 +150,7 @@ class InferencePolicy:
         self._version = version
         rng = jax.random.key(seed)
         self._rng = rng if device is None else jax.device_put(rng, device)  # only the batcher thread acts, so no lock
-        self.transfers = Transfers(device)  # each call: one copy of its inputs in, one of its outputs out
+        self.transfers = Transfers(device)  # each pass: one copy of its inputs in, one of its outputs out
 
     @property
     def version(self) -> int:
@@ -168,48 +173,43 @@ class InferencePolicy:
             params, version = self.current()
         else:
             version, explore = self._version, 0.0
-        observation, first, core_state, legal_mask = self.transfers.to_device(
-            (observation, first, core_state, legal_mask))
         if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
             explore = 0.0
-        action, logits, core_state, self._rng = _act(
-            self.network, params, observation, first, core_state, legal_mask, self._rng, greedy=self.greedy,
-            explore=explore,
-        )
-        return Actions(*self.transfers.to_host((action, logits, core_state)), version)
+        outputs, self._rng = self.transfers.call(
+            _act, (params, self._rng), (observation, first, core_state, legal_mask),
+            network=self.network, greedy=self.greedy, explore=explore)
+        return Actions(*outputs, version)
 
     def values(self, observation: Any, first: np.ndarray, core_state: Any) -> np.ndarray:
         """V(s) [N] with the published params for one step of N agents from their `core_state` (the host bootstraps
         a truncated episode from its final observation with it)."""
         params, _ = self.current()
-        inputs = self.transfers.to_device((observation, first, core_state))
-        return self.transfers.to_host(_values(self.network, params, *inputs))
+        return self.transfers.call(_values, (params,), (observation, first, core_state), network=self.network)[0]
 
     def act_table(self, table: Any, slots: np.ndarray, observation: np.ndarray, first: np.ndarray, core_state: Any,
                   legal_mask: np.ndarray) -> Actions:
         """`act_stacked` for the policies at `slots` [K] of `table` (stacked params on `device`, see
         seedleague.host.opponents): the gather happens on the device, in the same call."""
-        inputs = self.transfers.to_device((slots, observation, first, core_state, legal_mask))
-        action, logits, core_state, self._rng = _act_table(self.network, table, *inputs, self._rng, greedy=self.greedy)
-        return Actions(*self.transfers.to_host((action, logits, core_state)), self._version)
+        outputs, self._rng = self.transfers.call(
+            _act_table, (table, self._rng), (slots, observation, first, core_state, legal_mask),
+            network=self.network, greedy=self.greedy)
+        return Actions(*outputs, self._version)
 
     def act_with_table(self, learner_inputs: tuple, table: Any, slots: np.ndarray, table_inputs: tuple
                        ) -> tuple[Actions, Actions]:
         """`act` with the published params on `learner_inputs` and `act_table` on `table_inputs`, in one
         jitted call: a batch that seats league opponents costs one dispatch, like a self-play batch."""
         params, version = self.current()
-        slots, learner_inputs, table_inputs = self.transfers.to_device((slots, learner_inputs, table_inputs))
-        learner, opponents, self._rng = _act_with_table(self.network, params, table, slots, learner_inputs,
-                                                        table_inputs, self._rng, greedy=self.greedy,
-                                                        explore=self.explore)
-        learner, opponents = self.transfers.to_host((learner, opponents))
+        (learner, opponents), self._rng = self.transfers.call(
+            _act_with_table, (params, table, self._rng), (slots, learner_inputs, table_inputs),
+            network=self.network, greedy=self.greedy, explore=self.explore)
         return Actions(*learner, version), Actions(*opponents, self._version)
 
     def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
                     legal_mask: np.ndarray) -> Actions:
         """One forward pass for K policies of this network at once (a league's opponent snapshots):
         `params` from `stack_params` (on `device`), inputs shaped [K, G, ...], outputs [K, G, ...]."""
-        inputs = self.transfers.to_device((observation, first, core_state, legal_mask))
-        action, logits, core_state, self._rng = _act_stacked(self.network, params, *inputs, self._rng,
-                                                             greedy=self.greedy)
-        return Actions(*self.transfers.to_host((action, logits, core_state)), self._version)
+        outputs, self._rng = self.transfers.call(
+            _act_stacked, (params, self._rng), (observation, first, core_state, legal_mask),
+            network=self.network, greedy=self.greedy)
+        return Actions(*outputs, self._version)

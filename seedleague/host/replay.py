@@ -99,9 +99,10 @@ class RateLimiter:
         return size >= max(self.min_size, 1) and self.diff - count >= self.min_diff - 1e-9
 
 
-@functools.partial(jax.jit, donate_argnums=0)
-def _insert(buffer, rows, slots):
-    return jax.tree.map(lambda b, r: b.at[slots].set(r), buffer, rows)
+def _insert(on_device, inputs):
+    """For `Transfers.call`: the ring `on_device` with `rows` written at `slots`; nothing goes back."""
+    (buffer,), (rows, slots) = on_device, inputs
+    return (), jax.tree.map(lambda b, r: b.at[slots].set(r), buffer, rows)
 
 
 @jax.jit
@@ -200,7 +201,8 @@ class Replay:
             padded = power_of_two(count)
             slots = np.concatenate([slots, np.full(padded - count, self.config.capacity)]).astype(np.int32)
             pad = lambda x: np.concatenate([x, np.zeros((padded - count,) + x.shape[1:], x.dtype)])
-            self._buffer = _insert(self._buffer, *self.transfers.to_device((jax.tree.map(pad, rows), slots)))
+            _, self._buffer = self.transfers.call(_insert, (self._buffer,), (jax.tree.map(pad, rows), slots),
+                                                  donate=True)
         self._next_slot = (self._next_slot + count) % self.config.capacity
         self._size = min(self.config.capacity, self._size + count)
         self._unread = min(self.config.capacity, self._unread + count)

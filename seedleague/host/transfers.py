@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Hashable, Optional
 
 import jax
 import numpy as np
@@ -41,7 +41,7 @@ class TransferCounts:
     to_host: int = 0
     to_host_arrays: int = 0
     to_host_bytes: int = 0
-    to_device_buffers: int = 0  # the copies made: one per call when packed, else one per array
+    to_device_buffers: int = 0  # the copies made: one per packed call, else one per array
     to_host_buffers: int = 0
 
 
@@ -49,41 +49,54 @@ class Transfers:
     """Counts every copy its owner makes between host memory and `device`."""
 
     def __init__(self, device: Optional[jax.Device] = None, packed: Optional[bool] = None):
-        """`device`: where `to_device` puts arrays (None: JAX's default device). `packed`: copy a tree as one
-        byte buffer each way (None: exactly when `device` is not a CPU, whose copies are not DMAs)."""
+        """`device`: where `to_device` puts arrays (None: JAX's default device). `packed`: `call` copies its
+        inputs and outputs as one byte buffer each way (None: exactly when `device` is not a CPU, whose copies are
+        not DMAs)."""
         self.device = device
         self.packed = not is_cpu(device) if packed is None else packed
         self._counts = TransferCounts()
         self._lock = threading.Lock()
         self._host_memory_copy = _host_memory_copy(device)  # None: not a CPU device
         self._layouts: dict[tuple, packing.Layout] = {}  # by tree structure, shapes and dtypes
+        self._returned: dict[tuple, packing.Layout] = {}  # `call`'s outputs, by function, settings and input layout
 
     def to_device(self, tree: Any) -> Any:
         """`tree` (numpy arrays, or anything `jax.device_put` takes) on the device, in one call; the caller must not
         write to its arrays afterwards (see the module docstring)."""
         leaves = jax.tree.leaves(tree)
-        on_host = all(isinstance(leaf, (np.ndarray, np.generic)) for leaf in leaves)
-        if self.packed and on_host and len(leaves) > 1:  # one array is one copy already
-            arrays, treedef = packing.host_leaves(tree)
-            layout = self._layout(treedef, arrays)
-            self._count("to_device", leaves, buffers=1)
-            buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
-            return packing.unpacker(layout)(buffer)
-        self._count("to_device", leaves, buffers=len(leaves))
-        if self._host_memory_copy is not None and on_host:
+        self._count_leaves("to_device", leaves)
+        if self._host_memory_copy is not None and all(isinstance(leaf, (np.ndarray, np.generic)) for leaf in leaves):
             with jax.transfer_guard_host_to_device("allow"):  # the explicit copy, made by the jitted call
                 return self._host_memory_copy(tree)
         return jax.device_put(tree, self.device)
 
     def to_host(self, tree: Any) -> Any:
         """`tree`'s device arrays as numpy arrays, fetched in one call."""
-        leaves, treedef = jax.tree.flatten(tree)
-        if self.packed and len(leaves) > 1 and _on_one_device(leaves):
-            layout = self._layout(treedef, leaves)
-            self._count("to_host", leaves, buffers=1)
-            return packing.unpack_on_host(layout, np.asarray(jax.device_get(packing.packer(layout)(leaves))))
-        self._count("to_host", leaves, buffers=len(leaves))
+        self._count_leaves("to_host", jax.tree.leaves(tree))
         return jax.device_get(tree)
+
+    def call(self, fn: Callable, on_device: tuple, inputs: Any, donate: bool = False, **settings: Hashable
+             ) -> tuple[Any, Any]:
+        """`fn(on_device, inputs, **settings) -> (outputs, kept)`, jitted, with `inputs` (numpy, from the host)
+        copied in and `outputs` copied back as numpy (none when it has no arrays); `on_device` (params, keys) and
+        `kept` stay on the device, and `donate` gives `on_device`'s buffers to `kept`. `fn` is a module-level
+        function and `settings` its hashable static settings. Packed, the inputs' unpacking and the outputs'
+        packing run inside the same jitted call as `fn`, so one buffer each way costs no extra dispatch; then
+        `outputs`' shapes must follow from `inputs`' shapes and `settings` alone."""
+        static = tuple(sorted(settings.items()))
+        if not self.packed:
+            outputs, kept = _CALL[donate](fn, static, on_device, self.to_device(inputs))
+            return (self.to_host(outputs) if jax.tree.leaves(outputs) else outputs), kept
+        arrays, treedef = packing.host_leaves(inputs)
+        layout = self._layout(treedef, arrays)
+        self._count("to_device", len(arrays), layout.payload, buffers=1)
+        buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
+        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer)
+        returned = self._returned_layout(fn, settings, static, layout, on_device, buffer)
+        if returned.shapes:
+            self._count("to_host", len(returned.shapes), returned.payload, buffers=1)
+            packed = np.asarray(jax.device_get(packed))
+        return packing.unpack_on_host(returned, packed), kept
 
     def counts(self) -> TransferCounts:
         with self._lock:
@@ -96,27 +109,49 @@ class Transfers:
         if layout is None:
             if len(self._layouts) >= MAX_LAYOUTS:  # shapes that keep changing: no unbounded growth
                 self._layouts.clear()
+                self._returned.clear()
             layout = self._layouts[key] = packing.Layout.of(treedef, shapes, dtypes)
         return layout
 
-    def _count(self, direction: str, leaves: list, buffers: int) -> None:
-        size = sum(getattr(leaf, "nbytes", 0) for leaf in leaves)
+    def _returned_layout(self, fn: Callable, settings: dict, static: tuple, layout: packing.Layout,
+                         on_device: tuple, buffer: jax.Array) -> packing.Layout:
+        """The layout of `fn`'s outputs for inputs of `layout` (traced once, without running)."""
+        key = (fn, static, layout)
+        returned = self._returned.get(key)
+        if returned is None:
+            shapes = jax.eval_shape(lambda kept, raw: fn(kept, packing.unpack(layout, raw), **settings)[0],
+                                    on_device, buffer)
+            returned = self._returned[key] = packing.Layout.of_tree(shapes)
+        return returned
+
+    def _count_leaves(self, direction: str, leaves: list) -> None:
+        self._count(direction, len(leaves), sum(getattr(leaf, "nbytes", 0) for leaf in leaves), buffers=len(leaves))
+
+    def _count(self, direction: str, arrays: int, nbytes: int, buffers: int) -> None:
         with self._lock:
             counts = self._counts
             setattr(counts, direction, getattr(counts, direction) + 1)
+            setattr(counts, f"{direction}_arrays", getattr(counts, f"{direction}_arrays") + arrays)
+            setattr(counts, f"{direction}_bytes", getattr(counts, f"{direction}_bytes") + nbytes)
             setattr(counts, f"{direction}_buffers", getattr(counts, f"{direction}_buffers") + buffers)
-            setattr(counts, f"{direction}_arrays", getattr(counts, f"{direction}_arrays") + len(leaves))
-            setattr(counts, f"{direction}_bytes", getattr(counts, f"{direction}_bytes") + size)
 
 
-def _on_one_device(leaves: list) -> bool:
-    """Whether every leaf is a plain (not a PRNG key) jax.Array on one and the same device: packable together."""
-    devices = set()
-    for leaf in leaves:
-        if not isinstance(leaf, jax.Array) or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
-            return False
-        devices |= leaf.devices()
-    return len(devices) == 1
+def _call(fn: Callable, static: tuple, on_device: tuple, inputs: Any) -> tuple[Any, Any]:
+    return fn(on_device, inputs, **dict(static))
+
+
+def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device: tuple, buffer: jax.Array
+                 ) -> tuple[jax.Array, Any]:
+    outputs, kept = fn(on_device, packing.unpack(layout, buffer), **dict(static))
+    return packing.pack(outputs), kept
+
+
+# `Transfers.call`'s jitted functions, by whether they donate `on_device`
+_CALL = {donate: jax.jit(_call, static_argnames=("fn", "static"), donate_argnames=("on_device",) if donate else ())
+         for donate in (False, True)}
+_CALL_PACKED = {donate: jax.jit(_call_packed, static_argnames=("fn", "static", "layout"),
+                                donate_argnames=("on_device",) if donate else ())
+                for donate in (False, True)}
 
 
 def is_cpu(device: Optional[jax.Device]) -> bool:
