@@ -53,7 +53,7 @@ def table(rows: list[dict]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     lines += [f"| {r['mode']} | {r['workers']} x {r['envs']} | {r['streams']} | {r['env_steps_per_s']:,.0f} | {r['frames_per_s']:,.0f} "
               f"| {100 * r['of_seed']:.0f}% | {r['batch']:.0f} | {r['learner_steps_per_s']:.1f} "
-              f"| {c['in_per_forward']:.0f} ({c['arrays_in']:.0f}) / {c['out_per_forward']:.2f} ({c['arrays_out']:.0f}) "
+              f"| {c['in_per_forward']:.2f} ({c['arrays_in']:.0f}) / {c['out_per_forward']:.2f} ({c['arrays_out']:.0f}) "
               f"| {c['bytes_in_per_step']:,.0f} / {c['bytes_out_per_step']:,.0f} |"
               for r in rows for c in [r["copies"]]]
     return "\n".join(lines)

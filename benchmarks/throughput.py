@@ -77,11 +77,13 @@ def in_process_rate(env_id: str, num_envs: int, seconds: float, mode: str) -> fl
 
 
 def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps: int) -> dict:
-    """The inference side's host-device copies over a window: per forward pass (one each way by design), the
-    arrays each copy carries, and bytes per env step each way."""
+    """The inference side's host-device copies over a window: per forward pass (on an accelerator one buffer
+    each way, plus each leaf of 256 KiB or more on its own; seedleague.host.packing), the arrays they carry, and
+    bytes per env step each way."""
     forwards = max(after.to_device - before.to_device, 1)
     steps = max(env_steps, 1)
-    return dict(forwards=forwards, in_per_forward=1.0, out_per_forward=(after.to_host - before.to_host) / forwards,
+    return dict(forwards=forwards, in_per_forward=(after.to_device_buffers - before.to_device_buffers) / forwards,
+                out_per_forward=(after.to_host_buffers - before.to_host_buffers) / forwards,
                 arrays_in=(after.to_device_arrays - before.to_device_arrays) / forwards,
                 arrays_out=(after.to_host_arrays - before.to_host_arrays) / forwards,
                 bytes_in_per_step=(after.to_device_bytes - before.to_device_bytes) / steps,

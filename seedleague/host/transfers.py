@@ -89,14 +89,14 @@ class Transfers:
             return (self.to_host(outputs) if jax.tree.leaves(outputs) else outputs), kept
         arrays, treedef = packing.host_leaves(inputs)
         layout = self._layout(treedef, arrays)
-        self._count("to_device", len(arrays), layout.payload, buffers=1)
-        buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
-        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer)
-        returned = self._returned_layout(fn, settings, static, layout, on_device, buffer)
+        self._count("to_device", len(arrays), layout.payload, buffers=layout.copies)
+        buffer, alone = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
+        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer, alone)
+        returned = self._returned_layout(fn, settings, static, layout, on_device, buffer, alone)
         if returned.shapes:
-            self._count("to_host", len(returned.shapes), returned.payload, buffers=1)
-            packed = np.asarray(jax.device_get(packed))
-        return packing.unpack_on_host(returned, packed), kept
+            self._count("to_host", len(returned.shapes), returned.payload, buffers=returned.copies)
+            packed = jax.device_get(packed)
+        return packing.unpack_on_host(returned, *packed), kept
 
     def counts(self) -> TransferCounts:
         with self._lock:
@@ -114,13 +114,13 @@ class Transfers:
         return layout
 
     def _returned_layout(self, fn: Callable, settings: dict, static: tuple, layout: packing.Layout,
-                         on_device: tuple, buffer: jax.Array) -> packing.Layout:
+                         on_device: tuple, buffer: jax.Array, alone: list) -> packing.Layout:
         """The layout of `fn`'s outputs for inputs of `layout` (traced once, without running)."""
         key = (fn, static, layout)
         returned = self._returned.get(key)
         if returned is None:
-            shapes = jax.eval_shape(lambda kept, raw: fn(kept, packing.unpack(layout, raw), **settings)[0],
-                                    on_device, buffer)
+            shapes = jax.eval_shape(lambda kept, *raw: fn(kept, packing.unpack(layout, *raw), **settings)[0],
+                                    on_device, buffer, alone)
             returned = self._returned[key] = packing.Layout.of_tree(shapes)
         return returned
 
@@ -140,9 +140,9 @@ def _call(fn: Callable, static: tuple, on_device: tuple, inputs: Any) -> tuple[A
     return fn(on_device, inputs, **dict(static))
 
 
-def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device: tuple, buffer: jax.Array
-                 ) -> tuple[jax.Array, Any]:
-    outputs, kept = fn(on_device, packing.unpack(layout, buffer), **dict(static))
+def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device: tuple, buffer: jax.Array,
+                 alone: list) -> tuple[tuple[jax.Array, list], Any]:
+    outputs, kept = fn(on_device, packing.unpack(layout, buffer, alone), **dict(static))
     return packing.pack(outputs), kept
 
 
