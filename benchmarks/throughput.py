@@ -78,8 +78,8 @@ def in_process_rate(env_id: str, num_envs: int, seconds: float, mode: str) -> fl
 
 def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps: int) -> dict:
     """The inference side's host-device copies over a window: per forward pass (on an accelerator one buffer
-    each way, plus each leaf of 256 KiB or more on its own; seedleague.host.packing), the arrays they carry, and
-    bytes per env step each way."""
+    each way when every input is under 256 KiB, else one per array; seedleague.host.packing), the arrays they
+    carry, and bytes per env step each way."""
     forwards = max(after.to_device - before.to_device, 1)
     steps = max(env_steps, 1)
     return dict(forwards=forwards, in_per_forward=(after.to_device_buffers - before.to_device_buffers) / forwards,

@@ -25,27 +25,23 @@ def _tree():
         "step": np.float32(2.5),
         "nothing": np.zeros((0, 4), np.float32),
         "core": (),
-        "frames": np.arange(packing.LARGE_LEAF_BYTES // 4 + 3, dtype=np.int32),  # large: copied on its own
     }
 
 
-def test_the_layout_aligns_each_leaf_and_leaves_a_large_one_out_by_hand():
-    treedef = jax.tree.structure((0, 0, 0, 0))
-    large = (packing.LARGE_LEAF_BYTES,)  # uint8: exactly the threshold
-    layout = packing.Layout.of(treedef, [(2, 3), large, (3,), ()], [np.float32, np.uint8, np.bool_, np.int32])
-    # 24 bytes -> 32; the large leaf on its own; 3 bytes -> 16; 4 bytes -> 16
-    assert layout.offsets == (0, None, 32, 48) and layout.size == 64 and layout.copies == 2
-    assert [layout.nbytes(i) for i in range(4)] == [24, packing.LARGE_LEAF_BYTES, 3, 4]
-    assert packing.Layout.of(treedef, [large] * 4, [np.uint8] * 4).copies == 4  # no buffer at all
-    assert packing.Layout.of(treedef, [(1,)] * 4, [np.uint8] * 4).copies == 1
+def test_the_layout_aligns_each_leaf_by_hand():
+    treedef = jax.tree.structure((0, 0, 0))
+    layout = packing.Layout.of(treedef, [(2, 3), (3,), ()], [np.float32, np.bool_, np.int32])
+    # 24 bytes -> 32; 3 bytes -> 16; 4 bytes -> 16
+    assert layout.offsets == (0, 32, 48) and layout.size == 64
+    assert [layout.nbytes(i) for i in range(3)] == [24, 3, 4]
 
 
 def test_host_pack_and_unpack_round_trip_without_copies():
     arrays, treedef = packing.host_leaves(_tree())
     layout = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
-    buffer, alone = packing.pack_on_host(layout, arrays)
-    assert buffer.dtype == np.uint8 and buffer.shape == (layout.size,) and len(alone) == 1
-    back = packing.unpack_on_host(layout, buffer, alone)
+    buffer = packing.pack_on_host(layout, arrays)
+    assert buffer.dtype == np.uint8 and buffer.shape == (layout.size,)
+    back = packing.unpack_on_host(layout, buffer)
     _assert_same(back, _tree())
     assert np.shares_memory(back["observation"], buffer)  # views of the one buffer
 
@@ -60,16 +56,14 @@ def test_float64_and_int64_become_what_device_put_would_make_them():
 def test_device_unpack_and_pack_are_exact_inverses_of_the_host_side(jitted):
     arrays, treedef = packing.host_leaves(_tree())
     layout = packing.Layout.of(treedef, [a.shape for a in arrays], [a.dtype for a in arrays])
-    buffer, alone = packing.pack_on_host(layout, arrays)
-    unpack, pack = (lambda b, a: packing.unpack(layout, b, a)), packing.pack
+    buffer = packing.pack_on_host(layout, arrays)
+    unpack, pack = (lambda b: packing.unpack(layout, b)), packing.pack
     if jitted:
         unpack, pack = jax.jit(unpack), jax.jit(pack)
-    on_device = unpack(jnp.asarray(buffer), [jnp.asarray(a) for a in alone])
+    on_device = unpack(jnp.asarray(buffer))
     _assert_same(jax.device_get(on_device), _tree())
     assert packing.Layout.of_tree(on_device) == layout
-    repacked, repacked_alone = pack(on_device)
-    np.testing.assert_array_equal(np.asarray(repacked), buffer)  # padding included: zeros both ways
-    np.testing.assert_array_equal(np.asarray(repacked_alone[0]), alone[0])
+    np.testing.assert_array_equal(np.asarray(pack(on_device)), buffer)  # padding included: zeros both ways
 
 
 def _double(on_device, inputs, scale):
@@ -91,7 +85,7 @@ def test_a_call_copies_one_buffer_each_way_when_packed(packed):
     counts, leaves = transfers.counts(), len(jax.tree.leaves(tree))
     assert (counts.to_device, counts.to_host) == (2, 2)
     assert counts.to_device_arrays == counts.to_host_arrays == 2 * leaves
-    assert counts.to_device_buffers == counts.to_host_buffers == (2 * 2 if packed else 2 * leaves)  # + the large one
+    assert counts.to_device_buffers == counts.to_host_buffers == (2 if packed else 2 * leaves)
     payload = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(tree))
     assert counts.to_device_bytes == counts.to_host_bytes == 2 * payload
 
@@ -99,6 +93,19 @@ def test_a_call_copies_one_buffer_each_way_when_packed(packed):
 def _keep(on_device, inputs):
     (total,), (rows,) = on_device, inputs
     return (), total + rows.sum()
+
+
+def test_inputs_with_a_large_array_are_copied_one_array_at_a_time():
+    transfers = Transfers(jax.devices()[0], packed=True)
+    small = {"first": np.ones(3, bool), "legal": np.ones((3, 2), np.int8)}
+    large = dict(small, frames=np.ones(packing.LARGE_LEAF_BYTES, np.uint8))  # exactly the threshold
+    counter = jnp.zeros((), jnp.int32)
+    with no_implicit_copies_to_the_device():
+        out, counter = transfers.call(_double, (counter,), small, scale=3)
+        assert transfers.counts().to_device_buffers == 1
+        out, counter = transfers.call(_double, (counter,), large, scale=3)
+    assert transfers.counts().to_device_buffers == 1 + 3 and transfers.counts().to_host_buffers == 1 + 3
+    assert int(out["frames"][-1]) == 3 and out["first"].dtype == bool
 
 
 @pytest.mark.parametrize("packed", [True, False])

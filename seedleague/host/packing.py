@@ -10,41 +10,45 @@ device and the host reads its leaves as views of the one buffer it fetched.
 `Layout` is the plan (each leaf's shape, dtype and byte offset) for trees of one structure and shapes; the
 host keeps one per shape it meets (inference batches are padded to a few bucket sizes, see
 seedleague.buckets). `pack` and `unpack` run inside the jitted function that uses the leaves
-(seedleague.host.transfers `Transfers.call`), so the buffers cost no extra dispatch: on an H100 a separate
-jitted unpack and pack made a CartPole forward pass slower than one copy per array (1.51 against 1.21 ms at
-256 rows; benchmarks/README.md). Leaves start on `ALIGNMENT`-byte boundaries.
+(seedleague.host.transfers `Transfers.call`), so the buffers cost no extra dispatch.
+
+Measured on an H100 (benchmarks/README.md, "One buffer each way"): a separate jitted unpack and pack made a
+CartPole forward pass slower than one copy per array (1.51 against 1.21 ms at 256 rows); fused into the act,
+packing matched it at 256 rows and was 20-24% faster at 1024, but made an Atari pass (64 rows, a 1.8 MB
+observation batch) 16-20% slower, whether that observation went through the buffer or on its own beside it.
+So `Transfers.call` packs only inputs whose leaves are all under `LARGE_LEAF_BYTES`: many small arrays, where
+a copy's fixed cost dominates. Leaves start on `ALIGNMENT`-byte boundaries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 ALIGNMENT = 16  # bytes: every leaf starts at a multiple (vector loads on both sides)
-LARGE_LEAF_BYTES = 256 * 1024  # a leaf this large is copied on its own (see the module docstring)
+LARGE_LEAF_BYTES = 256 * 1024  # inputs with a leaf this large are not packed (see the module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where each leaf of a tree lies: at a byte offset in the packed buffer, or (a large leaf) on its own."""
+    """Where each leaf of a tree lies in its packed buffer."""
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[np.dtype, ...]
-    offsets: tuple[Optional[int], ...]  # bytes from the buffer's start; None: copied on its own
+    offsets: tuple[int, ...]  # bytes from the buffer's start
     size: int  # the buffer's length in bytes
 
     @classmethod
     def of(cls, treedef: Any, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype]) -> Layout:
         offsets, size = [], 0
         for shape, dtype in zip(shapes, dtypes):
-            nbytes = _nbytes(shape, dtype)
-            offsets.append(None if nbytes >= LARGE_LEAF_BYTES else size)
-            size += 0 if nbytes >= LARGE_LEAF_BYTES else -(-nbytes // ALIGNMENT) * ALIGNMENT
+            offsets.append(size)
+            size += -(-_nbytes(shape, dtype) // ALIGNMENT) * ALIGNMENT
         return cls(treedef, tuple(map(tuple, shapes)), tuple(map(np.dtype, dtypes)), tuple(offsets), size)
 
     @classmethod
@@ -60,12 +64,6 @@ class Layout:
     def payload(self) -> int:
         """The leaves' bytes, without the alignment padding."""
         return sum(_nbytes(shape, dtype) for shape, dtype in zip(self.shapes, self.dtypes))
-
-    @property
-    def copies(self) -> int:
-        """Copies one tree of this layout takes: the buffer (if any leaf is in it) and each large leaf."""
-        alone = sum(offset is None for offset in self.offsets)
-        return alone + (len(self.offsets) > alone)
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -83,27 +81,21 @@ def host_leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
     return arrays, treedef
 
 
-def pack_on_host(layout: Layout, leaves: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """`leaves` (matching `layout`) as one new uint8 buffer [layout.size] and the large leaves, as they are."""
-    buffer, alone, end = np.empty(layout.size, np.uint8), [], 0
+def pack_on_host(layout: Layout, leaves: Sequence[np.ndarray]) -> np.ndarray:
+    """`leaves` (matching `layout`) written into one new uint8 buffer [layout.size], alignment gaps zeroed."""
+    buffer, end = np.empty(layout.size, np.uint8), 0
     for index, (leaf, offset) in enumerate(zip(leaves, layout.offsets)):
-        if offset is None:
-            alone.append(leaf)
-            continue
-        buffer[end:offset] = 0  # the alignment gap before this leaf
+        buffer[end:offset] = 0
         end = offset + layout.nbytes(index)
         buffer[offset:end] = np.ascontiguousarray(leaf).reshape(-1).view(np.uint8)
     buffer[end:] = 0
-    return buffer, alone
+    return buffer
 
 
-def unpack_on_host(layout: Layout, buffer: np.ndarray, alone: Sequence[np.ndarray] = ()) -> Any:
-    """The tree whose packed bytes are `buffer` and whose large leaves are `alone`; the packed leaves are views
-    of `buffer`, no copies."""
-    alone, leaves = iter(alone), []
-    for index, (shape, dtype, offset) in enumerate(zip(layout.shapes, layout.dtypes, layout.offsets)):
-        leaves.append(next(alone) if offset is None else
-                      buffer[offset:offset + layout.nbytes(index)].view(dtype).reshape(shape))
+def unpack_on_host(layout: Layout, buffer: np.ndarray) -> Any:
+    """The tree whose packed bytes are `buffer`; its leaves are views of it, no copies."""
+    leaves = [buffer[offset:offset + layout.nbytes(index)].view(dtype).reshape(shape)
+              for index, (shape, dtype, offset) in enumerate(zip(layout.shapes, layout.dtypes, layout.offsets))]
     return jax.tree.unflatten(layout.treedef, leaves)
 
 
@@ -123,25 +115,23 @@ def _to_bytes(leaf: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(leaf, jnp.uint8).reshape(-1)
 
 
-def unpack(layout: Layout, buffer: jax.Array, alone: Sequence[jax.Array] = ()) -> Any:
-    """In a jitted function: the tree whose packed bytes are `buffer` (uint8 [layout.size]) and whose large leaves
-    are `alone`."""
-    alone, leaves = iter(alone), []
-    for index, (shape, dtype, offset) in enumerate(zip(layout.shapes, layout.dtypes, layout.offsets)):
-        leaves.append(next(alone) if offset is None else
-                      _from_bytes(buffer[offset:offset + layout.nbytes(index)], shape, dtype))
+def unpack(layout: Layout, buffer: jax.Array) -> Any:
+    """In a jitted function: the tree whose packed bytes are `buffer` (uint8 [layout.size])."""
+    leaves = [_from_bytes(buffer[offset:offset + layout.nbytes(index)], shape, dtype)
+              for index, (shape, dtype, offset) in enumerate(zip(layout.shapes, layout.dtypes, layout.offsets))]
     return jax.tree.unflatten(layout.treedef, leaves)
 
 
-def pack(tree: Any) -> tuple[jax.Array, list[jax.Array]]:
-    """In a jitted function: `tree` as `Layout.of_tree(tree)` places it: one uint8 buffer, and the large leaves."""
-    layout, leaves = Layout.of_tree(tree), jax.tree.leaves(tree)
-    pieces, alone, end = [], [], 0
-    for index, (leaf, offset) in enumerate(zip(leaves, layout.offsets)):
-        if offset is None:
-            alone.append(leaf)
-            continue
-        pieces += [jnp.zeros(offset - end, jnp.uint8), _to_bytes(leaf)]
-        end = offset + layout.nbytes(index)
-    pieces.append(jnp.zeros(layout.size - end, jnp.uint8))
-    return jnp.concatenate(pieces), alone
+def pack(tree: Any) -> jax.Array:
+    """In a jitted function: `tree`'s leaves packed into one uint8 buffer, as `Layout.of_tree(tree)` places them."""
+    return _pack(Layout.of_tree(tree), jax.tree.leaves(tree))
+
+
+def _pack(layout: Layout, leaves: Sequence[jax.Array]) -> jax.Array:
+    pieces = []
+    for index, leaf in enumerate(leaves):
+        raw = _to_bytes(leaf)
+        padding = layout.size - layout.offsets[index] - layout.nbytes(index) if index == len(leaves) - 1 else (
+            layout.offsets[index + 1] - layout.offsets[index] - layout.nbytes(index))
+        pieces += [raw, jnp.zeros(padding, jnp.uint8)] if padding else [raw]
+    return jnp.concatenate(pieces) if pieces else jnp.zeros(0, jnp.uint8)

@@ -4,8 +4,9 @@ A jitted function given numpy arguments copies each one to the device on its own
 output copies it back on its own: an inference batch of observation, first, core state and legal mask would
 cost four copies in and three out, each a separate launch on a GPU. The host's hot paths (the forward pass,
 the replay's insert and sample) instead hand the whole batch, as one pytree, to `Transfers.to_device`, and
-fetch every output with one `Transfers.to_host`. On an accelerator each of those packs its tree into one byte
-buffer (seedleague.host.packing): one copy each way per batch, whatever the number of arrays. The counts say so
+fetch every output with one `Transfers.to_host`, or run the whole pass through `Transfers.call`, which on an
+accelerator packs a batch of small arrays into one byte buffer each way (seedleague.host.packing): one copy
+each way per batch, whatever the number of arrays. The counts say so
 in benchmarks (benchmarks/gpu_pong.py prints them), and under `jax.transfer_guard("disallow")` any copy made any
 other way raises, which is how the tests check that none is.
 
@@ -80,23 +81,24 @@ class Transfers:
         """`fn(on_device, inputs, **settings) -> (outputs, kept)`, jitted, with `inputs` (numpy, from the host)
         copied in and `outputs` copied back as numpy (none when it has no arrays); `on_device` (params, keys) and
         `kept` stay on the device, and `donate` gives `on_device`'s buffers to `kept`. `fn` is a module-level
-        function and `settings` its hashable static settings. Packed, the inputs' unpacking and the outputs'
-        packing run inside the same jitted call as `fn`, so one buffer each way costs no extra dispatch; then
-        `outputs`' shapes must follow from `inputs`' shapes and `settings` alone."""
+        function and `settings` its hashable static settings. Packed (an accelerator, and inputs of small arrays
+        only: seedleague.host.packing), the inputs' unpacking and the outputs' packing run inside the same jitted
+        call as `fn`, so one buffer each way costs no extra dispatch; then `outputs`' shapes must follow from
+        `inputs`' shapes and `settings` alone."""
         static = tuple(sorted(settings.items()))
-        if not self.packed:
+        arrays, treedef = packing.host_leaves(inputs) if self.packed else ([], None)
+        if not (arrays and all(array.nbytes < packing.LARGE_LEAF_BYTES for array in arrays)):
             outputs, kept = _CALL[donate](fn, static, on_device, self.to_device(inputs))
             return (self.to_host(outputs) if jax.tree.leaves(outputs) else outputs), kept
-        arrays, treedef = packing.host_leaves(inputs)
         layout = self._layout(treedef, arrays)
-        self._count("to_device", len(arrays), layout.payload, buffers=layout.copies)
-        buffer, alone = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
-        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer, alone)
-        returned = self._returned_layout(fn, settings, static, layout, on_device, buffer, alone)
+        self._count("to_device", len(arrays), layout.payload, buffers=1)
+        buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
+        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer)
+        returned = self._returned_layout(fn, settings, static, layout, on_device, buffer)
         if returned.shapes:
-            self._count("to_host", len(returned.shapes), returned.payload, buffers=returned.copies)
-            packed = jax.device_get(packed)
-        return packing.unpack_on_host(returned, *packed), kept
+            self._count("to_host", len(returned.shapes), returned.payload, buffers=1)
+            packed = np.asarray(jax.device_get(packed))
+        return packing.unpack_on_host(returned, packed), kept
 
     def counts(self) -> TransferCounts:
         with self._lock:
@@ -114,13 +116,13 @@ class Transfers:
         return layout
 
     def _returned_layout(self, fn: Callable, settings: dict, static: tuple, layout: packing.Layout,
-                         on_device: tuple, buffer: jax.Array, alone: list) -> packing.Layout:
+                         on_device: tuple, buffer: jax.Array) -> packing.Layout:
         """The layout of `fn`'s outputs for inputs of `layout` (traced once, without running)."""
         key = (fn, static, layout)
         returned = self._returned.get(key)
         if returned is None:
-            shapes = jax.eval_shape(lambda kept, *raw: fn(kept, packing.unpack(layout, *raw), **settings)[0],
-                                    on_device, buffer, alone)
+            shapes = jax.eval_shape(lambda kept, raw: fn(kept, packing.unpack(layout, raw), **settings)[0],
+                                    on_device, buffer)
             returned = self._returned[key] = packing.Layout.of_tree(shapes)
         return returned
 
@@ -140,9 +142,9 @@ def _call(fn: Callable, static: tuple, on_device: tuple, inputs: Any) -> tuple[A
     return fn(on_device, inputs, **dict(static))
 
 
-def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device: tuple, buffer: jax.Array,
-                 alone: list) -> tuple[tuple[jax.Array, list], Any]:
-    outputs, kept = fn(on_device, packing.unpack(layout, buffer, alone), **dict(static))
+def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device: tuple, buffer: jax.Array
+                 ) -> tuple[jax.Array, Any]:
+    outputs, kept = fn(on_device, packing.unpack(layout, buffer), **dict(static))
     return packing.pack(outputs), kept
 
 
