@@ -6,9 +6,9 @@ cost four copies in and three out, each a separate launch on a GPU. The host's h
 the replay's insert and sample) instead hand the whole batch, as one pytree, to `Transfers.to_device`, and
 fetch every output with one `Transfers.to_host`, or run the whole pass through `Transfers.call`, which on an
 accelerator packs a batch of small arrays into one byte buffer each way (seedleague.host.packing): one copy
-each way per batch, whatever the number of arrays. The counts say so
-in benchmarks (benchmarks/gpu_pong.py prints them), and under `jax.transfer_guard("disallow")` any copy made any
-other way raises, which is how the tests check that none is.
+each way per batch, whatever the number of arrays. The counts say so in benchmarks (benchmarks/gpu_pong.py
+prints them), and under `jax.transfer_guard("disallow")` any copy made any other way raises, which is how the
+tests check that none is.
 
 On a CPU device the device's memory is the host's, and `jax.device_put` costs about 40 µs of Python dispatch per
 leaf: 0.56 ms for a replay insert's eleven, a quarter of the host's batcher thread on a league game
