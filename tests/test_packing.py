@@ -116,6 +116,20 @@ def test_a_call_with_no_outputs_fetches_nothing_and_can_donate(packed):
     assert out == () and float(total) == 3.0 and transfers.counts().to_host == 0
 
 
+def _tile(on_device, inputs):
+    """Breaks `Transfers.call`'s contract: the output's shape follows from `on_device`'s."""
+    table, = on_device
+    return jnp.tile(inputs[0], table.shape[0]), ()
+
+
+def test_outputs_shaped_by_what_stays_on_the_device_are_refused_not_misread():
+    transfers = Transfers(jax.devices()[0], packed=True)
+    inputs = (np.ones(4, np.float32), np.ones(4, bool))
+    assert transfers.call(_tile, (jnp.zeros(2),), inputs)[0].shape == (8,)
+    with pytest.raises(ValueError, match="_tile returned 64 packed bytes where inputs of these shapes gave 32"):
+        transfers.call(_tile, (jnp.zeros(4),), inputs)
+
+
 def test_the_default_packs_exactly_off_the_cpu():
     assert Transfers(jax.devices()[0]).packed is (jax.devices()[0].platform != "cpu")
 

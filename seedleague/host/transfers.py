@@ -98,6 +98,9 @@ class Transfers:
         if returned.shapes:
             self._count("to_host", len(returned.shapes), returned.payload, buffers=1)
             packed = np.asarray(jax.device_get(packed))
+            if packed.size != returned.size:  # outputs shaped by `on_device`, against this method's contract
+                raise ValueError(f"{fn.__name__} returned {packed.size} packed bytes where inputs of these shapes "
+                                 f"gave {returned.size}: its outputs' shapes must follow from its inputs' alone")
         return packing.unpack_on_host(returned, packed), kept
 
     def counts(self) -> TransferCounts:
