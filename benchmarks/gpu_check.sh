@@ -3,7 +3,9 @@
 #   1. the tests marked `gpu` (host inference, replay and learner on the GPU; no implicit host-device copy);
 #   2. benchmarks/gpu_pong.py: Atari Pong through the full gRPC path, frames/s beside SEED RL's;
 #   3. benchmarks/host_ceiling.py (--quick, or $CEILING_ARGS): the host's CPU per env step with its forward pass on the GPU,
-#      host pinned to CPU 0 and the synthetic workers to the rest.
+#      host pinned to CPU 0 and the synthetic workers to the rest;
+#   4. benchmarks/transfer_cost.py --forward: a forward pass with its copies one per array and packed into one buffer
+#      each way (seedleague/host/packing.py), CartPole- and Atari-sized, in one process.
 # Each step writes its output to $1 (default: gpu_check/) and has its own time limit, so one that hangs
 # leaves the others' results. PYTHON overrides the interpreter (default: .venv/bin/python).
 set -u
@@ -27,8 +29,10 @@ step() {  # step NAME SECONDS COMMAND...: run, tee to $out/NAME.txt, report the 
   "$py" -c 'import jax, flax, optax, grpc, google.protobuf as pb; print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__); print(jax.devices())'
 } 2>&1 | tee "$out/machine.txt"
 
-step gpu_tests "${GPU_TESTS_S:-150}" "$py" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_transfers.py
+step gpu_tests "${GPU_TESTS_S:-150}" "$py" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_transfers.py tests/test_packing.py tests/test_replay.py
 step gpu_pong "${GPU_PONG_S:-200}" "$py" -m benchmarks.gpu_pong --workers $((cpus > 3 ? cpus - 2 : 1)) \
   --envs-per-worker 32 --seconds "${WINDOW_S:-15}" --warmup 10
 step host_ceiling "${CEILING_S:-200}" taskset -c 0 "$py" -m benchmarks.host_ceiling ${CEILING_ARGS:---quick} \
   --worker-cpus "1-$((cpus - 1))" --procs $((cpus > 9 ? 8 : cpus - 1))
+step forward_copies "${FORWARD_S:-100}" "$py" -m benchmarks.transfer_cost --calls 300 \
+  --forward "${FORWARD:-cartpole:256,cartpole:1024,atari:64}"

@@ -17,3 +17,11 @@ def test_every_way_of_copying_is_timed():
     assert set(timings) == {"device_put(tree)", "device_put per leaf", "jnp.asarray per leaf",
                             "device_put(tree), then a jitted sum", "numpy into the jitted sum"}
     assert all(us > 0 for us in timings.values())
+
+
+def test_a_forward_pass_is_timed_with_and_without_packing(capsys):
+    timings = transfer_cost.measure_forward("kuhn", rows=4, calls=2)
+    assert set(timings) == {"act, one copy per array", "act, packed"}
+    assert all(us > 0 for us in timings.values())
+    transfer_cost.main(["--calls", "2", "--forward", "cartpole:3"])
+    assert "cartpole       3 rows  act, packed" in capsys.readouterr().out
