@@ -80,7 +80,7 @@ def _act_stacked(on_device, inputs, network: Network, greedy: bool = False):
     """_act for K policies in one call: the params and every input carry a leading [K] axis."""
     params, rng = on_device
     rng, sample_rng = jax.random.split(rng)
-    keys = jax.random.split(sample_rng, inputs[0].shape[0])
+    keys = jax.random.split(sample_rng, jax.tree.leaves(inputs[0])[0].shape[0])  # K (observation: array or dict)
     sample = functools.partial(_sample, network, greedy=greedy)
     return jax.vmap(sample)(params, *inputs, keys), rng
 
