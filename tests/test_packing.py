@@ -9,7 +9,8 @@ import pytest
 from seedleague.host import packing
 from seedleague.host.transfers import Transfers
 from seedleague.host.policy import stack_params
-from test_transfers import _batch, _policy, no_implicit_copies_to_the_device
+from conftest import serve_host
+from test_transfers import _batch, _policy, no_implicit_copies_to_the_device, trains_without_an_implicit_copy
 
 
 def _tree():
@@ -165,3 +166,26 @@ def _assert_same(got, expected):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def host_as_on_an_accelerator(monkeypatch):
+    """(host, server) for the small learning host built as on a GPU, on this CPU: the replay's ring on the device,
+    and every forward pass and replay insert packed. CI has no GPU; this is the accelerator's host path it runs."""
+    import seedleague.host.replay as replay_module
+    import seedleague.host.transfers as transfers_module
+
+    monkeypatch.setattr(transfers_module, "is_cpu", lambda device: False)
+    monkeypatch.setattr(replay_module, "is_cpu", lambda device: False)
+    yield from serve_host()
+
+
+def test_a_host_built_as_on_an_accelerator_trains_with_one_buffer_each_way(host_as_on_an_accelerator):
+    host, server = host_as_on_an_accelerator
+    trains_without_an_implicit_copy(host, server, "jax_transfer_guard_host_to_device")  # builds the pipeline
+    policy, replay = host.pipeline.policy, host.pipeline.replay
+    assert policy.transfers.packed and replay.transfers.packed and not replay.in_host_memory
+    passes, inserts = policy.transfers.counts(), replay.transfers.counts()
+    assert passes.to_device_buffers == passes.to_device >= 3 and passes.to_host_buffers == passes.to_host
+    assert passes.to_device_arrays > passes.to_device  # several arrays a pass, one buffer
+    assert inserts.to_device_buffers == inserts.to_device and inserts.to_device_arrays > inserts.to_device
