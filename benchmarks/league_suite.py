@@ -181,7 +181,20 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
     final["output"] = loaded.get("output")
     summary = read_summary(run_dir)
     return dict(points=points, final=final, env_steps=summary.get("env_steps"),
-                learner_steps=summary.get("learner_steps"), wall_s=summary.get("wall_s"), reason=summary.get("reason"))
+                learner_steps=summary.get("learner_steps"), wall_s=summary.get("wall_s"), reason=summary.get("reason"),
+                choice_s=read_choice_seconds(run_dir))
+
+
+def read_choice_seconds(run_dir: str) -> Optional[float]:
+    """How long choosing the run's `selected` output took (after the training's budget), or None where it made
+    no such choice (another output, or a game it cannot measure)."""
+    from seedleague.eval import output_selection
+
+    try:
+        with open(os.path.join(run_dir, output_selection.FILE)) as f:
+            return float(json.load(f)["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_summary(run_dir: str) -> dict:
@@ -222,10 +235,12 @@ def _point_cell(point: dict) -> str:
 def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
     """One line per run: game, method, run, the score at each fraction of the budget (with the training
     time of the snapshot nearest it) and of the final output (exploitability, or wins/draws/losses
-    against random and MCTS; with the loader used), env steps, learner updates."""
+    against random and MCTS; with the loader used), env steps, learner updates, and the seconds the output's
+    choice took after the training's budget (`--max-seconds` bounds the training; "-": no choice was made)."""
     at = [f"{round(100 * f)}% (snapshot)" for f in fractions]
-    lines = ["| game | method | run | " + " | ".join(at) + " | final output | env steps | learner updates |",
-             "|---|---|---:|" + "---:|" * len(at) + "---:|---:|---:|"]
+    lines = ["| game | method | run | " + " | ".join(at) + " | final output | env steps | learner updates | "
+             "output choice s |",
+             "|---|---|---:|" + "---:|" * len(at) + "---:|---:|---:|---:|"]
     for row in rows:
         by_fraction = {p["fraction"]: p for p in row["points"]}
         cells = [_point_cell(by_fraction.get(f, {})) for f in fractions]
@@ -233,8 +248,9 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
         if row["final"].get("output"):
             final += f" ({row['final']['output']})"
         number = lambda x: "n/a" if x is None else f"{x:,}"
+        choice = "-" if row.get("choice_s") is None else f"{row['choice_s']:.0f}"
         lines.append(f"| {row['game']} | {row['method']} | {row['run']} | " + " | ".join(cells) +
-                     f" | {final} | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} |")
+                     f" | {final} | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} | {choice} |")
     return "\n".join(lines) + "\n"
 
 

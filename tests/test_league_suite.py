@@ -60,7 +60,7 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     assert row["final"]["output"] == "load_trained"
     assert (row["env_steps"], row["learner_steps"]) == (12345, 67)
     table = open(os.path.join(out, league_suite.TABLE_FILE)).read()
-    assert "| 25% (snapshot) | 50% (snapshot) | final output | env steps | learner updates |" in table
+    assert "| 25% (snapshot) | 50% (snapshot) | final output | env steps | learner updates | output choice s |" in table
     assert "| openspiel:kuhn_poker | recipe | 0 |" in table and "| openspiel:kuhn_poker | self-play | 0 |" in table
     assert "| 12,345 | 67 |" in table and "(at 2 s) | " in table  # 25% of 8 s: the snapshot at 1.5 s
     # every row was written as it finished; a rerun skips them and trains nothing
@@ -89,7 +89,7 @@ def test_a_run_that_left_nothing_gets_a_row_of_n_a(tmp_path):
     assert [r["returncode"] for r in rows] == [1, 1]
     assert rows[0]["points"][0]["score"] is None and rows[0]["final"]["score"] is None
     line = league_suite.markdown_table(rows, [0.5]).splitlines()[2]
-    assert line == "| openspiel:kuhn_poker | recipe | 0 | n/a | n/a | n/a | n/a |"
+    assert line == "| openspiel:kuhn_poker | recipe | 0 | n/a | n/a | n/a | n/a | - |"
 
 
 def test_board_scores_split_a_mixtures_games_by_weight():
@@ -186,3 +186,19 @@ def test_parallel_below_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         league_suite.main(["--games", "openspiel:kuhn_poker", "--out", "R", "--parallel", "0"])
     assert "--parallel >= 1" in capsys.readouterr().err
+
+
+def test_the_output_choice_time_is_read_from_the_run_and_shown(tmp_path):
+    from seedleague.eval import output_selection
+
+    run_dir = str(tmp_path)
+    assert league_suite.read_choice_seconds(run_dir) is None  # no choice made (another output, unmeasurable game)
+    with open(os.path.join(run_dir, output_selection.FILE), "w") as f:
+        f.write('{"name": "final", "seconds": 18.34}')
+    assert league_suite.read_choice_seconds(run_dir) == 18.34
+    row = dict(game="g", method="recipe", run=0, points=[], final=dict(score=None), env_steps=1, learner_steps=2,
+               choice_s=18.34)
+    assert league_suite.markdown_table([row], []).splitlines()[2].endswith("| 1 | 2 | 18 |")
+    with open(os.path.join(run_dir, output_selection.FILE), "w") as f:
+        f.write("{truncated")
+    assert league_suite.read_choice_seconds(run_dir) is None
