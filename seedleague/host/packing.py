@@ -23,6 +23,7 @@ a copy's fixed cost dominates. Leaves start on `ALIGNMENT`-byte boundaries.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -60,7 +61,7 @@ class Layout:
     def nbytes(self, index: int) -> int:
         return _nbytes(self.shapes[index], self.dtypes[index])
 
-    @property
+    @functools.cached_property  # read per batch by the counts
     def payload(self) -> int:
         """The leaves' bytes, without the alignment padding."""
         return sum(_nbytes(shape, dtype) for shape, dtype in zip(self.shapes, self.dtypes))
@@ -123,15 +124,11 @@ def unpack(layout: Layout, buffer: jax.Array) -> Any:
 
 
 def pack(tree: Any) -> jax.Array:
-    """In a jitted function: `tree`'s leaves packed into one uint8 buffer, as `Layout.of_tree(tree)` places them."""
-    return _pack(Layout.of_tree(tree), jax.tree.leaves(tree))
-
-
-def _pack(layout: Layout, leaves: Sequence[jax.Array]) -> jax.Array:
-    pieces = []
-    for index, leaf in enumerate(leaves):
-        raw = _to_bytes(leaf)
-        padding = layout.size - layout.offsets[index] - layout.nbytes(index) if index == len(leaves) - 1 else (
-            layout.offsets[index + 1] - layout.offsets[index] - layout.nbytes(index))
-        pieces += [raw, jnp.zeros(padding, jnp.uint8)] if padding else [raw]
-    return jnp.concatenate(pieces) if pieces else jnp.zeros(0, jnp.uint8)
+    """In a jitted function: `tree`'s leaves packed into one uint8 buffer, as `Layout.of_tree(tree)` places them
+    (alignment gaps zeroed, as `pack_on_host` leaves them)."""
+    layout, pieces, end = Layout.of_tree(tree), [], 0
+    for index, (leaf, offset) in enumerate(zip(jax.tree.leaves(tree), layout.offsets)):
+        pieces += [jnp.zeros(offset - end, jnp.uint8), _to_bytes(leaf)]
+        end = offset + layout.nbytes(index)
+    pieces.append(jnp.zeros(layout.size - end, jnp.uint8))
+    return jnp.concatenate(pieces)
