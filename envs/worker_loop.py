@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import faulthandler
 import logging
 import os
 import signal
@@ -353,11 +354,17 @@ def closed_when_set(stop: threading.Event, client: WorkerClient) -> Iterator[Non
         watcher.join()
 
 
+STOP_GRACE_S = 15.0  # a worker still running this long after a stop signal prints its stacks and exits 1
+
+
 def stop_on_signals(stop: threading.Event, logger: logging.Logger = log) -> None:
     """SIGTERM/SIGINT set `stop`; a second signal kills the process at once.
 
     The handler only writes to a pipe (the self-pipe trick); a relay thread sets
-    the event, so the handler never takes a lock the main thread might hold.
+    the event, so the handler never takes a lock the main thread might hold. A process
+    that has not ended STOP_GRACE_S after the signal (a gRPC teardown that hangs, even
+    one holding the GIL) prints every thread's stack to stderr and exits 1, from
+    faulthandler's own C thread: a supervisor sees where it hung, and never waits on it.
     """
     read_fd, write_fd = os.pipe()
 
@@ -368,6 +375,7 @@ def stop_on_signals(stop: threading.Event, logger: logging.Logger = log) -> None
     def relay() -> None:
         signum = os.read(read_fd, 1)[0]
         logger.info("got %s: stopping", signal.Signals(signum).name)
+        faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True)
         stop.set()
 
     threading.Thread(target=relay, name="signal-relay", daemon=True).start()

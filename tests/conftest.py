@@ -12,6 +12,7 @@ what it computes.
 import atexit
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -116,6 +117,20 @@ def wait_for(condition, timeout: float = 20.0, what="the condition") -> bool:
             raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
     return True
+
+
+def stopped_output(process: subprocess.Popen, timeout: float = 30.0) -> str:
+    """SIGTERM `process` (started with stdout=PIPE, text=True) and return all it printed. One still running
+    `timeout` seconds later gets SIGABRT, so a Python process started with PYTHONFAULTHANDLER=1 prints every
+    thread's stack, and the AssertionError carries that: where it hung, not only that it did."""
+    process.terminate()
+    try:
+        return process.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        output = process.communicate(timeout=timeout)[0]
+        raise AssertionError(f"pid {process.pid} still ran {timeout} s after SIGTERM; its stacks at SIGABRT:\n"
+                             f"{output[-8000:]}") from None
 
 
 def check_worker_output(worker_command: list) -> str:

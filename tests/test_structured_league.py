@@ -27,7 +27,7 @@ from seedleague.rl.networks import NetworkConfig
 from seedleague.structured_policy import StructuredPolicy
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
-from tests.conftest import SMALL_HOST, wait_for
+from tests.conftest import SMALL_HOST, stopped_output, wait_for
 
 SPEC = shootout_spec(num_envs=8)
 PRESET = presets.preset_for_spec(SPEC)
@@ -114,7 +114,8 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
     server = ServerThread(host).start()
     worker = subprocess.Popen([sys.executable, "-m", "envs.shootout_worker", "--address", server.address,
                                "--num-envs", str(SPEC.num_envs), "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PYTHONFAULTHANDLER": "1"})
 
     def rated_snapshots() -> list:
         return [s for s in league.standings() if s.key.startswith("main:") and s.games > 0]
@@ -125,8 +126,7 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
                               f"{host.metrics.league_games} games, {host.pipeline.league.stats}")
         assert worker.poll() is None, worker.communicate()[0][-3000:]
     finally:
-        worker.terminate()
-        worker_log = worker.communicate(timeout=30)[0]
+        worker_log = stopped_output(worker)
         server.stop()
         host.stop()
     assert worker.returncode == 0, worker_log[-3000:]

@@ -366,6 +366,31 @@ def test_gym_worker_sigterm_exits_zero():
     assert "got SIGTERM" in output and "stopped" in output
 
 
+HANGS_AFTER_THE_STOP = """
+import threading, sys
+from envs import worker_loop
+worker_loop.STOP_GRACE_S = 0.5
+stop = threading.Event()
+worker_loop.stop_on_signals(stop)
+print("ready", flush=True)
+stop.wait()
+threading.Event().wait()  # a teardown that never returns
+"""
+
+
+def test_a_worker_that_hangs_after_sigterm_prints_its_stacks_and_exits():
+    worker = subprocess.Popen([sys.executable, "-c", HANGS_AFTER_THE_STOP], cwd=pathlib.Path(__file__).parent.parent,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert worker.stdout.readline() == "ready\n"
+        worker.send_signal(signal.SIGTERM)
+        code, output = _finish(worker)
+    finally:
+        worker.kill()
+    assert code == 1, output  # faulthandler's exit, not the SIGTERM's default death (-15)
+    assert "Thread" in output and 'File "<string>", line 9' in output, output  # where the main thread hung
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("ale_py") is None or importlib.util.find_spec("cv2") is None,
     reason="Atari needs ale-py and opencv-python-headless (gymnasium's AtariPreprocessing resizes with cv2)",
