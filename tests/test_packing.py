@@ -189,3 +189,10 @@ def test_a_host_built_as_on_an_accelerator_trains_with_one_buffer_each_way(host_
     assert passes.to_device_buffers == passes.to_device >= 3 and passes.to_host_buffers == passes.to_host
     assert passes.to_device_arrays > passes.to_device  # several arrays a pass, one buffer
     assert inserts.to_device_buffers == inserts.to_device and inserts.to_device_arrays > inserts.to_device
+    updates = host.pipeline.learner.transfers.counts()  # each: its clock in, its step and metrics out as one buffer
+    assert updates.to_host >= 1 and updates.to_host_buffers == updates.to_host and updates.to_device_buffers == updates.to_device
+    assert updates.to_host_arrays > updates.to_host
+    assert host.metrics.learner_steps > 0  # the metrics unpacked from the buffer reached the run's metrics
+    steps = []  # the step read from the buffer, against the state's own (between two updates)
+    host.pipeline.learner.call(lambda state: steps.append((int(state.step), host.pipeline.learner.step)))
+    assert steps[0][0] == steps[0][1] > 0

@@ -3,7 +3,9 @@
 The maths lives in seedleague.rl.learner (`update(state, batch) -> (state,
 metrics)`); this module only drives it, times the waits, and hands fresh params
 to inference after every update: a copy on the inference device, since the next
-update donates the state.
+update donates the state. On an accelerator the update's step and metrics (a score of
+scalars) come back as one buffer, packed inside the update's own jitted call
+(seedleague.host.packing): one copy to the device (the clock) and one back per update.
 
 Given a multi-process device layout (seedleague.rl.sharding), every process runs
 one LearnerLoop and each update is a collective over all of them: before every
@@ -14,6 +16,7 @@ stopping, so they update in lockstep and stop together at the same step.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import queue
 import threading
@@ -27,6 +30,7 @@ import numpy as np
 from seedleague.checkpoint import Checkpointer
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
+from seedleague.host import packing
 from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
@@ -68,6 +72,10 @@ class LearnerLoop:
         self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
         self._state_lock = threading.Lock()
         self.transfers = Transfers()  # an update: its clock in, its step and metrics out
+        # Packed: the step and metrics leave the update as one buffer (not where a multi-process learner's arrays
+        # span processes: each fetches its own replica of each).
+        self._packed = self.transfers.packed and not (layout is not None and layout.multi_process)
+        self._returned: Optional[packing.Layout] = None  # the packed step and metrics, once traced
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
 
@@ -163,9 +171,17 @@ class LearnerLoop:
         started = time.perf_counter()
         with self._state_lock:
             clock = self.transfers.to_device(np.float32(self._clock()))
-            self.state, metrics = self._update(self.state, batch, clock)
-            params = self._params_copy(self.state)
-            step, metrics = self.transfers.to_host(jax.tree.map(sharding.local_value, (self.state.step, metrics)))
+            if self._packed:
+                if self._returned is None:
+                    self._returned = packing.Layout.of_tree(
+                        jax.eval_shape(functools.partial(_step_and_metrics, self._update), self.state, batch, clock))
+                self.state, buffer = _UPDATE_AND_PACK(self._update, self.state, batch, clock)
+                params = self._params_copy(self.state)
+                step, metrics = self.transfers.fetch_packed(self._returned, buffer)
+            else:
+                self.state, metrics = self._update(self.state, batch, clock)
+                params = self._params_copy(self.state)
+                step, metrics = self.transfers.to_host(jax.tree.map(sharding.local_value, (self.state.step, metrics)))
         version = self._step = int(step)
         self._policy.publish(params, version)
         metrics = {k: float(v) for k, v in metrics.items()}
@@ -184,3 +200,18 @@ class LearnerLoop:
             peers = np.flatnonzero(flags[:, 1]).tolist()
             log.warning("learner process(es) %s stopped at step %d; this process stops learning too", peers, self._step)
         return bool(flags[:, 0].all()), stop, bool(flags[:, 2].any())
+
+
+def _update_and_pack(update: Callable, state: Any, batch: Any, clock: jax.Array) -> tuple[Any, jax.Array]:
+    """`update`, with its new step and metrics packed into one byte buffer in the same call."""
+    state, metrics = update(state, batch, clock)
+    return state, packing.pack((state.step, metrics))
+
+
+def _step_and_metrics(update: Callable, state: Any, batch: Any, clock: jax.Array) -> tuple[jax.Array, dict]:
+    """What `_update_and_pack` packs (traced for its layout, never run)."""
+    state, metrics = update(state, batch, clock)
+    return state.step, metrics
+
+
+_UPDATE_AND_PACK = jax.jit(_update_and_pack, static_argnums=0, donate_argnums=1)

@@ -103,6 +103,12 @@ class Transfers:
                                  f"gave {returned.size}: its outputs' shapes must follow from its inputs' alone")
         return packing.unpack_on_host(returned, packed), kept
 
+    def fetch_packed(self, layout: packing.Layout, buffer: jax.Array) -> Any:
+        """The tree of `layout` from `buffer`, the device's `packing.pack` of it (made inside the caller's own jitted
+        call, as `call` does): one copy, counted as that tree's arrays."""
+        self._count("to_host", len(layout.shapes), layout.payload, buffers=1)
+        return packing.unpack_on_host(layout, np.asarray(jax.device_get(buffer)))
+
     def counts(self) -> TransferCounts:
         with self._lock:
             return dataclasses.replace(self._counts)
