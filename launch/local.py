@@ -265,8 +265,13 @@ def _describe_output(run_dir: str, config: OutputConfig) -> dict:
     by then, so SIGINT or SIGTERM here skips the choice, which `load_trained` makes later."""
     kind = "mixture" if config.source in output.MIXTURES else "policy"
     previous = signal.signal(signal.SIGTERM, interrupt)
+    started = time.perf_counter()
+    if config.source == "selected":
+        print("\nchoosing the run's output: the exact exploitability of each candidate (its final and averaged "
+              "params, mixtures of its snapshots); Ctrl-C skips this, and load_trained chooses when first asked",
+              flush=True)
     try:
-        return output.resolve(run_dir).describe()
+        return dict(output.resolve(run_dir).describe(), seconds=round(time.perf_counter() - started, 1))
     except (FileNotFoundError, ValueError) as error:
         return dict(source=config.source, kind=kind, error=str(error))
     except KeyboardInterrupt:

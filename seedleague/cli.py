@@ -62,7 +62,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     parser.add_argument("--max-learner-steps", type=int, default=None,
                         help="stop once the learner has made this many updates in all (counts across --resume; "
                              "default: the preset's, 0: no limit)")
-    parser.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds (0: no limit)")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop training after this many seconds (0: no limit); a `selected` output is chosen "
+                             "after that, which takes seconds to minutes and is printed with how long it took")
     parser.add_argument("--target-return", type=float, default=None,
                         help="stop when the mean return of the last 100 episodes reaches this")
     add_security_flags(parser, "server")
@@ -294,6 +296,8 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
         f"  checkpoints: {summary['checkpoints']}\n  tensorboard: {summary['tensorboard']}\n"
         f"  worker logs: {summary['logs']}\n  summary:     {summary['run_dir']}/summary.json"
     )
+    if summary.get("output"):
+        print(f"  output:      {_output_line(summary['output'])}")
     if summary.get("standings"):
         from seedleague.league.tables import standings_table
 
@@ -304,6 +308,18 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
         print("\nevaluation:")
         eval_cli.evaluate_run(summary["run_dir"], quick=True)
     return 0
+
+
+def _output_line(described: dict) -> str:
+    """summary.json's "output" in one line: what load_trained gives, and how long choosing it took."""
+    if "error" in described:
+        return f"none yet ({described['error']})"
+    members = described.get("members")
+    what = (f"a mixture of {len(members)} networks" if members else "one network") + f" ({described['source']}"
+    what += f", step {described['step']})" if described.get("step") is not None else ")"
+    if described.get("seconds", 0) >= 1:
+        what += f", chosen in {described['seconds']:.0f} s after the budget"
+    return what + (f"; {described['note']}" if described.get("note") else "")
 
 
 def _standing(data: dict):

@@ -71,4 +71,5 @@ def test_sigterm_while_the_output_is_chosen_skips_the_choice_and_says_so(monkeyp
     finally:
         signal.signal(signal.SIGTERM, before)
     assert described["source"] == "selected" and "interrupted while choosing the output" in described["note"]
-    assert "load_trained" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "load_trained" in printed.err and "choosing the run's output" in printed.out  # the console knows why it waits

@@ -55,6 +55,8 @@ def test_a_league_run_records_names_scores_and_loads_its_output(league_run):
     assert {str(int(m["key"].split(":")[1])) for m in named["members"]} <= pool_keys
     assert named["step"] == max(int(m["key"].split(":")[1]) for m in named["members"])
     assert "  output  " in stdout and "league_nash" in stdout  # the end-of-run evaluation scored it
+    assert f"  output:      a mixture of {len(named['members'])} networks (league_nash, step {named['step']})" in stdout
+    assert named["seconds"] >= 0.0  # how long resolving the output took after the budget
     # A two-player run reports games and its win rate against the league, not a zero-sum mean return of ~0.
     counts = summary(run_dir)
     assert 0 < counts["league_games"] <= counts["games"] and 0.0 <= counts["league_win_rate"] <= 1.0
