@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import os
 import warnings
@@ -303,13 +304,18 @@ def _restore_state(manager: Any, step: int, subtrees: Optional[dict]) -> Any:
         return manager.restore(step, args=ocp.args.Composite(state=args))["state"]
 
 
-def _restore_params(manager: Any, step: int) -> Any:
-    """Only the params of checkpoint `step`; falls back to restoring everything without a template."""
-    try:
-        subtrees = {"params": _params_of(manager.item_metadata(step)["state"])}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        subtrees = None
-    return _params_of(_restore_state(manager, step, subtrees))
+def _restore_params(manager: Any, step: int, templates: dict, shape_key: str) -> Any:
+    """Only the params of checkpoint `step` (not its optimiser state, magnets or average: a sixth of the bytes),
+    restored against the params' tree metadata. That is read once per `shape_key` (the step's network and spec,
+    which fix every shape) into `templates`, not once per step: the checkpoints of a run share one. Falls back
+    to restoring everything without a template where the metadata has no params."""
+    if shape_key not in templates:
+        try:
+            metadata = manager.item_metadata(step)["state"]
+            templates[shape_key] = {"params": _params_of(getattr(metadata, "tree", metadata))}  # orbax's tree metadata
+        except (ValueError, TypeError, KeyError, AttributeError):
+            templates[shape_key] = None
+    return _params_of(_restore_state(manager, step, templates[shape_key]))
 
 
 def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
@@ -375,13 +381,16 @@ def load_policies(path: str, steps: Sequence[Optional[int]], seed: int = 0, aver
         available = sorted(manager.all_steps())
         if not available:
             raise FileNotFoundError(_no_checkpoint_message(path, directory))
-        return [_load_step(manager, directory, available, step, seed, average) for step in steps]
+        templates: dict = {}  # the params' tree metadata, by network and spec (`_restore_params`)
+        return [_load_step(manager, directory, available, step, seed, average, templates) for step in steps]
     finally:
         manager.close()
 
 
-def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[int], seed: int, average: bool):
-    """One policy from an open checkpoint manager whose steps are `steps` (see load_policy)."""
+def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[int], seed: int, average: bool,
+               templates: dict):
+    """One policy from an open checkpoint manager whose steps are `steps` (see load_policy); `templates` carries
+    the params' tree metadata from one step to the next (`_restore_params`)."""
     if step is None:
         step = steps[-1]
     elif step not in steps:
@@ -403,7 +412,7 @@ def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[in
         meta["average"] = {"from": learner.get("average_from"), "count": count}
         source = f"{source} (param average)"
     else:
-        params = _restore_params(manager, step)
+        params = _restore_params(manager, step, templates, json.dumps([meta.get("network"), meta["spec"]], sort_keys=True))
     if not isinstance(spec, PolicySpec):  # a protocol v2 run: named observations, one action per head
         from seedleague.structured_policy import StructuredPolicy, structured_network_for
 

@@ -220,6 +220,25 @@ def test_load_policies_reads_many_steps_from_one_directory_as_load_policy_does(t
         load_policies(str(pool), [10, 15])
 
 
+def test_load_policies_restores_only_the_params_and_reads_their_metadata_once(tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+
+    from seedleague import api
+
+    pool = tmp_path / "pool" / "main"
+    for step in (10, 20, 30):
+        save_checkpoint(pool, step=step, seed=step)
+    templates, reads = [], []
+    restore_state, item_metadata = api._restore_state, ocp.CheckpointManager.item_metadata
+    monkeypatch.setattr(api, "_restore_state", lambda manager, step, subtrees: templates.append(subtrees)
+                        or restore_state(manager, step, subtrees))
+    monkeypatch.setattr(ocp.CheckpointManager, "item_metadata", lambda self, step: reads.append(step)
+                        or item_metadata(self, step))
+    policies = load_policies(str(pool), [10, 20, 30])
+    assert [p.step for p in policies] == [10, 20, 30] and reads == [10]  # one metadata read for the three
+    assert all(template is not None and set(template) == {"params"} for template in templates)  # nothing else read
+
+
 def test_missing_or_empty_directories_and_steps(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such directory"):
         load_policy(str(tmp_path / "nowhere"))
