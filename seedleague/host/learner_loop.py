@@ -3,7 +3,7 @@
 The maths lives in seedleague.rl.learner (`update(state, batch) -> (state,
 metrics)`); this module only drives it, times the waits, and hands fresh params
 to inference after every update: a copy on the inference device, since the next
-update donates the state. On an accelerator the update's step and metrics (a score of
+update donates the state. On an accelerator the update's step and metrics (about twenty
 scalars) come back as one buffer, packed inside the update's own jitted call
 (seedleague.host.packing): one copy to the device (the clock) and one back per update.
 
@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.checkpoint import Checkpointer
+from seedleague.host import packing
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
-from seedleague.host import packing
 from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
