@@ -367,7 +367,7 @@ def test_gym_worker_sigterm_exits_zero():
 
 
 HANGS_AFTER_THE_STOP = """
-import threading, sys
+import threading
 from envs import worker_loop
 worker_loop.STOP_GRACE_S = 0.5
 stop = threading.Event()
