@@ -16,7 +16,6 @@ stopping, so they update in lockstep and stop together at the same step.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import logging
 import queue
 import threading
@@ -173,11 +172,11 @@ class LearnerLoop:
             clock = self.transfers.to_device(np.float32(self._clock()))
             if self._packed:
                 if self._returned is None:
-                    self._returned = packing.Layout.of_tree(
-                        jax.eval_shape(functools.partial(_step_and_metrics, self._update), self.state, batch, clock))
+                    state, metrics = jax.eval_shape(self._update, self.state, batch, clock)  # traced, not run
+                    self._returned = packing.Layout.of_tree((state.step, metrics))
                 self.state, buffer = _UPDATE_AND_PACK(self._update, self.state, batch, clock)
                 params = self._params_copy(self.state)
-                step, metrics = self.transfers.fetch_packed(self._returned, buffer)
+                step, metrics = self.transfers.fetch_packed(self._returned, buffer, "the learner's update")
             else:
                 self.state, metrics = self._update(self.state, batch, clock)
                 params = self._params_copy(self.state)
@@ -206,12 +205,5 @@ def _update_and_pack(update: Callable, state: Any, batch: Any, clock: jax.Array)
     """`update`, with its new step and metrics packed into one byte buffer in the same call."""
     state, metrics = update(state, batch, clock)
     return state, packing.pack((state.step, metrics))
-
-
-def _step_and_metrics(update: Callable, state: Any, batch: Any, clock: jax.Array) -> tuple[jax.Array, dict]:
-    """What `_update_and_pack` packs (traced for its layout, never run)."""
-    state, metrics = update(state, batch, clock)
-    return state.step, metrics
-
 
 _UPDATE_AND_PACK = jax.jit(_update_and_pack, static_argnums=0, donate_argnums=1)

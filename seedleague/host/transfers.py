@@ -95,19 +95,20 @@ class Transfers:
         buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
         packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer)
         returned = self._returned_layout(fn, settings, static, layout, on_device, buffer)
-        if returned.shapes:
-            self._count("to_host", len(returned.shapes), returned.payload, buffers=1)
-            packed = np.asarray(jax.device_get(packed))
-            if packed.size != returned.size:  # outputs shaped by `on_device`, against this method's contract
-                raise ValueError(f"{fn.__name__} returned {packed.size} packed bytes where inputs of these shapes "
-                                 f"gave {returned.size}: its outputs' shapes must follow from its inputs' alone")
-        return packing.unpack_on_host(returned, packed), kept
+        if not returned.shapes:  # nothing to fetch
+            return jax.tree.unflatten(returned.treedef, []), kept
+        return self.fetch_packed(returned, packed, fn.__name__), kept
 
-    def fetch_packed(self, layout: packing.Layout, buffer: jax.Array) -> Any:
-        """The tree of `layout` from `buffer`, the device's `packing.pack` of it (made inside the caller's own jitted
-        call, as `call` does): one copy, counted as that tree's arrays."""
+    def fetch_packed(self, layout: packing.Layout, buffer: jax.Array, source: str) -> Any:
+        """The tree of `layout` from `buffer`, `source`'s `packing.pack` of it on the device (made inside its own
+        jitted call, as `call` does): one copy, counted as that tree's arrays. A buffer of another size (outputs
+        shaped by what stayed on the device, against `layout`, traced from the inputs) is refused."""
         self._count("to_host", len(layout.shapes), layout.payload, buffers=1)
-        return packing.unpack_on_host(layout, np.asarray(jax.device_get(buffer)))
+        packed = np.asarray(jax.device_get(buffer))
+        if packed.size != layout.size:
+            raise ValueError(f"{source} returned {packed.size} packed bytes where inputs of these shapes gave "
+                             f"{layout.size}: its outputs' shapes must follow from its inputs' alone")
+        return packing.unpack_on_host(layout, packed)
 
     def counts(self) -> TransferCounts:
         with self._lock:
