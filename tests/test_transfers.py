@@ -96,6 +96,24 @@ def test_a_forward_pass_copies_its_batch_in_once_and_its_outputs_out_once(lstm_s
         assert (counts.to_device_buffers, counts.to_host_buffers) == (4, 4)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU path: numpy inputs go into the pass's own call")
+@pytest.mark.parametrize("device", [None, jax.devices()[-1]], ids=["default device", "named device"])
+def test_on_a_cpu_a_forward_pass_is_one_jitted_call_on_its_device(device, monkeypatch):
+    network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,)), (3,), np.dtype(np.float32), 2)
+    policy = InferencePolicy(network, network.init(jax.random.key(0)), version=0, seed=0, device=device)
+
+    def second_dispatch(tree):
+        raise AssertionError("the batch was copied by a jitted call of its own before the pass")
+
+    monkeypatch.setattr(policy.transfers, "_host_memory_copy", second_dispatch)
+    with no_implicit_copies_to_the_device():
+        out = policy.act(*_batch(4, policy))
+    assert out.action.shape == (4,) and set(out.action.tolist()) <= {0, 1}
+    assert policy._rng.devices() == {device or jax.devices()[0]}  # the pass ran where its params and key are
+    counts = policy.transfers.counts()
+    assert (counts.to_device, counts.to_device_arrays, counts.to_host) == (1, 3, 1)
+
+
 def test_a_batch_with_league_opponents_is_one_copy_each_way():
     policy = _policy()
     table = stack_params([policy.current()[0]] * 2)
