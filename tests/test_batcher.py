@@ -1,11 +1,14 @@
-"""Batcher: a batch runs when every attached worker is waiting, at the size limit, or at the timeout."""
+"""Batcher: a batch runs when every attached worker is waiting, at the size limit, or at the timeout; its
+answers go back to the event loop in one wake-up."""
 
+import asyncio
 import threading
 import time
 
 import pytest
 
 from seedleague.host.batcher import Batcher, BatcherConfig, Request
+from seedleague.host.pending import PendingStep, answer_all
 
 
 def make_batcher(expected: int, timeout_ms: float = 50.0, max_batch_size: int = 64) -> Batcher:
@@ -75,3 +78,39 @@ def test_thread_hands_batches_to_run_batch():
 def test_bucket_sizes_are_powers_of_two_from_min_bucket():
     config = BatcherConfig(min_bucket=8)
     assert [config.bucket(n) for n in (1, 8, 9, 64, 65)] == [8, 8, 16, 64, 128]
+
+
+def test_a_batch_is_answered_with_one_wake_up_of_the_event_loop():
+    """seedleague.host.pending.answer_all: every stream of a batch gets its own result (value, error, or nothing
+    for one cancelled meanwhile) from one call_soon_threadsafe, not one per stream; a closed loop is no error."""
+    loop = asyncio.new_event_loop()
+    calls = []
+    real = loop.call_soon_threadsafe
+    loop.call_soon_threadsafe = lambda *args: calls.append(args) or real(*args)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        futures = [asyncio.run_coroutine_threadsafe(_make_future(), loop).result(5) for _ in range(4)]
+        loop.call_soon_threadsafe(futures[3].cancel)
+        steps = [PendingStep(agents=None, sequence=i, future=future, loop=loop) for i, future in enumerate(futures)]
+        calls.clear()
+        answer_all([(steps[0], "a", None), (steps[1], "b", None), (steps[2], None, ValueError("bad step")),
+                    (steps[3], "late", None)])
+        wake_ups = len(calls)
+        outcomes = asyncio.run_coroutine_threadsafe(_outcomes(futures), loop).result(5)
+        assert wake_ups == 1
+        assert outcomes[:2] == ["a", "b"]
+        assert isinstance(outcomes[2], ValueError) and isinstance(outcomes[3], asyncio.CancelledError)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    answer_all([(steps[0], "after the server is gone", None)])  # the loop is closed: nothing to answer, no error
+
+
+async def _make_future() -> asyncio.Future:
+    return asyncio.get_running_loop().create_future()
+
+
+async def _outcomes(futures) -> list:
+    return await asyncio.gather(*futures, return_exceptions=True)

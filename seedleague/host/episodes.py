@@ -27,7 +27,7 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     session = step.session
     ended, returns, lengths = session.finished_episodes(step)
     seating = session.seating
-    step.learning_before = np.ones(len(ended), bool) if seating is None else seating.learning()
+    step.learning_before = session.every_agent if seating is None else seating.learning()
     league = pipeline.league
     counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
     metrics.record_episodes(returns[counted], lengths[counted])

@@ -25,7 +25,7 @@ from seedleague.host import episodes, inference, restore, structured
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
-from seedleague.host.pending import PendingStep
+from seedleague.host.pending import PendingStep, answer_all
 from seedleague.host.pipeline import Pipeline, Services, build_pipeline
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionRegistry
@@ -194,8 +194,7 @@ class Host:
             self._infer_and_record(requests)
         except BaseException as error:
             log.exception("inference failed for a batch of %d requests", len(requests))
-            for request in requests:
-                request.payload.answer(None, error)
+            answer_all([(request.payload, None, error) for request in requests])
 
     def _infer_and_record(self, requests: list[Request]) -> None:
         pipeline = self.pipeline
@@ -205,9 +204,8 @@ class Host:
         if isinstance(pipeline.spec, StructuredEnvSpec):
             observation, legal = structured.batch_inputs(pipeline.spec, agents)
         else:
-            num_actions = pipeline.spec.num_actions
             observation = np.concatenate([a.observation for a in agents])
-            legal = np.concatenate([_legal(a, num_actions) for a in agents])
+            legal = np.concatenate([a.session.every_action if a.legal_mask is None else a.legal_mask for a in agents])
         first = np.concatenate([a.first for a in agents])
         core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
         opponents = None if pipeline.opponents() is None else np.concatenate([a.opponents for a in agents])
@@ -215,23 +213,25 @@ class Host:
         out = inference.forward(pipeline.policy, self._opponent_table, self.config.batcher.bucket, observation, first,
                                 core, legal, opponents, None if opponents is None else pipeline.opponents().opponent_params)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
-        offset = 0
+        offset, answers = 0, []
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)
             offset += request.size
-            self._record(step, jax.tree.map(lambda x: x[rows], out.action), jax.tree.map(lambda x: x[rows], out.logits),
-                         jax.tree.map(lambda x: x[rows], out.core_state), out.policy_version)
+            self._record(step, _take(out.action, rows), _take(out.logits, rows), _take(out.core_state, rows),
+                         out.policy_version)
             action = structured.split_actions(out.action, rows, step.session.spec.num_envs, step.session.spec.num_seats)
-            request.payload.answer(ActionBatch(request.payload.sequence, action, out.policy_version), None)
+            answers.append((request.payload, ActionBatch(request.payload.sequence, action, out.policy_version), None))
+        answer_all(answers)  # one wake-up of the event loop for the whole batch, not one per request
 
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
         before = session.core_state
-        # Acting rows carry the new state; a row whose episode starts while it waits (turn-based) starts afresh.
-        session.core_state = jax.tree.map(
-            lambda new, old, initial: np.where(_rows(step.acting, new), new, np.where(_rows(step.first, old), initial, old)),
-            new_core, before, session.initial_core,
-        )
+        if session.has_core_state:
+            # Acting rows carry the new state; a row whose episode starts while it waits (turn-based) starts afresh.
+            session.core_state = jax.tree.map(
+                lambda new, old, initial: np.where(_rows(step.acting, new), new, np.where(_rows(step.first, old), initial, old)),
+                new_core, before, session.initial_core,
+            )
         self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
         if session.unrolls is None:
             return
@@ -283,5 +283,6 @@ def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
     return mask.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
-def _legal(step: AgentStep, num_actions: int) -> np.ndarray:
-    return step.legal_mask if step.legal_mask is not None else np.ones((len(step.first), num_actions), bool)
+def _take(tree: Any, rows: slice) -> Any:
+    """`rows` of every array of `tree` (an array itself on the usual path, without a tree walk)."""
+    return tree[rows] if isinstance(tree, np.ndarray) else jax.tree.map(lambda x: x[rows], tree)

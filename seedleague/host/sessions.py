@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import Any, Callable, Optional
 
+import jax
 import numpy as np
 
 from seedleague.host.seating import Seating
@@ -156,6 +157,7 @@ class Session:
         self.num_agents = spec.num_agents
         self.core_state = initial_state(self.num_agents)
         self.initial_core = initial_state(self.num_agents)  # what a new episode's recurrent state starts from
+        self.has_core_state = bool(jax.tree.leaves(self.initial_core))  # a recurrent network's; none for a feed-forward one
         self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
         self.wire_spec = spec  # the spec the worker declared (a v1-shaped v2 spec runs as the v1 `spec`)
         self.structured = isinstance(spec, StructuredEnvSpec)
@@ -168,8 +170,10 @@ class Session:
                 initial_state(self.num_agents),
             )
         self._fresh = True
-        self._all_acting = np.ones(self.num_agents, bool)  # `acting` of a step that sends none
-        self._all_acting.flags.writeable = False
+        # Shared read-only masks, so no step builds its own: every agent (`acting` of a step that sends none, and
+        # every row the learner's without a league) and, for a v1 spec, every action legal (a step with no mask).
+        self.every_agent = _read_only(np.ones(self.num_agents, bool))
+        self.every_action = None if self.structured else _read_only(np.ones((self.num_agents, spec.num_actions), bool))
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
@@ -195,7 +199,7 @@ class Session:
             reward=reward,
             terminated=terminated,
             truncated=truncated,
-            acting=self._all_acting if step.acting is None else step.acting.reshape(n),
+            acting=self.every_agent if step.acting is None else step.acting.reshape(n),
             legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
         )
 
@@ -212,7 +216,7 @@ class Session:
             session=self,
             observation={k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()},
             first=first, reward=reward, terminated=terminated, truncated=truncated,
-            acting=self._all_acting if step.acting is None else step.acting.reshape(n),
+            acting=self.every_agent if step.acting is None else step.acting.reshape(n),
             legal_mask={k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None,
             final_observation=final, final_rows=final_rows,
         )
@@ -285,3 +289,8 @@ class SessionRegistry:
         for sid, session in list(self._sessions.items()):
             if not session.attached and now - session.created > self.limits.attach_timeout_s:
                 del self._sessions[sid]
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
