@@ -207,7 +207,9 @@ class Host:
             observation = np.concatenate([a.observation for a in agents])
             legal = np.concatenate([a.session.every_action if a.legal_mask is None else a.legal_mask for a in agents])
         first = np.concatenate([a.first for a in agents])
-        core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
+        core = agents[0].session.core_state  # () for a feed-forward network: nothing to join
+        if agents[0].session.has_core_state:
+            core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
         opponents = None if pipeline.opponents() is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
         out = inference.forward(pipeline.policy, self._opponent_table, self.config.batcher.bucket, observation, first,
@@ -285,4 +287,6 @@ def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
 
 def _take(tree: Any, rows: slice) -> Any:
     """`rows` of every array of `tree` (an array itself on the usual path, without a tree walk)."""
-    return tree[rows] if isinstance(tree, np.ndarray) else jax.tree.map(lambda x: x[rows], tree)
+    if isinstance(tree, np.ndarray):
+        return tree[rows]
+    return tree if tree == () else jax.tree.map(lambda x: x[rows], tree)  # (): a feed-forward network's core state
