@@ -152,6 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", default="1",
                         help="comma-separated streams per worker (`envs.gym_worker --streams`: its envs as that many "
                              "groups, one stepping while the others wait for the host)")
+    parser.add_argument("--inference-only", action="store_true",
+                        help="skip the rows with the learner running (half the time)")
     args = parser.parse_args(argv)
     protocols = [int(p) for p in args.protocols.split(",")]
     stream_counts = [int(k) for k in args.streams.split(",")]
@@ -170,11 +172,14 @@ def main(argv=None) -> int:
         native_text = f"{native_limit:,.0f}" if native_limit else "none"
         for count, protocol, streams in itertools.product(workers, protocols, stream_counts):
             version = 2 if protocol == 2 else 0
-            infer, learn = (grpc_rate(args.env, count, num_envs, learning, args.seconds, args.warmup, args.vector,
-                                      version, streams) for learning in (False, True))
+            infer, *learned_rows = (grpc_rate(args.env, count, num_envs, learning, args.seconds, args.warmup,
+                                              args.vector, version, streams)
+                                    for learning in ((False,) if args.inference_only else (False, True)))
+            learn = learned_rows[0] if learned_rows else None
+            learned = "| - | - | - |" if learn is None else (
+                f"| {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |")
             print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {streams} | {protocol} "
-                  f"| {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% | {learn['rate']:,.0f} "
-                  f"| {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |", flush=True)
+                  f"| {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% {learned}", flush=True)
     return 0
 
 
