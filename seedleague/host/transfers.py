@@ -15,8 +15,9 @@ leaf: 0.56 ms for a replay insert's eleven, a quarter of the host's batcher thre
 (benchmarks/README.md, "The host's copies on a CPU"). There `to_device` hands the numpy tree to one jitted identity
 instead (0.11 ms for the same tree): still one explicit, counted call, the copy made by XLA's C++ argument
 handling; `call` hands the numpy inputs to its own jitted call, which copies them the same way (one dispatch per
-forward pass, not two: about 20-25 µs less a CartPole batch). Either way the arrays handed over are the device's from then on: on a CPU the copy may alias or still be
-reading them, so the caller must not write to them afterwards (the host hands over fresh arrays only).
+forward pass, not two: about 20-25 µs less a CartPole batch). Either way the arrays handed over are the device's
+from then on: on a CPU the copy may alias or still be reading them, so the caller must not write to them afterwards
+(the host hands over fresh arrays only).
 """
 
 from __future__ import annotations
