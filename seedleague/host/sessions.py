@@ -171,9 +171,10 @@ class Session:
             )
         self._fresh = True
         # Shared read-only masks, so no step builds its own: every agent (`acting` of a step that sends none, and
-        # every row the learner's without a league) and, for a v1 spec, every action legal (a step with no mask).
+        # every row the learner's without a league) and, for a v1 spec without legal masks, every action legal.
         self.every_agent = _read_only(np.ones(self.num_agents, bool))
-        self.every_action = None if self.structured else _read_only(np.ones((self.num_agents, spec.num_actions), bool))
+        self.every_action = None if self.structured or spec.has_legal_mask else _read_only(
+            np.ones((self.num_agents, spec.num_actions), bool))
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
