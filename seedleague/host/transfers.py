@@ -68,10 +68,15 @@ class Transfers:
         write to its arrays afterwards (see the module docstring)."""
         leaves = jax.tree.leaves(tree)
         self._count_leaves("to_device", leaves)
-        if self._host_memory_copy is not None and all(isinstance(leaf, (np.ndarray, np.generic)) for leaf in leaves):
+        if self._in_host_memory(leaves):
             with jax.transfer_guard_host_to_device("allow"):  # the explicit copy, made by the jitted call
                 return self._host_memory_copy(tree)
         return jax.device_put(tree, self.device)
+
+    def _in_host_memory(self, leaves: list) -> bool:
+        """Whether `leaves` are all numpy and the device is a CPU: then a jitted call's argument handling copies
+        them, in C++ (see the module docstring)."""
+        return self._host_memory_copy is not None and all(isinstance(leaf, (np.ndarray, np.generic)) for leaf in leaves)
 
     def to_host(self, tree: Any) -> Any:
         """`tree`'s device arrays as numpy arrays, fetched in one call."""
@@ -107,7 +112,7 @@ class Transfers:
         call, whose argument handling makes the copy `to_device`'s jitted identity would (counted as one): one
         dispatch per pass, not two."""
         leaves = jax.tree.leaves(inputs)
-        if self._host_memory_copy is None or not all(isinstance(leaf, (np.ndarray, np.generic)) for leaf in leaves):
+        if not self._in_host_memory(leaves):
             return _CALL[donate](fn, static, on_device, self.to_device(inputs))
         self._count_leaves("to_device", leaves)
         with jax.transfer_guard_host_to_device("allow"):  # the explicit copy, made by the call's argument handling
