@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker node-worker ruby-deps ruby-worker
+.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -44,7 +44,7 @@ run: install
 ##       those tests skip and say why).
 ##       TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
 ##       shared fixtures start once); TEST_PROCS=0 runs them in this process.
-test: install cpp-worker
+test: install cpp-worker native-stream
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-worker; \
 	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
 	@if command -v ruby >/dev/null || command -v apt-get >/dev/null; then $(MAKE) --no-print-directory ruby-worker; \
@@ -93,6 +93,17 @@ $(CPP_SRCS) &: $(CPP_PROTO) | cpp-deps
 $(CPP_BUILD)/connect_four_worker: envs/cpp/connect_four_worker.cc envs/cpp/connect_four.h $(CPP_SRCS)
 	g++ -std=c++17 -O2 -Wall -I$(CPP_GEN) -Ienvs/cpp -o $@ envs/cpp/connect_four_worker.cc $(CPP_SRCS) \
 		$$(pkg-config --cflags --libs grpc++ protobuf) -lpthread
+
+NATIVE_STREAM := build/native/libseedleague_stream.so
+
+## native-stream: the Python workers' lockstep exchange in C++ ($(NATIVE_STREAM)); workers use it where it is
+##                built (--native-stream auto|on|off). Less CPU and fewer thread hand-overs per step than grpcio's
+##                stream (benchmarks/README.md, "The native stream"). Needs `make cpp-deps`.
+native-stream: $(NATIVE_STREAM)
+
+$(NATIVE_STREAM): seedleague/protocol/native_stream.cc | cpp-deps
+	mkdir -p $(dir $@)
+	g++ -std=c++17 -O2 -Wall -shared -fPIC -o $@ $< $$(pkg-config --cflags --libs grpc++)
 
 NODE_DIR   := envs/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed

@@ -3,6 +3,7 @@
     python -m benchmarks.throughput                      # the full table (about 8 minutes)
     python -m benchmarks.throughput --workers 1 --envs 64 --seconds 5
     python -m benchmarks.throughput --protocols 1,2      # CartPole's workers on protocol v1, then on v2
+    python -m benchmarks.throughput --native-stream off,on --inference-only   # workers on grpcio's stream, then the native one
 
 For each envs-per-worker count two in-process limits step a vector env with the
 host's jitted policy in one process, no gRPC: gymnasium's `SyncVectorEnv` of
@@ -92,7 +93,7 @@ def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps:
 
 def grpc_rate(
     env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str,
-    protocol: int = 0, streams: int = 1,
+    protocol: int = 0, streams: int = 1, native_stream: str = "auto",
 ) -> dict:
     """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each, each stepping them
     as `streams` groups on streams of their own (`envs.gym_worker --streams`)."""
@@ -102,7 +103,8 @@ def grpc_rate(
     host = Host(config, metrics)
     server = ServerThread(host).start()
     command = [sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env", env_id,
-               "--num-envs", str(num_envs), "--vector", vector, "--protocol", str(protocol), "--streams", str(streams)]
+               "--num-envs", str(num_envs), "--vector", vector, "--protocol", str(protocol), "--streams", str(streams),
+               "--native-stream", native_stream]
     procs = [subprocess.Popen(command + ["--seed", str(i)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(workers)]
     try:
@@ -152,33 +154,37 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", default="1",
                         help="comma-separated streams per worker (`envs.gym_worker --streams`: its envs as that many "
                              "groups, one stepping while the others wait for the host)")
+    parser.add_argument("--native-stream", default="auto",
+                        help="comma-separated worker --native-stream modes (auto, on, off): on exchanges each step "
+                             "in C++ (`make native-stream`), off through grpcio's stream")
     parser.add_argument("--inference-only", action="store_true",
                         help="skip the rows with the learner running (half the time)")
     args = parser.parse_args(argv)
     protocols = [int(p) for p in args.protocols.split(",")]
     stream_counts = [int(k) for k in args.streams.split(",")]
+    native_modes = args.native_stream.split(",")
     workers = [int(w) for w in args.workers.split(",")]
     envs = [int(e) for e in args.envs.split(",")]
     native = has_native_vector_env(args.env)
     print(f"{args.env}, {jax.devices()[0].platform} JAX, workers --vector {args.vector}, "
           f"median env steps/s over {args.seconds:g} s windows; % of the faster in-process limit\n")
     print("| envs/worker | limit: sync vector env | limit: native vector env | workers | streams each | protocol "
-          "| inference only | % of limit | with learner | % of limit | learner updates/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| native stream | inference only | % of limit | with learner | % of limit | learner updates/s |")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for num_envs in envs:
         sync_limit = in_process_rate(args.env, num_envs, args.seconds, "sync")
         native_limit = in_process_rate(args.env, num_envs, args.seconds, "native") if native else None
         limit = max(sync_limit, native_limit or 0.0)
         native_text = f"{native_limit:,.0f}" if native_limit else "none"
-        for count, protocol, streams in itertools.product(workers, protocols, stream_counts):
+        for count, protocol, streams, mode in itertools.product(workers, protocols, stream_counts, native_modes):
             version = 2 if protocol == 2 else 0
             infer, *learned_rows = (grpc_rate(args.env, count, num_envs, learning, args.seconds, args.warmup,
-                                              args.vector, version, streams)
+                                              args.vector, version, streams, mode)
                                     for learning in ((False,) if args.inference_only else (False, True)))
             learn = learned_rows[0] if learned_rows else None
             learned = "| - | - | - |" if learn is None else (
                 f"| {learn['rate']:,.0f} | {100 * learn['rate'] / limit:.0f}% | {learn['learner_steps_per_s']:.0f} |")
-            print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {streams} | {protocol} "
+            print(f"| {num_envs} | {sync_limit:,.0f} | {native_text} | {count} | {streams} | {protocol} | {mode} "
                   f"| {infer['rate']:,.0f} | {100 * infer['rate'] / limit:.0f}% {learned}", flush=True)
     return 0
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
+from seedleague.protocol import native_stream
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
 from seedleague.protocol.client_v2 import StructuredWorkerClient
 from seedleague.protocol.specs import EnvSpec
@@ -395,6 +396,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-interval", type=float, default=GameWorkerConfig.log_interval_s, help="seconds between steps/s logs"
     )
+    parser.add_argument(
+        "--native-stream", choices=native_stream.MODES, default=ClientConfig.native_stream,
+        help="exchange each step in C++ (less CPU per step): auto where `make native-stream` built it, on to "
+        "require it, off for grpcio's stream",
+    )
     add_security_flags(parser, "client")  # --token (or $SEEDLEAGUE_TOKEN), --tls-ca
 
 
@@ -408,6 +414,7 @@ def client_config_from_args(args: argparse.Namespace) -> ClientConfig:
         backoff_max_s=args.backoff_max,
         connect_timeout_s=args.connect_timeout,
         security=client_security_from_args(args),
+        native_stream=args.native_stream,
         **optional,
     )
 

@@ -140,8 +140,12 @@ class ClientSecurity:
         """A TLS channel trusting `tls_ca`, or a plaintext one."""
         if not self.tls:
             return grpc.insecure_channel(target, options=options)
-        root = _read_pem("tls_ca", self.tls_ca, _CERTIFICATE)
-        return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=root), options=options)
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates())
+        return grpc.secure_channel(target, credentials, options=options)
+
+    def root_certificates(self) -> Optional[bytes]:
+        """The PEM of `tls_ca`; None for plaintext."""
+        return _read_pem("tls_ca", self.tls_ca, _CERTIFICATE) if self.tls else None
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """Call metadata carrying the token (empty without one)."""

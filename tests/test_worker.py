@@ -44,6 +44,7 @@ def _zeros(spec: EnvSpec = SPEC):
 
 
 def _client(server: ServerThread, spec: EnvSpec = SPEC, **config) -> WorkerClient:
+    """A client of `server`; `native_stream="on"` needs `make native-stream` (as `make test` runs)."""
     return WorkerClient(ClientConfig(server.address, worker_name="test", backoff_initial_s=0.05, **config), spec)
 
 
@@ -96,10 +97,11 @@ def test_client_config_names_bad_fields():
         ClientConfig("nowhere", backoff_initial_s=0.0)
 
 
-def test_client_steps_in_lockstep():
+@pytest.mark.parametrize("stream", ["off", "on"], ids=["grpcio", "native"])
+def test_client_steps_in_lockstep(stream):
     backend = FakeBackend(FakeHostConfig(policy_version=7))
     with ServerThread(backend) as server:
-        client = _client(server)
+        client = _client(server, native_stream=stream)
         client.connect()
         for _ in range(10):
             actions = client.step(*_zeros())  # seatless [E, ...] float64 inputs are accepted and cast
@@ -122,9 +124,10 @@ def test_client_rejects_wrong_input_shape_locally():
         client.close()
 
 
-def test_client_bad_data_is_host_refused_with_the_hosts_message():
+@pytest.mark.parametrize("stream", ["off", "on"], ids=["grpcio", "native"])
+def test_client_bad_data_is_host_refused_with_the_hosts_message(stream):
     with ServerThread(FakeBackend()) as server:
-        client = _client(server)
+        client = _client(server, native_stream=stream)
         client.connect()
         observation, reward, terminated, truncated = _zeros()
         client.step(observation, reward, terminated, truncated)
@@ -147,10 +150,11 @@ def test_client_refuses_steps_larger_than_the_host_accepts():
             _client(server, spec).connect()
 
 
-def test_client_connection_lost_and_reconnect_after_host_restart():
+@pytest.mark.parametrize("stream", ["off", "on"], ids=["grpcio", "native"])
+def test_client_connection_lost_and_reconnect_after_host_restart(stream):
     backend = FakeBackend()
     with ServerThread(backend) as server:
-        client = _client(server)
+        client = _client(server, native_stream=stream)
         client.connect()
         client.step(*_zeros())
         server.stop()

@@ -35,7 +35,7 @@ import grpc
 import numpy as np
 
 from seedleague.protocol.channel import channel_options
-from seedleague.protocol import codec
+from seedleague.protocol import codec, native_stream
 from seedleague.protocol.errors import FAILED_PRECONDITION, INTERNAL, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, EnvSpec, zero_step
 from seedleague.security import ClientSecurity
@@ -58,6 +58,9 @@ class ClientConfig:
     backoff_max_s: float = 5.0
     connect_timeout_s: float = 10.0  # per attempt, waiting for the channel to be ready
     security: ClientSecurity = ClientSecurity()  # token and TLS; default plaintext, no token
+    # Each step's exchange in C++ (seedleague.protocol.native_stream): "auto" where `make native-stream` built it,
+    # "on" to require it, "off" for grpcio's stream.
+    native_stream: str = "auto"
 
     def __post_init__(self):
         problems = []
@@ -71,6 +74,13 @@ class ClientConfig:
             )
         if self.connect_timeout_s <= 0:
             problems.append(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+        if self.native_stream not in native_stream.MODES:
+            problems.append(f"native_stream must be one of {', '.join(native_stream.MODES)}, got {self.native_stream!r}")
+        else:
+            try:
+                native_stream.wanted(self.native_stream)
+            except native_stream.NativeStreamUnavailable as error:
+                problems.append(str(error))
         if not isinstance(self.security, ClientSecurity):
             problems.append(f"security must be a ClientSecurity, got {type(self.security).__name__}")
         if problems:
@@ -276,11 +286,14 @@ class WorkerClient:
         self.policy_version = reply.policy_version
         return actions
 
-    def _exchange(self, call: Any, pending: queue.SimpleQueue, message: Any) -> Any:
-        """Send `message` as this step's and return the host's reply; ConnectionLost or HostRefused on failure."""
+    def _exchange(self, call: Any, pending: Optional[queue.SimpleQueue], message: Any) -> Any:
+        """Send `message` as this step's and return the host's reply; ConnectionLost or HostRefused on failure.
+        `pending` is None on the native stream (`call` a NativeStream)."""
         message.sequence = self._sequence
-        pending.put(message)
         try:
+            if pending is None:
+                return call.exchange(message)
+            pending.put(message)
             return next(call)
         except grpc.RpcError as error:
             self._teardown()
@@ -320,6 +333,8 @@ class WorkerClient:
     # What differs between the protocol versions' clients (StructuredWorkerClient sets v2's): the service stub,
     # the version and its service's name in refusals, the handshake request and the largest step's size.
     _STUB = env_pb2_grpc.EnvServiceStub
+    _STREAM_METHOD = f"/{env_pb2.DESCRIPTOR.services_by_name['EnvService'].full_name}/Stream"
+    _ANSWER = env_pb2.ActionBatch
     _VERSION = PROTOCOL_VERSION
     _ON_SERVICE = ""
 
@@ -360,18 +375,33 @@ class WorkerClient:
         self._template = _without_data(_template_step(self.spec, session_id, acting=False))
 
     def _start_call(self, stub: Any, reply: Any) -> None:
-        """Open the Stream call on `stub` (either version's) for the session of handshake `reply`."""
+        """Open the Stream call on `stub` (either version's; or natively, where ClientConfig.native_stream says)
+        for the session of handshake `reply`."""
         self._sequence = 0
-        pending: queue.SimpleQueue = queue.SimpleQueue()
-        call = stub.Stream(_requests(pending), metadata=self.config.security.metadata())
+        pending: Optional[queue.SimpleQueue] = None
+        if native_stream.wanted(self.config.native_stream):
+            call = self._open_native_stream()
+        else:
+            pending = queue.SimpleQueue()
+            call = stub.Stream(_requests(pending), metadata=self.config.security.metadata())
         with self._lock:
             if self._closed:
-                pending.put(None)
+                if pending is not None:
+                    pending.put(None)
                 call.cancel()
                 raise ConnectionLost("client is closed")
             self._call, self._pending, self._ready = call, pending, None
         self.session_id = reply.session_id
         self.host_max_message_bytes = reply.max_message_bytes
+
+    def _open_native_stream(self) -> native_stream.NativeStream:
+        security = self.config.security
+        try:
+            return native_stream.NativeStream(
+                self.config.address, self._STREAM_METHOD, self._ANSWER, security.metadata(),
+                security.root_certificates(), self.config.max_message_bytes)
+        except grpc.RpcError as error:
+            raise classify_rpc_error(error, "stream") from None
 
     def _fill(self, message, observation, reward, terminated, truncated, legal_mask, acting) -> None:
         slots = self._slots

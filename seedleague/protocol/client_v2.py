@@ -174,6 +174,8 @@ class StructuredWorkerClient(WorkerClient):
     # -- WorkerClient's v1-specific halves, for v2 ------------------------------------------------------
 
     _STUB = env_pb2_grpc.EnvServiceStub
+    _STREAM_METHOD = f"/{env_pb2.DESCRIPTOR.services_by_name['EnvService'].full_name}/Stream"
+    _ANSWER = env_pb2.ActionBatch
     _VERSION = PROTOCOL_VERSION_V2
     _ON_SERVICE = " on seedleague.v2.EnvService"
 

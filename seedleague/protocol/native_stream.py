@@ -1,0 +1,150 @@
+"""The native stream: a Python worker's lockstep exchange done in C++ (native_stream.cc), one thread, no GIL.
+
+grpcio's blocking stream passes each message through three threads (the caller, the request iterator's
+consumer, the channel's poller): on a busy machine those hand-overs cost a worker more CPU per round trip
+than stepping 64 CartPole envs (benchmarks/README.md, "The native stream"). `make native-stream` builds
+build/native/libseedleague_stream.so; `WorkerClient` then exchanges each step through it (ClientConfig's
+`native_stream`: "auto" where it is built, "on" to require it, "off" for grpcio). The handshake stays on
+grpcio; messages are still built and parsed in Python, so both clients send the same bytes.
+
+SEEDLEAGUE_NATIVE_STREAM=PATH points at the library elsewhere (e.g. built on another machine).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import grpc
+
+log = logging.getLogger(__name__)
+
+LIBRARY_ENV = "SEEDLEAGUE_NATIVE_STREAM"
+DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "libseedleague_stream.so"
+BUILD_HINT = "build it with `make native-stream` (needs `make cpp-deps`), or use native_stream='off' (--native-stream off)"
+MODES = ("auto", "on", "off")
+_DETAILS_BYTES = 1024
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class NativeStreamUnavailable(RuntimeError):
+    """native_stream='on' but the library is missing or does not load."""
+
+
+class NativeStreamError(grpc.RpcError):
+    """The native stream ended with a non-OK status: the same `code()` and `details()` as grpcio's errors, so
+    `classify_rpc_error` sorts it into ConnectionLost or HostRefused alike."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+_library: Optional[ctypes.CDLL] = None
+_library_error: Optional[str] = None
+_library_lock = threading.Lock()
+
+
+def library_path() -> Path:
+    return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
+
+
+def load_library() -> Optional[ctypes.CDLL]:
+    """The native stream library, or None (with `unavailable_reason()`) if it is not built or does not load."""
+    global _library, _library_error
+    with _library_lock:
+        if _library is None and _library_error is None:
+            path = library_path()
+            if not path.exists():
+                _library_error = f"{path} is not built"
+            else:
+                try:
+                    _library = _declare(ctypes.CDLL(str(path)))
+                except (OSError, AttributeError) as error:
+                    _library_error = f"{path} does not load: {error}"
+        return _library
+
+
+def unavailable_reason() -> str:
+    return _library_error or ""
+
+
+def wanted(mode: str) -> bool:
+    """Whether a client in `mode` exchanges through the native stream; NativeStreamUnavailable for 'on' without it."""
+    if mode == "off":
+        return False
+    if load_library() is not None:
+        return True
+    if mode == "on":
+        raise NativeStreamUnavailable(f"native_stream='on' but {unavailable_reason()}: {BUILD_HINT}")
+    return False
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    c_str_array = ctypes.POINTER(ctypes.c_char_p)
+    lib.sls_open.restype = ctypes.c_void_p
+    lib.sls_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, c_str_array, c_str_array,
+                             ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    lib.sls_exchange.restype = ctypes.c_int
+    lib.sls_exchange.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    lib.sls_status.restype = ctypes.c_int
+    lib.sls_status.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.sls_cancel.restype = None
+    lib.sls_cancel.argtypes = [ctypes.c_void_p]
+    lib.sls_close.restype = None
+    lib.sls_close.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+class NativeStream:
+    """One open stream: `exchange` a request message for its answer (the calling thread blocks, without the
+    GIL); `cancel` from any thread ends it (a blocked exchange raises CANCELLED). Not for two stepping threads."""
+
+    def __init__(self, target: str, method: str, answer_type: Any, metadata: Sequence[tuple[str, str]] = (),
+                 root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 * 2**20):
+        lib = load_library()
+        if lib is None:
+            raise NativeStreamUnavailable(f"{unavailable_reason()}: {BUILD_HINT}")
+        self._lib, self._answer_type = lib, answer_type
+        keys = (ctypes.c_char_p * max(1, len(metadata)))(*[k.encode() for k, _ in metadata])
+        values = (ctypes.c_char_p * max(1, len(metadata)))(*[v.encode() for _, v in metadata])
+        error = ctypes.create_string_buffer(_DETAILS_BYTES)
+        self._handle = lib.sls_open(target.encode(), root_certificates or b"", method.encode(), keys, values,
+                                    len(metadata), max_message_bytes, error, _DETAILS_BYTES)
+        if not self._handle:
+            raise NativeStreamError(grpc.StatusCode.UNAVAILABLE, error.value.decode(errors="replace"))
+        self._answer = ctypes.c_void_p()
+        self._answer_len = ctypes.c_size_t()
+
+    def exchange(self, message: Any) -> Any:
+        """Send `message`, return the host's answer parsed as `answer_type`. NativeStreamError if the stream
+        failed, StopIteration if the host ended it with OK (as grpcio's response iterator does)."""
+        request = message.SerializeToString()
+        if self._lib.sls_exchange(self._handle, request, len(request), ctypes.byref(self._answer),
+                                  ctypes.byref(self._answer_len)):
+            details = ctypes.create_string_buffer(_DETAILS_BYTES)
+            code = _STATUS_CODES.get(self._lib.sls_status(self._handle, details, _DETAILS_BYTES), grpc.StatusCode.UNKNOWN)
+            if code == grpc.StatusCode.OK:
+                raise StopIteration
+            raise NativeStreamError(code, details.value.decode(errors="replace"))
+        return self._answer_type.FromString(ctypes.string_at(self._answer, self._answer_len.value))
+
+    def cancel(self) -> None:
+        if self._handle:
+            self._lib.sls_cancel(self._handle)
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            self._lib.sls_close(handle)
