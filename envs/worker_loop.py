@@ -298,7 +298,8 @@ def serve(
         try:
             client.connect()
             stats.sessions += 1
-            logger.info("connected to %s as %s: session %s", config.address, config.worker_name, client.session_id)
+            logger.info("connected to %s as %s: session %s (%s)", config.address, config.worker_name, client.session_id,
+                        client.stream_kind)
             run_session(stats, seed if stats.sessions == 1 else None, backoff)
         except ConnectionLost as error:
             if stop.is_set():

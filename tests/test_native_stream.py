@@ -71,7 +71,7 @@ def test_the_native_stream_sends_what_grpcio_sends_and_is_answered_alike():
         with ServerThread(backend) as server:
             client = _client(server.address, mode)
             client.connect()
-            assert isinstance(client._call, native_stream.NativeStream) == (mode == "on")
+            assert client.stream_kind == {"off": "grpcio stream", "on": "native stream"}[mode]
             for seed in range(20):
                 actions = client.step(*_step_inputs(seed))
                 assert actions.shape == (5, 1) and actions.dtype == np.int32 and ((0 <= actions) & (actions < 3)).all()
@@ -131,7 +131,7 @@ def test_protocol_v2_steps_through_the_native_stream():
     with ServerThread(backend) as server:
         client = _client(server.address, "on", spec)
         client.connect()
-        assert isinstance(client._call, native_stream.NativeStream)
+        assert client.stream_kind == "native stream"
         legal = np.ones((3, 4), bool)
         legal[:, 0] = False
         for _ in range(5):
@@ -179,6 +179,7 @@ def test_a_gym_worker_process_steps_through_the_native_stream():
                                "CartPole-v1", "--num-envs", "8", "--max-steps", "800", "--native-stream", "on"],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "(native stream)" in done.stderr  # the worker says which stream it steps on
     assert backend.violations == [] and backend.sessions[0].steps == 100
 
 
@@ -191,7 +192,7 @@ def test_without_the_library_on_is_refused_with_the_build_command_and_auto_uses_
     with ServerThread(FakeBackend()) as server:
         client = _client(server.address, "auto")
         client.connect()
-        assert not isinstance(client._call, native_stream.NativeStream)
+        assert client.stream_kind == "grpcio stream"
         client.step(*_step_inputs(0))
         client.close()
     done = subprocess.run([sys.executable, "-m", "envs.gym_worker", "--address", "127.0.0.1:1", "--env", "CartPole-v1",

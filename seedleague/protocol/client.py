@@ -256,6 +256,12 @@ class WorkerClient:
             self._teardown()
             raise
 
+    @property
+    def stream_kind(self) -> str:
+        """What carries the open stream's steps: "native stream" or "grpcio stream" ("" before connect)."""
+        call = self._call
+        return "" if call is None else "native stream" if self._pending is None else "grpcio stream"
+
     def step(
         self,
         observation: np.ndarray,

@@ -87,6 +87,10 @@ class StructuredWorkerClient(WorkerClient):
             self.protocol_version = 1
             self._v1.connect()
 
+    @property
+    def stream_kind(self) -> str:
+        return self._v1.stream_kind if self._v1 is not None else super().stream_kind
+
     def close(self) -> None:
         super().close()
         if self._v1 is not None:
