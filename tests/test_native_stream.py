@@ -12,6 +12,7 @@ import asyncio
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -108,6 +109,24 @@ def test_close_from_another_thread_ends_a_step_blocked_on_the_host():
         closer.join()
         with pytest.raises(ConnectionLost, match="closed"):
             client.step(*_step_inputs(1))
+
+
+def test_a_worker_waiting_on_the_host_stops_on_sigterm():
+    """The wait for an answer comes back to the interpreter in slices, so the worker's signal handler runs while
+    the host keeps it waiting (a stop at the end of a run): it stops cleanly, not at its stop grace's deadline."""
+    backend = _Hanging()
+    with ServerThread(backend) as server:
+        worker = subprocess.Popen([sys.executable, "-m", "envs.gym_worker", "--address", server.address, "--env",
+                                   "CartPole-v1", "--num-envs", "4", "--native-stream", "on"],
+                                  cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        try:
+            assert backend.received.wait(60), "the worker never sent a step"
+            worker.send_signal(signal.SIGTERM)
+            _, stderr = worker.communicate(timeout=60)
+        finally:
+            worker.kill()
+    assert worker.returncode == 0, stderr[-3000:]
+    assert "got SIGTERM: stopping" in stderr and "(native stream)" in stderr
 
 
 def test_a_host_that_ends_the_stream_without_answering_is_a_lost_connection():

@@ -4,7 +4,8 @@
 // consumer, the channel's poller), and each hand-over is a wake-up and a GIL transfer: on a busy machine
 // that costs a worker more CPU per round trip than stepping 64 CartPole envs. This library does one
 // exchange (write a serialized StepBatch, read the serialized answer) in the calling thread with the GIL
-// released: ctypes releases it for the whole call.
+// released: ctypes releases it for each call. The wait comes back every few milliseconds unanswered, so the
+// interpreter runs its signal handlers (a worker's SIGTERM) while the host takes its time.
 //
 // It moves bytes only. The messages are built and checked in Python (protobuf's upb), the handshake stays
 // on grpcio, and the stream is the same one (any method path: v1's and v2's Stream alike), so the host
@@ -12,9 +13,10 @@
 //
 // A C ABI (no Python headers needed to build, nothing to match to the interpreter):
 //   sls_open      open the stream (channel, TLS roots, call metadata, size limits); NULL with an error text
-//   sls_exchange  write one request, read one answer; 0, or 1 when the stream ended (then sls_status)
+//   sls_send      write one request and ask for its answer; 2 (waiting), or 1 when the stream ended
+//   sls_wait      wait up to a timeout for that answer: 0 answered, 2 still waiting, 1 ended (then sls_status)
 //   sls_status    the ended stream's gRPC status code and details
-//   sls_cancel    end the stream from any thread: a blocked sls_exchange returns 1 (CANCELLED)
+//   sls_cancel    end the stream from any thread: a waiting sls_wait returns 1 (CANCELLED)
 //   sls_close     free a stream no thread is using
 
 #include <grpcpp/generic/generic_stub.h>
@@ -33,6 +35,7 @@ namespace {
 constexpr int kKeepaliveTimeMs = 20000;  // as seedleague/protocol/channel.py's KEEPALIVE_TIME_MS
 
 enum Tag : intptr_t { kStart = 1, kWrite = 2, kRead = 3, kFinish = 4 };
+enum Wait : int { kAnswered = 0, kEnded = 1, kWaiting = 2 };
 
 struct Stream {
   std::shared_ptr<grpc::Channel> channel;
@@ -40,6 +43,9 @@ struct Stream {
   grpc::ClientContext context;
   grpc::CompletionQueue queue;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+  bool write_pending = false;
+  bool read_pending = false;
+  bool exchange_ok = true;  // every op of the current exchange succeeded so far
   grpc::ByteBuffer answer;
   std::string answer_bytes;  // the last answer, valid until the next exchange
   grpc::Status status;
@@ -50,31 +56,35 @@ void set_error(char* error, size_t error_len, const std::string& text) {
   if (error != nullptr && error_len > 0) std::snprintf(error, error_len, "%s", text.c_str());
 }
 
-// Wait for the completion of `wanted`, recording every tag's success on the way; false if the queue is shut.
-bool await_tags(Stream* s, std::vector<Tag> wanted, bool* all_ok) {
-  *all_ok = true;
-  while (!wanted.empty()) {
-    void* tag = nullptr;
-    bool ok = false;
-    if (!s->queue.Next(&tag, &ok)) return false;
-    *all_ok = *all_ok && ok;
-    for (auto it = wanted.begin(); it != wanted.end(); ++it) {
-      if (static_cast<Tag>(reinterpret_cast<intptr_t>(tag)) == *it) {
-        wanted.erase(it);
-        break;
-      }
-    }
+// Take one completion off the queue (waiting until `deadline`); false on timeout or a shut queue.
+bool next_completion(Stream* s, gpr_timespec deadline) {
+  void* tag = nullptr;
+  bool ok = false;
+  if (s->queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) return false;
+  switch (static_cast<Tag>(reinterpret_cast<intptr_t>(tag))) {
+    case kWrite: s->write_pending = false; break;
+    case kRead: s->read_pending = false; break;
+    default: break;
   }
+  s->exchange_ok = s->exchange_ok && ok;
   return true;
 }
 
-// The stream is over: fetch its status once.
-void finish(Stream* s) {
+// The stream is over: cancel it unless it ended by itself, let its pending ops complete, fetch its status once.
+void finish(Stream* s, bool cancel) {
   if (s->ended) return;
   s->ended = true;
+  if (cancel) s->context.TryCancel();
+  gpr_timespec forever = gpr_inf_future(GPR_CLOCK_REALTIME);
+  while ((s->write_pending || s->read_pending) && next_completion(s, forever)) {
+  }
   s->call->Finish(&s->status, reinterpret_cast<void*>(kFinish));
+  void* tag = nullptr;
   bool ok = false;
-  if (!await_tags(s, {kFinish}, &ok)) s->status = grpc::Status(grpc::StatusCode::CANCELLED, "stream closed");
+  while (s->queue.Next(&tag, &ok)) {
+    if (static_cast<Tag>(reinterpret_cast<intptr_t>(tag)) == kFinish) return;
+  }
+  s->status = grpc::Status(grpc::StatusCode::CANCELLED, "stream closed");
 }
 
 }  // namespace
@@ -105,12 +115,12 @@ void* sls_open(const char* target, const char* root_pem, const char* method, con
   for (int i = 0; i < metadata_count; ++i) stream->context.AddMetadata(metadata_keys[i], metadata_values[i]);
   stream->call = stream->stub->PrepareCall(&stream->context, method, &stream->queue);
   stream->call->StartCall(reinterpret_cast<void*>(kStart));
+  void* tag = nullptr;
   bool ok = false;
-  if (!await_tags(stream.get(), {kStart}, &ok) || !ok) {
-    finish(stream.get());
+  if (!stream->queue.Next(&tag, &ok) || !ok) {
+    finish(stream.get(), true);
     set_error(error, error_len, "could not start the stream: " + stream->status.error_message());
     stream->queue.Shutdown();
-    void* tag;
     while (stream->queue.Next(&tag, &ok)) {
     }
     return nullptr;
@@ -118,29 +128,44 @@ void* sls_open(const char* target, const char* root_pem, const char* method, con
   return stream.release();
 }
 
-int sls_exchange(void* handle, const char* request, size_t request_len, const char** answer, size_t* answer_len) {
+int sls_send(void* handle, const char* request, size_t request_len) {
   auto* s = static_cast<Stream*>(handle);
-  if (s->ended) return 1;
+  if (s->ended) return kEnded;
+  if (s->write_pending || s->read_pending) {  // the last exchange was abandoned mid-way: its answer is lost
+    finish(s, true);
+    s->status = grpc::Status(grpc::StatusCode::CANCELLED, "a step was sent before the last one was answered");
+    return kEnded;
+  }
   grpc::Slice slice(request, request_len);
   grpc::ByteBuffer buffer(&slice, 1);
+  s->exchange_ok = true;
+  s->write_pending = s->read_pending = true;
   s->call->Write(buffer, reinterpret_cast<void*>(kWrite));
   s->call->Read(&s->answer, reinterpret_cast<void*>(kRead));
-  bool ok = false;
-  if (!await_tags(s, {kWrite, kRead}, &ok) || !ok) {
-    finish(s);
-    return 1;
+  return kWaiting;
+}
+
+int sls_wait(void* handle, int timeout_ms, const char** answer, size_t* answer_len) {
+  auto* s = static_cast<Stream*>(handle);
+  if (s->ended) return kEnded;
+  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+  while (s->write_pending || s->read_pending) {
+    if (!next_completion(s, deadline)) return kWaiting;
+  }
+  if (!s->exchange_ok) {
+    finish(s, false);
+    return kEnded;
   }
   std::vector<grpc::Slice> slices;
   if (!s->answer.Dump(&slices).ok()) {
-    s->context.TryCancel();
-    finish(s);
-    return 1;
+    finish(s, true);
+    return kEnded;
   }
   s->answer_bytes.clear();
   for (const auto& piece : slices) s->answer_bytes.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
   *answer = s->answer_bytes.data();
   *answer_len = s->answer_bytes.size();
-  return 0;
+  return kAnswered;
 }
 
 int sls_status(void* handle, char* details, size_t details_len) {
@@ -153,10 +178,7 @@ void sls_cancel(void* handle) { static_cast<Stream*>(handle)->context.TryCancel(
 
 void sls_close(void* handle) {
   auto* s = static_cast<Stream*>(handle);
-  if (!s->ended) {
-    s->context.TryCancel();
-    finish(s);
-  }
+  finish(s, true);
   s->queue.Shutdown();
   void* tag;
   bool ok;

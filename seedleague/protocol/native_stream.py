@@ -28,6 +28,8 @@ DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "li
 BUILD_HINT = "build it with `make native-stream` (needs `make cpp-deps`), or use native_stream='off' (--native-stream off)"
 MODES = ("auto", "on", "off")
 _DETAILS_BYTES = 1024
+_ANSWERED, _ENDED, _WAITING = 0, 1, 2  # sls_send's and sls_wait's results
+WAIT_SLICE_MS = 50  # the longest a wait stays in C: signal handlers (a worker's SIGTERM) run between slices
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -95,9 +97,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sls_open.restype = ctypes.c_void_p
     lib.sls_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, c_str_array, c_str_array,
                              ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-    lib.sls_exchange.restype = ctypes.c_int
-    lib.sls_exchange.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    lib.sls_send.restype = ctypes.c_int
+    lib.sls_send.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.sls_wait.restype = ctypes.c_int
+    lib.sls_wait.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                             ctypes.POINTER(ctypes.c_size_t)]
     lib.sls_status.restype = ctypes.c_int
     lib.sls_status.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.sls_cancel.restype = None
@@ -108,8 +112,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 class NativeStream:
-    """One open stream: `exchange` a request message for its answer (the calling thread blocks, without the
-    GIL); `cancel` from any thread ends it (a blocked exchange raises CANCELLED). Not for two stepping threads."""
+    """One open stream: `exchange` a request message for its answer (the calling thread waits without the GIL,
+    coming back to the interpreter every WAIT_SLICE_MS); `cancel` from any thread ends it (a waiting exchange
+    raises CANCELLED). Not for two stepping threads."""
 
     def __init__(self, target: str, method: str, answer_type: Any, metadata: Sequence[tuple[str, str]] = (),
                  root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 * 2**20):
@@ -131,10 +136,14 @@ class NativeStream:
         """Send `message`, return the host's answer parsed as `answer_type`. NativeStreamError if the stream
         failed, StopIteration if the host ended it with OK (as grpcio's response iterator does)."""
         request = message.SerializeToString()
-        if self._lib.sls_exchange(self._handle, request, len(request), ctypes.byref(self._answer),
-                                  ctypes.byref(self._answer_len)):
+        lib, handle = self._lib, self._handle
+        answer, answer_len = ctypes.byref(self._answer), ctypes.byref(self._answer_len)
+        state = lib.sls_send(handle, request, len(request))
+        while state == _WAITING:
+            state = lib.sls_wait(handle, WAIT_SLICE_MS, answer, answer_len)
+        if state == _ENDED:
             details = ctypes.create_string_buffer(_DETAILS_BYTES)
-            code = _STATUS_CODES.get(self._lib.sls_status(self._handle, details, _DETAILS_BYTES), grpc.StatusCode.UNKNOWN)
+            code = _STATUS_CODES.get(lib.sls_status(handle, details, _DETAILS_BYTES), grpc.StatusCode.UNKNOWN)
             if code == grpc.StatusCode.OK:
                 raise StopIteration
             raise NativeStreamError(code, details.value.decode(errors="replace"))
