@@ -79,7 +79,8 @@ def test_load_policy_from_a_run_dir_a_checkpoint_dir_and_a_pool_player(tmp_path)
     # the params are the saved ones: logits match the network applied directly
     obs = np.random.default_rng(0).random((5, 11), np.float32)
     logits, _, _ = _network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
-    np.testing.assert_allclose(policy.logits(obs), np.asarray(logits)[:, 0], rtol=1e-6)
+    # logits near 0 (about 1e-4 here) differ in float32's last bits between two compiles of the same network
+    np.testing.assert_allclose(policy.logits(obs), np.asarray(logits)[:, 0], rtol=1e-6, atol=1e-7)
 
 
 def test_the_param_average_loads_in_place_of_the_params_and_its_absence_is_named(tmp_path):
