@@ -402,6 +402,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         help="exchange each step in C++ (less CPU per step): auto where `make native-stream` built it, on to "
         "require it, off for grpcio's stream",
     )
+    parser.add_argument(
+        "--native-stream-library", default=os.environ.get(native_stream.LIBRARY_ENV, ""),
+        help=f"the native stream library's path (default ${native_stream.LIBRARY_ENV}, else "
+        "build/native/libseedleague_stream.so in this checkout)",
+    )
     add_security_flags(parser, "client")  # --token (or $SEEDLEAGUE_TOKEN), --tls-ca
 
 
@@ -416,6 +421,7 @@ def client_config_from_args(args: argparse.Namespace) -> ClientConfig:
         connect_timeout_s=args.connect_timeout,
         security=client_security_from_args(args),
         native_stream=args.native_stream,
+        native_stream_library=args.native_stream_library,
         **optional,
     )
 

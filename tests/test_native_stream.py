@@ -38,9 +38,11 @@ SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num
 @pytest.fixture(scope="module", autouse=True)
 def library():
     result = subprocess.run(["make", "native-stream"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0 or native_stream.load_library() is None:
+    native_stream._libraries.pop(native_stream.DEFAULT_LIBRARY, None)  # asked before the build: ask again
+    library = native_stream.load_library()
+    if result.returncode != 0 or isinstance(library, str):
         pytest.fail("`make native-stream` failed (run `make cpp-deps` as root for gRPC):\n"
-                    + result.stdout[-4000:] + result.stderr[-4000:] + native_stream.unavailable_reason(), pytrace=False)
+                    + result.stdout[-4000:] + result.stderr[-4000:] + str(library), pytrace=False)
 
 
 def _client(address: str, mode: str, spec=SPEC, security: ClientSecurity = ClientSecurity()) -> WorkerClient:
@@ -202,21 +204,20 @@ def test_a_gym_worker_process_steps_through_the_native_stream():
     assert backend.violations == [] and backend.sessions[0].steps == 100
 
 
-def test_without_the_library_on_is_refused_with_the_build_command_and_auto_uses_grpcio(tmp_path, monkeypatch):
-    monkeypatch.setenv(native_stream.LIBRARY_ENV, str(tmp_path / "missing.so"))
-    monkeypatch.setattr(native_stream, "_library", None)
-    monkeypatch.setattr(native_stream, "_library_error", None)
+def test_without_the_library_on_is_refused_with_the_build_command_and_auto_uses_grpcio(tmp_path):
+    missing = str(tmp_path / "missing.so")
     with pytest.raises(ValueError, match="native_stream='on' but .*missing.so is not built.*make native-stream"):
-        ClientConfig("127.0.0.1:1", native_stream="on")
+        ClientConfig("127.0.0.1:1", native_stream="on", native_stream_library=missing)
     with ServerThread(FakeBackend()) as server:
-        client = _client(server.address, "auto")
+        client = WorkerClient(ClientConfig(server.address, native_stream="auto", native_stream_library=missing), SPEC)
         client.connect()
         assert client.stream_kind == "grpcio stream"
         client.step(*_step_inputs(0))
         client.close()
+    # a worker's command line takes the path from $SEEDLEAGUE_NATIVE_STREAM and refuses on the console
     done = subprocess.run([sys.executable, "-m", "envs.gym_worker", "--address", "127.0.0.1:1", "--env", "CartPole-v1",
                            "--native-stream", "on"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, native_stream.LIBRARY_ENV: str(tmp_path / "missing.so")})
+                          env={**os.environ, native_stream.LIBRARY_ENV: missing})
     assert done.returncode == 2 and "missing.so is not built: build it with `make native-stream`" in done.stderr
     with pytest.raises(ValueError, match="native_stream must be one of auto, on, off, got 'fast'"):
         ClientConfig("127.0.0.1:1", native_stream="fast")

@@ -61,6 +61,7 @@ class ClientConfig:
     # Each step's exchange in C++ (seedleague.protocol.native_stream): "auto" where `make native-stream` built it,
     # "on" to require it, "off" for grpcio's stream.
     native_stream: str = "auto"
+    native_stream_library: str = ""  # its path; "" for build/native/libseedleague_stream.so in this checkout
 
     def __post_init__(self):
         problems = []
@@ -78,7 +79,7 @@ class ClientConfig:
             problems.append(f"native_stream must be one of {', '.join(native_stream.MODES)}, got {self.native_stream!r}")
         else:
             try:
-                native_stream.wanted(self.native_stream)
+                native_stream.wanted(self.native_stream, self.native_stream_library)
             except native_stream.NativeStreamUnavailable as error:
                 problems.append(str(error))
         if not isinstance(self.security, ClientSecurity):
@@ -385,7 +386,7 @@ class WorkerClient:
         for the session of handshake `reply`."""
         self._sequence = 0
         pending: Optional[queue.SimpleQueue] = None
-        if native_stream.wanted(self.config.native_stream):
+        if native_stream.wanted(self.config.native_stream, self.config.native_stream_library):
             call = self._open_native_stream()
         else:
             pending = queue.SimpleQueue()
@@ -405,7 +406,7 @@ class WorkerClient:
         try:
             return native_stream.NativeStream(
                 self.config.address, self._STREAM_METHOD, self._ANSWER, security.metadata(),
-                security.root_certificates(), self.config.max_message_bytes)
+                security.root_certificates(), self.config.max_message_bytes, self.config.native_stream_library)
         except grpc.RpcError as error:
             raise classify_rpc_error(error, "stream") from None
 

@@ -7,14 +7,14 @@ build/native/libseedleague_stream.so; `WorkerClient` then exchanges each step th
 `native_stream`: "auto" where it is built, "on" to require it, "off" for grpcio). The handshake stays on
 grpcio; messages are still built and parsed in Python, so both clients send the same bytes.
 
-SEEDLEAGUE_NATIVE_STREAM=PATH points at the library elsewhere (e.g. built on another machine).
+`ClientConfig.native_stream_library` (a worker's `--native-stream-library`, whose default is the
+SEEDLEAGUE_NATIVE_STREAM environment variable) points at the library elsewhere.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -23,7 +23,7 @@ import grpc
 
 log = logging.getLogger(__name__)
 
-LIBRARY_ENV = "SEEDLEAGUE_NATIVE_STREAM"
+LIBRARY_ENV = "SEEDLEAGUE_NATIVE_STREAM"  # read by the workers' command line, never here
 DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "libseedleague_stream.so"
 BUILD_HINT = "build it with `make native-stream` (needs `make cpp-deps`), or use native_stream='off' (--native-stream off)"
 MODES = ("auto", "on", "off")
@@ -52,43 +52,41 @@ class NativeStreamError(grpc.RpcError):
         return self._details
 
 
-_library: Optional[ctypes.CDLL] = None
-_library_error: Optional[str] = None
-_library_lock = threading.Lock()
+_libraries: dict[Path, ctypes.CDLL | str] = {}  # path -> the loaded library, or why it is unavailable
+_libraries_lock = threading.Lock()
 
 
-def library_path() -> Path:
-    return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
+def library_path(path: str = "") -> Path:
+    """`path`, or where `make native-stream` builds the library in this checkout."""
+    return Path(path) if path else DEFAULT_LIBRARY
 
 
-def load_library() -> Optional[ctypes.CDLL]:
-    """The native stream library, or None (with `unavailable_reason()`) if it is not built or does not load."""
-    global _library, _library_error
-    with _library_lock:
-        if _library is None and _library_error is None:
-            path = library_path()
-            if not path.exists():
-                _library_error = f"{path} is not built"
+def load_library(path: str = "") -> ctypes.CDLL | str:
+    """The native stream library at `path` (default: `DEFAULT_LIBRARY`), or why it is unavailable (not built,
+    does not load); loaded once per path."""
+    where = library_path(path)
+    with _libraries_lock:
+        if where not in _libraries:
+            if not where.exists():
+                _libraries[where] = f"{where} is not built"
             else:
                 try:
-                    _library = _declare(ctypes.CDLL(str(path)))
+                    _libraries[where] = _declare(ctypes.CDLL(str(where)))
                 except (OSError, AttributeError) as error:
-                    _library_error = f"{path} does not load: {error}"
-        return _library
+                    _libraries[where] = f"{where} does not load: {error}"
+        return _libraries[where]
 
 
-def unavailable_reason() -> str:
-    return _library_error or ""
-
-
-def wanted(mode: str) -> bool:
-    """Whether a client in `mode` exchanges through the native stream; NativeStreamUnavailable for 'on' without it."""
+def wanted(mode: str, path: str = "") -> bool:
+    """Whether a client in `mode` exchanges through the native stream (the library at `path`);
+    NativeStreamUnavailable for 'on' without it."""
     if mode == "off":
         return False
-    if load_library() is not None:
+    library = load_library(path)
+    if not isinstance(library, str):
         return True
     if mode == "on":
-        raise NativeStreamUnavailable(f"native_stream='on' but {unavailable_reason()}: {BUILD_HINT}")
+        raise NativeStreamUnavailable(f"native_stream='on' but {library}: {BUILD_HINT}")
     return False
 
 
@@ -117,10 +115,10 @@ class NativeStream:
     raises CANCELLED). Not for two stepping threads."""
 
     def __init__(self, target: str, method: str, answer_type: Any, metadata: Sequence[tuple[str, str]] = (),
-                 root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 * 2**20):
-        lib = load_library()
-        if lib is None:
-            raise NativeStreamUnavailable(f"{unavailable_reason()}: {BUILD_HINT}")
+                 root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 * 2**20, library: str = ""):
+        lib = load_library(library)
+        if isinstance(lib, str):
+            raise NativeStreamUnavailable(f"{lib}: {BUILD_HINT}")
         self._lib, self._answer_type = lib, answer_type
         keys = (ctypes.c_char_p * max(1, len(metadata)))(*[k.encode() for k, _ in metadata])
         values = (ctypes.c_char_p * max(1, len(metadata)))(*[v.encode() for _, v in metadata])
