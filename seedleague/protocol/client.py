@@ -29,7 +29,7 @@ import queue
 import random
 import socket
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import grpc
 import numpy as np
@@ -208,9 +208,23 @@ def _without_data(message: env_pb2.StepBatch) -> env_pb2.StepBatch:
     return message
 
 
-def _requests(pending: "queue.SimpleQueue[Optional[env_pb2.StepBatch]]") -> Iterator[env_pb2.StepBatch]:
-    """The stream's request iterator: messages put on `pending`, until None."""
-    return iter(pending.get, None)
+class GrpcioStream:
+    """grpcio's blocking stream in the shape of `native_stream.NativeStream`: `exchange` a message for the host's
+    answer (RpcError on failure, StopIteration if the host ended the stream), `cancel` from any thread."""
+
+    kind = "grpcio stream"
+
+    def __init__(self, stub: Any, metadata: tuple[tuple[str, str], ...]):
+        self._pending: "queue.SimpleQueue[Optional[Any]]" = queue.SimpleQueue()
+        self._call = stub.Stream(iter(self._pending.get, None), metadata=metadata)  # requests: put, until None
+
+    def exchange(self, message: Any) -> Any:
+        self._pending.put(message)
+        return next(self._call)
+
+    def cancel(self) -> None:
+        self._pending.put(None)
+        self._call.cancel()
 
 
 class WorkerClient:
@@ -231,8 +245,7 @@ class WorkerClient:
         self._closed = False
         self._channel: Optional[grpc.Channel] = None
         self._ready: Optional[grpc.Future] = None
-        self._call = None
-        self._pending: Optional[queue.SimpleQueue] = None
+        self._stream: Optional[GrpcioStream | native_stream.NativeStream] = None  # the open Stream call
         self._template: Optional[env_pb2.StepBatch] = None  # dtypes and shapes of every step's message
         self._sequence = 0
 
@@ -260,8 +273,8 @@ class WorkerClient:
     @property
     def stream_kind(self) -> str:
         """What carries the open stream's steps: "native stream" or "grpcio stream" ("" before connect)."""
-        call = self._call
-        return "" if call is None else "native stream" if self._pending is None else "grpcio stream"
+        stream = self._stream
+        return "" if stream is None else stream.kind
 
     def step(
         self,
@@ -278,8 +291,8 @@ class WorkerClient:
         too. The first step after `connect` carries first observations (its reward
         and flags are ignored by the host).
         """
-        call, pending = self._call, self._pending
-        if call is None:
+        stream = self._stream
+        if stream is None:
             raise ConnectionLost("client is closed") if self._closed else RuntimeError("call connect() before step()")
         # A fresh message every step: upb keeps every bytes value ever assigned to a
         # message in that message's arena until the message dies, so one reused
@@ -287,21 +300,17 @@ class WorkerClient:
         message = env_pb2.StepBatch()
         message.CopyFrom(self._template)
         self._fill(message, observation, reward, terminated, truncated, legal_mask, acting)
-        reply = self._exchange(call, pending, message)
+        reply = self._exchange(stream, message)
         actions = self._check_reply(reply, acting)
         self._sequence += 1
         self.policy_version = reply.policy_version
         return actions
 
-    def _exchange(self, call: Any, pending: Optional[queue.SimpleQueue], message: Any) -> Any:
-        """Send `message` as this step's and return the host's reply; ConnectionLost or HostRefused on failure.
-        `pending` is None on the native stream (`call` a NativeStream)."""
+    def _exchange(self, stream: Any, message: Any) -> Any:
+        """Send `message` as this step's and return the host's reply; ConnectionLost or HostRefused on failure."""
         message.sequence = self._sequence
         try:
-            if pending is None:
-                return call.exchange(message)
-            pending.put(message)
-            return next(call)
+            return stream.exchange(message)
         except grpc.RpcError as error:
             self._teardown()
             raise classify_rpc_error(error, "stream") from None
@@ -385,19 +394,15 @@ class WorkerClient:
         """Open the Stream call on `stub` (either version's; or natively, where ClientConfig.native_stream says)
         for the session of handshake `reply`."""
         self._sequence = 0
-        pending: Optional[queue.SimpleQueue] = None
         if native_stream.wanted(self.config.native_stream, self.config.native_stream_library):
-            call = self._open_native_stream()
+            stream = self._open_native_stream()
         else:
-            pending = queue.SimpleQueue()
-            call = stub.Stream(_requests(pending), metadata=self.config.security.metadata())
+            stream = GrpcioStream(stub, self.config.security.metadata())
         with self._lock:
             if self._closed:
-                if pending is not None:
-                    pending.put(None)
-                call.cancel()
+                stream.cancel()
                 raise ConnectionLost("client is closed")
-            self._call, self._pending, self._ready = call, pending, None
+            self._stream, self._ready = stream, None
         self.session_id = reply.session_id
         self.host_max_message_bytes = reply.max_message_bytes
 
@@ -451,13 +456,11 @@ class WorkerClient:
 
     def _teardown(self) -> None:
         with self._lock:
-            channel, ready, call, pending = self._channel, self._ready, self._call, self._pending
-            self._channel = self._ready = self._call = self._pending = None
-        if pending is not None:
-            pending.put(None)
+            channel, ready, stream = self._channel, self._ready, self._stream
+            self._channel = self._ready = self._stream = None
         if ready is not None:
             ready.cancel()
-        if call is not None:
-            call.cancel()
+        if stream is not None:
+            stream.cancel()
         if channel is not None:
             channel.close()

@@ -101,12 +101,12 @@ class StructuredWorkerClient(WorkerClient):
         """Send one step of every env; return the host's actions, one array per head (see the module docstring)."""
         if self._v1 is not None:
             return self._step_v1(observation, reward, terminated, truncated, legal_mask, acting)
-        call, pending = self._call, self._pending
-        if call is None:
+        stream = self._stream
+        if stream is None:
             raise ConnectionLost("client is closed") if self._closed else RuntimeError("call connect() before step()")
         message, acting, legal = self._encode(observation, reward, terminated, truncated, legal_mask or {}, acting,
                                               final_observation or {}, episode_stats or {})
-        reply = self._exchange(call, pending, message)
+        reply = self._exchange(stream, message)
         actions = self._check_structured_reply(reply, acting, legal)
         self._sequence += 1
         self.policy_version = reply.policy_version

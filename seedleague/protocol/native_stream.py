@@ -114,6 +114,8 @@ class NativeStream:
     coming back to the interpreter every WAIT_SLICE_MS); `cancel` from any thread ends it (a waiting exchange
     raises CANCELLED). Not for two stepping threads."""
 
+    kind = "native stream"
+
     def __init__(self, target: str, method: str, answer_type: Any, metadata: Sequence[tuple[str, str]] = (),
                  root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 * 2**20, library: str = ""):
         lib = load_library(library)
@@ -127,15 +129,15 @@ class NativeStream:
                                     len(metadata), max_message_bytes, error, _DETAILS_BYTES)
         if not self._handle:
             raise NativeStreamError(grpc.StatusCode.UNAVAILABLE, error.value.decode(errors="replace"))
-        self._answer = ctypes.c_void_p()
-        self._answer_len = ctypes.c_size_t()
+        self._answer, self._answer_len = ctypes.c_void_p(), ctypes.c_size_t()  # where sls_wait puts the answer
+        self._answer_refs = (ctypes.byref(self._answer), ctypes.byref(self._answer_len))
 
     def exchange(self, message: Any) -> Any:
         """Send `message`, return the host's answer parsed as `answer_type`. NativeStreamError if the stream
         failed, StopIteration if the host ended it with OK (as grpcio's response iterator does)."""
         request = message.SerializeToString()
         lib, handle = self._lib, self._handle
-        answer, answer_len = ctypes.byref(self._answer), ctypes.byref(self._answer_len)
+        answer, answer_len = self._answer_refs
         state = lib.sls_send(handle, request, len(request))
         while state == _WAITING:
             state = lib.sls_wait(handle, WAIT_SLICE_MS, answer, answer_len)

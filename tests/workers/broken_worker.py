@@ -97,12 +97,12 @@ class SloppyStructuredClient(StructuredWorkerClient):
     wrong_shape = False
     drop_tensor = False
 
-    def _exchange(self, call, pending, message):
+    def _exchange(self, stream, message):
         if self.drop_tensor:
             kept = [item for item in message.observation if item.name != "progress"]
             del message.observation[:]
             message.observation.extend(kept)
-        return super()._exchange(call, pending, message)
+        return super()._exchange(stream, message)
 
     def step(self, observation, reward, terminated, truncated, legal_mask=None, acting=None):
         """The v1 call of the game loop, as v2: the observation split into two named tensors."""
