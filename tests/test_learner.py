@@ -489,7 +489,8 @@ def _loops(jaxpr) -> list:
 def test_minibatch_steps_of_a_convolutional_network_are_unrolled_on_cpu(torso, loops):
     import functools
 
-    from seedleague.rl.learner import _has_convolution, _update
+    from seedleague.rl.learner import _update
+    from seedleague.rl.xla_cpu import has_convolution
 
     config = LearnerConfig(loss="ppo", epochs=2, minibatches=2)
     shape = (2, 3, 3) if torso == "board" else (5,)
@@ -507,7 +508,7 @@ def test_minibatch_steps_of_a_convolutional_network_are_unrolled_on_cpu(torso, l
                   or loop.params["unroll"] is not True and loop.params["unroll"] < loop.params["length"]]
     assert any(loop.primitive.name == "scan" and loop.params["length"] == 4 for loop in loops_left) is loops
     body = lambda loop: loop.params["jaxpr" if loop.primitive.name == "scan" else "body_jaxpr"].jaxpr
-    assert not any(_has_convolution(body(loop)) for loop in loops_left)
+    assert not any(has_convolution(body(loop)) for loop in loops_left)
 
 
 @pytest.mark.parametrize("loss", ["vtrace", "mmd"])

@@ -23,6 +23,7 @@ from then on: on a CPU the copy may alias or still be reading them, so the calle
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any, Callable, Hashable, Optional
 
@@ -30,6 +31,7 @@ import jax
 import numpy as np
 
 from seedleague.host import packing
+from seedleague.rl import xla_cpu
 
 MAX_LAYOUTS = 256  # packing plans kept per Transfers (the host's batches come in a few bucket sizes)
 
@@ -62,6 +64,7 @@ class Transfers:
         self._host_memory_copy = _host_memory_copy(device)  # None: not a CPU device
         self._layouts: dict[tuple, packing.Layout] = {}  # by tree structure, shapes and dtypes
         self._returned: dict[tuple, packing.Layout] = {}  # `call`'s outputs, by function, settings and input layout
+        self._fusions_off: dict[tuple, bool] = {}  # `call`'s compile choice, by function and settings
 
     def to_device(self, tree: Any) -> Any:
         """`tree` (numpy arrays, or anything `jax.device_put` takes) on the device, in one call; the caller must not
@@ -100,7 +103,8 @@ class Transfers:
         layout = self._layout(treedef, arrays)
         self._count("to_device", len(arrays), layout.payload, buffers=1)
         buffer = jax.device_put(packing.pack_on_host(layout, arrays), self.device)
-        packed, kept = _CALL_PACKED[donate](fn, static, layout, on_device, buffer)
+        call = _jitted(True, donate, self._library_fusions_off(fn, static, on_device, buffer, layout))
+        packed, kept = call(fn, static, layout, on_device, buffer)
         returned = self._returned_layout(fn, settings, static, layout, on_device, buffer)
         if not returned.shapes:  # nothing to fetch
             return jax.tree.unflatten(returned.treedef, []), kept
@@ -112,11 +116,26 @@ class Transfers:
         call, whose argument handling makes the copy `to_device`'s jitted identity would (counted as one): one
         dispatch per pass, not two."""
         leaves = jax.tree.leaves(inputs)
+        call = _jitted(False, donate, self._library_fusions_off(fn, static, on_device, inputs))
         if not self._in_host_memory(leaves):
-            return _CALL[donate](fn, static, on_device, self.to_device(inputs))
+            return call(fn, static, on_device, self.to_device(inputs))
         self._count_leaves("to_device", leaves)
         with jax.transfer_guard_host_to_device("allow"):  # the explicit copy, made by the call's argument handling
-            return _CALL[donate](fn, static, on_device, inputs)
+            return call(fn, static, on_device, inputs)
+
+    def _library_fusions_off(self, fn: Callable, static: tuple, on_device: tuple, inputs: Any,
+                             layout: Optional[packing.Layout] = None) -> bool:
+        """Whether `fn` with `static` compiles with XLA:CPU's library fusions off: on a CPU, where it convolves
+        (seedleague.rl.xla_cpu; an MLP's pass is faster with them). Traced once per function and settings."""
+        key = (fn, static)
+        off = self._fusions_off.get(key)
+        if off is None:
+            traced = functools.partial(_call, fn, static) if layout is None else functools.partial(
+                _call_packed, fn, static, layout)
+            off = bool(is_cpu(self.device) and xla_cpu.library_fusions_off()
+                       and xla_cpu.convolves(traced, on_device, inputs))
+            self._fusions_off[key] = off
+        return off
 
     def fetch_packed(self, layout: packing.Layout, buffer: jax.Array, source: str) -> Any:
         """The tree of `layout` from `buffer`, `source`'s `packing.pack` of it on the device (made inside its own
@@ -177,12 +196,14 @@ def _call_packed(fn: Callable, static: tuple, layout: packing.Layout, on_device:
     return packing.pack(outputs), kept
 
 
-# `Transfers.call`'s jitted functions, by whether they donate `on_device`
-_CALL = {donate: jax.jit(_call, static_argnames=("fn", "static"), donate_argnames=("on_device",) if donate else ())
-         for donate in (False, True)}
-_CALL_PACKED = {donate: jax.jit(_call_packed, static_argnames=("fn", "static", "layout"),
-                                donate_argnames=("on_device",) if donate else ())
-                for donate in (False, True)}
+@functools.cache
+def _jitted(packed: bool, donate: bool, library_fusions_off: bool) -> Callable:
+    """`Transfers.call`'s jitted `_call_packed` or `_call`, donating `on_device` or not, compiled with XLA:CPU's
+    library fusions off or not (seedleague.rl.xla_cpu)."""
+    return jax.jit(_call_packed if packed else _call,
+                   static_argnames=("fn", "static", "layout") if packed else ("fn", "static"),
+                   donate_argnames=("on_device",) if donate else (),
+                   compiler_options=xla_cpu.library_fusions_off() if library_fusions_off else None)
 
 
 def is_cpu(device: Optional[jax.Device]) -> bool:

@@ -35,9 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.extend import core as jax_core
 
-from seedleague.rl import losses, sharding, structured_losses
+from seedleague.rl import losses, sharding, structured_losses, xla_cpu
 from seedleague.rl.networks import Network
 from seedleague.rl.structured_network import StructuredNetwork
 from seedleague.rl.structured_spec import is_v1_shaped
@@ -511,20 +510,7 @@ def _convolves(network: Network | StructuredNetwork, params: Any, batch: Unroll 
     unrolled, at the cost of a longer compile."""
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           (params, batch.observation, batch.first, batch.core_state))
-    return _has_convolution(jax.make_jaxpr(network.apply)(*shapes).jaxpr)
-
-
-def _has_convolution(jaxpr: jax_core.Jaxpr) -> bool:
-    """Whether `jaxpr` or any jaxpr nested in its equations (scans, calls) convolves."""
-    for equation in jaxpr.eqns:
-        if equation.primitive.name == "conv_general_dilated":
-            return True
-        for value in equation.params.values():
-            for inner in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr holds its Jaxpr
-                if isinstance(inner, jax_core.Jaxpr) and _has_convolution(inner):
-                    return True
-    return False
+    return xla_cpu.convolves(network.apply, *shapes)
 
 
 def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tuple[Any, Any]:
@@ -591,7 +577,7 @@ def make_update(
     mean over the steps.
     """
     _check_network(config, network)
-    return _with_seconds(jax.jit(functools.partial(_update, config, network), donate_argnums=0))
+    return _jit_update(config, network)
 
 
 def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) -> None:
@@ -602,12 +588,19 @@ def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) 
                          f"{[h.name for h in network.heads.spec.heads]}: leave neurd_bound unset")
 
 
-def _with_seconds(jitted: Callable) -> Callable:
-    """`jitted(state, batch, seconds)` callable as update(state, batch) too: seconds is always passed
-    as a float32 scalar, so both forms share one compile (and a sharded jit sees all three inputs). A
-    `seconds` already on the device (the host's learner loop copies it there) is passed as it is."""
+def _jit_update(config: LearnerConfig, network: Network | StructuredNetwork, **jit_settings: Any) -> Callable:
+    """`_update` jitted as `update(state, batch, seconds=0.0)`: seconds is always passed as a float32 scalar, so
+    both forms share one compile (and a sharded jit sees all three inputs); a `seconds` already on the device
+    (the host's learner loop copies it there) is passed as it is. Called on its own, it compiles with XLA:CPU's
+    library fusions off (seedleague.rl.xla_cpu); inside a caller's jit, which alone may set compile options,
+    it is inlined as it is."""
+    update_fn = functools.partial(_update, config, network)
+    options = xla_cpu.library_fusions_off()
+    top_level = jax.jit(update_fn, donate_argnums=0, compiler_options=options or None, **jit_settings)
+    nested = jax.jit(update_fn, donate_argnums=0, **jit_settings) if options else top_level
 
     def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
+        jitted = nested if isinstance(state.step, jax.core.Tracer) else top_level
         return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds))
 
     return update
@@ -630,9 +623,5 @@ def make_sharded_update(
         return make_update(config, network)
     _check_network(config, network)
     state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
-    return _with_seconds(jax.jit(
-        functools.partial(_update, config, network),
-        in_shardings=(state_sharding, batch_sharding, state_sharding),
-        out_shardings=(state_sharding, state_sharding),
-        donate_argnums=0,
-    ))
+    return _jit_update(config, network, in_shardings=(state_sharding, batch_sharding, state_sharding),
+                       out_shardings=(state_sharding, state_sharding))

@@ -1,0 +1,61 @@
+"""How seedleague's heavy jitted calls are compiled for XLA:CPU, where its defaults are the slow choice.
+
+Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), both only on a CPU backend:
+
+- A loop over minibatch steps whose network convolves is unrolled (seedleague.rl.learner): XLA:CPU runs a
+  convolution inside a loop body several times slower than the same convolution outside one.
+- The learner's update, and any forward pass that convolves, compile with XLA:CPU's library fusions off
+  (`library_fusions_off`). By default XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions;
+  a convolution whose output is kept (every convolution in a gradient, and each layer of a forward pass but the
+  last) then runs 5-8x slower than XLA's own, and the learner's update on every preset measured was slower with
+  them (Atari's Nature CNN 3.3-4.2x, connect_four's board torso 1.4-1.6x, Kuhn's MLP 1.4-1.5x, CartPole's level).
+  An MLP's forward pass keeps them: it is 20-30% faster with them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.extend import core as jax_core
+
+log = logging.getLogger(__name__)
+
+# XLA's DebugOptions field: the YNNPACK fusion kinds enabled; empty means none.
+_LIBRARY_FUSIONS_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@functools.cache
+def library_fusions_off() -> dict[str, str]:
+    """Compile options (`jax.jit(compiler_options=...)`) that keep XLA:CPU's library fusions out of a call: {} where
+    the default backend is not a CPU, or where this jaxlib does not know the option (it then compiles as it would
+    without them; checked once, on a one-op function)."""
+    if jax.default_backend() != "cpu":
+        return {}
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=_LIBRARY_FUSIONS_OFF).lower(np.float32(0)).compile()
+    except Exception as error:  # noqa: BLE001 (a jaxlib without the option: keep its defaults)
+        log.info("XLA:CPU's library fusions stay on (this jaxlib does not take %s): %s", _LIBRARY_FUSIONS_OFF, error)
+        return {}
+    return dict(_LIBRARY_FUSIONS_OFF)
+
+
+def convolves(fn: Callable, *args: Any, **kwargs: Any) -> bool:
+    """Whether `fn(*args, **kwargs)` convolves anywhere (arrays or `jax.ShapeDtypeStruct`s; traced, not run)."""
+    return has_convolution(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
+
+
+def has_convolution(jaxpr: jax_core.Jaxpr) -> bool:
+    """Whether `jaxpr` or any jaxpr nested in its equations (scans, calls) convolves."""
+    for equation in jaxpr.eqns:
+        if equation.primitive.name == "conv_general_dilated":
+            return True
+        for value in equation.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr holds its Jaxpr
+                if isinstance(inner, jax_core.Jaxpr) and has_convolution(inner):
+                    return True
+    return False
