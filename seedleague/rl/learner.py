@@ -591,16 +591,22 @@ def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) 
 def _jit_update(config: LearnerConfig, network: Network | StructuredNetwork, **jit_settings: Any) -> Callable:
     """`_update` jitted as `update(state, batch, seconds=0.0)`: seconds is always passed as a float32 scalar, so
     both forms share one compile (and a sharded jit sees all three inputs); a `seconds` already on the device
-    (the host's learner loop copies it there) is passed as it is. Called on its own, it compiles with XLA:CPU's
-    library fusions off (seedleague.rl.xla_cpu); inside a caller's jit, which alone may set compile options,
-    it is inlined as it is."""
+    (the host's learner loop copies it there) is passed as it is. Called on its own with a network that
+    convolves, it compiles with XLA:CPU's library fusions off (seedleague.rl.xla_cpu); otherwise, and inside a
+    caller's jit (which alone may set compile options), it compiles as XLA chooses."""
     update_fn = functools.partial(_update, config, network)
-    options = xla_cpu.library_fusions_off()
-    top_level = jax.jit(update_fn, donate_argnums=0, compiler_options=options or None, **jit_settings)
-    nested = jax.jit(update_fn, donate_argnums=0, **jit_settings) if options else top_level
+    default = jax.jit(update_fn, donate_argnums=0, **jit_settings)
+    fusions_off = []  # the one jit for top-level calls, chosen at the first (the network is known, its inputs not)
 
     def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
-        jitted = nested if isinstance(state.step, jax.core.Tracer) else top_level
+        if isinstance(state.step, jax.core.Tracer):
+            jitted = default
+        else:
+            if not fusions_off:
+                options = xla_cpu.library_fusions_off() if _convolves(network, state.params, batch) else {}
+                fusions_off.append(jax.jit(update_fn, donate_argnums=0, compiler_options=options, **jit_settings)
+                                   if options else default)
+            jitted = fusions_off[0]
         return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds))
 
     return update

@@ -4,12 +4,14 @@ Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), 
 
 - A loop over minibatch steps whose network convolves is unrolled (seedleague.rl.learner): XLA:CPU runs a
   convolution inside a loop body several times slower than the same convolution outside one.
-- The learner's update, and any forward pass that convolves, compile with XLA:CPU's library fusions off
+- The learner's update and the forward passes of a network that convolves compile with XLA:CPU's library fusions off
   (`library_fusions_off`). By default XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions;
   a convolution whose output is kept (every convolution in a gradient, and each layer of a forward pass but the
-  last) then runs 5-8x slower than XLA's own, and the learner's update on every preset measured was slower with
-  them (Atari's Nature CNN 3.3-4.2x, connect_four's board torso 1.4-1.6x, Kuhn's MLP 1.4-1.5x, CartPole's level).
-  An MLP's forward pass keeps them: it is 20-30% faster with them.
+  last) then runs 5-8x slower than XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core
+  without them (3.3-4.2x on two), its forward pass 2.3-2.5x; connect_four's board torso was level on one core
+  (1.4-1.6x on two). An MLP keeps them: its update is 3-9% faster on one core with them (faster on two without,
+  from spreading over both, which a full run's busy cores do not pay: a Kuhn league run made 10-20% fewer
+  updates without them), and its forward pass 20-30% faster.
 """
 
 from __future__ import annotations
