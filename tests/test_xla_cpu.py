@@ -82,3 +82,25 @@ def test_a_forward_pass_that_convolves_compiles_with_library_fusions_off_and_an_
                      np.ones((rows, 3), bool))
     assert out.action.shape == (rows,)
     assert list(policy.transfers._fusions_off.values()) == [off]
+
+
+@pytest.mark.parametrize("torso, shape, off", [("board", (3, 6, 7), True), ("mlp", (5,), False)])
+def test_the_update_compiles_with_library_fusions_off_only_where_its_network_convolves(monkeypatch, torso, shape, off):
+    # On one core an MLP's update is faster with them (benchmarks/README.md), a CNN's far slower.
+    jit_options = []
+    real_jit = jax.jit
+
+    def recording_jit(fn, **settings):
+        jit_options.append(settings.get("compiler_options"))
+        return real_jit(fn, **settings)
+
+    monkeypatch.setattr(jax, "jit", recording_jit)
+    config = LearnerConfig(loss="ppo", epochs=1, minibatches=1)
+    network = make_network(NetworkConfig(torso=torso, hidden_sizes=(8,)), shape, np.float32, 3)
+    state = init_train_state(config, network, jax.random.key(0))
+    update = make_update(config, network)
+    jit_options.clear()  # only the update's first call picks its compile options
+    state, _ = update(state, _board_batch(network, shape=shape))
+    state, _ = update(state, _board_batch(network, shape=shape, seed=1))
+    assert int(state.step) == 2
+    assert jit_options == ([xla_cpu.library_fusions_off()] if off else [])
