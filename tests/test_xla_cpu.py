@@ -34,14 +34,14 @@ def test_a_convolution_compiled_with_library_fusions_off_has_none_and_the_same_n
 
 def test_a_jaxlib_without_the_option_keeps_its_defaults_and_says_so(monkeypatch, caplog):
     monkeypatch.setattr(xla_cpu, "_LIBRARY_FUSIONS_OFF", {"xla_cpu_no_such_option_for_this_test": ""})
-    xla_cpu.library_fusions_off.cache_clear()
+    xla_cpu._takes_library_fusions_off.cache_clear()
     try:
         with caplog.at_level(logging.INFO, logger=xla_cpu.__name__):
             assert xla_cpu.library_fusions_off() == {}
         assert "xla_cpu_no_such_option_for_this_test" in caplog.text
     finally:
         monkeypatch.undo()
-        xla_cpu.library_fusions_off.cache_clear()
+        xla_cpu._takes_library_fusions_off.cache_clear()
     assert xla_cpu.library_fusions_off()
 
 

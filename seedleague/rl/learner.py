@@ -596,17 +596,15 @@ def _jit_update(config: LearnerConfig, network: Network | StructuredNetwork, **j
     caller's jit (which alone may set compile options), it compiles as XLA chooses."""
     update_fn = functools.partial(_update, config, network)
     default = jax.jit(update_fn, donate_argnums=0, **jit_settings)
-    fusions_off = []  # the one jit for top-level calls, chosen at the first (the network is known, its inputs not)
+    top_level: Optional[Callable] = None  # chosen at the first call (the network is known here, its inputs not)
 
     def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
-        if isinstance(state.step, jax.core.Tracer):
-            jitted = default
-        else:
-            if not fusions_off:
-                options = xla_cpu.library_fusions_off() if _convolves(network, state.params, batch) else {}
-                fusions_off.append(jax.jit(update_fn, donate_argnums=0, compiler_options=options, **jit_settings)
-                                   if options else default)
-            jitted = fusions_off[0]
+        nonlocal top_level
+        if top_level is None and not isinstance(state.step, jax.core.Tracer):
+            options = xla_cpu.library_fusions_off() if _convolves(network, state.params, batch) else {}
+            top_level = jax.jit(update_fn, donate_argnums=0, compiler_options=options, **jit_settings) if options \
+                else default
+        jitted = default if isinstance(state.step, jax.core.Tracer) else top_level
         return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds))
 
     return update

@@ -30,19 +30,24 @@ log = logging.getLogger(__name__)
 _LIBRARY_FUSIONS_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-@functools.cache
 def library_fusions_off() -> dict[str, str]:
     """Compile options (`jax.jit(compiler_options=...)`) that keep XLA:CPU's library fusions out of a call: {} where
     the default backend is not a CPU, or where this jaxlib does not know the option (it then compiles as it would
-    without them; checked once, on a one-op function)."""
+    without them; checked once, on a one-op function). A fresh dict each call: callers may keep or change it."""
+    return dict(_LIBRARY_FUSIONS_OFF) if _takes_library_fusions_off() else {}
+
+
+@functools.cache
+def _takes_library_fusions_off() -> bool:
+    """Whether the default backend is a CPU and this jaxlib takes `_LIBRARY_FUSIONS_OFF`."""
     if jax.default_backend() != "cpu":
-        return {}
+        return False
     try:
         jax.jit(lambda x: x + 1, compiler_options=_LIBRARY_FUSIONS_OFF).lower(np.float32(0)).compile()
     except Exception as error:  # noqa: BLE001 (a jaxlib without the option: keep its defaults)
         log.info("XLA:CPU's library fusions stay on (this jaxlib does not take %s): %s", _LIBRARY_FUSIONS_OFF, error)
-        return {}
-    return dict(_LIBRARY_FUSIONS_OFF)
+        return False
+    return True
 
 
 def convolves(fn: Callable, *args: Any, **kwargs: Any) -> bool:
