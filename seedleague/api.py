@@ -37,6 +37,7 @@ import numpy as np
 
 from seedleague.buckets import power_of_two
 from seedleague.checkpoint_meta import CheckpointMeta
+from seedleague.rl import xla_cpu
 from seedleague.rl.networks import Network, NetworkConfig, make_network
 
 Rng = Union[np.random.Generator, int, None]
@@ -72,8 +73,7 @@ class PolicySpec:
         return cls(str(data["env_name"]), data["observation_shape"], data["observation_dtype"], data["num_actions"])
 
 
-@functools.partial(jax.jit, static_argnames=("network",))
-def _forward(network: Network, params: Any, observation: jax.Array, legal_mask: jax.Array):
+def _forward_rows(network: Network, params: Any, observation: jax.Array, legal_mask: jax.Array):
     """Masked logits (illegal = -inf), legal-only probabilities and values over [B] rows."""
     first = jnp.ones((observation.shape[0], 1), bool)
     logits, value, _ = network.apply(params, observation[:, None], first, ())
@@ -81,6 +81,9 @@ def _forward(network: Network, params: Any, observation: jax.Array, legal_mask: 
     masked_t = jnp.where(legal_mask, logits_t, -jnp.inf)
     probs_t = jax.nn.softmax(masked_t, axis=-1)  # exp(-inf) = 0: illegal actions get exactly 0
     return logits_t, masked_t, probs_t, value[:, 0]
+
+
+_forward = xla_cpu.jit_choosing_fusions(_forward_rows, static_argnames=("network",))
 
 
 def _sample(probs: np.ndarray, generator: np.random.Generator) -> np.ndarray:

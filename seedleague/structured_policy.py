@@ -24,6 +24,7 @@ import numpy as np
 
 from seedleague.buckets import power_of_two
 from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.rl import xla_cpu
 from seedleague.rl.networks import NetworkConfig
 from seedleague.rl.structured_network import (StructuredNetwork, StructuredNetworkConfig, act, all_legal,
                                               make_structured_network)
@@ -41,18 +42,20 @@ def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec,
                                                            continuous=continuous), spec.observation, spec.action)
 
 
-@functools.partial(jax.jit, static_argnames=("network", "greedy"))
-def _act(network: StructuredNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
+def _act_rows(network: StructuredNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
     first = jnp.ones(next(iter(observation.values())).shape[:1], bool)
     action, _, _ = act(network, params, observation, first, (), legal, rng, greedy)
     return action
 
 
-@functools.partial(jax.jit, static_argnames=("network",))
-def _value(network: StructuredNetwork, params: Any, observation: dict):
+def _value_rows(network: StructuredNetwork, params: Any, observation: dict):
     first = jnp.ones(next(iter(observation.values())).shape[:1] + (1,), bool)
     _, value, _ = network.apply(params, {k: x[:, None] for k, x in observation.items()}, first, ())
     return value[:, 0]
+
+
+_act = xla_cpu.jit_choosing_fusions(_act_rows, static_argnames=("network", "greedy"))
+_value = xla_cpu.jit_choosing_fusions(_value_rows, static_argnames=("network",))
 
 
 class StructuredPolicy:

@@ -104,3 +104,36 @@ def test_the_update_compiles_with_library_fusions_off_only_where_its_network_con
     state, _ = update(state, _board_batch(network, shape=shape, seed=1))
     assert int(state.step) == 2
     assert jit_options == ([xla_cpu.library_fusions_off()] if off else [])
+
+
+def test_a_jit_choosing_fusions_traces_once_per_static_value_and_keeps_the_numbers():
+    traces = []
+
+    def layer(x, w, conv):
+        traces.append(conv)
+        return _conv(x, w).sum() if conv else (x.reshape(x.shape[0], -1)[:, :4] @ w[0, 0]).sum()
+
+    chosen = xla_cpu.jit_choosing_fusions(layer, static_argnames=("conv",))
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=(2, 6, 6, 4)).astype(np.float32), rng.normal(size=(2, 2, 4, 3)).astype(np.float32)
+    for conv in (True, False, True, False):
+        np.testing.assert_allclose(float(chosen(x, w, conv=conv)), float(jax.jit(layer, static_argnums=2)(x, w, conv)),
+                                   rtol=1e-5)
+    assert chosen.choices == {(True,): True, (False,): False}
+    traces.clear()
+    chosen(x, w, True)
+    chosen(x, w, conv=False)
+    assert traces == []  # chosen and compiled once per static value; later calls only dispatch
+
+
+@pytest.mark.parametrize("torso, shape, off", [("board", (3, 6, 7), True), ("mlp", (5,), False)])
+def test_a_loaded_policy_answers_through_the_compile_its_network_calls_for(torso, shape, off):
+    from seedleague import api
+
+    config = NetworkConfig(torso=torso, hidden_sizes=(16,))
+    network = make_network(config, shape, np.float32, 3)
+    policy = api.Policy(config, network.init(jax.random.key(0)), api.PolicySpec("test", shape, np.float32, 3))
+    probs = policy.action_probabilities(np.zeros((5,) + shape, np.float32))
+    assert probs.shape == (5, 3)
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+    assert api._forward.choices[(policy.network,)] is off

@@ -4,10 +4,10 @@ Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), 
 
 - A loop over minibatch steps whose network convolves is unrolled (seedleague.rl.learner): XLA:CPU runs a
   convolution inside a loop body several times slower than the same convolution outside one.
-- The learner's update and the forward passes of a network that convolves compile with XLA:CPU's library fusions off
-  (`library_fusions_off`). By default XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions;
-  a convolution whose output is kept (every convolution in a gradient, and each layer of a forward pass but the
-  last) then runs 5-8x slower than XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core
+- The learner's update and the forward passes of a network that convolves (the host's, and the loaded policies'
+  through `jit_choosing_fusions`) compile with XLA:CPU's library fusions off (`library_fusions_off`). By default
+  XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions; a convolution whose output is kept
+  (every convolution in a gradient, and each layer of a forward pass but the last) then runs 5-8x slower than XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core
   without them (3.3-4.2x on two), its forward pass 2.3-2.5x; connect_four's board torso was level on one core
   (1.4-1.6x on two). An MLP keeps them: its update is 3-9% faster on one core with them (faster on two without,
   from spreading over both, which a full run's busy cores do not pay: a Kuhn league run made 10-20% fewer
@@ -17,8 +17,9 @@ Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -48,6 +49,32 @@ def _takes_library_fusions_off() -> bool:
         log.info("XLA:CPU's library fusions stay on (this jaxlib does not take %s): %s", _LIBRARY_FUSIONS_OFF, error)
         return False
     return True
+
+
+def jit_choosing_fusions(fn: Callable, static_argnames: Sequence[str] = ()) -> Callable:
+    """`jax.jit(fn, static_argnames=...)` that, at its first call for each value of the static arguments (a network,
+    a flag), traces `fn` once and compiles it with `library_fusions_off` where it convolves, with XLA's defaults
+    where it does not: for the forward passes outside the host (`seedleague.api`, `seedleague.structured_policy`),
+    which the host's `Transfers` and the learner's update already choose for themselves."""
+    static_argnames = tuple(static_argnames)
+    signature = inspect.signature(fn)
+    default = jax.jit(fn, static_argnames=static_argnames)
+    fusions_off = functools.cache(lambda: jax.jit(fn, static_argnames=static_argnames,
+                                                  compiler_options=library_fusions_off()))
+    chosen: dict[tuple, bool] = {}  # static argument values -> whether that trace convolves
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        arguments = signature.bind(*args, **kwargs).arguments
+        key = tuple(arguments.get(name) for name in static_argnames)
+        if key not in chosen:
+            statics = {name: arguments[name] for name in static_argnames if name in arguments}
+            dynamic = {name: value for name, value in arguments.items() if name not in statics}
+            chosen[key] = bool(library_fusions_off()) and convolves(functools.partial(fn, **statics), **dynamic)
+        return (fusions_off() if chosen[key] else default)(*args, **kwargs)
+
+    call.choices = chosen  # for tests and diagnostics: which static values compile with the fusions off
+    return call
 
 
 def convolves(fn: Callable, *args: Any, **kwargs: Any) -> bool:
