@@ -4,9 +4,10 @@
     python -m benchmarks.gpu_pong --workers 14 --envs-per-worker 32 --seconds 30
     python -m benchmarks.gpu_pong --allow-cpu --workers 1 --envs-per-worker 2 --seconds 3   # path check, no GPU
 
-The host runs in this process with the Atari preset (Nature CNN; V-trace, FIFO
-replay) on the GPU: inference batches every worker's step and the learner trains
-on the same device. W worker processes (`python -m envs.gym_worker --env
+The host runs in this process with the Atari preset's Nature CNN and FIFO replay and
+SEED RL's learner, V-trace with one step per sample (`seedleague.presets.IMAGE_VTRACE`,
+not the preset's PPO epochs), on the GPU: inference batches every worker's step and
+the learner trains on the same device. W worker processes (`python -m envs.gym_worker --env
 ALE/Pong-v5`, envs/atari.py preprocessing) step their envs on the CPUs. Rates
 are the median of one-second env-step counts at the host after a warm-up, as in
 benchmarks/throughput.py; frames/s = env steps/s x 4 (frame skip).
@@ -25,6 +26,7 @@ import sys
 import jax
 
 from benchmarks.throughput import grpc_rate
+from seedleague.presets import IMAGE_VTRACE
 
 SEED_RL_FRAMES_PER_S = 67_000  # one V100, 55 actor CPUs
 FRAME_SKIP = 4
@@ -39,7 +41,8 @@ def gpu_devices() -> list:
 
 
 def measure(workers: int, envs: int, learn: bool, seconds: float, warmup: float, streams: int = 1) -> dict:
-    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup, vector="auto", streams=streams)
+    result = grpc_rate(ENV_ID, workers, envs, learn, seconds, warmup, vector="auto", streams=streams,
+                       learner=IMAGE_VTRACE)
     frames = FRAME_SKIP * result["rate"]
     return dict(mode="with learner" if learn else "inference only", workers=workers, envs=envs, streams=streams,
                 env_steps_per_s=result["rate"], frames_per_s=frames, of_seed=frames / SEED_RL_FRAMES_PER_S,

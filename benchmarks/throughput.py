@@ -37,6 +37,7 @@ from seedleague.host.policy import InferencePolicy
 from seedleague.host.transfers import TransferCounts
 from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
+from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import make_network
 from seedleague.testing.server_thread import ServerThread
 
@@ -93,12 +94,12 @@ def copies_per_forward(before: TransferCounts, after: TransferCounts, env_steps:
 
 def grpc_rate(
     env_id: str, workers: int, num_envs: int, learn: bool, seconds: float, warmup: float, vector: str,
-    protocol: int = 0, streams: int = 1, native_stream: str = "auto",
+    protocol: int = 0, streams: int = 1, native_stream: str = "auto", learner: LearnerConfig | None = None,
 ) -> dict:
     """Median env steps/s at the host with `workers` worker processes of `num_envs` envs each, each stepping them
-    as `streams` groups on streams of their own (`envs.gym_worker --streams`)."""
+    as `streams` groups on streams of their own (`envs.gym_worker --streams`); `learner` in place of the preset's."""
     preset = preset_for(env_id).host
-    config = dataclasses.replace(preset, learn=learn, seed=0)
+    config = dataclasses.replace(preset, learn=learn, seed=0, learner=learner or preset.learner)
     metrics = Metrics()
     host = Host(config, metrics)
     server = ServerThread(host).start()

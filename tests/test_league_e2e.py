@@ -92,7 +92,8 @@ def test_two_player_atari_pong_trains_through_the_host(tmp_path):
     run_dir = str(tmp_path / "pong")
     run_cli(["train", "--env", "pettingzoo:pong_v3", "--run-dir", run_dir, "--workers", "1", "--envs-per-worker", "1",
              "--unroll_length", "4", "--batch_size", "2", "--replay.capacity", "8", "--network.hidden_sizes", "32",
-             "--max-learner-steps", "2", "--max-seconds", "150", "--no-eval"], timeout=240)
+             "--learner.epochs", "1", "--learner.minibatches", "1", "--max-learner-steps", "2", "--max-seconds", "150",
+             "--no-eval"], timeout=240)
     result = summary(run_dir)
     assert result["learner_step"] >= 2 and result["env_steps"] > 0
     assert os.listdir(os.path.join(run_dir, "pool", "main"))  # its first snapshot reached the pool

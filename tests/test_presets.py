@@ -98,7 +98,15 @@ def test_the_recipes_anneal_follows_the_time_budget():
 def test_single_agent_envs_keep_their_presets_and_do_not_anneal_over_the_budget():
     for env in ("CartPole-v1", "ALE/Pong-v5"):
         assert not preset_for(env).anneal_over_budget
-    assert preset_for("ALE/Pong-v5").host.learner.loss == "vtrace"
+    # Images: PPO epochs with fixed targets on every batch once (benchmarks/README.md, "Atari Pong on 2 CPU cores").
+    pong = preset_for("ALE/Pong-v5").host
+    assert (pong.learner.loss, pong.learner.fixed_targets, pong.learner.epochs) == ("ppo", True, 4)
+    assert pong.replay.sampler == "fifo" and pong.replay.samples_per_insert == 1.0
+    assert pong.batch_size % pong.learner.minibatches == 0
+    # A batch the preset's minibatches cannot split is refused with the flags to change, before anything starts.
+    with pytest.raises(ValueError, match="batch_size 2 does not split into --learner.minibatches 4 .* multiple of 4"):
+        _run_config("ALE/Pong-v5", "--batch-size", "2")
+    assert _run_config("ALE/Pong-v5", "--batch-size", "2", "--learner.minibatches", "2").host.batch_size == 2
     # Classic control: PPO epochs on every batch once (FIFO, one sample per insert), with fixed targets.
     cartpole = preset_for("CartPole-v1").host
     assert (cartpole.learner.loss, cartpole.learner.fixed_targets) == ("ppo", True) and cartpole.learner.epochs > 1

@@ -74,6 +74,10 @@ class HostConfig:
             raise ValueError("league play needs a learning host: drop --league.address or set --learn true")
         if self.league.enabled and not self.league.pool_dir:
             raise ValueError("league play needs --league.pool-dir: the model pool directory the league's hosts share")
+        if self.learn and self.batch_size % self.learner.minibatches:
+            raise ValueError(f"batch_size {self.batch_size} does not split into --learner.minibatches "
+                             f"{self.learner.minibatches} of whole unrolls: use a multiple of "
+                             f"{self.learner.minibatches} (--batch-size) or fewer minibatches")
         learner_devices = self.devices.learner_devices
         if learner_devices and self.batch_size % learner_devices:
             raise ValueError(f"batch_size {self.batch_size} does not split evenly over devices.learner_devices="

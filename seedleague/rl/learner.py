@@ -274,7 +274,7 @@ class LearnerConfig:
         if self.fixed_targets and self.loss not in ("ppo", "mmd"):
             problems.append(f"fixed_targets applies to losses 'ppo' and 'mmd'; loss is {self.loss!r} (with "
                             "--learner.loss vtrace set --learner.fixed-targets false too: the classic-control "
-                            "preset sets it)")
+                            "and image presets set it)")
         return problems
 
 
