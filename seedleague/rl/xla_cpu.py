@@ -7,11 +7,12 @@ Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), 
 - The learner's update and the forward passes of a network that convolves (the host's, and the loaded policies'
   through `jit_choosing_fusions`) compile with XLA:CPU's library fusions off (`library_fusions_off`). By default
   XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions; a convolution whose output is kept
-  (every convolution in a gradient, and each layer of a forward pass but the last) then runs 5-8x slower than XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core
-  without them (3.3-4.2x on two), its forward pass 2.3-2.5x; connect_four's board torso was level on one core
-  (1.4-1.6x on two). An MLP keeps them: its update is 3-9% faster on one core with them (faster on two without,
-  from spreading over both, which a full run's busy cores do not pay: a Kuhn league run made 10-20% fewer
-  updates without them), and its forward pass 20-30% faster.
+  (every convolution in a gradient, and each layer of a forward pass but the last) then runs 5-8x slower than
+  XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core without them (3.3-4.2x on two), its
+  forward pass 2.3-2.5x; connect_four's board torso was level on one core (1.4-1.6x on two). An MLP keeps them:
+  its update is 3-9% faster on one core with them (faster on two without, from spreading over both, which a full
+  run's busy cores do not pay: a Kuhn league run made 10-20% fewer updates without them), and its forward pass
+  20-30% faster.
 """
 
 from __future__ import annotations
