@@ -26,6 +26,7 @@ import time
 from typing import Optional
 
 from seedleague import grpc_server, output, progress
+from seedleague.host import exploit
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.metrics import Metrics, progress_line
@@ -249,6 +250,8 @@ def run(config: RunConfig) -> dict:
             metrics.close()
     summary.update(league.delivery(host))  # after host.stop(): its last delivery of results counts
     summary.update(learner_step=_learner_step(host))  # ... and its last update, the one the final checkpoint holds
+    if host is not None and host.pipeline is not None and host.pipeline.target is not None:  # seedleague exploit
+        summary.update(exploit=host.pipeline.target.summary(exploit.WINDOW_SHARE))
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
     if config.output is not None:
