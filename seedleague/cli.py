@@ -23,6 +23,7 @@ from seedleague.protocol.specs import EnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
+from seedleague.eval import exploit as exploit_cli
 from seedleague.export import cli as export_cli
 
 
@@ -439,7 +440,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,export,ray-launch}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,exploit,export,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine (built-in "
                            "workers for --env, or any worker binary with --worker-cmd)")
     _add_run_flags(train, with_workers=True, env=_env_given(argv))
@@ -460,6 +461,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     check_worker.add_parser(sub)
     league_cli.add_parser(sub)
     eval_cli.add_parser(sub)
+    exploit_cli.add_parser(sub)
     export_cli.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
@@ -471,7 +473,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: importing orbax already put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
-    if args.command in ("train", "host", "serve", "eval", "report", "export"):  # the commands that compile
+    if args.command in ("train", "host", "serve", "eval", "report", "exploit", "export"):  # the commands that compile
         compile_cache.enable()
     try:
         if args.command in ("host", "serve") and args.address is None:
@@ -484,6 +486,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return league_cli.run(args)
         if args.command in ("eval", "report"):
             return eval_cli.run(args)
+        if args.command == "exploit":
+            return exploit_cli.run(args)
         if args.command == "export":
             return export_cli.run(args)
         if args.command == "check-worker":

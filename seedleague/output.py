@@ -152,14 +152,14 @@ class Output:
         return [list(row) for row in zip(*(m.seat_weights for m in self.members))]
 
 
-def resolve(run_dir: str) -> Output:
-    """The recorded output of `run_dir`, from what is on disk now; loads no params.
+def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
+    """The recorded output of `run_dir` (or the one `config` names), from what is on disk now; loads no params.
 
     Raises FileNotFoundError when no output exists yet (no checkpoint, or no snapshots for a
     mixture), saying why."""
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"no such run directory: {run_dir!r}")
-    config = recorded(run_dir)
+    config = config or recorded(run_dir)
     if config.source == "average_policy":
         return average_policy(run_dir, AVERAGE_FRACTION, config.player)
     if config.source == "league_nash":

@@ -35,6 +35,10 @@ class HostConfig:
     # serving: act with this run directory's output (seedleague.output); a mixture draws one member per env per
     # episode and plays the whole episode with it (`seedleague serve --checkpoint RUN_DIR` sets it for mixtures)
     serve_output: str = ""
+    # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
+    # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
+    exploit_output: str = ""
+    exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES); "": the one it recorded
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -65,6 +69,11 @@ class HostConfig:
         if self.serve_output and (self.learn or self.serve_param_average or self.checkpoint.restore_step is not None):
             raise ValueError("serve_output serves a run's recorded output: it needs --learn false and neither "
                              "--serve-param-average nor --checkpoint.restore-step (the output names its networks)")
+        if self.exploit_output and (not self.learn or self.serve_output or self.league.enabled):
+            raise ValueError("exploit_output trains a best response to a run's output: it needs a learning host "
+                             "(--learn true) outside any league, and no --serve-output")
+        if self.exploit_source and not self.exploit_output:
+            raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:
             raise ValueError(f"explore must be a probability in [0, 1), got {self.explore}")
         if self.explore and (self.greedy or not self.learn):

@@ -2,8 +2,9 @@
 
 `end_and_seat` closes the episodes the step ends (episode metrics, a warning when a return exceeds the spec's
 declared return_bound; in a league run, one result per game against a snapshot and the zero-sum check that
-refuses a worker whose seats do not play one)
-and seats the episodes it starts (who plays each seat, drawn from the league or a served mixture).
+refuses a worker whose seats do not play one; training a best response, the learner's return in each game)
+and seats the episodes it starts (who plays each seat, drawn from the league, a served mixture, or the output a
+best response plays).
 It sets the step's `learning_before`, `learning` and `opponents` masks that inference and the
 unroll store read.
 """
@@ -28,8 +29,9 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     ended, returns, lengths = session.finished_episodes(step)
     seating = session.seating
     step.learning_before = session.every_agent if seating is None else seating.learning()
-    league = pipeline.league
-    counted = ended & step.learning_before if league is not None else ended  # serving counts every seat
+    league, target = pipeline.league, pipeline.target
+    seated_learner = league is not None or target is not None
+    counted = ended & step.learning_before if seated_learner else ended  # serving counts every seat
     metrics.record_episodes(returns[counted], lengths[counted])
     if (session.spec.return_bound and not session.beyond_bound_warned
             and (problem := results.beyond_return_bound(session.spec, returns[ended]))):
@@ -46,6 +48,10 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
             log.error("refusing worker %s: %s", session.worker_name, problem)
         outcomes = results.report(league, player, pipeline.policy.version, seating, envs, returns)
         metrics.record_games(len(envs), outcomes)
+    elif target is not None:  # a best response: its returns against the frozen output are what the run measures
+        envs = np.flatnonzero(ended[::seats])
+        learner_returns = target.record(seating, envs, returns)
+        metrics.record_games(len(envs), [results.outcome(r) for r in learner_returns])
     started_envs = np.flatnonzero(step.first[::seats])
     seating.start(started_envs, pipeline.opponents().draw(len(started_envs)))
     step.learning = seating.learning()

@@ -26,7 +26,7 @@ from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
 from seedleague.host.pending import PendingStep, answer_all
-from seedleague.host.pipeline import Pipeline, Services, build_pipeline
+from seedleague.host.pipeline import Pipeline, Services, build_pipeline, spec_difference
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionRegistry
 from seedleague.league.model_pool import ModelPool
@@ -45,9 +45,11 @@ log = logging.getLogger(__name__)
 class Host:
     """The training host as an EnvBackend: sessions in, actions out, unrolls into replay."""
 
-    def __init__(self, config: HostConfig, metrics: Metrics, resume: bool = False, league: Optional[LeagueAPI] = None):
+    def __init__(self, config: HostConfig, metrics: Metrics, resume: bool = False, league: Optional[LeagueAPI] = None,
+                 start_if_none: bool = False):
         """`league` (any LeagueAPI: a LeagueClient, an in-process League, a fake) is needed when
-        `config.league.address` is set; opponents and snapshots then come from it."""
+        `config.league.address` is set; opponents and snapshots then come from it. `resume` continues the
+        checkpoint directory's run and refuses (ValueError) one with no checkpoint, unless `start_if_none`."""
         if config.league.enabled and league is None:
             raise ValueError(f"config.league.address is {config.league.address!r} but no league client was given")
         sharding.initialize_distributed(config.distributed)  # before anything starts a JAX backend
@@ -59,12 +61,16 @@ class Host:
         self.metrics = metrics
         self.sessions = SessionRegistry(config.limits)
         self.batcher = Batcher(config.batcher, self._run_batch, self.sessions.attached_count)
-        self.checkpointer = Checkpointer(config.checkpoint) if config.checkpoint.directory else None
+        self.checkpointer = Checkpointer(config.checkpoint, writer=config.learn) if config.checkpoint.directory else None
         self.pipeline: Optional[Pipeline] = None
         self._pipeline_lock = threading.Lock()
         self._restored_meta: dict = {}
         self._opponent_table = OpponentTable()  # opponents' params on the inference device, one pass for all
         self._stopping = False
+        self.resumed_note = ""  # damaged checkpoints a resume passed over (restore.Restored.note)
+        self._target = None  # training a best response: the frozen output it plays against
+        if config.exploit_output:
+            self.config, self._target = restore.exploit_target(config, self.layout.inference_device)
         if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
             if not resume:
                 raise FileExistsError(
@@ -72,6 +78,10 @@ class Host:
                     "or choose a new run directory"
                 )
             self._resume()
+        elif resume and not start_if_none and not config.serve_output:
+            where = self.checkpointer.directory if self.checkpointer is not None else "the run directory"
+            raise ValueError(f"--resume: {where} holds no checkpoint to continue from; pass --resume-or-start to "
+                             "start a new run there when it has none, or give another --run-dir")
         if config.serve_output:
             restored, mixture = restore.from_output(config, self.layout.inference_device)
             self.config = restored.config
@@ -98,6 +108,12 @@ class Host:
         if self._league_api is not None and spec.num_seats < 2:
             raise ProtocolError(FAILED_PRECONDITION, f"this host plays in a league, which needs a game with 2 or more "
                                 f"seats; {spec.env_name} declares {spec.num_seats}")
+        if self._target is not None:
+            problem = "it declares 1 seat" if spec.num_seats < 2 else spec_difference(spec, self._target.spec)
+            if problem:
+                raise ProtocolError(FAILED_PRECONDITION, f"this host trains a best response to the output of "
+                                    f"{self.config.exploit_output}, and {spec.env_name}'s spec does not fit it: "
+                                    f"{problem}; start the workers of the game that run trained on")
         pipeline = self._pipeline_for(spec)
         seat_weights = pipeline.mixture.seat_weights if pipeline.mixture is not None else None
         if seat_weights is not None and len(seat_weights) != spec.num_seats:
@@ -161,14 +177,14 @@ class Host:
 
     def _build_pipeline(self, spec: EnvSpec, state: Any = None) -> Pipeline:
         services = Services(self.metrics, self.checkpointer, self._checkpoint_meta, self._trained_seconds,
-                            self._league_api, self.pool)
+                            self._league_api, self.pool, self._target)
         self.pipeline = build_pipeline(self.config, self.layout, spec, services, state)
         return self.pipeline
 
     def _resume(self) -> None:
         """Build the pipeline from the run directory's checkpoint (resuming or serving it)."""
         restored = restore.from_checkpoint(self.config, self.checkpointer)
-        self.config = restored.config
+        self.config, self.resumed_note = restored.config, restored.note
         if self.config.learn:  # a resumed run continues its counters; a serving host counts only what it serves
             meta = self._restored_meta = restored.meta
             self.metrics.env_steps = meta["env_steps"]

@@ -1,8 +1,8 @@
 """The per-spec pipeline: what the host builds once it knows the env spec.
 
 A `Pipeline` holds the network, the inference policy, the replay and the learner loop (its
-thread), and, in a league run, the league link (its thread) or, when serving a mixture, the
-served mixture. `build_pipeline` makes one from a spec and an initial train state; the host
+thread), and, in a league run, the league link (its thread); when serving a mixture, the
+served mixture; when training a best response to a run's output, that output (an ExploitTarget). `build_pipeline` makes one from a spec and an initial train state; the host
 owns when (first worker, resume, serving an output) and keeps the single instance.
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import HostConfig
+from seedleague.host.exploit import ExploitTarget
 from seedleague.host.league_link import LeagueLink
 from seedleague.host.learner_loop import LearnerLoop
 from seedleague.host.mixture import ServedMixture
@@ -53,20 +54,18 @@ class Pipeline:
     initial_state: Any = None  # the train state a reset returns to (league exploiters)
     league: Optional[LeagueLink] = None
     mixture: Optional[ServedMixture] = None  # serving a mixture: its members take the seats, episode by episode
+    target: Optional[ExploitTarget] = None  # training a best response: the output's members take the other seats
 
     def opponents(self) -> Optional[Any]:
         """Who seats each episode and holds the params of the networks in `Seating.opponents()`."""
-        return self.league if self.league is not None else self.mixture
+        for source in (self.league, self.mixture, self.target):
+            if source is not None:
+                return source
+        return None
 
     def fits(self, spec: "EnvSpec | StructuredEnvSpec") -> Optional[str]:
         """None if `spec` can be served by this pipeline, else what differs."""
-        mine = self.spec
-        if isinstance(spec, StructuredEnvSpec) or isinstance(mine, StructuredEnvSpec):
-            return _structured_fits(spec, mine)
-        for name in ("observation_shape", "observation_dtype", "num_actions"):
-            if getattr(spec, name) != getattr(mine, name):
-                return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
-        return None
+        return spec_difference(spec, self.spec)
 
     def stop(self) -> None:
         """Stop the league link, then the learner (which writes a final checkpoint)."""
@@ -74,6 +73,16 @@ class Pipeline:
             self.league.stop()
         if self.learner is not None:
             self.learner.stop()
+
+
+def spec_difference(spec: "EnvSpec | StructuredEnvSpec", mine: "EnvSpec | StructuredEnvSpec") -> Optional[str]:
+    """None if a model built for `mine` can act on `spec`, else what differs."""
+    if isinstance(spec, StructuredEnvSpec) or isinstance(mine, StructuredEnvSpec):
+        return _structured_fits(spec, mine)
+    for name in ("observation_shape", "observation_dtype", "num_actions"):
+        if getattr(spec, name) != getattr(mine, name):
+            return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
+    return None
 
 
 def _structured_fits(spec: Any, mine: Any) -> Optional[str]:
@@ -98,6 +107,7 @@ class Services:
     trained_seconds: Callable[[], float]
     league_api: Optional[LeagueAPI] = None
     pool: Optional[ModelPool] = None
+    target: Optional[ExploitTarget] = None  # the frozen output a best response trains against
 
 
 def build_network(config: HostConfig, spec: "EnvSpec | StructuredEnvSpec") -> Any:
@@ -141,7 +151,7 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvS
             services.checkpointer, config.checkpoint.interval_s, services.checkpoint_meta, layout,
             services.trained_seconds,
         )
-    pipeline = Pipeline(spec, network, policy, replay, learner, initial)
+    pipeline = Pipeline(spec, network, policy, replay, learner, initial, target=services.target)
     if learner is not None:
         learner.start()
     if learner is not None and services.league_api is not None:

@@ -2,9 +2,12 @@
 
 - `from_checkpoint`: the latest (or a chosen) checkpoint of the run directory, to resume
   training or to serve it (optionally its param average), with the spec, network and learner
-  configs it was saved with.
+  configs it was saved with. A newest checkpoint that cannot be read back or holds NaN/inf is
+  passed over for the newest good one (and, when training, set aside as `damaged-<step>`);
+  `Restored.note` says which, for the console.
 - `from_output`: a finished run's output (seedleague.output): its first member's params, and
   every member as a `ServedMixture` that draws one per episode.
+- `exploit_target`: a run's output as the frozen opponent of a best response (seedleague.host.exploit).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint import Checkpointer, DamagedCheckpoint
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import HostConfig
+from seedleague.host.exploit import ExploitTarget
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.pipeline import build_network
 from seedleague.protocol.specs import EnvSpec
@@ -36,18 +40,38 @@ class Restored:
     spec: "EnvSpec | StructuredEnvSpec"
     state: Any
     meta: dict = dataclasses.field(default_factory=dict)  # the checkpoint's counters; empty when serving an output
+    note: str = ""  # damaged checkpoints passed over on the way to this one, for the console
 
 
 def from_checkpoint(config: HostConfig, checkpointer: Checkpointer) -> Restored:
-    step = config.checkpoint.restore_step
-    saved = CheckpointMeta.from_json(checkpointer.restore_meta(step), source=checkpointer.directory)
+    """The chosen step (config.checkpoint.restore_step), else the newest checkpoint that reads back whole and
+    finite; DamagedCheckpoint naming every one tried when none does."""
+    if config.checkpoint.restore_step is not None:
+        return _from_step(config, checkpointer, config.checkpoint.restore_step)
+    damaged = []
+    for step in reversed(checkpointer.steps()):
+        try:
+            restored = _from_step(config, checkpointer, step)
+        except DamagedCheckpoint as error:
+            damaged.append(str(error))
+            if config.learn:  # a resumed run saves these steps again: the damaged ones must not stand in for them
+                damaged[-1] += f"; moved to {checkpointer.set_aside(step)}"
+            continue
+        if damaged:
+            restored.note = f"resuming from checkpoint {step}, the newest good one: " + "; ".join(damaged)
+        return restored
+    raise DamagedCheckpoint(f"no checkpoint in {checkpointer.directory} can be used: {'; '.join(damaged)}. Start "
+                            "again with a new --run-dir")
+
+
+def _from_step(config: HostConfig, checkpointer: Checkpointer, step: int) -> Restored:
+    saved = CheckpointMeta.from_json(checkpointer.restore_meta(step), source=f"{checkpointer.directory}/{step}")
     for name in ("network", "learner"):
         kept = getattr(saved, name)
         if kept is not None and kept != getattr(config, name):  # the saved state has that structure
             log.warning("using the checkpoint's %s config %s, not %s", name, kept, getattr(config, name))
             config = dataclasses.replace(config, **{name: kept})
     template = init_train_state(config.learner, build_network(config, saved.spec), jax.random.key(0))
-    step = checkpointer.latest_step() if step is None else step
     state, meta = checkpointer.restore(step, template)
     if config.serve_param_average:
         state = with_averaged_params(state, f"{checkpointer.directory}/{step}")
@@ -68,22 +92,41 @@ def with_averaged_params(state: Any, source: str) -> Any:
 
 def from_output(config: HostConfig, device: Any) -> tuple[Restored, ServedMixture]:
     """The output of the run `config.serve_output` names, and its members as a served mixture."""
+    resolved, first, spec, mixture = _output_networks(config.serve_output, None, config.seed, device)
+    config = dataclasses.replace(config, network=first.network_config)
+    state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
+    state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
+    log.info("serving the output of %s: %s", config.serve_output, resolved.describe())
+    return Restored(config, spec, state), mixture
+
+
+def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, ExploitTarget]:
+    """The output of the run `config.exploit_output` names, frozen, as a best response's opponent; `config` with the
+    network that output was trained with (the best response learns from scratch in the same architecture)."""
+    from seedleague.output import OutputConfig, recorded
+
+    run_dir = config.exploit_output
+    source = OutputConfig(config.exploit_source, recorded(run_dir).player) if config.exploit_source else None
+    resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
+    log.info("training a best response to the output of %s: %s", run_dir, resolved.describe())
+    return dataclasses.replace(config, network=first.network_config), ExploitTarget(mixture, spec)
+
+
+def _output_networks(run_dir: str, source: Any, seed: int, device: Any):
+    """(the resolved output, its first member's loaded policy, the spec it was trained on, every member as a
+    ServedMixture on `device`)."""
     from seedleague import output
 
-    resolved = output.resolve(config.serve_output)
-    trained = resolved.load(config.seed)
+    resolved = output.resolve(run_dir, source)
+    trained = resolved.load(seed)
     members = trained.members if resolved.kind == "mixture" else [trained]
     first = members[0]
-    config = dataclasses.replace(config, network=first.network_config)
     if isinstance(first.spec, StructuredEnvSpec):  # a protocol v2 run: its named tensors and heads, as recorded
         spec = first.spec
     else:
         spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,
                        first.spec.num_actions, 1)
-    state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
-    state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     mixture = ServedMixture([m.key for m in resolved.members], [m.weight for m in resolved.members],
-                            [jax.device_put(m.params, device) for m in members], np.random.default_rng(config.seed),
+                            [jax.device_put(m.params, device) for m in members], np.random.default_rng(seed),
                             resolved.seat_weights())
-    log.info("serving the output of %s: %s", config.serve_output, resolved.describe())
-    return Restored(config, spec, state), mixture
+    return resolved, first, spec, mixture
