@@ -11,7 +11,7 @@ after each kill, started again by this script as a supervisor would:
 
     league   python -m seedleague.league.cli serve --run-dir RUN/league --address 127.0.0.1:L --mode pfsp
     host     seedleague --log-level INFO host --env openspiel:kuhn_poker --address 127.0.0.1:H
-                 --league.address 127.0.0.1:L --league.pool_dir RUN/pool --run-dir RUN [--resume]
+                 --league.address 127.0.0.1:L --league.pool_dir RUN/pool --run-dir RUN [--resume-or-start]
     workers  python -m envs.openspiel_worker --game kuhn_poker --address 127.0.0.1:H   (W of them)
 
 Faults, one at a time, each at a random moment after the previous one has recovered:
@@ -251,7 +251,7 @@ class ChaosRun:
         command = [sys.executable, "-m", "seedleague.cli", "--log-level", "INFO", "host", "--env",
                    "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.run_dir,
                    "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.run_dir, "pool"),
-                   "--max-seconds", "0", "--no-eval", *self.config.host_flags, *(["--resume"] if resume else [])]
+                   "--max-seconds", "0", "--no-eval", *self.config.host_flags, *(["--resume-or-start"] if resume else [])]
         self.host = start_child(command, self._log("host"), "the host")
         self.lifetimes.append(lifetime)
         self._sessions_before = [_connects(proc) for proc in self.workers]

@@ -8,6 +8,12 @@ also goes to <run_dir>/progress.jsonl as JSON (`seedleague.progress`). The worke
 the built-in ones or any binary (`WorkerSpec.templates`, `train --worker-cmd`);
 one that dies is restarted, one that exits with status 2 (it refuses its game)
 stops the run with the end of its log (`WorkerRefused`).
+
+A fault of a background writer (`RUN_FAULTS`: a disk that refuses the TensorBoard scalars,
+progress.jsonl, a checkpoint or a snapshot; a NaN update; a league that cannot store results)
+stops the run as its budget would, except that no final checkpoint is written over the last
+good one; summary.json records it where the disk allows, and `run` raises it: `seedleague`
+prints it as one line.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ import sys
 import time
 from typing import Optional
 
-from seedleague import grpc_server, output, progress
+from seedleague import grpc_server, output, progress, storage
+from seedleague.checkpoint import DamagedCheckpoint, NonFiniteState
 from seedleague.host import exploit
 from seedleague.host.host import Host, HostConfig
+from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
+from seedleague.protocol.errors import ProtocolError
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from launch.child import Child, log_tail, stop_all
@@ -48,6 +57,12 @@ class Budget:
     max_seconds: float = 0.0
     target_return: Optional[float] = None  # mean return over the last 100 episodes
     target_episodes: int = 100  # episodes the mean needs before the target counts
+
+    def __post_init__(self):
+        for flag, value in (("--max-steps", self.max_env_steps), ("--max-learner-steps", self.max_learner_steps),
+                            ("--max-seconds", self.max_seconds)):
+            if not value >= 0:  # NaN too
+                raise ValueError(f"{flag} must be >= 0 (0: no limit), got {value:g}")
 
     def reached(self, metrics: Metrics, learner_step: int, elapsed_s: float) -> Optional[str]:
         if self.max_env_steps and metrics.env_steps >= self.max_env_steps:
@@ -112,6 +127,7 @@ class RunConfig:
     workers: WorkerSpec = WorkerSpec()
     budget: Budget = Budget()
     resume: bool = False
+    start_if_none: bool = False  # with `resume`: start a new run when the run dir holds no checkpoint
     security: ServerSecurity = ServerSecurity()  # token and TLS of the host's server (workers get the same)
     report_interval_s: float = 2.0
     budget_check_interval_s: float = 0.1  # a run stops this soon after its budget or target return is reached
@@ -222,7 +238,7 @@ def run(config: RunConfig) -> dict:
     # each hand-off.
     sys.setswitchinterval(config.switch_interval_ms / 1000)
     run_dir = os.path.abspath(config.run_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    storage.check_writable(run_dir)
     if config.output is not None:  # first: a run killed at any later moment still names its output
         output.record(run_dir, config.output)
     host_config = config.host
@@ -235,10 +251,11 @@ def run(config: RunConfig) -> dict:
     host = None
     try:
         host_config = league.start(host_config)
-        host = Host(host_config, metrics, resume=config.resume, league=league.client)
+        host = Host(host_config, metrics, resume=config.resume, league=league.client,
+                    start_if_none=config.start_if_none)
         _say_resumed(host, metrics)
         league.start_players()
-        summary = asyncio.run(_serve(config, host, metrics, run_dir, league))
+        summary, fault = asyncio.run(_serve(config, host, metrics, run_dir, league))
         summary.update(league.summary())
     finally:
         signal.signal(signal.SIGTERM, _already_stopping)
@@ -254,11 +271,44 @@ def run(config: RunConfig) -> dict:
         summary.update(exploit=host.pipeline.target.summary(exploit.WINDOW_SHARE))
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
-    if config.output is not None:
+    fault = fault or _fault(host)  # a final checkpoint the disk refused
+    if config.output is not None and fault is None:
         summary.update(output=_describe_output(run_dir, config.output))
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    _write_summary(run_dir, summary, quiet=fault is not None)
+    if fault is not None:
+        raise fault
     return summary
+
+
+# Faults that stop a run with one console line: `run` raises them once every process it started is stopped.
+RUN_FAULTS = (storage.StorageError, NonFiniteUpdate, NonFiniteState, DamagedCheckpoint, ProtocolError)
+
+
+def _fault(host: Optional[Host]) -> Optional[Exception]:
+    """The first fault of the host's learner or league link (RUN_FAULTS, else a RuntimeError), or None."""
+    pipeline = host.pipeline if host is not None else None
+    if pipeline is None:
+        return None
+    for part in (pipeline.learner, pipeline.league):
+        error = getattr(part, "error", None)
+        if isinstance(error, RUN_FAULTS):
+            return error
+        if error is not None:
+            failed = RuntimeError("the learner failed; see the log above")
+            failed.__cause__ = error
+            return failed
+    return None
+
+
+def _write_summary(run_dir: str, summary: dict, quiet: bool) -> None:
+    """<run_dir>/summary.json; a disk that refuses it raises StorageError, unless a fault was already reported."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        with open(path, "w") as f:
+            json.dump(summary, f, indent=2)
+    except OSError as error:
+        if not quiet:
+            raise storage.storage_error(error, path, "the run summary") from None
 
 
 def _describe_output(run_dir: str, config: OutputConfig) -> dict:
@@ -367,7 +417,9 @@ class _League:
             self.process.stop()
 
 
-async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, league: _League) -> dict:
+async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
+                 league: _League) -> tuple[dict, Optional[Exception]]:
+    """Serve until the budget, a signal or a fault (RUN_FAULTS) ends the run: (summary, that fault or None)."""
     resumed_from = _learner_step(host) if host.pipeline is not None else None  # before any handshake: restored
     servicer = EnvServicer(host)
     server, port = await grpc_server.start_server(
@@ -375,6 +427,9 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
     )
     address = f"{config.host.address.rsplit(':', 1)[0]}:{port}"
     print(f"seedleague host listening on {address}; run directory {run_dir}", flush=True)
+    if not config.workers.count:
+        print(f"this run starts no env workers: it waits for workers from elsewhere to connect to {address} "
+              "(`seedleague worker`, or any worker of docs/protocol.md)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -383,7 +438,8 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
     workers.start()
     start = time.perf_counter()
     reason = "interrupted"
-    ticks = progress.ProgressFile(run_dir, resumed_from)
+    fault = None
+    ticks = _progress_file(run_dir, resumed_from)
     try:
         next_report = start + config.report_interval_s
         while not stop.is_set():
@@ -394,20 +450,28 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
                 _report(host, metrics, ticks)
                 workers.watch()
                 league.check()
-            if host.pipeline is not None and host.pipeline.learner is not None and host.pipeline.learner.error is not None:
-                raise RuntimeError("the learner failed; see the log above") from host.pipeline.learner.error
-            ended = config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)
+            fault = _fault(host)
+            if isinstance(fault, RuntimeError) and not isinstance(fault, NonFiniteUpdate):
+                raise fault
+            ended = f"stopped by a fault: {fault}" if fault else config.budget.reached(
+                metrics, _learner_step(host), time.perf_counter() - start)
             if ended:
                 reason = ended
                 break
-        _report(host, metrics, ticks)  # the counts at the stop: a run shorter than one interval has a tick too
+        if fault is None:
+            _report(host, metrics, ticks)  # the counts at the stop: a run shorter than one interval has a tick too
+    except storage.StorageError as error:  # the TensorBoard scalars or progress.jsonl
+        fault, reason = error, f"stopped by a fault: {error}"
     finally:
-        ticks.close()
+        with contextlib.suppress(OSError):  # a full disk was reported already
+            ticks.close()
         workers.stop()
         await servicer.drain(timeout_s=1.0)  # workers elsewhere are told to reconnect, not cut off mid-call
         await server.stop(grace=1.0)
         host.stop_serving()  # no inference may still be waiting to answer once this loop closes
     elapsed = time.perf_counter() - start
+    if not config.workers.count and not metrics.env_steps:
+        reason += f"; no env worker connected to {address} (this run starts none)"
     return dict(
         reason=reason,
         wall_s=round(elapsed, 2),
@@ -418,7 +482,14 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str, 
         mean_return=None if math.isnan(metrics.mean_return()) else round(metrics.mean_return(), 2),
         worker_restarts=workers.restarts,
         **_game_counts(metrics),
-    )
+    ), fault
+
+
+def _progress_file(run_dir: str, resumed_from: Optional[int]) -> progress.ProgressFile:
+    try:
+        return progress.ProgressFile(run_dir, resumed_from)
+    except OSError as error:
+        raise storage.storage_error(error, progress.path(run_dir), "the progress file") from None
 
 
 def _game_counts(metrics: Metrics) -> dict:
@@ -434,6 +505,8 @@ def _game_counts(metrics: Metrics) -> dict:
 
 def _say_resumed(host: Host, metrics: Metrics) -> None:
     """Name the checkpoint a --resume continues from; the progress lines count this process's updates only."""
+    if host.resumed_note:
+        print(host.resumed_note, flush=True)
     if host.pipeline is None or host.pipeline.learner is None or not host.pipeline.learner.step:
         return
     print(f"resumed from checkpoint {_learner_step(host)}: {metrics.env_steps} env steps, {metrics.episodes} "
@@ -451,5 +524,8 @@ def _report(host: Host, metrics: Metrics, ticks: progress.ProgressFile) -> None:
     report = metrics.report()
     if host.pipeline is not None and host.pipeline.replay is not None:
         report["replay_size"] = host.pipeline.replay.size
-    ticks.append(report, _learner_step(host))
+    try:
+        ticks.append(report, _learner_step(host))
+    except OSError as error:
+        raise storage.storage_error(error, ticks.path, "the progress file") from None
     print(progress_line(report), flush=True)

@@ -7,6 +7,14 @@ structure of `template`. Typed PRNG keys are stored as their raw key data.
 Several processes may share a directory (the league's model pool: each host writes
 its own player's snapshots and reads the others'), so a step this process has not
 seen is looked for on disk again before it is called missing.
+
+Faults: a state with a NaN or inf is refused before it is written (`NonFiniteState`), so
+rotation never replaces a good checkpoint with a poisoned one; a write the disk refuses
+raises `StorageError` naming the path; a checkpoint that cannot be read back, or reads
+back non-finite, raises `DamagedCheckpoint`, and `set_aside` moves it out of the steps
+(to `damaged-<step>`) so a resumed run neither reads it again nor keeps it as its own.
+Orbax's unfinished `*.orbax-checkpoint-tmp` folders, left by a process killed while
+saving, are removed when a Checkpointer opens the directory.
 """
 
 from __future__ import annotations
@@ -14,13 +22,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import threading
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
+from seedleague.storage import storage_error
+
 log = logging.getLogger(__name__)
+
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax writes a step here and renames it when complete
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint on disk could not be read back, or holds non-finite values."""
+
+
+class NonFiniteState(ValueError):
+    """A state to save holds NaN or inf: saving it would replace a good checkpoint with a poisoned one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +82,18 @@ def safe_path_part(text: str) -> str:
     return "".join("_" if c in UNREADABLE_PATH_CHARS + "/" else c for c in text)
 
 
+def non_finite_leaves(state: Any) -> list[str]:
+    """Paths of the floating-point leaves of `state` holding a NaN or inf (empty: every value finite)."""
+    bad = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if _is_key(leaf):
+            continue
+        array = np.asarray(leaf)
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            bad.append(jax.tree_util.keystr(path))
+    return bad
+
+
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -75,27 +109,43 @@ def _from_savable(restored: Any, template: Any) -> Any:
 class Checkpointer:
     """Saves and restores (state, meta) pairs under one directory."""
 
-    def __init__(self, config: CheckpointConfig):
+    def __init__(self, config: CheckpointConfig, writer: bool = False):
+        """`writer`: this process is the directory's only writer, so orbax's unfinished folders in it are left
+        over from an earlier process and removed now (a reader leaves them: another process may be saving)."""
         problem = path_problem(config.directory)
         if problem:
             raise ValueError(f"checkpoint directory {problem}")
         self.config = config
         self.directory = os.path.abspath(config.directory)
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as error:
+            raise storage_error(error, self.directory, "checkpoints") from None
+        if writer:
+            remove_unfinished(self.directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=config.max_to_keep, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
         # One caller at a time: a host's prefetch thread restores opponents while its learner saves.
         self._lock = threading.RLock()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Save `state` as `step`; a step already on disk holds the same state and is kept as is."""
+        """Save `state` as `step`; a step already on disk holds the same state and is kept as is.
+        NonFiniteState (nothing written) if `state` holds NaN or inf; StorageError if the disk refuses."""
+        bad = non_finite_leaves(state)
+        if bad:
+            raise NonFiniteState(f"not saving step {step} to {self.directory}: {len(bad)} of its arrays hold NaN or "
+                                 f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
         with self._lock:
             if self._has(step):
                 log.info("checkpoint %d already saved; keeping it", step)
                 return
             args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
-            self._manager.save(step, args=args, force=True)
-            self._manager.wait_until_finished()
+            try:
+                self._manager.save(step, args=args, force=True)
+                self._manager.wait_until_finished()
+            except OSError as error:
+                remove_unfinished(self.directory, quiet=True)  # what orbax began: it only holds the disk's last bytes
+                raise storage_error(error, f"{self.directory}/{step}", "a checkpoint") from None
         log.info("saved checkpoint %s/%d", self.directory, step)
 
     def latest_step(self) -> Optional[int]:
@@ -109,23 +159,58 @@ class Checkpointer:
             return sorted(self._manager.all_steps())
 
     def restore(self, step: int, template: Any) -> tuple[Any, dict]:
-        """(state, meta) of checkpoint `step`, shaped like `template`."""
+        """(state, meta) of checkpoint `step`, shaped like `template`; DamagedCheckpoint if it cannot be
+        read back or holds NaN or inf."""
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
         with self._lock:
             self._require(step)
-            restored = self._manager.restore(step, args=args)
-        return _from_savable(restored["state"], template), dict(restored["meta"])
+            restored = self._read(step, args)
+        state = _from_savable(restored["state"], template)
+        bad = non_finite_leaves(state)
+        if bad:
+            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} holds NaN or inf in {len(bad)} arrays "
+                                    f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+        return state, dict(restored["meta"])
 
     def restore_meta(self, step: Optional[int] = None) -> Optional[dict]:
-        """Only the JSON sidecar of checkpoint `step` (default: the newest): run counters, env spec, config."""
+        """Only the JSON sidecar of checkpoint `step` (default: the newest): run counters, env spec, config.
+        DamagedCheckpoint if it cannot be read."""
         with self._lock:
             step = self.latest_step() if step is None else step
             if step is None:
                 return None
             self._require(step)
-            restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return dict(restored["meta"])
+            restored = self._read(step, ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = restored["meta"]
+        if not isinstance(meta, dict):
+            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} has no readable meta (found {type(meta).__name__})")
+        return dict(meta)
+
+    def set_aside(self, step: int) -> str:
+        """Move damaged checkpoint `step` to `damaged-<step>` beside the others (kept for a look, never read
+        as a step again); returns its new path."""
+        with self._lock:
+            source = os.path.join(self.directory, str(step))
+            target = os.path.join(self.directory, f"damaged-{step}")
+            suffix = 1
+            while os.path.exists(target):
+                suffix += 1
+                target = os.path.join(self.directory, f"damaged-{step}.{suffix}")
+            os.rename(source, target)
+            self._manager.reload()
+        return target
+
+    def _read(self, step: int, args: Any) -> Any:
+        """Orbax's restore; any failure to read a step that exists (truncated or junk files) is DamagedCheckpoint."""
+        try:
+            return self._manager.restore(step, args=args)
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # orbax, tensorstore and json raise many kinds for damaged bytes
+            reason = " ".join(str(error).split())[:300]
+            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} cannot be read ({type(error).__name__}: "
+                                    f"{reason})") from None
 
     def _has(self, step: int) -> bool:
         """Whether `step` is complete on disk; the manager's cached list is re-read once when it lacks it."""
@@ -141,3 +226,16 @@ class Checkpointer:
     def close(self) -> None:
         with self._lock:
             self._manager.close()
+
+
+def remove_unfinished(directory: str, quiet: bool = False) -> None:
+    """Delete orbax's unfinished step folders in `directory` (a save killed or refused by the disk midway);
+    only its one writer may call this."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.endswith(_TMP_SUFFIX):
+            (log.info if quiet else log.warning)("removing the unfinished checkpoint %s (a save that did not complete)", os.path.join(directory, name))
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)

@@ -16,11 +16,14 @@ from typing import Optional
 
 from seedleague import checkpoint, compile_cache, config_flags, output, presets
 from seedleague.host.host import HostConfig
+from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.league import cli as league_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
+from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
+from seedleague.storage import StorageError, check_writable
 from seedleague.tools import check_worker, fake_host
 from seedleague.eval import cli as eval_cli
 from seedleague.eval import exploit as exploit_cli
@@ -58,7 +61,11 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                                 "the game recipe, see docs/protocol.md section 12)"))
     parser.add_argument("--run-dir", default=None,
                         help="outputs go here (default: runs/<env>-<time>, or runs/worker-<time> without --env)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its newest good checkpoint; refused when it has none")
+    parser.add_argument("--resume-or-start", action="store_true",
+                        help="--resume when --run-dir holds a checkpoint, else start a new run there (for supervisors "
+                             "that restart a run whether or not it got as far as its first checkpoint)")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many env steps (0: no limit)")
     parser.add_argument("--max-learner-steps", type=int, default=None,
                         help="stop once the learner has made this many updates in all (counts across --resume; "
@@ -115,7 +122,7 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
 
 # Per-player flags, and the token: it reaches the extra players' hosts through the environment
 # (launch.league), never a command line, which every user of the machine can read.
-_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--workers", "--seed", "--no-eval", "--token",
+_NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--resume-or-start", "--workers", "--seed", "--no-eval", "--token",
                   "--league.address", "--league.player", "--league.role", "--league.pool-dir"}
 
 
@@ -128,7 +135,7 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
             continue
         name = config_flags.canonical(arg.split("=", 1)[0])
         if name in _NOT_FORWARDED or name.startswith("--league-config."):
-            skip = "=" not in arg and name not in ("--resume", "--no-eval") and i + 1 < len(argv)
+            skip = "=" not in arg and name not in ("--resume", "--resume-or-start", "--no-eval") and i + 1 < len(argv)
             continue
         if arg.startswith("--"):
             out.append(arg)
@@ -237,8 +244,10 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         workers = WorkerSpec(len(templates), templates=templates)
     elif args.env is None and with_workers:
         args.env = presets.DEFAULT_ENV
-    if args.resume and not args.run_dir:
-        raise SystemExit("--resume needs --run-dir: the run directory to continue")
+    resume = args.resume or args.resume_or_start
+    if resume and not args.run_dir:
+        raise ValueError(f"{'--resume' if args.resume else '--resume-or-start'} needs --run-dir: the run directory "
+                         "to continue")
     if from_spec:
         if not custom and len((args.players or "").split(",")) > 1:
             raise ValueError("--players: a host that learns its game from its first worker plays one player; start "
@@ -253,6 +262,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     problem = checkpoint.path_problem(run_dir)
     if problem:
         raise ValueError(f"--run-dir {problem}")
+    check_writable(run_dir)  # a file, a read-only or full directory: refused before any process starts
     preset = presets.for_output(preset, args.output)
     host = config_flags.build(HostConfig, args, preset.host)
     if from_spec:
@@ -272,7 +282,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     league = _league_spec(args, preset, argv or [], multiplayer, name)
-    return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=args.resume,
+    return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=resume,
+                     start_if_none=args.resume_or_start and not args.resume,
                      security=server_security_from_args(args), league=league, env_id=args.env or "",
                      output=_output_config(args, preset, host, league, name))
 
@@ -498,6 +509,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, FileExistsError) as error:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2
+    except (StorageError, NonFiniteUpdate, ProtocolError) as error:  # a fault stopped the run (launch.local.RUN_FAULTS)
+        print(f"seedleague: the run stopped: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("seedleague: interrupted before the host was serving", file=sys.stderr)
         return 130

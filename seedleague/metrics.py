@@ -3,16 +3,24 @@
 Components record into one `Metrics` object; `report()` turns the counters into
 rates and means since the last report, writes them as TensorBoard scalars and
 returns them. `progress_line` formats the same numbers for the console.
+
+The scalars are written and flushed by the caller of `report()`, not by a writer
+thread: tensorboardX's own thread dies on a full disk and leaves every later
+`add_scalar` blocked on a queue nobody drains. Here a failed write raises a
+`StorageError` naming the file, and the run stops.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from typing import Optional, Sequence
 
 import numpy as np
+
+from seedleague.storage import storage_error
 
 
 class Metrics:
@@ -20,11 +28,7 @@ class Metrics:
 
     def __init__(self, logdir: Optional[str] = None, return_window: int = 100):
         self._lock = threading.Lock()
-        self._writer = None
-        if logdir:
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(logdir, flush_secs=10)
+        self._writer: Optional[_ScalarWriter] = _ScalarWriter(logdir) if logdir else None
         self.env_steps = 0
         self.agent_steps = 0
         self.episodes = 0
@@ -102,14 +106,47 @@ class Metrics:
             self._counts.clear()
             self._last_time, self._last_env_steps, self._last_learner_steps = now, self.env_steps, self.learner_steps
         if self._writer is not None:
-            for name, value in out.items():
-                if np.isfinite(value):
-                    self._writer.add_scalar(name, value, out["env_steps"])
+            writer, self._writer = self._writer, None  # a writer that failed is not tried again
+            writer.write({k: v for k, v in out.items() if np.isfinite(v)}, int(out["env_steps"]))
+            self._writer = writer
         return out
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+
+class _ScalarWriter:
+    """TensorBoard scalars appended to one event file in the calling thread; StorageError when a write fails."""
+
+    def __init__(self, logdir: str):
+        self.logdir = logdir
+        self._file = None
+
+    def write(self, scalars: dict[str, float], step: int) -> None:
+        from tensorboardX import summary  # function-local: the TensorBoard protos are needed only when logging
+        from tensorboardX.proto import event_pb2
+
+        try:
+            if self._file is None:
+                from tensorboardX.event_file_writer import EventsWriter
+
+                os.makedirs(self.logdir, exist_ok=True)
+                self._file = EventsWriter(os.path.join(self.logdir, "events"))
+            for name, value in scalars.items():
+                event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary.scalar(name, value))
+                self._file.write_event(event)
+            self._file.flush()
+        except OSError as error:
+            raise storage_error(error, self.logdir, "the TensorBoard scalars") from None
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:  # a full disk was already reported by write(); nothing is left to save here
+                pass
 
 
 def _si(x: float) -> str:

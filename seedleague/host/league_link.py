@@ -18,6 +18,12 @@ Three background threads keep the league off the inference path:
 - *check-in* tells the league the learner's step every few seconds; when the
   league says so it saves a snapshot into the pool (on the learner thread,
   between two updates), registers it, and resets the learner if asked.
+
+A league that is away or refuses a call is retried. A fault that retrying cannot mend stops
+the thread and is left in `error` for the host to stop the run with: a snapshot the disk
+refuses (`StorageError`) or that holds NaN (`NonFiniteState`), and a league that answers
+INTERNAL because it could not store a call in its database (nothing of that call was kept,
+and its results stay pending here).
 """
 
 from __future__ import annotations
@@ -30,8 +36,11 @@ import threading
 import time
 from typing import Any, Callable
 
+from seedleague.checkpoint import NonFiniteState
 from seedleague.league.model_pool import ParamsCache
 from seedleague.league.types import LeagueAPI, Match, MatchResult, Role
+from seedleague.protocol.errors import INTERNAL, ProtocolError
+from seedleague.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +141,7 @@ class LeagueLink:
             threading.Thread(target=self._loop, args=(self._check_in_once, config.check_in_interval_s), name="league-check-in", daemon=True),
         ]
         self._self_play = Match(config.player, True)
+        self.error: Exception | None = None  # a fault retrying cannot mend (see the module docstring)
 
     def start(self) -> None:
         """Register the player and start the threads; a league that is away now is registered with later."""
@@ -146,15 +156,16 @@ class LeagueLink:
         """Stop the threads after one last attempt to deliver every pending result."""
         deadline = time.monotonic() + flush_timeout_s
         try:
-            while self._results and time.monotonic() < deadline and self._report_once():
+            while self.error is None and self._results and time.monotonic() < deadline and self._report_once():
                 pass
         except Exception as error:  # the league is away: what is left is counted below, shutdown goes on
             log.warning("last delivery of league results failed: %s: %s", type(error).__name__, error)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=max(0.1, deadline - time.monotonic()))
-        if self._results:
-            log.warning("%d results were not delivered to the league before shutdown", len(self._results))
+        if self._results:  # after a fault that stopped the run, the summary's league_results.pending says it
+            (log.info if self.error else log.warning)("%d results were not delivered to the league before shutdown",
+                                                      len(self._results))
 
     # -- batcher thread -------------------------------------------------------------------------
 
@@ -200,7 +211,12 @@ class LeagueLink:
                 self._register()
                 once()
                 wait = interval_s
-            except Exception as error:  # the league is away or refused: keep playing, try again later
+            except Exception as error:
+                if _is_fatal(error):
+                    self.error = self.error or error
+                    log.info("league link stopped: %s", error)
+                    return
+                # the league is away or refused: keep playing, try again later
                 self.stats.failures += 1
                 self.stats.last_error = f"{type(error).__name__}: {error}"
                 log.warning("league call failed (%s); retrying in %.1f s", self.stats.last_error, self.config.retry_s)
@@ -288,3 +304,11 @@ class LeagueLink:
             self.stats.resets += 1
             log.info("%s reset to its initial params after snapshot %s", self.config.player, info.key)
         return True
+
+
+def _is_fatal(error: Exception) -> bool:
+    """Whether retrying cannot mend `error`: a disk that refused a snapshot, a NaN snapshot, or a league that
+    could not store the call (INTERNAL)."""
+    if isinstance(error, (StorageError, NonFiniteState)):
+        return True
+    return isinstance(error, ProtocolError) and error.code == INTERNAL

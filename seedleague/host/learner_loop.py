@@ -11,6 +11,11 @@ Given a multi-process device layout (seedleague.rl.sharding), every process runs
 one LearnerLoop and each update is a collective over all of them: before every
 update the processes agree (a small all-gather) that each has a batch and none is
 stopping, so they update in lockstep and stop together at the same step.
+
+An update whose loss or gradient norm is NaN or inf stops the loop before its params are
+published, saved or snapshotted (`NonFiniteUpdate`); a save the disk refuses stops it too
+(`seedleague.storage.StorageError`). Either is left in `error` for the host to stop the run
+with, without a traceback.
 """
 
 from __future__ import annotations
@@ -26,15 +31,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint import Checkpointer, NonFiniteState
 from seedleague.host import packing
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
 from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
+from seedleague.storage import StorageError
 
 log = logging.getLogger(__name__)
+
+_WATCHED = ("total_loss", "grad_norm")  # an update's metrics that must be finite for its state to be kept
+
+
+class NonFiniteUpdate(RuntimeError):
+    """An update gave a NaN or inf loss or gradient: its state is never published, saved or snapshotted."""
+
+
+# Faults the loop stops on with one line, not a traceback: the message says what happened and what to do.
+_EXPECTED = (NonFiniteUpdate, NonFiniteState, StorageError)
 
 
 class LearnerLoop:
@@ -77,6 +93,7 @@ class LearnerLoop:
         self._returned: Optional[packing.Layout] = None  # the packed step and metrics, once traced
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
+        self._poisoned = False  # the state holds an update with a non-finite loss: nothing may save it
 
     @property
     def step(self) -> int:
@@ -87,11 +104,17 @@ class LearnerLoop:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop after the current update and write a final checkpoint."""
+        """Stop after the current update and write a final checkpoint (not after a fault: the error stays in
+        `error`, and the newest checkpoint on disk is the one to resume from)."""
         self._stop.set()
         self._replay.close()
         self._thread.join(timeout=60)
-        self.save()
+        if self.error is not None:
+            return
+        try:
+            self.save()
+        except _EXPECTED as error:
+            self.error = error
 
     def call(self, fn: Callable[[Any], Any], timeout: float = 60.0) -> Any:
         """Run `fn(state)` on the learner thread between two updates and return what it returns.
@@ -114,6 +137,8 @@ class LearnerLoop:
             except queue.Empty:
                 return
             try:
+                if self._poisoned:
+                    raise NonFiniteUpdate("the learner stopped at a non-finite update; its state is not used")
                 with self._state_lock:
                     new_state = fn(self.state)
                     if new_state is not None:
@@ -132,7 +157,7 @@ class LearnerLoop:
         return sharding.copy_to_device(state.params, self._layout.inference_device)
 
     def save(self) -> None:
-        if self._checkpointer is not None:
+        if self._checkpointer is not None and not self._poisoned:
             with self._state_lock:
                 step = int(sharding.local_value(self.state.step))
                 self._checkpointer.save(step, sharding.portable(self.state), self._meta())
@@ -161,6 +186,9 @@ class LearnerLoop:
                 if save:  # with several processes every one saves the same step (a collective write)
                     self.save()
                     last_save = time.monotonic()
+        except _EXPECTED as error:  # surfaced by the host, which stops the run with this one line
+            log.info("learner stopped: %s", error)
+            self.error = error
         except BaseException as error:  # surfaced by the host, which stops the run
             log.exception("learner failed")
             self.error = error
@@ -181,12 +209,27 @@ class LearnerLoop:
                 self.state, metrics = self._update(self.state, batch, clock)
                 params = self._params_copy(self.state)
                 step, metrics = self.transfers.to_host(jax.tree.map(sharding.local_value, (self.state.step, metrics)))
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self._check_finite(int(step), metrics)
         version = self._step = int(step)
         self._policy.publish(params, version)
-        metrics = {k: float(v) for k, v in metrics.items()}
         done = time.perf_counter()
         metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
         self._metrics.record_learner_step(**metrics)
+
+    def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
+        """NonFiniteUpdate, with the state marked unusable, when a watched metric of update `step` is NaN or inf."""
+        bad = {name: metrics[name] for name in _WATCHED if name in metrics and not np.isfinite(metrics[name])}
+        if not bad:
+            return
+        self._poisoned = True
+        latest = self._checkpointer.latest_step() if self._checkpointer is not None else None
+        where = (f"the newest checkpoint, {self._checkpointer.directory}/{latest}, is untouched: --resume continues "
+                 "from it" if latest is not None else "no checkpoint was saved yet")
+        found = ", ".join(f"{name} {value}" for name, value in bad.items())
+        raise NonFiniteUpdate(f"the learner's update {step} gave {found}; it was not published, saved or "
+                              f"snapshotted, and {where}. Lower --learner.learning-rate, or look for NaN or huge "
+                              "rewards from the workers")
 
     def _agree(self, ready: bool, save: bool) -> tuple[bool, bool, bool]:
         """(every process has a batch, some process stops, some process is due to save): one all-gather."""

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint import CheckpointConfig, Checkpointer, remove_unfinished
 from seedleague.league.types import parse_key, snapshot_key
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class ModelPool:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         self._checkpointers: dict[str, Checkpointer] = {}
+        self._written: set[str] = set()  # players this process saves snapshots of
         self._lock = threading.Lock()
 
     def player_dir(self, player: str) -> str:
@@ -42,6 +43,9 @@ class ModelPool:
     def save(self, player: str, state: Any, meta: dict) -> str:
         """Freeze `state` (a TrainState) as snapshot player:<state.step>; returns its key."""
         step = int(state.step)
+        if player not in self._written:  # its one writer: unfinished saves of an earlier process go
+            remove_unfinished(self.player_dir(player))
+            self._written.add(player)
         self._checkpointer(player).save(step, state, meta)
         return snapshot_key(player, step)
 

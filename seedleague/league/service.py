@@ -12,7 +12,9 @@
 This module owns input checking, the lock and the write-then-apply order: every
 call checks its input first (a refused call raises ProtocolError and changes
 nothing), then writes to the store, and only after the commit applies the event
-to the in-memory `LeagueState`; on start it replays the store into that state.
+to the in-memory `LeagueState`; on start it replays the store into that state. A write the
+store could not commit is refused with INTERNAL and changes nothing (so results it could not
+store are never acknowledged).
 Who plays whom is `matchmaking`; the arithmetic is in `payoff`, `elo`,
 `trueskill` and `nash`. Thread-safe: one lock around every call.
 """
@@ -28,7 +30,7 @@ from seedleague.league import matchmaking, tables
 from seedleague.league.config import LeagueConfig
 from seedleague.league.payoff import OUTCOMES
 from seedleague.league.state import LeagueState
-from seedleague.league.store import LeagueStore, PlayerRow, SnapshotRow
+from seedleague.league.store import LeagueStore, PlayerRow, SnapshotRow, StoreWriteError
 from seedleague.league.types import (
     Match,
     MatchResult,
@@ -41,7 +43,8 @@ from seedleague.league.types import (
     Standing,
     snapshot_key,
 )
-from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ProtocolError
+from seedleague.protocol.errors import (FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE,
+                                        ProtocolError)
 
 MAX_NAME_CHARS = 64
 MAX_RESULT_ID_CHARS = 128
@@ -49,6 +52,15 @@ MAX_PATH_CHARS = 4096
 MAX_STEP = 1 << 62
 MAX_OPPONENTS_PER_CALL = 10_000
 MAX_RESULTS_PER_CALL = 100_000
+
+
+def _stored(write, *args):
+    """`write(*args)` on the store; ProtocolError(INTERNAL) naming the file when SQLite refused it (rolled back:
+    nothing of the call is stored, and the caller must not count it as acknowledged)."""
+    try:
+        return write(*args)
+    except StoreWriteError as error:
+        raise ProtocolError(INTERNAL, str(error)) from None
 
 
 class League:
@@ -80,7 +92,7 @@ class League:
                         "use another name for a player with another role",
                     )
                 return existing
-            store.add_player(name, role)
+            _stored(store.add_player, name, role)
             return self._state.add_player(name, role)
 
     def get_opponents(self, player: str, count: int) -> list[Match]:
@@ -100,7 +112,7 @@ class League:
             store = self._open_store()
             for result in results:
                 self._check_result(result)
-            new = store.add_results(results)
+            new = _stored(store.add_results, results)
             for result in new:
                 self._state.add_result(result)
             return len(new)
@@ -118,7 +130,7 @@ class League:
                 view = self._state.view()
                 decision = matchmaking.check_in_decision(view, info, learner_step, self.config, self._rng)
             pending = decision.reset if decision.snapshot else None
-            store.check_in(player, learner_step, pending)
+            _stored(store.check_in, player, learner_step, pending)
             self._state.check_in(player, learner_step, pending)
             return decision
 
@@ -147,7 +159,7 @@ class League:
                 )
             snapshot = SnapshotInfo(key=key, player=player, step=step, path=path, role=info.role)
             reset = bool(self._state.pending[player])
-            store.add_snapshot(snapshot, reset)
+            _stored(store.add_snapshot, snapshot, reset)
             self._state.add_snapshot(snapshot, reset)
             return snapshot
 

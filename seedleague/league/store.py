@@ -12,6 +12,11 @@ order) are rebuilt identically on restart. A write returns only after its
 transaction commits: a caller may acknowledge it then. Results are keyed by
 `result_id` and inserted with INSERT OR IGNORE, so a retried report is stored
 once. Callers serialise access (the service holds one lock).
+
+A write SQLite refuses (a full disk, an I/O error, a read-only file) raises `StoreWriteError`
+naming the file and the fix, after the transaction is rolled back: by us, or by SQLite itself,
+which rolls back on its own after some errors (then a ROLLBACK would fail with "cannot rollback
+- no transaction is active" and hide the real error). Nothing of the call is stored then.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import os
+import shutil
 import sqlite3
 from typing import Iterator, Optional, Sequence, Union
 
@@ -68,8 +75,26 @@ def _unseen(results: Sequence[MatchResult], seen: set[str]) -> list[MatchResult]
     return new
 
 
+def _write_fix(path: str, error: sqlite3.OperationalError) -> str:
+    """What to change after SQLite refused a write to `path`."""
+    text = str(error).lower()
+    if "full" in text:
+        try:
+            free = f" ({shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 2**20:.1f} MiB free)"
+        except OSError:
+            free = ""
+        return f"the disk holding it is full{free}: free space there, then --resume the run"
+    if "readonly" in text or "read-only" in text:
+        return "the file or its directory is read-only: make it writable, or give a new --run-dir"
+    return "check the disk holding it"
+
+
 class StoreError(Exception):
     """The database file cannot be used as a league store (other schema version, not a league DB)."""
+
+
+class StoreWriteError(StoreError):
+    """A write was refused by SQLite or the disk and rolled back: nothing of it is stored."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,16 +224,22 @@ class LeagueStore:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK and give back the sequence numbers taken."""
+        """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK (unless SQLite already did) and give back the
+        sequence numbers taken. SQLite's own errors become StoreWriteError."""
         first_seq = self._next_seq
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield self._db
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            self._next_seq = first_seq
-            raise
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._next_seq = first_seq
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:  # full disk, I/O error, read-only or locked file
+            raise StoreWriteError(f"the league could not write {self.path} ({error}); nothing of this call was "
+                                  f"stored: {_write_fix(self.path, error)}") from None
 
     def _open_schema(self) -> None:
         tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -1,0 +1,86 @@
+"""What a run says when its disk lets it down: one line naming the path and the fix.
+
+Every writer of a run (TensorBoard scalars, checkpoints, league snapshots, summary.json) turns the
+OSError it meets into a `StorageError` with `storage_error`, and the run stops on the first one:
+
+    try:
+        write(path)
+    except OSError as error:
+        raise storage_error(error, path, "the TensorBoard scalars") from None
+
+`seedleague` prints a StorageError as one console line and exits 1. `check_writable` refuses a
+run directory that cannot be written before anything starts.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from typing import Optional
+
+
+class StorageError(Exception):
+    """A run's file could not be written or read back; the message names the path and what to change."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.path = path
+
+
+def _free_space(path: str) -> str:
+    """Free bytes on the filesystem holding `path`, as text ("" if unknown)."""
+    directory = path
+    while directory and not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    try:
+        free = shutil.disk_usage(directory or ".").free
+    except OSError:
+        return ""
+    return f" ({free / 2**20:.1f} MiB free)"
+
+
+def fix_for(error: OSError, path: str) -> str:
+    """What the user should change after `error` writing `path`."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"the disk holding {path} is full{_free_space(path)}: free space there, or give a --run-dir on "
+                "another disk (then --resume continues from the newest checkpoint)")
+    if error.errno == errno.EROFS:
+        return f"{path} is on a read-only filesystem: give a --run-dir you can write to"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to write {path}: give a --run-dir you can write to, or change its permissions"
+    return f"check the disk holding {path}"
+
+
+def storage_error(error: OSError, path: str, what: str) -> StorageError:
+    """`error` (met writing `what` to `path`) as a StorageError with one line naming the path and the fix."""
+    reason = error.strerror or str(error)
+    return StorageError(f"could not write {what} to {path}: {reason}; {fix_for(error, path)}", path)
+
+
+def check_writable(directory: str, flag: str = "--run-dir") -> None:
+    """ValueError naming `flag` if `directory` is a file or cannot be created or written to."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"{flag} {directory} is a file, not a directory: give a directory (it is created if missing)")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test-{uuid.uuid4().hex[:8]}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise ValueError(f"{flag} {directory} cannot be written ({error.strerror or error}): "
+                         f"{fix_for(error, directory)}") from None
+
+
+def is_storage_failure(error: BaseException) -> Optional[OSError]:
+    """The OSError behind `error` (itself, or its cause or context) when a disk refused, else None."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                         errno.EPERM, errno.EIO):
+            return error
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
