@@ -42,7 +42,7 @@ from seedleague.output import OutputConfig
 from seedleague.protocol.errors import ProtocolError
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
-from launch.child import Child, log_tail, stop_all
+from launch.child import Child, ChildExited, log_tail, stop_all
 from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
@@ -356,7 +356,10 @@ class _League:
         address = link.address or (spec.address if spec else "")
         if not address:
             self.process = LeagueProcess(self.run_dir, spec, self.config.security)
-            address = self.process.start()
+            try:
+                address = self.process.start()
+            except ChildExited as error:  # it refused its database or address: its own reason, without a traceback
+                raise ValueError(str(error)) from None
             print(f"league service on {address}; its log: {self.process.log_path}", flush=True)
         pool_dir = link.pool_dir or os.path.join(self.run_dir, "pool")
         player = spec.players[0] if spec and not link.address else None
