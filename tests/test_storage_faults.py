@@ -54,11 +54,10 @@ def small_disk(tmp_path):
         filler = os.path.join(path, "filler")
 
         def fill(self) -> None:
-            with open(self.filler, "ab") as f:
+            with open(self.filler, "ab", buffering=0) as f:
                 try:
                     while True:
                         f.write(b"\0" * 65536)
-                        f.flush()
                 except OSError:
                     pass
 

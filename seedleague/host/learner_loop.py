@@ -126,6 +126,8 @@ class LearnerLoop:
         """
         if self._layout is not None and self._layout.multi_process:
             raise RuntimeError("LearnerLoop.call would change one process's state of a multi-process learner")
+        if self._poisoned:  # the thread stopped at a NaN update: nothing may read or save its state
+            raise NonFiniteUpdate("the learner stopped at a non-finite update; its state is not used")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._calls.put((fn, future))
         return future.result(timeout)
