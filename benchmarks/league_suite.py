@@ -1,4 +1,4 @@
-"""The default league recipe against a plain self-play baseline, per game, on one wall-clock budget.
+"""The default league recipe, its exact selection and a plain self-play baseline, per game, on one wall-clock budget.
 
     python -m benchmarks.league_suite --games openspiel:kuhn_poker openspiel:leduc_poker \\
         openspiel:connect_four --seconds 600 --runs 3 --out R [--at 0.25 0.5]
@@ -8,6 +8,9 @@ the same budget:
 
 - **recipe**: `seedleague train --env GAME --run-dir DIR --max-seconds S --no-eval`,
   the default recipe with no per-game flags;
+- **exact-selection**: the same command plus `--output selected`: the least exploitable mixture of the run's
+  networks chosen on the game tree (the explicit choice for games small enough to walk; a user's own game has
+  no tree, so README claims rest on **recipe**);
 - **self-play**: the same command plus `SELF_PLAY_BASELINE_FLAGS`.
 
 Each run is then scored at fractions of its budget (`--at`; the league snapshot in
@@ -55,7 +58,7 @@ SELF_PLAY_BASELINE_FLAGS = (
     "--learner.entropy-cost", "0.05", "--learner.entropy-cost-final", "0.01", "--learner.anneal-steps", "20000",
     "--learner.average-tail", "0", "--output", "final",
 )
-METHODS = {"recipe": (), "self-play": SELF_PLAY_BASELINE_FLAGS}
+METHODS = {"recipe": (), "exact-selection": ("--output", "selected"), "self-play": SELF_PLAY_BASELINE_FLAGS}
 ROWS_FILE, TABLE_FILE = "league_suite.jsonl", "league_suite.md"
 
 

@@ -36,8 +36,9 @@ SOURCES = {
     "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
     "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
-                "least exploitable mixture of them all, measured "
-                "exactly (OpenSpiel imperfect-information games); param_average where that cannot be measured",
+                "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
+                "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
+                "measured",
 }
 MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
 AVERAGE_FRACTION = 1 / 3  # average_policy mixes this newest fraction of the snapshots (as evaluate_run reports)

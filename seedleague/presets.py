@@ -39,8 +39,9 @@ class Preset:
     league: LeagueConfig = LeagueConfig()
     output: str = "final"  # what the run's output is (seedleague.output.SOURCES): --output
     anneal_over_budget: bool = False  # the learner's anneal follows the run's time budget (see anneal_over_budget)
-    # where --output names a single network rather than the preset's mixture output, its learner (see for_output)
-    single_network_learner: LearnerConfig | None = None
+    # the learner of a run whose user asks for `--output selected` where that choice can measure every candidate
+    # exactly (a game tree small enough to walk): see for_output
+    exact_selection_learner: LearnerConfig | None = None
 
 
 def is_multiplayer(env_id: str) -> bool:
@@ -182,8 +183,9 @@ def _atari() -> Preset:
 # is set from --max-seconds, see `anneal_over_budget`), so a run ends annealed on a fast
 # machine and a slow one alike; the output is the mean of the params over the last quarter
 # of that anneal. Measurements and the per-game schedules this replaced: benchmarks/README.md.
-# GAME_RECIPE is the recipe where the run's output is one network (the param average); MIXTURE_RECIPE
-# where it is the least exploitable mixture of the run's networks (`mixes_networks`).
+# GAME_RECIPE is every game's recipe, and its output needs no game tree (GAME_OUTPUT). MIXTURE_RECIPE serves only
+# a run whose user asks for the exact selection (`--output selected`) on a game whose tree can be walked
+# (`mixes_networks`): the least exploitable mixture of the run's networks, chosen by exact exploitability.
 GAME_RECIPE = LearnerConfig(
     loss="mmd",
     kl_cost=0.2,  # 1 / eta, MMD's proximal weight on KL(pi || the policy that acted)
@@ -201,6 +203,9 @@ GAME_RECIPE = LearnerConfig(
 # lower temperature's QRE, which is nearer Nash (benchmarks/README.md, "A lower final temperature under the
 # mixture output"). The single networks get worse, so this holds only where the mixture is the output.
 MIXTURE_RECIPE = dataclasses.replace(GAME_RECIPE, entropy_cost_final=0.02)
+# The output of a game's run by default: nothing that chooses it walks a game tree, so an OpenSpiel game's run
+# gives what a user's own worker binary's run gives.
+GAME_OUTPUT = "param_average"
 # Values and returns are learnt in the game's own payoff units while its payoffs stay within what the recipe is
 # measured on (Leduc's largest is 13); a game with larger payoffs learns them scaled into [-1, 1]
 # (`scale_for_bound` of the return bound the worker's spec declares). universal_poker's chips (up to 1,200) put
@@ -230,7 +235,8 @@ def _shows_a_board(game: str) -> bool:
 
 
 def mixes_networks(env_name: str) -> bool:
-    """Whether the `selected` output of a run on `env_name` can be the least exploitable mixture of its networks:
+    """Whether an asked-for `selected` output of a run on `env_name` can be the least exploitable mixture of its
+    networks:
     exactly when every candidate's exploitability can be measured (seedleague.eval.output_selection.unmeasurable,
     asked of the name the worker's spec declares, as the output's choice asks it)."""
     from envs.openspiel_games import UnsupportedGame
@@ -266,13 +272,14 @@ def payoff_scale(env_name: str) -> float:
 
 def _openspiel(game: str) -> Preset:
     name = f"openspiel:{game}"
-    return _game(board=_shows_a_board(game), mixture=mixes_networks(name), reward_scale=payoff_scale(name))
+    return _game(board=_shows_a_board(game), exact_selection=mixes_networks(name), reward_scale=payoff_scale(name))
 
 
-def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Preset:
-    """Two-player zero-sum games: GAME_RECIPE in self-play, MIXTURE_RECIPE where the output mixes the networks by
-    exact exploitability; the board torso for [C, H, W] planes; rewards times `reward_scale` (`payoff_scale`)."""
-    single = dataclasses.replace(GAME_RECIPE, reward_scale=reward_scale)
+def _game(board: bool, exact_selection: bool = False, reward_scale: float = 1.0) -> Preset:
+    """Two-player zero-sum games: GAME_RECIPE in self-play, the GAME_OUTPUT; MIXTURE_RECIPE only for a run that asks
+    for `--output selected` where that can measure exactly (`exact_selection`); the board torso for [C, H, W]
+    planes; rewards times `reward_scale` (`payoff_scale`)."""
+    learner = dataclasses.replace(GAME_RECIPE, reward_scale=reward_scale)
     return Preset(
         host=HostConfig(
             unroll_length=8,
@@ -280,7 +287,7 @@ def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Pres
             batcher=BatcherConfig(timeout_ms=2.0),
             replay=ReplayConfig(capacity=256, samples_per_insert=1.0, sampler="fifo"),  # each batch once, fresh
             network=_BOARD_NETWORK if board else _FLAT_NETWORK,
-            learner=dataclasses.replace(MIXTURE_RECIPE, reward_scale=reward_scale) if mixture else single,
+            learner=learner,
         ),
         workers=1,
         envs_per_worker=128,
@@ -288,20 +295,22 @@ def _game(board: bool, mixture: bool = False, reward_scale: float = 1.0) -> Pres
         # PSRO's opponent draw (the Nash mixture of the snapshots) for a tenth of the episodes: the league's
         # games rate the snapshots; more costs learner updates (opponent rows need a second pass).
         league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100),
-        output="selected",  # the least exploitable of final, param average, the snapshots' mixtures and all of them
+        output=GAME_OUTPUT,
         anneal_over_budget=True,
-        single_network_learner=single if mixture else None,
+        exact_selection_learner=dataclasses.replace(MIXTURE_RECIPE, reward_scale=reward_scale) if exact_selection else None,
     )
 
 
 def for_output(preset: Preset, source: str | None) -> Preset:
-    """`preset` for a run whose output is `source` (--output; None: the preset's own). The mixture recipe's lower
-    final temperature serves only the mixture output: any other output is one network, and gets the preset's
-    `single_network_learner` (GAME_RECIPE at the same reward scale)."""
-    if source in (None, preset.output) or preset.single_network_learner is None:
+    """`preset` for a run whose output is `source` (--output; None: the preset's own). Asking for `selected` where
+    the exact selection can measure every candidate gets the preset's `exact_selection_learner` (MIXTURE_RECIPE at
+    the same reward scale): that output mixes the run's networks, which the lower final temperature serves."""
+    if source in (None, preset.output):
         return preset
-    host = dataclasses.replace(preset.host, learner=preset.single_network_learner)
-    return dataclasses.replace(preset, output=source, host=host, single_network_learner=None)
+    if source == "selected" and preset.exact_selection_learner is not None:
+        host = dataclasses.replace(preset.host, learner=preset.exact_selection_learner)
+        return dataclasses.replace(preset, output=source, host=host)
+    return dataclasses.replace(preset, output=source)
 
 
 def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerConfig:
@@ -380,12 +389,13 @@ def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_bat
 
 
 def preset_for_spec(spec: EnvSpec) -> Preset:
-    """The preset for a worker's spec, from what the spec says; its name is read only to ask whether the run's
-    output can be measured exactly (`mixes_networks`, as the output's choice asks it), never to look up settings.
+    """The preset for a worker's spec, from what the spec says; its name is read only to ask whether an asked-for
+    exact selection of the output can measure it (`mixes_networks`, as that choice asks it), never to look up
+    settings.
 
     Two or more seats (or teams): a game, trained in the league (the host checks that every
-    episode's rewards sum to zero over the seats): GAME_RECIPE, or MIXTURE_RECIPE where the output can mix the
-    networks, with the board torso for [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari
+    episode's rewards sum to zero over the seats): GAME_RECIPE (MIXTURE_RECIPE only for an asked-for exact
+    selection, `for_output`), with the board torso for [C, H, W] planes; [H, W, C] uint8 frames get the two-player Atari
     settings; a protocol v2 spec of several named tensors or action heads gets GAME_RECIPE with one encoder per tensor
     (torso "auto"). One seat: the conv settings for [H, W, C] frames, the continuous-control
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
@@ -404,7 +414,7 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     if spec.num_seats >= 2:
         if _shows_pixels(spec):
             return _pettingzoo()
-        return _game(board=len(spec.observation_shape) == 3, mixture=mixes_networks(spec.env_name),
+        return _game(board=len(spec.observation_shape) == 3, exact_selection=mixes_networks(spec.env_name),
                      reward_scale=scale_for_bound(spec.return_bound))
     return _atari() if len(spec.observation_shape) == 3 else _classic_control()
 

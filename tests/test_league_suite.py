@@ -47,10 +47,11 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     out = str(tmp_path / "R")
     rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.25, 0.5],
                                   output_score.BoardBudget(), fake_train(calls))
-    assert [r["method"] for r in rows] == ["recipe", "self-play"]
-    league_cmd, baseline_cmd = calls
+    assert [r["method"] for r in rows] == ["recipe", "exact-selection", "self-play"]
+    league_cmd, exact_cmd, baseline_cmd = calls
     assert league_cmd[1:] == ["train", "--env", "openspiel:kuhn_poker", "--run-dir", rows[0]["run_dir"],
                               "--max-seconds", "8", "--no-eval", "--seed", "0"]
+    assert exact_cmd[len(league_cmd):] == ["--output", "selected"]  # the game tree chooses only when asked to
     assert baseline_cmd[len(league_cmd):] == list(league_suite.SELF_PLAY_BASELINE_FLAGS)
     row = rows[0]
     assert [(p["fraction"], p["snapshot"]) for p in row["points"]] == [(0.25, "main:000001"), (0.5, "main:000002")]
@@ -64,10 +65,10 @@ def test_the_suite_trains_each_method_in_turn_and_scores_the_cutoffs_and_the_out
     assert "| openspiel:kuhn_poker | recipe | 0 |" in table and "| openspiel:kuhn_poker | self-play | 0 |" in table
     assert "| 12,345 | 67 |" in table and "(at 2 s) | " in table  # 25% of 8 s: the snapshot at 1.5 s
     # every row was written as it finished; a rerun skips them and trains nothing
-    assert len(league_suite.read_rows(out)) == 2
+    assert len(league_suite.read_rows(out)) == 3
     again = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.25, 0.5],
                                    output_score.BoardBudget(), fake_train(calls))
-    assert len(again) == 2 and len(calls) == 2
+    assert len(again) == 3 and len(calls) == 3
 
 
 def test_a_mixture_output_is_scored_as_the_mixture(tmp_path, monkeypatch):
@@ -86,7 +87,7 @@ def test_a_run_that_left_nothing_gets_a_row_of_n_a(tmp_path):
     out = str(tmp_path / "R")
     rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.5], output_score.BoardBudget(),
                                   lambda command, run_dir, seconds: 1)
-    assert [r["returncode"] for r in rows] == [1, 1]
+    assert [r["returncode"] for r in rows] == [1, 1, 1]
     assert rows[0]["points"][0]["score"] is None and rows[0]["final"]["score"] is None
     line = league_suite.markdown_table(rows, [0.5]).splitlines()[2]
     assert line == "| openspiel:kuhn_poker | recipe | 0 | n/a | n/a | n/a | n/a | - |"
@@ -168,8 +169,9 @@ def test_parallel_runs_train_at_once_and_their_rows_keep_the_job_order(tmp_path)
         return train(command, run_dir, seconds)
 
     out = str(tmp_path / "R")
+    two = {name: league_suite.METHODS[name] for name in ("recipe", "self-play")}
     rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.5], output_score.BoardBudget(),
-                                  train_together, parallel=2)
+                                  train_together, methods=two, parallel=2)
     assert [r["method"] for r in rows] == ["recipe", "self-play"] and len(calls) == 2
     assert all(env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" for env in envs)
     assert [r["method"] for r in league_suite.read_rows(out)] == ["recipe", "self-play"]

@@ -28,49 +28,54 @@ def test_openspiel_board_games_get_the_board_torso_and_the_others_an_mlp():
     assert preset_for("openspiel:no_such_game").host.network.torso == "mlp"  # refused by name before it runs
 
 
-def test_every_two_player_game_gets_the_same_recipe(monkeypatch):
-    # No table keyed by a game's name: only what the run can measure differs, a board or not, and whether its
-    # output can mix the networks by exact exploitability (an imperfect-information game small enough to measure).
+def test_every_two_player_game_gets_the_same_recipe_and_an_output_no_game_tree_chooses(monkeypatch):
+    # No table keyed by a game's name, and nothing that walks a game tree decides the default: a game whose tree
+    # can be measured trains and outputs exactly as one whose tree cannot (a user's own worker binary).
     mixed = ["kuhn_poker", "leduc_poker", "liars_dice", "kuhn_poker(players=2)",
              "turn_based_simultaneous_game(game=oshi_zumo(coins=6,size=2,horizon=6))"]  # 1.4M histories
     single = ["connect_four", "tic_tac_toe"]
     for game in mixed + single:
         preset = preset_for(f"openspiel:{game}")
-        assert preset.host.learner == (presets.MIXTURE_RECIPE if game in mixed else presets.GAME_RECIPE), game
-        assert preset.single_network_learner == (presets.GAME_RECIPE if game in mixed else None), game
-        assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"),
-                                                                                  learner=preset.host.learner)
-    # A tree too large to measure: one network is the output, so the single network's recipe.
+        assert preset.host.learner == presets.GAME_RECIPE and preset.output == presets.GAME_OUTPUT, game
+        # Only an asked-for exact selection, where it can measure, gets the mixture's recipe.
+        assert preset.exact_selection_learner == (presets.MIXTURE_RECIPE if game in mixed else None), game
+        assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"))
+    assert presets.GAME_OUTPUT != "selected"
+    # A tree too large to measure: an asked-for selection falls back to one network, so the single network's recipe.
     output_selection.unmeasurable.cache_clear()
     monkeypatch.setattr(output_selection, "MAX_HISTORIES", 9_000)  # Leduc has 9,457
     try:
-        assert preset_for("openspiel:leduc_poker").host.learner == presets.GAME_RECIPE
+        assert presets.for_output(preset_for("openspiel:leduc_poker"), "selected").host.learner == presets.GAME_RECIPE
     finally:
         output_selection.unmeasurable.cache_clear()
 
 
-def test_only_the_mixture_output_anneals_to_the_lower_temperature():
+def test_only_an_asked_for_exact_selection_anneals_to_the_lower_temperature():
     # The two recipes differ in the anneal's end alone, the mixture's the lower.
     assert presets.MIXTURE_RECIPE == dataclasses.replace(presets.GAME_RECIPE, entropy_cost_final=0.02)
     assert presets.MIXTURE_RECIPE.entropy_cost_final < presets.GAME_RECIPE.entropy_cost_final
-    assert _run_config("openspiel:leduc_poker").host.learner.entropy_cost_final == 0.02
-    assert _run_config("openspiel:leduc_poker").output.source == "selected"
-    # An output of one network gets the recipe whose single iterates stay stable.
-    for source in ("final", "param_average"):
+    default = _run_config("openspiel:leduc_poker")
+    assert (default.host.learner.entropy_cost_final, default.output.source) == (0.05, presets.GAME_OUTPUT)
+    selected = _run_config("openspiel:leduc_poker", "--output", "selected")
+    assert (selected.host.learner.entropy_cost_final, selected.output.source) == (0.02, "selected")
+    for source in ("final", "param_average", "average_policy"):
         config = _run_config("openspiel:leduc_poker", "--output", source)
         assert (config.host.learner.entropy_cost_final, config.output.source) == (0.05, source), source
     # A flag wins over either.
-    assert _run_config("openspiel:leduc_poker", "--output", "final", "--learner.entropy-cost-final", "0.03"
+    assert _run_config("openspiel:leduc_poker", "--output", "selected", "--learner.entropy-cost-final", "0.03"
                        ).host.learner.entropy_cost_final == 0.03
     assert _run_config("openspiel:connect_four").host.learner.entropy_cost_final == 0.05
 
 
-def test_a_worker_that_declares_a_measurable_game_gets_the_mixture_recipe():
-    # The name is asked only what the output's choice asks: can its candidates be measured exactly.
+def test_a_worker_that_declares_a_measurable_game_trains_as_any_other_worker():
+    # The name is asked only what an asked-for exact selection asks: can its candidates be measured exactly.
     leduc = preset_for("openspiel:leduc_poker")
     spec = EnvSpec("openspiel:leduc_poker", leduc_shape(), np.float32, 3, 16, num_seats=2)
     assert presets.preset_for_spec(spec).host == leduc.host
-    assert presets.preset_for_spec(dataclasses.replace(spec, env_name="my game")).host.learner == presets.GAME_RECIPE
+    mine = presets.preset_for_spec(dataclasses.replace(spec, env_name="my game"))
+    assert mine.host.learner == presets.GAME_RECIPE and mine.output == leduc.output
+    assert presets.preset_for_spec(spec).exact_selection_learner == presets.MIXTURE_RECIPE
+    assert mine.exact_selection_learner is None
 
 
 def leduc_shape():
@@ -80,7 +85,7 @@ def leduc_shape():
 def dataclasses_without_network(preset, learner=None):
     host = dataclasses.replace(preset.host, network=preset_for("CartPole-v1").host.network,
                                learner=learner or preset.host.learner)
-    return dataclasses.replace(preset, host=host, single_network_learner=None)
+    return dataclasses.replace(preset, host=host, exact_selection_learner=None)
 
 
 def test_the_recipes_anneal_follows_the_time_budget():
@@ -122,10 +127,10 @@ def test_a_game_with_payoffs_beyond_the_recipes_range_learns_them_scaled_into_un
         assert presets.payoff_scale(f"openspiel:{game}") == 1.0, game
     assert presets.payoff_scale("CartPole-v1") == 1.0  # declares no bound
     assert [presets.scale_for_bound(b) for b in (0.0, 1.0, 16.0, 32.0, 1200.0)] == [1.0, 1.0, 1.0, 1 / 32, 1 / 1200]
-    poker = preset_for("openspiel:universal_poker")  # 1.22M histories: measurable, so the mixture recipe
-    assert poker.host.learner == dataclasses.replace(presets.MIXTURE_RECIPE, reward_scale=1 / 1200)
-    single = presets.for_output(poker, "param_average").host.learner  # one network's recipe keeps the scale
-    assert single == dataclasses.replace(presets.GAME_RECIPE, reward_scale=1 / 1200)
+    poker = preset_for("openspiel:universal_poker")  # 1.22M histories: an asked-for selection can measure it
+    assert poker.host.learner == dataclasses.replace(presets.GAME_RECIPE, reward_scale=1 / 1200)
+    selected = presets.for_output(poker, "selected").host.learner  # the mixture's recipe keeps the scale
+    assert selected == dataclasses.replace(presets.MIXTURE_RECIPE, reward_scale=1 / 1200)
 
 
 def test_a_worker_binary_that_declares_a_return_bound_gets_its_rewards_scaled_whatever_its_name():
