@@ -262,7 +262,6 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     problem = checkpoint.path_problem(run_dir)
     if problem:
         raise ValueError(f"--run-dir {problem}")
-    check_writable(run_dir)  # a file, a read-only or full directory: refused before any process starts
     preset = presets.for_output(preset, args.output)
     host = config_flags.build(HostConfig, args, preset.host)
     if from_spec:
@@ -282,10 +281,14 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     league = _league_spec(args, preset, argv or [], multiplayer, name)
+    chosen_output = _output_config(args, preset, host, league, name)
+    # Last of the refusals, since it creates the directory: a file, a read-only or full directory is refused before
+    # any process starts.
+    check_writable(run_dir)
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=resume,
                      start_if_none=args.resume_or_start and not args.resume,
                      security=server_security_from_args(args), league=league, env_id=args.env or "",
-                     output=_output_config(args, preset, host, league, name))
+                     output=chosen_output)
 
 
 def _default_run_dir(name: str) -> str:
