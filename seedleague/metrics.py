@@ -166,7 +166,10 @@ def progress_line(report: dict[str, float]) -> str:
         f"episodes {int(get('episodes', 0))}",
     ]
     if "games" in report:  # a seated game: an episode counts each learning seat, a game once
-        parts.append(f"games {int(get('games'))} ({int(get('league_games', 0))} vs league)")
+        league_games = f" ({int(get('league_games'))} vs league)" if get("league_games") else ""
+        parts.append(f"games {int(get('games'))}{league_games}")
+    if "best_response_return" in report:  # `seedleague exploit`: the learner's mean return against the output
+        parts.append(f"best response's return {get('best_response_return'):+.4f}")
     if "league_win_rate" in report:  # a zero-sum game's return averages to 0 over both seats: say who wins
         parts.append(f"win rate vs league(100) {get('league_win_rate'):.3f}")
     else:

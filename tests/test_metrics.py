@@ -22,7 +22,12 @@ def test_a_league_run_shows_games_and_the_win_rate_instead_of_a_zero_return():
 
 def test_self_play_with_seats_shows_games_and_keeps_the_return():
     line = progress_line(dict(BASE, mean_return=0.0, games=400, league_games=0))
-    assert "games 400 (0 vs league)" in line and "return(100) 0.0" in line
+    assert "games 400 |" in line and "vs league" not in line and "return(100) 0.0" in line
+
+
+def test_a_best_response_shows_its_return_against_the_output_and_no_league():
+    line = progress_line(dict(BASE, mean_return=0.2, games=400, league_games=0, best_response_return=0.15123))
+    assert "games 400 | best response's return +0.1512 | return(100) 0.2" in line and "vs league" not in line
 
 
 def test_a_v2_workers_episode_stats_show_by_name_after_the_return():

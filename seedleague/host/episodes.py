@@ -51,7 +51,9 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
     elif target is not None:  # a best response: its returns against the frozen output are what the run measures
         envs = np.flatnonzero(ended[::seats])
         learner_returns = target.record(seating, envs, returns)
-        metrics.record_games(len(envs), [results.outcome(r) for r in learner_returns])
+        metrics.record_games(len(envs))  # no league: the progress line shows the response's return instead
+        if learner_returns.size:
+            metrics.record(best_response_return=float(learner_returns.mean()))
     started_envs = np.flatnonzero(step.first[::seats])
     seating.start(started_envs, pipeline.opponents().draw(len(started_envs)))
     step.learning = seating.learning()
