@@ -190,8 +190,6 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_newest_good_one(tmp_
     config = HostConfig(network=SMALL, checkpoint=CheckpointConfig(directory=str(tmp_path)))
     try:
         restored = restore.from_checkpoint(config, checkpointer)
-        if how == "junk" and not restored.note:  # junk that decodes to finite numbers cannot be told from params
-            pytest.skip("this junk happened to decode to finite values")
         assert int(restored.state.step) == 3
         assert "checkpoint 3" in restored.note and f"{tmp_path}/5" in restored.note and "damaged-5" in restored.note
         assert checkpointer.steps() == [3]  # set aside: a resumed run saves step 5 afresh
