@@ -8,18 +8,25 @@ Several processes may share a directory (the league's model pool: each host writ
 its own player's snapshots and reads the others'), so a step this process has not
 seen is looked for on disk again before it is called missing.
 
-Faults: a state with a NaN or inf is refused before it is written (`NonFiniteState`), so
-rotation never replaces a good checkpoint with a poisoned one; a write the disk refuses
-raises `StorageError` naming the path; a checkpoint that cannot be read back, or reads
-back non-finite, raises `DamagedCheckpoint`, and `set_aside` moves it out of the steps
-(to `damaged-<step>`) so a resumed run neither reads it again nor keeps it as its own.
-Orbax's unfinished `*.orbax-checkpoint-tmp` folders, left by a process killed while
-saving, are removed when a Checkpointer opens the directory.
+Verification: every save records a checksum of the state's values (`state_checksum`, in the
+meta as `state_sha256`), reads the checkpoint back and compares; every restore compares again.
+So junk that still decodes to finite numbers is found, and a checkpoint is only counted once
+it has read back as written. Rotation (`max_to_keep`) is done here, not by orbax, and only
+after the new checkpoint has verified: the last verified-good checkpoint is never deleted.
+
+Faults: a state with a NaN or inf is refused before it is written (`NonFiniteState`); a write
+the disk refuses, or that does not read back as written, raises `StorageError` naming the
+path (the bad step is set aside, nothing is rotated away); a checkpoint that cannot be read
+back, does not match its checksum, or reads back non-finite raises `DamagedCheckpoint`, and
+`set_aside` moves it out of the steps (to `damaged-<step>`) so a resumed run neither reads it
+again nor keeps it as its own. Orbax's unfinished `*.orbax-checkpoint-tmp` folders, left by a
+process killed while saving, are removed when a Checkpointer opens the directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import shutil
@@ -30,11 +37,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from seedleague.storage import storage_error
+from seedleague.storage import StorageError, storage_error
 
 log = logging.getLogger(__name__)
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax writes a step here and renames it when complete
+CHECKSUM_KEY = "state_sha256"  # the meta key holding `state_checksum` of the saved state
 
 
 class DamagedCheckpoint(ValueError):
@@ -94,6 +102,17 @@ def non_finite_leaves(state: Any) -> list[str]:
     return bad
 
 
+def state_checksum(state: Any) -> str:
+    """sha256 over every leaf's dtype, shape and bytes, in tree order. Leaves are taken as JAX arrays first, so a
+    Python int and the int32 it is restored as hash alike."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(_to_savable(state)):
+        array = np.ascontiguousarray(np.asarray(jax.numpy.asarray(leaf)))
+        digest.update(f"{array.dtype.str}{array.shape};".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -123,30 +142,60 @@ class Checkpointer:
             raise storage_error(error, self.directory, "checkpoints") from None
         if writer:
             remove_unfinished(self.directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=config.max_to_keep, enable_async_checkpointing=False)
+        # max_to_keep is applied by `_rotate` once a new checkpoint has verified, never by orbax before
+        options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
         # One caller at a time: a host's prefetch thread restores opponents while its learner saves.
         self._lock = threading.RLock()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Save `state` as `step`; a step already on disk holds the same state and is kept as is.
-        NonFiniteState (nothing written) if `state` holds NaN or inf; StorageError if the disk refuses."""
+        """Save `state` as `step`, read it back and compare checksums, then delete the oldest steps beyond
+        max_to_keep; a step already on disk holds the same state and is kept as is. NonFiniteState (nothing
+        written) if `state` holds NaN or inf; StorageError if the disk refuses or the checkpoint does not read
+        back as written (it is set aside, and nothing is deleted)."""
         bad = non_finite_leaves(state)
         if bad:
             raise NonFiniteState(f"not saving step {step} to {self.directory}: {len(bad)} of its arrays hold NaN or "
                                  f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+        savable = _to_savable(state)
+        checksum = state_checksum(savable)
+        meta = dict(meta, **{CHECKSUM_KEY: checksum})
         with self._lock:
             if self._has(step):
                 log.info("checkpoint %d already saved; keeping it", step)
                 return
-            args = ocp.args.Composite(state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta))
+            args = ocp.args.Composite(state=ocp.args.StandardSave(savable), meta=ocp.args.JsonSave(meta))
             try:
                 self._manager.save(step, args=args, force=True)
                 self._manager.wait_until_finished()
             except OSError as error:
                 remove_unfinished(self.directory, quiet=True)  # what orbax began: it only holds the disk's last bytes
                 raise storage_error(error, f"{self.directory}/{step}", "a checkpoint") from None
-        log.info("saved checkpoint %s/%d", self.directory, step)
+            self._verify(step, savable, checksum)
+            self._rotate(step)
+        log.info("saved checkpoint %s/%d (verified)", self.directory, step)
+
+    def _verify(self, step: int, savable: Any, checksum: str) -> None:
+        """StorageError, with `step` set aside, unless checkpoint `step` reads back with `checksum`."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, savable)
+        try:
+            restored = self._read(step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+            found = "a different checksum" if state_checksum(restored["state"]) != checksum else ""
+        except (DamagedCheckpoint, OSError) as error:
+            found = str(error)
+        if found:
+            where = self.set_aside(step)
+            raise StorageError(f"checkpoint {self.directory}/{step} did not read back as written ({found}); it was "
+                               f"moved to {where} and no older checkpoint was deleted. Check the disk holding "
+                               f"{self.directory}, or give a --run-dir on another disk (then --resume continues from "
+                               "the newest good checkpoint)", where)
+
+    def _rotate(self, kept: int) -> None:
+        """Delete the oldest steps beyond max_to_keep, never `kept` (the checkpoint that has just verified)."""
+        steps = sorted(self._manager.all_steps())
+        excess = len(steps) - self.config.max_to_keep
+        for old in [s for s in steps if s != kept][:max(0, excess)]:
+            self._manager.delete(old)
 
     def latest_step(self) -> Optional[int]:
         steps = self.steps()
@@ -166,12 +215,17 @@ class Checkpointer:
         with self._lock:
             self._require(step)
             restored = self._read(step, args)
+        meta = dict(restored["meta"])
+        recorded = meta.pop(CHECKSUM_KEY, None)  # None: saved before checksums were recorded
+        if recorded is not None and state_checksum(restored["state"]) != recorded:
+            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} does not match the checksum recorded when "
+                                    "it was saved: its files changed on disk")
         state = _from_savable(restored["state"], template)
         bad = non_finite_leaves(state)
         if bad:
             raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} holds NaN or inf in {len(bad)} arrays "
                                     f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
-        return state, dict(restored["meta"])
+        return state, meta
 
     def restore_meta(self, step: Optional[int] = None) -> Optional[dict]:
         """Only the JSON sidecar of checkpoint `step` (default: the newest): run counters, env spec, config.
@@ -185,7 +239,7 @@ class Checkpointer:
         meta = restored["meta"]
         if not isinstance(meta, dict):
             raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} has no readable meta (found {type(meta).__name__})")
-        return dict(meta)
+        return {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
 
     def set_aside(self, step: int) -> str:
         """Move damaged checkpoint `step` to `damaged-<step>` beside the others (kept for a look, never read

@@ -5,6 +5,7 @@ in the learner. Each fault must end in one line that names the path and the fix,
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -150,6 +151,50 @@ def test_a_state_with_nan_is_never_saved(tmp_path):
         checkpointer.save(2, {"w": np.array([1.0, np.nan, 0.0], np.float32)}, {})
     assert checkpointer.steps() == [1]  # max_to_keep 1: the good one was not rotated away
     checkpointer.close()
+
+
+def _random_state(seed: int) -> dict:
+    return {"w": np.random.default_rng(seed).standard_normal((64, 1024)).astype(np.float32)}
+
+
+def test_a_checkpoint_that_does_not_read_back_as_written_is_set_aside_and_rotation_keeps_the_good_one(tmp_path):
+    checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path), max_to_keep=1), writer=True)
+    checkpointer.save(1, _random_state(1), {"n": 1})
+    written = checkpointer._manager.save
+
+    def save_on_a_failing_disk(step, **kwargs):  # the bytes on disk are not those written (a failing disk)
+        done = written(step, **kwargs)
+        _damage(str(tmp_path / str(step)), "junk")
+        return done
+
+    checkpointer._manager.save = save_on_a_failing_disk
+    with pytest.raises(StorageError, match=f"{tmp_path}/2 did not read back as written") as refused:
+        checkpointer.save(2, _random_state(2), {"n": 2})
+    assert "damaged-2" in str(refused.value) and "no older checkpoint was deleted" in str(refused.value)
+    assert checkpointer.steps() == [1]  # max_to_keep 1, yet the last verified checkpoint stays
+    checkpointer._manager.save = written
+    checkpointer.save(3, _random_state(3), {"n": 3})
+    assert checkpointer.steps() == [3]  # verified: now the older one goes
+    checkpointer.close()
+
+
+def test_a_checkpoint_whose_files_changed_into_other_valid_values_fails_its_checksum(tmp_path):
+    """Junk that decodes to finite numbers: checkpoint 5's state files replaced by another state's, whole and
+    readable; only the checksum recorded at save can tell."""
+    save_checkpoint(tmp_path / "run", step=3, network=SMALL)
+    save_checkpoint(tmp_path / "run", step=5, network=SMALL, seed=1)
+    save_checkpoint(tmp_path / "other", step=5, network=SMALL, seed=2)
+    shutil.rmtree(tmp_path / "run" / "5" / "state")
+    shutil.copytree(tmp_path / "other" / "5" / "state", tmp_path / "run" / "5" / "state")
+    checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path / "run")), writer=True)
+    config = HostConfig(network=SMALL, checkpoint=CheckpointConfig(directory=str(tmp_path / "run")))
+    try:
+        restored = restore.from_checkpoint(config, checkpointer)
+        assert int(restored.state.step) == 3
+        assert "does not match the checksum recorded when it was saved" in restored.note
+        assert "state_sha256" not in restored.meta  # the checksum is the checkpointer's, not the run's counters
+    finally:
+        checkpointer.close()
 
 
 def test_unfinished_orbax_folders_are_removed_by_the_writer_only(tmp_path):
