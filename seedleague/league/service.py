@@ -124,7 +124,13 @@ class League:
             store = self._open_store()
             info = self._player(player)
             pending = self._state.pending[player]
-            if pending is not None:
+            if info.snapshots and learner_step <= info.last_snapshot_step:
+                # The learner went back to a checkpoint older than its newest snapshot (a --resume that passed
+                # over a damaged checkpoint, or a host killed between a snapshot and its next checkpoint): its
+                # next snapshot must come after that one, and a decision made for the learner it was is dropped.
+                decision = SnapshotDecision(False, False, f"learner step {learner_step} is not past the last "
+                                            f"snapshot, step {info.last_snapshot_step}: snapshots continue after it")
+            elif pending is not None:
                 decision = SnapshotDecision(True, pending, "repeating the earlier answer: add that snapshot first")
             else:
                 view = self._state.view()
