@@ -353,3 +353,28 @@ def test_a_full_disk_stops_a_real_league_run_with_one_line(small_disk):
     if os.path.exists(db):
         with sqlite3.connect(db) as check:
             assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_learner_resumed_behind_its_last_snapshot_is_not_refused_its_next_snapshots(tmp_path):
+    """Snapshots at 0 and 100; the league decided one at 200 and the host died before adding it; --resume passed
+    over damaged checkpoints back to step 50. Before: the league repeated its step-200 answer, the host saved
+    step 50 and every add was refused ("snapshot steps of 'main' must increase") until the learner passed 100."""
+    league = League(LeagueConfig(snapshot_interval_steps=100), str(tmp_path / "league.sqlite"))
+    league.register_player("main", Role.MAIN)
+    for step in (0, 100):
+        assert league.check_in("main", step).snapshot
+        league.add_snapshot("main", step, "pool/main")
+    assert league.check_in("main", 200).snapshot  # decided; never added: the host was killed
+    added = []
+    for step in (50, 120, 150, 199, 200, 260):  # the resumed learner checks in as it goes
+        decision = league.check_in("main", step)
+        if decision.snapshot:
+            league.add_snapshot("main", step, "pool/main")  # refused before the fix
+            added.append(step)
+        elif step <= 100:
+            assert "snapshots continue after it" in decision.reason
+    assert added == [200]  # 100 steps after the last snapshot, as for any learner
+    league.close()
+    reopened = League(LeagueConfig(snapshot_interval_steps=100), str(tmp_path / "league.sqlite"))
+    assert [s.step for s in reopened.snapshots("main")] == [0, 100, 200]
+    reopened.close()
