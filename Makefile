@@ -7,7 +7,13 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/seedleague/v1/*.proto proto/seedleague/v2/*.proto)
 GEN    := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
+# Shell tests for the system packages that only root installs (`make deps`): present, or installable here.
+CPP_TOOLS_OK  := { command -v g++ && command -v protoc && command -v grpc_cpp_plugin && command -v pkg-config \
+	&& pkg-config --exists grpc++ protobuf; } >/dev/null 2>&1
+RUBY_TOOLS_OK := { command -v ruby && ruby -e 'require "grpc"' && command -v grpc_tools_ruby_protoc; } >/dev/null 2>&1
+CAN_APT       := { [ "$$(id -u)" = 0 ] && command -v apt-get; } >/dev/null 2>&1
+
+.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean deps cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -39,16 +45,18 @@ seedleague/%_pb2.py: proto/seedleague/%.proto $(STAMP)
 run: install
 	$(VENV)/bin/seedleague train
 
-## test: the test suite (no GPU needed; GPU tests are skipped without one); builds the C++ worker and
-##       installs the Node worker's packages and the Ruby worker it tests (without npm, or without ruby and apt-get,
-##       those tests skip and say why).
-##       TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
+## test: the test suite (no GPU needed; GPU tests are skipped without one). Builds the C++ worker and the native
+##       stream, installs the Node worker's packages and the Ruby worker's stubs; what needs system packages that are
+##       absent (and, not being root, it cannot install: `make deps`) it skips with one line saying so, and so do
+##       those tests. TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
 ##       shared fixtures start once); TEST_PROCS=0 runs them in this process.
-test: install cpp-worker native-stream
+test: install
+	@if $(CPP_TOOLS_OK) || $(CAN_APT); then $(MAKE) --no-print-directory cpp-worker native-stream; \
+	else echo "test: no C++ gRPC toolchain and not root, so tests/test_cpp_worker.py, tests/test_native_stream.py and the native cases of tests/test_worker.py will skip (make deps as root installs it)"; fi
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-worker; \
 	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
-	@if command -v ruby >/dev/null || command -v apt-get >/dev/null; then $(MAKE) --no-print-directory ruby-worker; \
-	else echo "test: neither ruby nor apt-get found, so tests/test_ruby_worker.py will skip (make ruby-deps says how)"; fi
+	@if $(RUBY_TOOLS_OK) || $(CAN_APT); then $(MAKE) --no-print-directory ruby-worker; \
+	else echo "test: no ruby with its grpc gems and not root, so tests/test_ruby_worker.py will skip (make deps as root installs them)"; fi
 	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
@@ -68,13 +76,20 @@ chaos: install
 clean:
 	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi seedleague/v2/*_pb2*.py seedleague/v2/*_pb2*.pyi envs/node/node_modules
 
-## cpp-deps: Debian packages for the C++ worker (gRPC, protobuf, protoc plugin); needs root.
+## deps: as root, the Debian packages that the C++ and Ruby workers (and their tests) need; .ci/run calls it.
+##       Without them `make test` skips those tests and says so; as root with apt-get it installs them itself.
+deps: cpp-deps ruby-deps
+
+## cpp-deps: Debian packages for the C++ worker and the native stream (gRPC, protobuf, protoc plugin); needs root.
 cpp-deps:
-	@if pkg-config --exists grpc++ protobuf && command -v protoc >/dev/null && command -v grpc_cpp_plugin >/dev/null; then \
+	@if $(CPP_TOOLS_OK); then \
 		echo "cpp-deps: grpc++ and protobuf already installed"; \
-	else \
+	elif $(CAN_APT); then \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 			libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++ make; \
+	else \
+		echo "cpp-deps: needs root and apt-get (Debian: libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++)"; \
+		exit 1; \
 	fi
 
 CPP_BUILD := build/cpp
@@ -121,12 +136,13 @@ RUBY_STUBS := $(RUBY_GEN)/seedleague/v1/env_services_pb.rb
 
 ## ruby-deps: Ruby and its gRPC gems (Debian's ruby, ruby-grpc, ruby-grpc-tools) when missing; needs root and apt-get.
 ruby-deps:
-	@if command -v ruby >/dev/null && ruby -e 'require "grpc"' 2>/dev/null && command -v grpc_tools_ruby_protoc >/dev/null; then \
+	@if $(RUBY_TOOLS_OK); then \
 		echo "ruby-deps: ruby, its grpc gem and grpc_tools_ruby_protoc already installed"; \
-	elif command -v apt-get >/dev/null; then \
+	elif $(CAN_APT); then \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ruby ruby-grpc ruby-grpc-tools; \
 	else \
-		echo "ruby-deps: no apt-get here: install Ruby >= 3.0, then 'gem install grpc grpc-tools'"; exit 1; \
+		echo "ruby-deps: needs root and apt-get (Debian: ruby ruby-grpc ruby-grpc-tools), or Ruby >= 3.0 and 'gem install grpc grpc-tools'"; \
+		exit 1; \
 	fi
 
 ## ruby-worker: the Ruby tic-tac-toe worker's stubs, generated from env.proto into build/ruby (not the tree);

@@ -4,7 +4,7 @@ tensor, a legal-masked column head, two teams of one, episode stats), protocol v
 against a host that has no v2 service.
 
 Builds build/cpp/connect_four_worker with `make cpp-worker` once; a failed build fails
-every test here with the build output (install the toolchain with `make cpp-deps`).
+every test here with the build output. Without the C++ gRPC toolchain they skip (`make deps` as root installs it).
 Test certificates come from the openssl CLI (tests/test_security.py's `_make_certificate`).
 """
 
@@ -42,6 +42,7 @@ from seedleague.testing.server_thread import ServerThread
 from test_e2e import summary
 from test_protocol_v2 import _v1_handlers
 from test_security import _make_certificate
+from system_deps import cpp_skip_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, "build", "cpp", "connect_four_worker")
@@ -50,6 +51,8 @@ SEEDLEAGUE = [sys.executable, "-m", "seedleague.cli"]
 
 @pytest.fixture(scope="module")
 def worker_binary():
+    if cpp_skip_reason():
+        pytest.skip(cpp_skip_reason())
     result = subprocess.run(["make", "cpp-worker"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     if result.returncode != 0 or not os.access(BINARY, os.X_OK):
         pytest.fail(

@@ -4,7 +4,7 @@ without an answer, TLS with a token, protocol v2, a gym worker process, and what
 is missing. (tests/test_worker.py runs its client tests on both streams: refusals, host restarts.)
 
 Builds build/native/libseedleague_stream.so with `make native-stream` once (`make test` does too); a failed build
-fails every test that needs it with the build output (install the toolchain with `make cpp-deps`)."""
+fails every test that needs it with the build output; without the C++ gRPC toolchain they skip (`make deps` as root)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from seedleague.protocol.specs_v2 import ActionSpec, ContinuousHead, DiscreteHea
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
+from system_deps import cpp_skip_reason
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=3, num_envs=5)
@@ -37,6 +38,8 @@ SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
+    if cpp_skip_reason():
+        pytest.skip(cpp_skip_reason())
     result = subprocess.run(["make", "native-stream"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     native_stream._libraries.pop(native_stream.DEFAULT_LIBRARY, None)  # asked before the build: ask again
     library = native_stream.load_library()

@@ -29,6 +29,7 @@ from seedleague.protocol.specs import EnvSpec
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import wait_for
+from tests.system_deps import cpp_skip_reason
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=2, num_envs=3)
@@ -44,7 +45,9 @@ def _zeros(spec: EnvSpec = SPEC):
 
 
 def _client(server: ServerThread, spec: EnvSpec = SPEC, **config) -> WorkerClient:
-    """A client of `server`; `native_stream="on"` needs `make native-stream` (as `make test` runs)."""
+    """A client of `server`; `native_stream="on"` needs `make native-stream` (as `make test` runs), else skips."""
+    if config.get("native_stream") == "on" and cpp_skip_reason():
+        pytest.skip(cpp_skip_reason())
     return WorkerClient(ClientConfig(server.address, worker_name="test", backoff_initial_s=0.05, **config), spec)
 
 
