@@ -4,13 +4,16 @@ in the learner. Each fault must end in one line that names the path and the fix,
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any, NamedTuple
 
@@ -378,3 +381,117 @@ def test_a_learner_resumed_behind_its_last_snapshot_is_not_refused_its_next_snap
     reopened = League(LeagueConfig(snapshot_interval_steps=100), str(tmp_path / "league.sqlite"))
     assert [s.step for s in reopened.snapshots("main")] == [0, 100, 200]
     reopened.close()
+
+
+# --- whole runs: the fault, SIGTERM during it, then --resume once it is mended ---------------------------------
+
+GRACE_S = 30  # a run ends within its budget plus this (its start-up, JAX import and compiles, not counted)
+START_S = 240  # at most this long to start serving on two loaded cores, or the test fails (no hang)
+KUHN_RUN = ("--env", "openspiel:kuhn_poker", "--no-eval", "--checkpoint.interval-s", "2",
+            "--league.check-in-interval-s", "0.5", "--league-config.snapshot-interval-steps", "20")
+ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all")
+
+
+class _Run:
+    """One `seedleague train` process, its console in files read while it runs."""
+
+    def __init__(self, logs, name: str, *args: str):
+        self.out, self.err = logs / f"{name}.out", logs / f"{name}.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "seedleague.cli", "--log-level", "INFO", "train",
+                                             *args], cwd=ROOT, stdout=out, stderr=err)
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def wait_for(self, predicate, what: str, timeout: float = START_S) -> float:
+        """Until `predicate()`; fails if the process exits first or `timeout` passes. Returns the monotonic time."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.process.poll() is not None:
+                pytest.fail(f"the run exited ({self.process.returncode}) before {what}:\n{self.stderr()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.process.kill()
+                pytest.fail(f"no {what} after {timeout} s:\n{self.stderr()[-3000:]}")
+            time.sleep(0.2)
+        return time.monotonic()
+
+    def exit_within(self, seconds: float) -> subprocess.CompletedProcess:
+        """The finished process; fails (after SIGKILL) if it is still running `seconds` from now: a hang."""
+        try:
+            self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"the run did not exit within {seconds:.0f} s:\n{self.stderr()[-3000:]}")
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, self.stdout(), self.stderr())
+
+    def acknowledged(self) -> int:
+        """Results the league acknowledged to this run, from the host's log line after each report."""
+        found = ACKED.findall(self.stderr())
+        return int(found[-1]) if found else 0
+
+
+def _steps(directory: str) -> list[int]:
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
+
+
+def _league_rows(run_dir: str) -> int:
+    """Result rows in the run's league.sqlite, after `PRAGMA integrity_check` says ok."""
+    with sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite")) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT result_id) FROM results").fetchone()
+    assert rows == distinct
+    return rows
+
+
+def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15) -> dict:
+    """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it, stops cleanly
+    within its budget, and every result the league acknowledged to it is stored (none refused, none doubled).
+    Returns its summary.json."""
+    rows_before = _league_rows(run_dir)
+    run = _Run(logs, "resumed", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", str(budget))
+    started = run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
+    assert f"resumed from checkpoint {newest_good}:" in run.stdout(), run.stdout()
+    done = run.exit_within(budget + GRACE_S + START_S - (time.monotonic() - started))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "must increase" not in done.stderr
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["learner_step"] > newest_good
+    delivered = summary["league_results"]
+    assert delivered["pending"] == 0 and _league_rows(run_dir) - rows_before == delivered["acknowledged"] > 0
+    return summary
+
+
+def test_sigterm_while_the_disk_is_full_stops_the_run_cleanly_and_resume_continues_once_space_is_freed(tmp_path):
+    disk = str(tmp_path / "disk")
+    _mount(disk, "size=64m")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    try:
+        run_dir = os.path.join(disk, "run")
+        run = _Run(logs, "full", *KUHN_RUN, "--run-dir", run_dir, "--max-seconds", "600")
+        run.wait_for(lambda: _steps(os.path.join(run_dir, "checkpoints")) and run.acknowledged() > 0,
+                     "first checkpoint and acknowledged results")
+        filler = os.path.join(disk, "filler")
+        with open(filler, "ab", buffering=0) as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+        run.process.send_signal(signal.SIGTERM)  # while the disk is full: the run's writers meet it as it stops
+        done = run.exit_within(GRACE_S)
+        line = _one_line(done)
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        if done.returncode == 1:
+            assert "full" in line and run_dir in line, line
+        assert not [n for n in os.listdir(os.path.join(run_dir, "checkpoints")) if n.endswith("checkpoint-tmp")]
+        assert _league_rows(run_dir) >= run.acknowledged()  # every acknowledged result stored
+        os.remove(filler)
+        newest = _steps(os.path.join(run_dir, "checkpoints"))[-1]
+        _resume_continues(logs, run_dir, newest)
+    finally:
+        subprocess.run(["umount", "-l", disk], check=False)
