@@ -10,7 +10,7 @@ to the same file:
         ticks.append(metrics.report(), learner_step)
     read(run_dir)        # every whole tick so far, oldest first: [{"time": ..., "env_steps": ..., ...}, ...]
 
-Fields of a tick (README.md, "Outputs of a run"): `time` (Unix
+Fields of a tick (docs/usage.md, "Outputs of a run"): `time` (Unix
 seconds), `wall_s` (seconds since this process started), `env_steps` and `episodes`
 (the run's, a resumed run's earlier ones included), `learner_step` (updates of the
 train state, earlier ones included: the number checkpoints are named by),
