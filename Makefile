@@ -13,7 +13,7 @@ CPP_TOOLS_OK  := { command -v g++ && command -v protoc && command -v grpc_cpp_pl
 RUBY_TOOLS_OK := { command -v ruby && ruby -e 'require "grpc"' && command -v grpc_tools_ruby_protoc; } >/dev/null 2>&1
 CAN_APT       := { [ "$$(id -u)" = 0 ] && command -v apt-get; } >/dev/null 2>&1
 
-.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean deps cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
+.PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean deps chromium cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated.
 install: $(STAMP) proto
@@ -57,6 +57,8 @@ test: install
 	else echo "test: npm not found, so tests/test_node_worker.py will skip (install Node.js >= 18 and npm)"; fi
 	@if $(RUBY_TOOLS_OK) || $(CAN_APT); then $(MAKE) --no-print-directory ruby-worker; \
 	else echo "test: no ruby with its grpc gems and not root, so tests/test_ruby_worker.py will skip (make deps as root installs them)"; fi
+	@if command -v chromium >/dev/null || $(CAN_APT); then $(MAKE) --no-print-directory chromium; \
+	else echo "test: no chromium and not root, so the browser test of tests/test_league_page.py will skip (make chromium as root installs it)"; fi
 	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
@@ -76,9 +78,20 @@ chaos: install
 clean:
 	rm -rf $(VENV) runs seedleague/v1/*_pb2*.py seedleague/v1/*_pb2*.pyi seedleague/v2/*_pb2*.py seedleague/v2/*_pb2*.pyi envs/node/node_modules
 
-## deps: as root, the Debian packages that the C++ and Ruby workers (and their tests) need; .ci/run calls it.
+## deps: as root, the Debian packages that the C++ and Ruby workers and the league page's browser test need; .ci/run calls it.
 ##       Without them `make test` skips those tests and says so; as root with apt-get it installs them itself.
-deps: cpp-deps ruby-deps
+deps: cpp-deps ruby-deps chromium
+
+## chromium: Debian's Chromium, the headless browser of the league page's test (tests/test_league_page.py);
+##           needs root and apt-get (about 35 s here). No browser is downloaded at run time.
+chromium:
+	@if command -v chromium >/dev/null; then \
+		echo "chromium: already installed"; \
+	elif $(CAN_APT); then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+		echo "chromium: needs root and apt-get (Debian: apt-get install chromium)"; exit 1; \
+	fi
 
 ## cpp-deps: Debian packages for the C++ worker and the native stream (gRPC, protobuf, protoc plugin); needs root.
 cpp-deps:

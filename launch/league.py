@@ -25,7 +25,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from launch.child import Child, ChildNotReady, log_tail, stop_all
+from launch.child import Child, ChildFailed, ChildNotReady, log_tail, stop_all
+from seedleague.league.page import PAGE_FAILED, PAGE_READY, split_address
 from seedleague.league.types import Role
 from seedleague.security import TOKEN_ENV_VAR, ServerSecurity
 
@@ -60,12 +61,15 @@ class LeagueSpec:
     service_flags: tuple[str, ...] = ()  # LeagueConfig flags for the started service, e.g. ("--mode", "pfsp")
     players: tuple[PlayerSpec, ...] = (PlayerSpec("main"),)  # the first is played by this process's host
     player_args: tuple[str, ...] = ()  # `seedleague train` arguments the extra players' hosts are started with
+    page_address: str = "127.0.0.1:0"  # the live league page's host:port (port 0: a free one); "" = no page
     start_timeout_s: float = 60.0
     max_restarts: int = 10  # a league service that dies is restarted (same address, same run dir) this often at most
 
     def __post_init__(self):
         if self.max_restarts < 0:
             raise ValueError(f"league max_restarts must be >= 0, got {self.max_restarts}")
+        if self.page_address:
+            split_address(self.page_address)
 
 
 def _env_with_token(security: ServerSecurity) -> dict:
@@ -96,6 +100,7 @@ class LeagueProcess:
         self.security = security
         self.log_path = os.path.join(self.directory, "league.log")
         self.address: Optional[str] = None
+        self.page_url: Optional[str] = None  # the live league page, once the service printed it
         self.restarts = 0
         self._child: Optional[Child] = None
 
@@ -110,14 +115,29 @@ class LeagueProcess:
         its children) is stopped first, so one league process serves the database."""
         os.makedirs(self.directory, exist_ok=True)
         self._stop_stale()
-        self._spawn("127.0.0.1:0")
+        self._spawn("127.0.0.1:0", self.spec.page_address)
         try:
             line = self._child.wait_for_line(LEAGUE_READY, self.spec.start_timeout_s)
         except ChildNotReady:
             self.stop()
             raise
         self.address = line.split(LEAGUE_READY, 1)[1].strip()
+        if self.spec.page_address:
+            self.page_url = self._page_url()
         return self.address
+
+    def _page_url(self) -> Optional[str]:
+        """The page's URL from the line printed after LEAGUE_READY; None (and a warning) if it could not serve."""
+        try:
+            line = self._child.wait_until(
+                lambda: self._child.ready_line(PAGE_READY) or self._child.ready_line(PAGE_FAILED),
+                self.spec.start_timeout_s, "its page's line")
+        except ChildFailed:  # it died or hung after serving: the watch loop sees that, the page is not the cause
+            return None
+        if line.startswith(PAGE_FAILED):
+            log.warning("%s", line)
+            return None
+        return line.split(PAGE_READY, 1)[1].split()[0]
 
     def _stop_stale(self, timeout: float = 10.0) -> None:
         """SIGTERM the service named by <league dir>/league.pid if it still runs (checked by its command line)."""
@@ -158,12 +178,14 @@ class LeagueProcess:
         self.restarts += 1
         log.warning("league service exited with status %s; restarting it on %s (restart %d of at most %d)",
                     status, self.address, self.restarts, self.spec.max_restarts)
-        self._spawn(self.address)
+        page = self.page_url.split("//", 1)[1].rstrip("/") if self.page_url else self.spec.page_address
+        self._spawn(self.address, page)  # the page keeps its address too, so an open browser tab goes on
         return True
 
-    def _spawn(self, address: str) -> None:
+    def _spawn(self, address: str, page_address: str) -> None:
+        page = ["--page.address", page_address] if page_address else ["--no-page"]
         command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir", self.directory,
-                   "--address", address, *_tls_flags(self.security, server=True), *self.spec.service_flags]
+                   "--address", address, *page, *_tls_flags(self.security, server=True), *self.spec.service_flags]
         self._child = Child(command, self.log_path, name="the league service", env=_env_with_token(self.security))
         self._child.start()
         with open(self._pid_path, "w") as f:

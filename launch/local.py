@@ -361,6 +361,10 @@ class _League:
             except ChildExited as error:  # it refused its database or address: its own reason, without a traceback
                 raise ValueError(str(error)) from None
             print(f"league service on {address}; its log: {self.process.log_path}", flush=True)
+            if self.process.page_url:
+                needs = "?token=<the run's token>" if self.config.security.token else ""
+                print(f"league page: {self.process.page_url}{needs} (live standings, ratings and payoff; "
+                      "docs/league_page.md)", flush=True)
         pool_dir = link.pool_dir or os.path.join(self.run_dir, "pool")
         player = spec.players[0] if spec and not link.address else None
         link = dataclasses.replace(link, address=address, pool_dir=pool_dir,

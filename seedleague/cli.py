@@ -94,6 +94,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     league.add_argument("--players", default=None,
                         help="learning players NAME[:ROLE],... (default: preset); the first runs in this process, "
                              "each other one as its own host process with its own workers")
+    league.add_argument("--league-page", default="127.0.0.1:0", metavar="HOST:PORT",
+                        help="where the run's league serves its live page (docs/league_page.md); port 0 picks a free "
+                             "one, 'off' serves none (default: %(default)s)")
     league.add_argument("--no-eval", action="store_true", help="skip the evaluation printed at the end of a league run")
     league.add_argument("--output", default=None, choices=tuple(output.SOURCES), metavar="SOURCE",
                         help="the run's output, recorded in <run-dir>/output.json when the run starts and loaded by "
@@ -117,12 +120,17 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     service_flags = presets.league_flags(config_flags.build(LeagueConfig, args, preset.league, prefix="league_config."))
     # The extra players' hosts get this command line's host flags (same network, learner, budget).
     player_args = tuple(_forwarded_flags(argv))
-    return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args)
+    page = "" if args.league_page == "off" else args.league_page
+    try:
+        return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args, page_address=page)
+    except ValueError as error:
+        raise SystemExit(f"--league-page: {error}") from None
 
 
 # Per-player flags, and the token: it reaches the extra players' hosts through the environment
 # (launch.league), never a command line, which every user of the machine can read.
 _NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--resume-or-start", "--workers", "--seed", "--no-eval", "--token",
+                  "--league-page",
                   "--league.address", "--league.player", "--league.role", "--league.pool-dir"}
 
 

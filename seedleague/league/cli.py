@@ -1,13 +1,15 @@
 """`seedleague league`: serve the league, or print its standings or payoff matrix.
 
     seedleague league serve --run-dir runs/x --address 127.0.0.1:50060 [--mode pfsp ...] [--token ...]
+                            [--page.address 127.0.0.1:8765 | --no-page]
     seedleague league standings --address 127.0.0.1:50060 [--top 20]
     seedleague league payoff --address 127.0.0.1:50060
 
 `serve` keeps its state in <run-dir>/league.sqlite (restarting with the same run
 dir continues the league), prints "league serving on HOST:PORT" once listening
 (with port 0 the line tells a launcher which port was picked), logs the
-leaderboard while it changes, and stops cleanly on SIGINT or SIGTERM (exit 0).
+leaderboard while it changes, serves the live league page (docs/league_page.md) and prints
+"league page on http://HOST:PORT/" unless --no-page, and stops cleanly on SIGINT or SIGTERM (exit 0).
 Every LeagueConfig field is a flag (`--pfsp-weighting variance`). This module
 owns those commands.
 """
@@ -24,6 +26,7 @@ from seedleague import config_flags, subcommand
 from seedleague.league import tables
 from seedleague.league.client import LeagueClient, LeagueUnavailable
 from seedleague.league.config import LeagueConfig
+from seedleague.league.page import PageConfig
 from seedleague.league.store import StoreError
 from seedleague.protocol.errors import ProtocolError
 from seedleague.security import add_security_flags, client_security_from_args, server_security_from_args
@@ -38,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--run-dir", required=True, help="the run directory; league.sqlite lives here")
     serve.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port (default %(default)s; port 0 picks one)")
     serve.add_argument("--log-every-s", type=float, default=60.0, help="leaderboard log interval (default %(default)s)")
+    serve.add_argument("--no-page", action="store_true",
+                       help="serve no live league page (default: one on --page.address; docs/league_page.md)")
     add_security_flags(serve, "server")
+    config_flags.add_flags(serve.add_argument_group("live league page (PageConfig)"), PageConfig, prefix="page.")
     config_flags.add_flags(serve.add_argument_group("league config (LeagueConfig)"), LeagueConfig)
     for name, what in (("standings", "print the leaderboard"), ("payoff", "print the payoff (win-rate) matrix")):
         command = commands.add_parser(name, help=what)
@@ -76,12 +82,13 @@ def _serve(args: argparse.Namespace) -> int:
     from seedleague.league.server import serve
 
     config = config_flags.build(LeagueConfig, args)
+    page = None if args.no_page else config_flags.build(PageConfig, args, prefix="page.")
     security = server_security_from_args(args)
     read_fd, write_fd = os.pipe()
     previous = {signum: signal.signal(signum, lambda signum, frame: os.write(write_fd, bytes([signum])))
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        serve(config, args.run_dir, args.address, security, read_fd, args.log_every_s)
+        serve(config, args.run_dir, args.address, security, read_fd, args.log_every_s, page=page)
     except RuntimeError as error:  # grpc raises RuntimeError for an address in use or unparsable
         print(f"seedleague league: cannot serve on {args.address}: {error}", file=sys.stderr)
         return 2

@@ -79,3 +79,23 @@ def inherit(counts: np.ndarray, parent: int, child: int) -> np.ndarray:
     table[parent, :] = 0.0
     table[:, parent] = 0.0
     return table
+
+
+def wilson_interval(rate: np.ndarray, games: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of the Wilson score interval of a win rate `rate` measured over `games` games, elementwise.
+
+    Wilson (1927), "Probable inference, the law of succession, and statistical inference":
+    centre (p + z²/2n) / (1 + z²/n), half-width z·sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n).
+    Decayed (fractional) game counts are used as n; with no games the interval is [0, 1].
+    z = 1.96 gives 95%.
+    """
+    p, n = np.broadcast_arrays(np.asarray(rate, dtype=np.float64), np.asarray(games, dtype=np.float64))
+    if np.any(n < 0) or np.any((p < 0) | (p > 1)):
+        raise ValueError("rate must be in [0, 1] and games >= 0")
+    safe_n = np.where(n > 0, n, 1.0)
+    denominator = 1.0 + z * z / safe_n
+    centre = (p + z * z / (2 * safe_n)) / denominator
+    half = z * np.sqrt(p * (1 - p) / safe_n + z * z / (4 * safe_n * safe_n)) / denominator
+    low = np.where(n > 0, np.clip(centre - half, 0.0, 1.0), 0.0)
+    high = np.where(n > 0, np.clip(centre + half, 0.0, 1.0), 1.0)
+    return low, high

@@ -21,6 +21,7 @@ from typing import Optional
 from seedleague.grpc_server import ThreadedServer
 from seedleague.league.client import DEFAULT_MAX_MESSAGE_BYTES
 from seedleague.league.config import LeagueConfig
+from seedleague.league.page import PAGE_FAILED, PAGE_READY, LeaguePage, PageConfig
 from seedleague.league.service import League
 from seedleague.league.servicer import SERVICE_NAME, LeagueServicer
 from seedleague.security import ServerSecurity
@@ -80,12 +81,16 @@ def serve(
     stop_fd: int,
     log_every_s: float = 60.0,
     top: int = 20,
+    page: Optional[PageConfig] = None,
 ) -> None:
     """Serve the league of `run_dir` (db `<run_dir>/league.sqlite`) until a byte arrives on `stop_fd`.
 
-    Prints "league serving on HOST:PORT" once listening (a launcher reads the
-    port from it), then the leaderboard every `log_every_s` seconds when it
-    changed. On stop: the server drains for a second, then the database closes.
+    Prints "league serving on HOST:PORT" once listening (a launcher reads the port from
+    it). With `page`, then serves the live league page (`seedleague.league.page`, behind
+    the same token) and prints "league page on http://HOST:PORT/", or "league page: cannot
+    ..." and serves without it. Then the leaderboard every `log_every_s` seconds when it
+    changed. On stop: the page stops, the server drains
+    for a second, then the database closes.
     """
     os.makedirs(run_dir, exist_ok=True)
     league = League(config, os.path.join(run_dir, DB_NAME))
@@ -95,13 +100,29 @@ def serve(
     except BaseException:
         league.close()
         raise
+    viewer = None
     try:
         print(f"league serving on {server.address}", flush=True)
+        viewer = _start_page(league, page, security) if page is not None else None
         _log_until_stopped(league, stop_fd, log_every_s, top)
     finally:
+        if viewer is not None:
+            viewer.stop()
         server.stop(grace=1.0)
         league.close()
         say("league stopped; database closed")
+
+
+def _start_page(league: League, config: PageConfig, security: ServerSecurity) -> Optional[LeaguePage]:
+    """The live page, started, or None (said on the console) when it cannot serve: the league matters more."""
+    try:
+        viewer = LeaguePage(league, config, security.token, say=say).start()
+    except ValueError as error:
+        print(f"{PAGE_FAILED}{error}; the league serves without its page", flush=True)
+        return None
+    needs = " (the run's token: open it with ?token=<token>)" if security.token else ""
+    print(f"{PAGE_READY}{viewer.url}{needs}", flush=True)
+    return viewer
 
 
 def _log_until_stopped(league: League, stop_fd: int, log_every_s: float, top: int) -> None:

@@ -194,6 +194,21 @@ class League:
         with self._lock:
             return self._state.elo_history()
 
+    def results_counted(self) -> int:
+        """Results counted into the payoff and ratings so far (self-play results are not)."""
+        with self._lock:
+            return self._state.results
+
+    def draw_preview(self, player: str, count: int, seed: int = 0) -> list[Match]:
+        """`count` draws as `get_opponents` would make them now, from an RNG of their own (`seed`):
+        the league's own RNG and state are untouched (the league page's "whom each player draws now")."""
+        count = _check_int(count, "count", 1, MAX_OPPONENTS_PER_CALL)
+        with self._lock:
+            self._player(player)
+            view = self._state.view()
+            psro = self._psro.mixture(view) if self.config.mode == Mode.PSRO else None
+            return matchmaking.choose_opponents(view, player, count, self.config, np.random.default_rng(seed), psro)
+
     def leaderboard_text(self, top: int = 20) -> str:
         return tables.standings_table(self.standings(), top)
 

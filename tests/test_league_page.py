@@ -1,0 +1,287 @@
+"""The live league page (seedleague/league/page.py) over real sockets: what its JSON shows, the
+Wilson interval by hand, every refusal on its port (and that nothing changes after one), the
+`league serve` flags, and, in a real headless Chromium, a page that renders standings, rating
+curves and the payoff heatmap of a real `seedleague league serve` and redraws them as results
+arrive."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+
+import numpy as np
+import pytest
+
+from seedleague import cli
+from seedleague.league import tables
+from seedleague.league.client import LeagueClient
+from seedleague.league.config import LeagueConfig
+from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock
+from seedleague.league.payoff import wilson_interval
+from seedleague.league.service import League
+from seedleague.league.types import MatchResult, Mode, Role
+from seedleague.security import ClientSecurity
+from tests.conftest import wait_for
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOKEN = "page-token-0123"
+CONFIG = LeagueConfig(mode=Mode.PFSP, payoff_decay=1.0, min_games=0)
+
+
+def result(player: str, opponent: str, outcome: float = 1.0) -> MatchResult:
+    return MatchResult(uuid.uuid4().hex, player, opponent, outcome, learner_step=3)
+
+
+def fill(league) -> None:
+    """Two players, two snapshots each, and results between them (`league`: a League or a LeagueClient)."""
+    league.register_player("main", Role.MAIN)
+    league.register_player("x", Role.MAIN_EXPLOITER)
+    for step in (0, 100):
+        league.check_in("main", step)
+        league.add_snapshot("main", step, f"/pool/main/{step}")
+        league.add_snapshot("x", step, f"/pool/x/{step}")
+    league.report_results([result("main", "x:000000", 1.0)] * 1 + [result("main", "x:000100", o) for o in (1, 0, 0.5)]
+                          + [result("x", "main:000100", 0.0) for _ in range(4)])
+
+
+@pytest.fixture
+def page(tmp_path):
+    league = League(CONFIG, str(tmp_path / "league.sqlite"))
+    fill(league)
+    said: list[str] = []
+    config = PageConfig(sample_every_s=3600, max_connections=3, request_timeout_s=1.0)
+    with LeaguePage(league, config, token=TOKEN, say=said.append) as served:
+        yield served, league, said
+    league.close()
+
+
+def get(page: LeaguePage, path: str, headers: dict = None, method: str = "GET") -> tuple[int, dict, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", page.port, timeout=10)
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def raw(page: LeaguePage, data: bytes) -> bytes:
+    """Send `data` on a fresh connection and read everything the page answers until it closes."""
+    with socket.create_connection(("127.0.0.1", page.port), timeout=10) as sock:
+        try:
+            sock.sendall(data)
+        except OSError:  # the page may close while we still send a huge request: its answer is read below
+            pass
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_wilson_interval_by_hand():
+    low, high = wilson_interval(np.array([0.5, 1.0, 0.3]), np.array([4.0, 10.0, 0.0]))
+    # p=0.5, n=4, z=1.96: centre 0.5, half 1.96*sqrt(0.0625 + 3.8416/64)/1.9604 = 0.34997
+    np.testing.assert_allclose(low, [0.15004, 0.72246, 0.0], atol=1e-5)
+    # p=1, n=10: centre (1 + 0.19208)/1.38416 = 0.86123, half 0.19208/1.38416 = 0.13877 -> high 1.0
+    np.testing.assert_allclose(high, [0.84996, 1.0, 1.0], atol=1e-5)
+
+
+def test_state_shows_standings_payoff_curves_and_draws(page):
+    served, league, _ = page
+    status, headers, body = get(served, "/api/state", {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    state = json.loads(body)
+    assert state["results"] == league.results_counted() == 8
+    assert [row["key"] for row in state["standings"]] == [s.key for s in tables.rated_first(league.standings()).rows]
+    assert {p["name"]: p["learner_step"] for p in state["players"]} == {"main": 100, "x": 0}
+    assert [s["key"] for s in state["snapshots"]] == ["main:000000", "x:000000", "main:000100", "x:000100"]
+    p = state["payoff"]
+    i, j = p["keys"].index("main"), p["keys"].index("x:000100")  # results: the live player against snapshots
+    assert p["games"][i][j] == 3.0 and p["win_rate"][i][j] == 0.5  # win, loss, draw
+    assert p["low"][i][j] < 0.5 < p["high"][i][j]
+    assert p["low"][0][0] == 0.0 and p["high"][0][0] == 1.0  # no games: [0, 1]
+    assert set(state["elo_history"]) >= {"main", "x:000100"} and state["wall"]["t"]
+    for player in ("main", "x"):
+        shares = state["draws"][player]
+        assert shares and abs(sum(d["share"] for d in shares) - 1.0) < 0.02
+
+
+def test_draw_preview_leaves_the_leagues_own_draws_alone(tmp_path):
+    first, second = (League(CONFIG, str(tmp_path / f"{name}.sqlite")) for name in ("a", "b"))
+    for league in (first, second):
+        fill(league)
+    first.draw_preview("main", 500)
+    assert first.get_opponents("main", 50) == second.get_opponents("main", 50)
+    first.close()
+    second.close()
+
+
+def test_page_and_its_scripts_are_served_with_the_token_in_a_cookie(page):
+    served, _, _ = page
+    status, headers, body = get(served, f"/?token={TOKEN}")
+    assert status == 200 and b'src="plotly.min.js"' in body and b'src="page.js"' in body
+    cookie = headers["Set-Cookie"].split(";")[0]
+    assert "HttpOnly" in headers["Set-Cookie"]
+    status, _, script = get(served, "/plotly.min.js", {"Cookie": cookie})
+    assert status == 200 and len(script) > 1_000_000 and b"plotly" in script[:2000].lower()
+    assert get(served, "/page.js", {"Cookie": cookie})[0] == 200
+    assert get(served, "/api/state", {"Cookie": cookie})[0] == 200
+
+
+def _status(answer: bytes) -> tuple[int, bytes]:
+    """(status, whole answer) of a raw HTTP answer."""
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+def _get(path: str, headers: dict, method: str = "GET"):
+    return lambda served: get(served, path, headers, method)[::2]
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BAD_INPUT = {  # each kind of bad input: served -> (status, body) of the page's answer
+    "no token": _get("/api/state", {}),
+    "wrong token": _get("/api/state", {"Authorization": "Bearer not-it"}),
+    "wrong token in the query": _get("/api/state?token=nope", {}),
+    "wrong host": _get("/", {"Host": "evil.example:80", **AUTH}),
+    "unknown path": _get("/../etc/passwd", AUTH),
+    "a POST": _get("/api/state", {"Content-Length": "99999999", **AUTH}, "POST"),
+    "too many query fields": _get("/?" + "&".join(f"a{i}=1" for i in range(50)), AUTH),
+    "junk bytes": lambda served: _status(raw(served, b"\x00\xff\xfe junk \x01\r\n\r\n")),
+    "a huge request line": lambda served: _status(raw(served, b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\n\r\n")),
+    "a long path": lambda served: _status(raw(served, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n")),
+    "too many headers": lambda served: _status(raw(served, b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * 200 + b"\r\n")),
+}
+
+
+@pytest.mark.parametrize("name, code, says", [
+    ("no token", 401, b"?token="), ("wrong token", 401, b"Bearer"), ("wrong token in the query", 401, b"token"),
+    ("wrong host", 403, b"open http://127.0.0.1:"), ("unknown path", 404, b"open http://"),
+    ("a POST", 405, b"read-only"), ("junk bytes", 400, b"HTTP"), ("a huge request line", 414, b"short"),
+    ("a long path", 414, b"short"), ("too many headers", 431, b"fewer"), ("too many query fields", 400, b"token"),
+])
+def test_bad_input_gets_a_reason_and_changes_nothing(page, name, code, says):
+    served, league, said = page
+    before = (league.standings(), league.payoff(), league.results_counted(), served.recorder.document())
+    status, body = BAD_INPUT[name](served)
+    assert status == code, body
+    assert says in body, body
+    assert (league.standings(), league.payoff(), league.results_counted(), served.recorder.document()) == before
+    assert get(served, "/api/state", {"Authorization": f"Bearer {TOKEN}"})[0] == 200  # still serving
+    assert any(f"refused {code}" in line for line in said)  # the console was told
+
+
+def test_connections_beyond_the_limit_get_503_and_idle_ones_are_closed(page):
+    served, _, said = page
+    idle = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(3)]
+    try:
+        wait_for(lambda: served._server is not None and served._server._slots._value == 0, 10, "3 connections held")
+        answer = raw(served, b"GET / HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.0 503") and b"max-connections" in answer
+        for sock in idle:  # request_timeout_s = 1: the page closes each idle connection
+            assert sock.recv(65536) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+    wait_for(lambda: served._server._slots._value == 3, 10, "the slots back")
+    assert get(served, "/api/state", {"Authorization": f"Bearer {TOKEN}"})[0] == 200
+
+
+def test_wall_clock_series_stay_bounded_and_keep_their_span():
+    wall = WallClock(max_points=4)
+    for t in range(10):
+        wall.add(float(t), dict(results=t, players=[dict(name="main", learner_step=10 * t)],
+                                standings=[dict(key="main", elo=1200.0 + t)], snapshot_elo={}, snapshots=[]))
+    assert len(wall.t) < 4 and wall.t[0] == 0.0
+    assert len(wall.elo["main"]) == len(wall.steps["main"]) == len(wall.t)
+    assert wall.steps["main"][-1] == 10 * wall.t[-1]
+
+
+def test_serve_refuses_a_bad_page_address(tmp_path, capsys):
+    assert cli.main(["league", "serve", "--run-dir", str(tmp_path), "--page.address", "nowhere"]) == 2
+    assert "page address 'nowhere' is not HOST:PORT" in capsys.readouterr().err
+
+
+# --- a real `seedleague league serve`, seen in a real headless Chromium ---------------------------
+
+
+CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path), None)
+
+
+def _start_serve(run_dir: str) -> tuple[subprocess.Popen, str, str]:
+    """A league process with its page; returns (process, gRPC address, page URL)."""
+    command = [sys.executable, "-m", "seedleague.cli", "league", "serve", "--run-dir", run_dir, "--address",
+               "127.0.0.1:0", "--page.address", "127.0.0.1:0", "--page.sample-every-s", "0.2", "--log-every-s",
+               "3600", "--mode", "pfsp", "--payoff_decay", "1.0", "--min_games", "0"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SEEDLEAGUE_TOKEN=TOKEN)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    if not (lines[0].startswith("league serving on ") and lines[1].startswith(PAGE_READY)):
+        proc.kill()
+        pytest.fail(f"league serve did not start with its page: {''.join(lines)}{proc.stdout.read()}")
+    return proc, lines[0].split()[-1], lines[1].split()[3]
+
+
+def _dump(url: str, user_dir: str) -> str:
+    """The page's DOM after chromium ran its scripts (virtual time: the polls and redraws of 8 s)."""
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               f"--user-data-dir={user_dir}", "--virtual-time-budget=8000", "--dump-dom", url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "<body" in done.stdout, done.stderr[-2000:]
+    return done.stdout
+
+
+def _attribute(dom: str, element_id: str, name: str) -> int:
+    match = re.search(rf'id="{element_id}"[^>]*?{name}="(\d+)"', dom)
+    assert match, f"#{element_id} has no {name}: the page did not draw it"
+    return int(match.group(1))
+
+
+def _rendered(dom: str) -> dict:
+    """What the page drew: the standings rows, the results it shows, and the points of three charts."""
+    body = re.search(r'<body[^>]*data-results="(\d+)"', dom)
+    assert body, "the page never showed a state"
+    standings = re.search(r'id="standings".*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
+    assert dom.count('class="main-svg"') >= 6  # plotly drew its figures
+    assert 'class="hm"' in dom or "heatmaplayer" in dom  # ... the heatmap among them
+    return dict(results=int(body.group(1)), standings=standings.count("<tr>"), text=re.sub("<[^>]+>", " ", standings),
+                heatmap=_attribute(dom, "payoff", "data-points"), curve=_attribute(dom, "elo-results", "data-points"),
+                steps=_attribute(dom, "elo-steps", "data-points"))
+
+
+def _page_results(url: str) -> int:
+    with urllib.request.urlopen(url + "api/state?token=" + TOKEN, timeout=10) as response:
+        return json.loads(response.read())["results"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (make chromium, or apt-get install chromium)")
+def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
+    proc, address, url = _start_serve(str(tmp_path / "league"))
+    client = LeagueClient(address, ClientSecurity(token=TOKEN))
+    try:
+        fill(client)
+        wait_for(lambda: _page_results(url) == 8, 30, "the page's data to count 8 results")
+        first = _rendered(_dump(url + "?token=" + TOKEN, str(tmp_path / "chromium")))
+        assert first["results"] == 8 and first["standings"] == 6 and "main:000100" in first["text"]
+        assert first["heatmap"] == 6 and first["curve"] > 0 and first["steps"] == 4
+
+        client.check_in("main", 200)
+        client.add_snapshot("main", 200, "/pool/main/200")
+        client.report_results([result("main", "main:000200", 1.0) for _ in range(12)])
+        wait_for(lambda: _page_results(url) == 20, 30, "the page's data to count 20 results")
+        second = _rendered(_dump(url + "?token=" + TOKEN, str(tmp_path / "chromium")))
+        assert second["results"] == 20 and second["standings"] == 7 and "main:000200" in second["text"]
+        assert second["heatmap"] == 7 and second["curve"] > first["curve"] and second["steps"] == 5
+        assert second["text"] != first["text"]
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=30)
