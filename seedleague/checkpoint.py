@@ -45,6 +45,27 @@ _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax writes a step here and renames it
 CHECKSUM_KEY = "state_sha256"  # the meta key holding `state_checksum` of the saved state
 
 
+class _OrbaxReadsLeftFailing(logging.Filter):
+    """Drops asyncio's report of the sibling reads orbax leaves failing when one read of a damaged checkpoint fails:
+    thousands of lines of tracebacks at ERROR for what `DamagedCheckpoint` says in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("unhandled exception during asyncio.run() shutdown")
+                    and "/orbax/checkpoint/" in message)
+
+
+logging.getLogger("asyncio").addFilter(_OrbaxReadsLeftFailing())
+
+
+def _first_cause(error: BaseException) -> str:
+    """The innermost cause of `error` in one short line (tensorstore's own reason, not its spec dump)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    reason = " ".join(str(error).split(" See full TensorStore details")[0].split())
+    return f"{type(error).__name__}: {reason[:240]}"
+
+
 class DamagedCheckpoint(ValueError):
     """A checkpoint on disk could not be read back, or holds non-finite values."""
 
@@ -262,9 +283,7 @@ class Checkpointer:
         except FileNotFoundError:
             raise
         except Exception as error:  # orbax, tensorstore and json raise many kinds for damaged bytes
-            reason = " ".join(str(error).split())[:300]
-            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} cannot be read ({type(error).__name__}: "
-                                    f"{reason})") from None
+            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} cannot be read ({_first_cause(error)})") from None
 
     def _has(self, step: int) -> bool:
         """Whether `step` is complete on disk; the manager's cached list is re-read once when it lacks it."""

@@ -448,15 +448,21 @@ def _league_rows(run_dir: str) -> int:
     return rows
 
 
-def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15) -> dict:
-    """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it, stops cleanly
-    within its budget, and every result the league acknowledged to it is stored (none refused, none doubled).
-    Returns its summary.json."""
+def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15, stop_when=None) -> _Run:
+    """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it and stops cleanly,
+    at the end of its budget or, once `stop_when(run)`, by SIGTERM; every result the league acknowledged to it is
+    stored (none doubled) and no snapshot of it is refused."""
     rows_before = _league_rows(run_dir)
-    run = _Run(logs, "resumed", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", str(budget))
+    run = _Run(logs, "resumed", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds",
+               str(600 if stop_when else budget))
     started = run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
     assert f"resumed from checkpoint {newest_good}:" in run.stdout(), run.stdout()
-    done = run.exit_within(budget + GRACE_S + START_S - (time.monotonic() - started))
+    if stop_when:
+        run.wait_for(lambda: stop_when(run), "the event to stop at")
+        run.process.send_signal(signal.SIGTERM)
+        done = run.exit_within(GRACE_S)
+    else:
+        done = run.exit_within(budget + GRACE_S + START_S - (time.monotonic() - started))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "must increase" not in done.stderr
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -464,7 +470,7 @@ def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15) ->
     assert summary["learner_step"] > newest_good
     delivered = summary["league_results"]
     assert delivered["pending"] == 0 and _league_rows(run_dir) - rows_before == delivered["acknowledged"] > 0
-    return summary
+    return run
 
 
 def test_sigterm_while_the_disk_is_full_stops_the_run_cleanly_and_resume_continues_once_space_is_freed(tmp_path):
@@ -495,3 +501,46 @@ def test_sigterm_while_the_disk_is_full_stops_the_run_cleanly_and_resume_continu
         _resume_continues(logs, run_dir, newest)
     finally:
         subprocess.run(["umount", "-l", disk], check=False)
+
+
+SNAPSHOT_ADDED = re.compile(r"snapshot main:(\d+) added to the league")
+
+
+def _last_snapshot(run_dir: str) -> int:
+    with sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite")) as db:
+        return db.execute("SELECT MAX(step) FROM snapshots WHERE player = 'main'").fetchone()[0]
+
+
+def test_damaged_newest_checkpoints_of_a_real_run_resume_from_the_newest_good_one_and_its_league_goes_on(tmp_path):
+    """The newest checkpoints junk-filled, truncated and with junk meta, all newer than the league's last snapshot of
+    the player: --resume names each and continues from the newest good one, and its own snapshots are added."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = str(tmp_path / "run")
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    run = _Run(logs, "first", *KUHN_RUN, "--checkpoint.max-to-keep", "100", "--run-dir", run_dir, "--max-seconds",
+               "600")
+
+    def snapshot_after_three_checkpoints() -> bool:
+        snapshots = [int(step) for step in SNAPSHOT_ADDED.findall(run.stderr())]
+        steps = _steps(checkpoints)
+        return len(steps) >= 3 and bool(snapshots) and max(snapshots) > steps[0]
+
+    run.wait_for(snapshot_after_three_checkpoints, "three checkpoints and a league snapshot newer than the first")
+    run.process.send_signal(signal.SIGTERM)
+    assert run.exit_within(GRACE_S).returncode == 0, run.stderr()[-3000:]
+    steps, last_snapshot = _steps(checkpoints), _last_snapshot(run_dir)
+    good, damaged = steps[0], steps[1:]  # the final checkpoint and at least two before it
+    assert good < last_snapshot and len(damaged) >= 3
+    for step, how in zip(reversed(damaged), ["junk", "truncated", "meta"] * len(damaged)):
+        _damage(os.path.join(checkpoints, str(step)), how)
+
+    def own_snapshot(resumed: _Run) -> bool:
+        return any(int(step) > last_snapshot for step in SNAPSHOT_ADDED.findall(resumed.stderr()))
+
+    resumed = _resume_continues(logs, run_dir, good, stop_when=own_snapshot)
+    note = resumed.stdout().split("resumed from checkpoint")[0]
+    assert f"resuming from checkpoint {good}, the newest good one" in note
+    for step in damaged:
+        assert f"{checkpoints}/{step}" in note and os.path.isdir(os.path.join(checkpoints, f"damaged-{step}"))
+    assert "Traceback" not in resumed.stdout()
