@@ -12,12 +12,9 @@ host keeps one per shape it meets (inference batches are padded to a few bucket 
 seedleague.buckets). `pack` and `unpack` run inside the jitted function that uses the leaves
 (seedleague.host.transfers `Transfers.call`), so the buffers cost no extra dispatch.
 
-Measured on an H100 (benchmarks/README.md, "One buffer each way"): a separate jitted unpack and pack made a
-CartPole forward pass slower than one copy per array (1.51 against 1.21 ms at 256 rows); fused into the act,
-packing matched it at 256 rows and was 20-24% faster at 1024, but made an Atari pass (64 rows, a 1.8 MB
-observation batch) 16-20% slower, whether that observation went through the buffer or on its own beside it.
-So `Transfers.call` packs only inputs whose leaves are all under `LARGE_LEAF_BYTES`: many small arrays, where
-a copy's fixed cost dominates. Leaves start on `ALIGNMENT`-byte boundaries.
+Packing pays where a copy's fixed cost dominates, many small arrays, and cost time on an Atari-sized
+observation batch (benchmarks/README.md, "One buffer each way"), so `Transfers.call` packs only inputs whose
+leaves are all under `LARGE_LEAF_BYTES`. Leaves start on `ALIGNMENT`-byte boundaries.
 """
 
 from __future__ import annotations

@@ -10,14 +10,12 @@ each way per batch, whatever the number of arrays. The counts say so in benchmar
 prints them), and under `jax.transfer_guard("disallow")` any copy made any other way raises, which is how the
 tests check that none is.
 
-On a CPU device the device's memory is the host's, and `jax.device_put` costs about 40 µs of Python dispatch per
-leaf: 0.56 ms for a replay insert's eleven, a quarter of the host's batcher thread on a league game
+On a CPU device the device's memory is the host's, and `jax.device_put`'s Python dispatch per leaf is the cost
 (benchmarks/README.md, "The host's copies on a CPU"). There `to_device` hands the numpy tree to one jitted identity
-instead (0.11 ms for the same tree): still one explicit, counted call, the copy made by XLA's C++ argument
-handling; `call` hands the numpy inputs to its own jitted call, which copies them the same way (one dispatch per
-forward pass, not two: about 20-25 µs less a CartPole batch). Either way the arrays handed over are the device's
-from then on: on a CPU the copy may alias or still be reading them, so the caller must not write to them afterwards
-(the host hands over fresh arrays only).
+instead: still one explicit, counted call, the copy made by XLA's C++ argument handling; `call` hands the numpy
+inputs to its own jitted call, which copies them the same way (one dispatch per forward pass, not two). Either way
+the arrays handed over are the device's from then on: on a CPU the copy may alias or still be reading them, so the
+caller must not write to them afterwards (the host hands over fresh arrays only).
 """
 
 from __future__ import annotations

@@ -57,9 +57,8 @@ class LearnerConfig:
     when env steps are the cost (a slow simulator, a real engine): each batch is
     fresh (lag of a few updates at most, the replay's rate limiter holds the actors
     while the learner trains) and is reused for several Adam steps inside one
-    update. On CartPole-v1 the second solved the task in 52-69K env steps, the
-    first (64 envs, replay at 2 samples per insert) in 171-500K (6 and 5 seeds;
-    benchmarks/README.md, "Time to solve CartPole-v1").
+    update. On CartPole-v1 the second needs a fraction of the first's env steps
+    (benchmarks/README.md, "Time to solve CartPole-v1").
 
     loss: "vtrace" (IMPALA actor-critic), "ppo" (clipped surrogate with
         V-trace advantages) or "mmd" (magnetic mirror descent: PPO's surrogate
@@ -505,9 +504,9 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState, anneal: 
 
 def _convolves(network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll) -> bool:
     """Whether the network's forward pass has a convolution. XLA:CPU runs a convolution inside a loop
-    several times slower than the same convolution outside one (the board torso's 16 minibatch steps: 2.5 s
-    in a loop, 0.32 s unrolled; benchmarks/README.md), so on CPU the minibatch steps of such a network are
-    unrolled, at the cost of a longer compile."""
+    several times slower than the same convolution outside one (benchmarks/README.md, "Convolutions inside the
+    minibatch loop"), so on CPU the minibatch steps of such a network are unrolled, at the cost of a longer
+    compile."""
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           (params, batch.observation, batch.first, batch.core_state))
     return xla_cpu.convolves(network.apply, *shapes)

@@ -1,18 +1,14 @@
 """How seedleague's heavy jitted calls are compiled for XLA:CPU, where its defaults are the slow choice.
 
-Two measured choices (benchmarks/README.md, "Learner updates/s and samples/s"), both only on a CPU backend:
+Two choices, both only on a CPU backend and only for a network that convolves (the measurements behind them:
+benchmarks/README.md, "Learner updates/s and samples/s"):
 
-- A loop over minibatch steps whose network convolves is unrolled (seedleague.rl.learner): XLA:CPU runs a
-  convolution inside a loop body several times slower than the same convolution outside one.
-- The learner's update and the forward passes of a network that convolves (the host's, and the loaded policies'
-  through `jit_choosing_fusions`) compile with XLA:CPU's library fusions off (`library_fusions_off`). By default
-  XLA:CPU hands dots, convolutions and elementwise ops to YNNPACK fusions; a convolution whose output is kept
-  (every convolution in a gradient, and each layer of a forward pass but the last) then runs 5-8x slower than
-  XLA's own: Atari's Nature CNN update made 2.2x the samples/s on one core without them (3.3-4.2x on two), its
-  forward pass 2.3-2.5x; connect_four's board torso was level on one core (1.4-1.6x on two). An MLP keeps them:
-  its update is 3-9% faster on one core with them (faster on two without, from spreading over both, which a full
-  run's busy cores do not pay: a Kuhn league run made 10-20% fewer updates without them), and its forward pass
-  20-30% faster.
+- A loop over minibatch steps is unrolled (seedleague.rl.learner): XLA:CPU runs a convolution inside a loop body
+  several times slower than the same convolution outside one.
+- The learner's update and the forward passes (the host's, and the loaded policies' through
+  `jit_choosing_fusions`) compile with XLA:CPU's library fusions off (`library_fusions_off`): its default YNNPACK
+  fusions are slow wherever a convolution's output is kept, as every one is in a gradient. An MLP keeps them:
+  its forward pass is faster with them, and so is its update in a full run, whose cores are busy.
 """
 
 from __future__ import annotations
