@@ -25,7 +25,7 @@ from seedleague import cli
 from seedleague.league import tables
 from seedleague.league.client import LeagueClient
 from seedleague.league.config import LeagueConfig
-from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock
+from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock, thinned
 from seedleague.league.payoff import wilson_interval
 from seedleague.league.service import League
 from seedleague.league.types import MatchResult, Mode, Role
@@ -193,6 +193,11 @@ def test_connections_beyond_the_limit_get_503_and_idle_ones_are_closed(page):
             sock.close()
     wait_for(lambda: served._server._slots._value == 3, 10, "the slots back")
     assert get(served, "/api/state", {"Authorization": f"Bearer {TOKEN}"})[0] == 200
+
+
+def test_thinned_curves_keep_their_ends():
+    assert thinned(list(range(10)), 4) == [0, 3, 6, 9]
+    assert thinned([1, 2], 4) == [1, 2]
 
 
 def test_wall_clock_series_stay_bounded_and_keep_their_span():

@@ -48,6 +48,7 @@ PAGE_READY = "league page on "  # printed by `seedleague league serve` once the 
 PAGE_FAILED = "league page: "  # ... or this and why, when it cannot (the league serves on without it)
 COOKIE = "seedleague_page_token"
 MAX_PATH_CHARS = 2048
+MAX_CURVE_POINTS = 400  # points per key of the Elo-by-results curve (the league keeps one every elo_history_every)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -116,6 +117,14 @@ def _payoff_view(league: League, keys: list[str]) -> dict:
                 left_out=len(matrix.keys) - len(ordered))
 
 
+def thinned(points: list, max_points: int) -> list:
+    """At most `max_points` of `points`, evenly spaced by index, the first and the last always kept."""
+    if len(points) <= max_points:
+        return list(points)
+    picks = np.unique(np.linspace(0, len(points) - 1, max_points).round().astype(int))
+    return [points[i] for i in picks]
+
+
 def _draw_shares(league: League, player: str, draws: int) -> list[dict]:
     """Opponents of `draws` previewed draws for `player`, most drawn first, with their shares."""
     counts = collections.Counter(m.opponent for m in league.draw_preview(player, draws))
@@ -142,7 +151,8 @@ def league_snapshot(league: League, config: PageConfig) -> dict:
         snapshots=[dict(key=s.key, player=s.player, step=s.step, role=s.role.value) for s in league.snapshots()],
         snapshot_elo={s.key: round(s.elo, 1) for s in standings},
         payoff=_payoff_view(league, keys),
-        elo_history={key: [[n, round(elo, 1)] for n, elo in points] for key, points in history.items() if key in shown},
+        elo_history={key: [[n, round(elo, 1)] for n, elo in thinned(points, MAX_CURVE_POINTS)]
+                     for key, points in history.items() if key in shown},
         draws={p.name: _draw_shares(league, p.name, config.draws) for p in players},
     )
 

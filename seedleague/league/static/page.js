@@ -132,7 +132,9 @@ function status(state) {
   const line = document.getElementById("status");
   const rate = state.results_per_s === null || state.results_per_s === undefined ? "" :
     `, ${state.results_per_s.toFixed(1)} results/s`;
-  line.textContent = `mode ${state.mode} · ${state.players.length} players · ${state.snapshots.length} snapshots · ` +
+  const count = (n, what) => `${n} ${what}${n === 1 ? "" : "s"}`;
+  line.textContent = `mode ${state.mode} · ${count(state.players.length, "player")} · ` +
+    `${count(state.snapshots.length, "snapshot")} · ` +
     `${state.results} results counted${rate} · updated ${new Date(state.time * 1000).toLocaleTimeString()}`;
   line.className = "";
   document.body.dataset.updates = String(++updates);
