@@ -87,9 +87,9 @@ def _act_stacked(on_device, inputs, network: Network, greedy: bool = False):
 
 def _sample_slots(network: Network, table, slots, observation, first, core_state, legal_mask, rng, greedy: bool):
     """_sample for the K policies at `slots` of a stacked params `table` over inputs [K, W, ...]: the K param
-    trees are gathered on the device and the pass is vmapped over them. Its compile time does not grow with K
-    (an unrolled loop over K took 9 s to compile at K = 16 and 20 s at 32, stalling a league run's inference
-    each time a batch first seated that many opponents; the two run equally fast; benchmarks/README.md)."""
+    trees are gathered on the device and the pass is vmapped over them, so its compile time does not grow with K
+    as an unrolled loop's did, which stalled a league run's inference each time a batch first seated that many
+    opponents (benchmarks/README.md, "Opponent passes that stalled a run")."""
     keys = jax.random.split(rng, slots.shape[0])
     params = jax.tree.map(lambda stacked: stacked[slots], table)
     sample = functools.partial(_sample, network, greedy=greedy)

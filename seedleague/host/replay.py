@@ -5,7 +5,7 @@ default one, or this process's first learner device when given the learner's
 batch sharding, in which case sampled batches come back split over the learner
 mesh: see seedleague.rl.sharding); the extra slot absorbs padding rows so inserts compile for a few bucket sizes
 only. On a CPU device, whose memory is the host's, the buffer is numpy arrays [capacity, ...] instead: an insert
-is a numpy write (37 µs, against 280 µs for the jitted copy alone while the learner computes beside it), and a
+is a numpy write, far cheaper than a jitted copy while the learner computes beside it, and a
 sample one copy of the gathered batch (benchmarks/README.md, "The host's copies on a CPU").
 
 The rate limiter follows Reverb's SampleToInsertRatio: with
