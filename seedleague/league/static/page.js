@@ -45,7 +45,7 @@ function standings(state) {
     error_x: { type: "data", array: top.map((s) => 2 * s.sigma), visible: true },
     marker: { color: top.map((s) => ROLE_COLOURS[s.role] || "#555") }, name: "μ ± 2σ",
     hovertemplate: "%{y}: μ %{x:.1f} ± %{error_x.array:.1f}<extra></extra>",
-  }], { showlegend: false, xaxis: { title: "TrueSkill μ" }, margin: Object.assign({}, MARGIN, { l: 120 }) });
+  }], { showlegend: false, xaxis: { title: "TrueSkill μ" }, yaxis: { dtick: 1 }, margin: Object.assign({}, MARGIN, { l: 120 }) });
 }
 
 function eloCurves(state) {
