@@ -1,9 +1,11 @@
 """Chaos soak: a Kuhn poker league run whose env workers, host and league service are killed
-with SIGKILL at random moments, N times each; then a table of what survived.
+with SIGKILL at random moments, N times each, whose disk fills up and whose newest checkpoint
+is damaged; then a table of what survived.
 
-    python -m benchmarks.chaos                                   # `make chaos`: 10 minutes, 10 kills of each
+    python -m benchmarks.chaos                                   # `make chaos`: 10 minutes, 10 kills of each, 2 storage faults of each
     python -m benchmarks.chaos --minutes 3 --kills 4 --seed 1    # shorter
     python -m benchmarks.chaos --league-kills 20 --host-kills 5   # per kind (the others: --kills)
+    python -m benchmarks.chaos --disk-faults 0                   # without the full disk (it needs root, for a tmpfs)
     python -m benchmarks.chaos --run-dir runs/chaos               # where the run goes (default runs/chaos-<time>)
 
 The run is the three kinds of process a distributed deployment has, started and,
@@ -21,6 +23,15 @@ Faults, one at a time, each at a random moment after the previous one has recove
 - **host**: killed, then `seedleague host --resume` on the same run dir and address;
   the surviving workers reconnect by themselves; recovered when every worker has a
   session on the new host.
+- **disk**: the run's filesystem (a tmpfs of `disk_mb` the script mounts, as root, under
+  RUN/data) is filled with a file. The host must stop by itself with one console line naming
+  the full disk and no traceback (after `disk_stop_s` it gets SIGTERM, and after `GRACE_S`
+  more SIGKILL: either counts as a failure). The file is removed `disk_full_s` later and the
+  host is started again with `--resume-or-start`, as a supervisor would; the league service is
+  started again only if it died.
+- **checkpoint**: the host is killed, junk is written inside its newest checkpoint's largest
+  state file (same size), and the host is started again: it must say it passes over that checkpoint
+  and resume from the one before it, the newest good one.
 
 Accounting (one host at a time plays, so every stored result between two host
 kills is that host lifetime's): after each host kill the script waits a second and
@@ -33,6 +44,9 @@ reply had not reached the host when it was killed (≥ 0; the league kept them o
 delivered (those of the last report interval, 0.5 s, plus any backlog left from a
 league outage) were never acknowledged and die with it, as its memory does; they
 are listed ("unacknowledged results that died"), not counted as lost.
+
+No host may be refused a snapshot ("snapshot steps of 'main' must increase") after any of
+these resumes.
 
 Learner steps and env steps/s come from the run's progress file, RUN/progress.jsonl
 (`seedleague.progress`), which every host lifetime appends to: a lifetime's ticks are
@@ -47,9 +61,11 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import time
 from typing import Callable, Optional
@@ -60,7 +76,9 @@ from seedleague import progress
 # The host's log line after every report the league acknowledged (seedleague.host.league_link): exact at each
 # report (every 0.5 s), which the progress file's ticks (every 2 s) are not.
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all, (\d+) pending")
-KINDS = ("worker", "league", "host")
+KINDS = ("worker", "league", "host", "disk", "checkpoint")
+GRACE_S = 30.0  # a host stopping on a full disk must be gone this long after its SIGTERM
+REFUSED_SNAPSHOT = "must increase"  # the league's refusal of a snapshot step at or below the last one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +91,11 @@ class ChaosConfig:
     worker_kills: Optional[int] = None
     league_kills: Optional[int] = None
     host_kills: Optional[int] = None
+    disk_faults: int = 2  # the run's disk filled up (needs root: a tmpfs is mounted for the run's data)
+    checkpoint_faults: int = 2  # the host killed and its newest checkpoint junk-filled before its --resume
+    disk_mb: int = 512  # the tmpfs's size
+    disk_full_s: float = 5.0  # how long the disk stays full after the host stopped
+    disk_stop_s: float = 60.0  # a host still running this long after the disk filled gets SIGTERM (a failure)
     workers: int = 2
     envs_per_worker: int = 8  # Kuhn poker ends an episode every ~2.5 steps: ~1K results/s from 2 x 8 envs
     league_down_s: float = 3.0  # a killed league stays away this long before it is started again
@@ -90,7 +113,8 @@ class ChaosConfig:
     def counts(self) -> dict[str, int]:
         """Kills of each kind."""
         given = {"worker": self.worker_kills, "league": self.league_kills, "host": self.host_kills}
-        return {kind: self.kills if count is None else count for kind, count in given.items()}
+        counts = {kind: self.kills if count is None else count for kind, count in given.items()}
+        return dict(counts, disk=self.disk_faults, checkpoint=self.checkpoint_faults)
 
 
 def free_port() -> int:
@@ -118,7 +142,38 @@ class Lifetime:
     pending_at_end: int = 0  # its last logged pending results (a killed host's die with it)
     stored: int = 0  # rows added to league.sqlite during its life
     last_learner_step: Optional[int] = None  # the run's learner step in its last progress tick
-    killed: bool = False
+    killed: bool = False  # ended by a fault (SIGKILL, or its own stop on a full disk), not the final SIGTERM
+
+
+@dataclasses.dataclass
+class DiskStop:
+    """What the host did when its disk filled."""
+
+    seconds: float  # from the disk filling to the host's exit
+    status: Optional[int]  # its exit status (1: it stopped itself on the fault)
+    signalled: bool  # it needed SIGTERM (or SIGKILL) to stop: a failure
+    line: str  # its one console line ("seedleague: ..."), "" if none
+    lines: int  # console lines starting "seedleague:" (must be 1)
+    traceback: bool
+
+    @property
+    def ok(self) -> bool:
+        return (self.status == 1 and not self.signalled and self.lines == 1 and not self.traceback
+                and "full" in self.line)
+
+
+@dataclasses.dataclass
+class Fallback:
+    """A resume after the newest checkpoint was damaged."""
+
+    damaged: int  # the damaged checkpoint's step
+    good: int  # the newest good one
+    resumed: Optional[int]  # where the host resumed
+    named: bool  # its console line named both
+
+    @property
+    def ok(self) -> bool:
+        return self.named and self.resumed == self.good
 
 
 @dataclasses.dataclass
@@ -144,6 +199,9 @@ class ChaosReport:
     final_env_steps: Optional[int]
     host_exit_status: Optional[int]
     lifetimes: list
+    disk_stops: list = dataclasses.field(default_factory=list)
+    fallbacks: list = dataclasses.field(default_factory=list)
+    snapshot_refusals: int = 0
 
     @property
     def ok(self) -> bool:
@@ -152,14 +210,18 @@ class ChaosReport:
         final = self.lifetimes[-1]
         return (self.lost == 0 and self.duplicates == 0 and self.continuity_ok and self.host_exit_status == 0
                 and self.worker_reconnects >= self.expected_reconnects
-                and final["stored"] == final["acknowledged"] and final["pending_at_end"] == 0)
+                and final["stored"] == final["acknowledged"] and final["pending_at_end"] == 0
+                and all(DiskStop(**stop).ok for stop in self.disk_stops)
+                and all(Fallback(**fallback).ok for fallback in self.fallbacks) and self.snapshot_refusals == 0)
 
     def table(self) -> str:
         f, final, resumed = self.faults, self.lifetimes[-1], self.lifetimes[1:]
         outages, playing = self.league_outages_s, self.steps_during_outages
+        stops = [DiskStop(**stop) for stop in self.disk_stops]
+        fallbacks = [Fallback(**fallback) for fallback in self.fallbacks]
         rows = [
-            ("faults injected (SIGKILL)", f"worker {f['worker']}, league {f['league']}, host {f['host']} "
-                                          f"in {self.duration_s:.0f} s"),
+            ("faults injected", f"SIGKILL worker {f['worker']}, league {f['league']}, host {f['host']}; disk full "
+                                f"{f['disk']}; newest checkpoint damaged {f['checkpoint']}; in {self.duration_s:.0f} s"),
             ("results acknowledged / stored", f"{self.acknowledged} / {self.stored}"),
             ("lost (acknowledged, not stored)", str(self.lost)),
             ("duplicated (rows - distinct ids)", str(self.duplicates)),
@@ -181,6 +243,15 @@ class ChaosReport:
                 if self.league_starts else "")),
             ("host env steps/s while the league was down", _spread([r for r in playing if r], "{:.0f}")
              + f"; kept playing in {sum(1 for r in playing if r)} of {len(playing)} outages"),
+            ("disk full: host stopped by itself, one line, no traceback",
+             f"{sum(stop.ok for stop in stops)} of {len(stops)}; exit "
+             + ", ".join(str(stop.status) for stop in stops) + "; "
+             + _spread([stop.seconds for stop in stops], "{:.1f} s") + " after the disk filled"),
+            ("disk full: its line", stops[0].line[:160] + ("..." if len(stops[0].line) > 160 else "") if stops else "-"),
+            ("damaged newest checkpoint: resumed from the one before, named",
+             f"{sum(fallback.ok for fallback in fallbacks)} of {len(fallbacks)}"
+             + "".join(f"; {fb.damaged} -> {fb.resumed}" for fb in fallbacks)),
+            ("snapshots refused after a resume ('must increase')", str(self.snapshot_refusals)),
             ("final learner step / env steps", f"{self.final_learner_step} / {self.final_env_steps}"),
             ("final host exit status (SIGTERM)", str(self.host_exit_status)),
         ]
@@ -209,9 +280,12 @@ class ChaosRun:
         self.config = config
         self.say = say
         self.run_dir = os.path.abspath(config.run_dir)
-        self.logs = os.path.join(self.run_dir, "chaos-logs")
+        self.logs = os.path.join(self.run_dir, "chaos-logs")  # on the machine's disk: the processes' output
+        self.data_dir = os.path.join(self.run_dir, "data")  # the run's files (a tmpfs when the disk is filled)
         os.makedirs(self.logs, exist_ok=True)
-        self.db_path = os.path.join(self.run_dir, "league", "league.sqlite")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.mounted = False
+        self.db_path = os.path.join(self.data_dir, "league", "league.sqlite")
         self.host_address = f"127.0.0.1:{free_port()}"
         self.league_address = f"127.0.0.1:{free_port()}"
         self.rng = random.Random(config.seed)
@@ -227,6 +301,9 @@ class ChaosRun:
         self.steps_during_outages: list[Optional[float]] = []  # host env steps/s printed while the league was down
         self.stored_at_last_boundary = 0
         self._sessions_before: list[int] = []
+        self.disk_stops: list[DiskStop] = []
+        self.fallbacks: list[Fallback] = []
+        self.host_logs: list[Child] = []  # every host start, for the snapshot refusals
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -236,7 +313,7 @@ class ChaosRun:
 
     def start_league(self) -> None:
         command = [sys.executable, "-m", "seedleague.league.cli", "serve", "--run-dir",
-                   os.path.join(self.run_dir, "league"), "--address", self.league_address, "--log-every-s", "30",
+                   os.path.join(self.data_dir, "league"), "--address", self.league_address, "--log-every-s", "30",
                    *self.config.league_flags]
         rows = self.stored_results()[0] if os.path.exists(self.db_path) else 0
         started = time.monotonic()
@@ -245,14 +322,17 @@ class ChaosRun:
         if rows:  # a restart: it replays every stored result before it serves
             self.league_starts.append((rows, time.monotonic() - started))
 
-    def start_host(self) -> None:
+    def start_host(self, newest_good: Optional[int] = None) -> None:
+        """`newest_good`: the checkpoint it must resume from (default: the newest on disk)."""
         resume = bool(self.lifetimes)
-        lifetime = Lifetime(len(self.lifetimes), time.time(), checkpoint_before=self.newest_checkpoint())
+        newest_good = self.newest_checkpoint() if newest_good is None else newest_good
+        lifetime = Lifetime(len(self.lifetimes), time.time(), checkpoint_before=newest_good)
         command = [sys.executable, "-m", "seedleague.cli", "--log-level", "INFO", "host", "--env",
-                   "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.run_dir,
-                   "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.run_dir, "pool"),
+                   "openspiel:kuhn_poker", "--address", self.host_address, "--run-dir", self.data_dir,
+                   "--league.address", self.league_address, "--league.pool_dir", os.path.join(self.data_dir, "pool"),
                    "--max-seconds", "0", "--no-eval", *self.config.host_flags, *(["--resume-or-start"] if resume else [])]
         self.host = start_child(command, self._log("host"), "the host")
+        self.host_logs.append(self.host)
         self.lifetimes.append(lifetime)
         self._sessions_before = [_connects(proc) for proc in self.workers]
 
@@ -280,6 +360,8 @@ class ChaosRun:
     def start(self) -> None:
         """League, host, workers; returns once results flow."""
         self.say(f"chaos run in {self.run_dir}: host {self.host_address}, league {self.league_address}")
+        if self.config.counts()["disk"]:
+            self.mount_disk()
         self.start_league()
         self.start_host()
         for slot in range(self.config.workers):
@@ -312,9 +394,48 @@ class ChaosRun:
         self.start_host()
         self.wait_host_serving()
 
+    def fill_disk(self) -> None:
+        """Fill the run's disk; the host must stop by itself, in one line; then free it and resume the host."""
+        lifetime, filler = self.lifetimes[-1], os.path.join(self.data_dir, "filler")
+        filled = time.monotonic()
+        fill(filler)
+        signalled = self.host.wait(self.config.disk_stop_s) is None
+        if signalled:  # a hang: what the issue saw
+            self.host.send_signal(signal.SIGTERM)
+            if self.host.wait(GRACE_S) is None:
+                self.host.kill()
+        seconds = time.monotonic() - filled
+        text = self.host.output()
+        lines = [line for line in text.splitlines() if line.startswith("seedleague:")]
+        self.disk_stops.append(DiskStop(seconds, self.host.returncode, signalled, lines[-1] if lines else "",
+                                        len(lines), "Traceback" in text))
+        time.sleep(self.config.disk_full_s)  # the league and the workers meet the full disk meanwhile
+        os.remove(filler)
+        self._end_lifetime(lifetime, killed=True)
+        if not self.league.running():
+            self.start_league()
+        self.start_host()
+        self.wait_host_serving()
+
+    def damage_checkpoint(self) -> None:
+        """Kill the host once it has saved a checkpoint of its own, junk-fill the newest, and resume: from the one
+        before it."""
+        lifetime = self.lifetimes[-1]
+        self._wait(lambda: len(self.checkpoint_steps()) >= 2 and self.checkpoint_steps()[-1] > (lifetime.resumed_step or 0),
+                   "a checkpoint newer than the one the host resumed from", self.host)
+        self.host.kill()
+        self._end_lifetime(lifetime, killed=True)
+        *_, good, newest = self.checkpoint_steps()
+        junk_fill(os.path.join(self.data_dir, "checkpoints", str(newest)), self.rng.randrange(2**32))
+        self.start_host(newest_good=good)
+        self.wait_host_serving()
+        named = f"resuming from checkpoint {good}, the newest good one" in self.host.output()
+        self.fallbacks.append(Fallback(newest, good, self.lifetimes[-1].resumed_step, named))
+
     def fault(self, kind: str) -> None:
-        self.say(f"{time.strftime('%H:%M:%S')} kill -9 {kind}")
-        {"worker": self.kill_worker, "league": self.kill_league, "host": self.kill_host}[kind]()
+        self.say(f"{time.strftime('%H:%M:%S')} {kind if kind in ('disk', 'checkpoint') else 'kill -9'} {kind}")
+        {"worker": self.kill_worker, "league": self.kill_league, "host": self.kill_host, "disk": self.fill_disk,
+         "checkpoint": self.damage_checkpoint}[kind]()
         self.faults[kind] += 1
 
     def run_faults(self) -> float:
@@ -337,12 +458,15 @@ class ChaosRun:
 
     def ticks(self, since: float) -> list[dict]:
         """The host's progress ticks written at or after Unix time `since` (seedleague.progress)."""
-        return [tick for tick in progress.read(self.run_dir) if tick["time"] >= since]
+        return [tick for tick in progress.read(self.data_dir) if tick["time"] >= since]
+
+    def checkpoint_steps(self) -> list[int]:
+        directory = os.path.join(self.data_dir, "checkpoints")
+        return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
 
     def newest_checkpoint(self) -> Optional[int]:
-        directory = os.path.join(self.run_dir, "checkpoints")
-        steps = [int(name) for name in os.listdir(directory) if name.isdigit()] if os.path.isdir(directory) else []
-        return max(steps) if steps else None
+        steps = self.checkpoint_steps()
+        return steps[-1] if steps else None
 
     def stored_results(self) -> tuple[int, int]:
         """(rows, distinct result ids) in league.sqlite, read-only."""
@@ -372,7 +496,7 @@ class ChaosRun:
         lifetime = self.lifetimes[-1]
         self._end_lifetime(lifetime, killed=False)
         summary = {}
-        summary_path = os.path.join(self.run_dir, "summary.json")
+        summary_path = os.path.join(self.data_dir, "summary.json")
         if os.path.exists(summary_path):
             with open(summary_path) as f:
                 summary = json.load(f)
@@ -393,7 +517,7 @@ class ChaosRun:
         redone = [prev.last_learner_step - (nxt.resumed_step or 0) for prev, nxt in zip(lives, lives[1:])
                   if prev.last_learner_step is not None]
         connects = sum(_connects(p) for p in self.worker_procs)
-        host_kills = self.faults["host"]
+        host_kills = self.faults["host"] + self.faults["disk"] + self.faults["checkpoint"]  # each starts a new host
         return ChaosReport(
             faults=dict(self.faults), duration_s=duration_s,
             acknowledged=sum(life.acknowledged for life in lives), stored=rows, duplicates=rows - distinct,
@@ -406,12 +530,40 @@ class ChaosRun:
             steps_during_outages=self.steps_during_outages, league_starts=self.league_starts,
             final_learner_step=summary.get("learner_step"), final_env_steps=summary.get("env_steps"),
             host_exit_status=status, lifetimes=[dataclasses.asdict(l) for l in lives],
+            disk_stops=[dataclasses.asdict(stop) for stop in self.disk_stops],
+            fallbacks=[dataclasses.asdict(fallback) for fallback in self.fallbacks],
+            snapshot_refusals=sum(host.output().count(REFUSED_SNAPSHOT) for host in self.host_logs),
         )
 
     def kill_everything(self) -> None:
         for proc in [self.host, self.league, *self.worker_procs]:
             if proc is not None:
                 proc.kill()
+        self.unmount_disk()
+
+    # -- the disk --------------------------------------------------------------------------------
+
+    def mount_disk(self) -> None:
+        """A tmpfs of `disk_mb` for the run's data, so filling it fills no one else's disk."""
+        if os.geteuid() != 0:
+            raise SystemExit("chaos: the disk fault mounts a tmpfs and needs root; run as root or pass --disk-faults 0")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.config.disk_mb}m", "tmpfs", self.data_dir],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"chaos: cannot mount a tmpfs on {self.data_dir} ({done.stderr.strip()}); "
+                             "pass --disk-faults 0")
+        self.mounted = True
+
+    def unmount_disk(self) -> None:
+        """Copy the run's data off the tmpfs into RUN/data (the filler, if any, left behind), then unmount it."""
+        if not self.mounted:
+            return
+        kept = self.data_dir + ".kept"
+        shutil.copytree(self.data_dir, kept, ignore=shutil.ignore_patterns("filler"), dirs_exist_ok=True)
+        subprocess.run(["umount", "-l", self.data_dir], check=False)
+        os.rmdir(self.data_dir)
+        os.rename(kept, self.data_dir)
+        self.mounted = False
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -419,6 +571,27 @@ class ChaosRun:
         """Until `predicate()`; ChildExited / ChildNotReady (naming the process, with its log tail) if it exits first
         or `recover_timeout_s` passes."""
         child.wait_until(lambda: True if predicate() else None, self.config.recover_timeout_s, what)
+
+
+def fill(path: str) -> None:
+    """Write zeros to `path` until its filesystem is full."""
+    with open(path, "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 2**20)
+        except OSError:
+            pass
+
+
+def junk_fill(step_dir: str, seed: int) -> None:
+    """Junk in the middle of the largest data file of checkpoint `step_dir`'s state, its size kept: damage nothing
+    reports."""
+    files = [os.path.join(d, name) for d, _, names in os.walk(os.path.join(step_dir, "state")) for name in names]
+    path = max(files, key=os.path.getsize)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size // 4)
+        f.write(random.Random(seed).randbytes(max(1, min(4096, size - size // 4))))
 
 
 def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
@@ -443,8 +616,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="faults are spread over this long (default 10)")
     parser.add_argument("--kills", type=int, default=10, help="kills of each kind: worker, league, host (default 10)")
-    for kind in KINDS:
+    for kind in KINDS[:3]:
         parser.add_argument(f"--{kind}-kills", type=int, default=None, help=f"kills of the {kind} (default --kills)")
+    parser.add_argument("--disk-faults", type=int, default=ChaosConfig.disk_faults,
+                        help="times the run's disk (a tmpfs mounted as root) fills up (default %(default)s)")
+    parser.add_argument("--checkpoint-faults", type=int, default=ChaosConfig.checkpoint_faults,
+                        help="times the newest checkpoint is junk-filled before a --resume (default %(default)s)")
     parser.add_argument("--workers", type=int, default=ChaosConfig.workers)
     parser.add_argument("--envs-per-worker", type=int, default=ChaosConfig.envs_per_worker)
     parser.add_argument("--league-down-s", type=float, default=ChaosConfig.league_down_s,
@@ -454,13 +631,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="a new directory (default runs/chaos-<time>); logs in RUN/chaos-logs")
     args = parser.parse_args(argv)
     run_dir = args.run_dir or os.path.join("runs", f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    if os.path.exists(os.path.join(run_dir, "league")):
+    if os.path.exists(os.path.join(run_dir, "chaos-logs")):
         parser.error(f"{run_dir} already holds a run: give a new --run-dir")
     config = ChaosConfig(run_dir=run_dir, seconds=60 * args.minutes, kills=args.kills, worker_kills=args.worker_kills,
-                         league_kills=args.league_kills, host_kills=args.host_kills, workers=args.workers,
+                         league_kills=args.league_kills, host_kills=args.host_kills, disk_faults=args.disk_faults,
+                         checkpoint_faults=args.checkpoint_faults, workers=args.workers,
                          envs_per_worker=args.envs_per_worker, league_down_s=args.league_down_s, seed=args.seed)
     kills = ", ".join(f"{count} {kind}" for kind, count in config.counts().items())
-    print(f"chaos: {args.minutes:g} minutes, kills: {kills} "
+    print(f"chaos: {args.minutes:g} minutes, faults: {kills} "
           f"(python -m benchmarks.chaos {' '.join(argv if argv is not None else sys.argv[1:])})", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # so the processes it started are killed on the way out
     report = run_chaos(config)
