@@ -70,8 +70,9 @@ test-slow: install
 bench: install
 	$(PY) -m benchmarks.suite $(BENCH_ARGS)
 
-## chaos: SIGKILL workers, host and league at random moments of a 10-minute Kuhn poker league run, then a
-## table of results acknowledged vs stored, duplicates, lost, resumes (CHAOS_ARGS="--minutes 3 --kills 4").
+## chaos: SIGKILL workers, host and league at random moments of a 10-minute Kuhn poker league run, fill its disk
+## (a tmpfs, as root) and damage its newest checkpoint, then a table of results acknowledged vs stored, duplicates,
+## lost, resumes (CHAOS_ARGS="--minutes 3 --kills 4"; "--disk-faults 0" where you are not root).
 chaos: install
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
