@@ -27,6 +27,7 @@ from seedleague.league.client import LeagueClient
 from seedleague.league.config import LeagueConfig
 from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock, thinned
 from seedleague.league.payoff import wilson_interval
+from seedleague.league.server import load_config
 from seedleague.league.service import League
 from seedleague.league.types import MatchResult, Mode, Role
 from seedleague.security import ClientSecurity
@@ -221,11 +222,14 @@ def test_serve_refuses_a_bad_page_address(tmp_path, capsys):
 CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path), None)
 
 
-def _start_serve(run_dir: str) -> tuple[subprocess.Popen, str, str]:
+PFSP_FLAGS = ("--mode", "pfsp", "--payoff_decay", "1.0", "--min_games", "0")
+
+
+def _start_serve(run_dir: str, *config_flags: str) -> tuple[subprocess.Popen, str, str]:
     """A league process with its page; returns (process, gRPC address, page URL)."""
     command = [sys.executable, "-m", "seedleague.cli", "league", "serve", "--run-dir", run_dir, "--address",
                "127.0.0.1:0", "--page.address", "127.0.0.1:0", "--page.sample-every-s", "0.2", "--log-every-s",
-               "3600", "--mode", "pfsp", "--payoff_decay", "1.0", "--min_games", "0"]
+               "3600", *config_flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1", SEEDLEAGUE_TOKEN=TOKEN)
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [proc.stdout.readline(), proc.stdout.readline()]
@@ -262,14 +266,18 @@ def _rendered(dom: str) -> dict:
                 steps=_attribute(dom, "elo-steps", "data-points"))
 
 
-def _page_results(url: str) -> int:
+def _page_state(url: str) -> dict:
     with urllib.request.urlopen(url + "api/state?token=" + TOKEN, timeout=10) as response:
-        return json.loads(response.read())["results"]
+        return json.loads(response.read())
+
+
+def _page_results(url: str) -> int:
+    return _page_state(url)["results"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (make chromium, or apt-get install chromium)")
 def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
-    proc, address, url = _start_serve(str(tmp_path / "league"))
+    proc, address, url = _start_serve(str(tmp_path / "league"), *PFSP_FLAGS)
     client = LeagueClient(address, ClientSecurity(token=TOKEN))
     try:
         fill(client)
@@ -290,3 +298,54 @@ def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
         client.close()
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# --- ratings and payoffs across --resume, and the page of a finished run ---------------------------
+
+KUHN = ("--env", "openspiel:kuhn_poker", "--no-eval", "--league-page", "off", "--checkpoint.interval-s", "2",
+        "--league.check-in-interval-s", "0.5", "--league-config.snapshot-interval-steps", "20")
+
+
+def _train(run_dir: str, *flags: str) -> dict:
+    """A real `seedleague train` on Kuhn poker to its end; returns its summary.json."""
+    done = subprocess.run([sys.executable, "-m", "seedleague.cli", "train", *KUHN, "--run-dir", run_dir, *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def _league_of(run_dir: str) -> tuple:
+    """(standings, payoff, Elo history, results counted) of a run's league, read back from its database."""
+    league_dir = os.path.join(run_dir, "league")
+    with League(load_config(league_dir), os.path.join(league_dir, "league.sqlite")) as league:
+        return league.standings(), league.payoff(), league.elo_history(), league.results_counted()
+
+
+def test_a_finished_runs_page_shows_its_ratings_and_resume_carries_every_rating_and_payoff_on(tmp_path):
+    run_dir = str(tmp_path / "run")
+    summary = _train(run_dir, "--max-learner-steps", "60")
+    standings, matrix, history, results = _league_of(run_dir)
+    assert results > 0 and len(matrix.keys) >= 3
+    # The database holds what the live league reported at the end of the run.
+    assert [(row["key"], row["elo"], row["games"]) for row in summary["standings"]] == \
+        [(row.key, row.elo, row.games) for row in standings]
+
+    # Serving the finished run's league again (no flags: its saved config) shows the same on its page.
+    proc, _, url = _start_serve(os.path.join(run_dir, "league"))
+    try:
+        state = _page_state(url)
+        shown = {row["key"]: row["elo"] for row in state["standings"]}
+        assert shown == {row.key: round(row.elo, 1) for row in tables.rated_first(standings, 40).rows}
+        assert state["results"] == results and state["mode"] == load_config(os.path.join(run_dir, "league")).mode.value
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+    resumed = _train(run_dir, "--resume", "--max-learner-steps", "120")
+    assert resumed["learner_step"] > summary["learner_step"]
+    after_standings, after_matrix, after_history, after_results = _league_of(run_dir)
+    assert after_results > results
+    assert after_matrix.keys[:len(matrix.keys)] == matrix.keys  # every key kept, in its place
+    for key, points in history.items():  # ratings went on from where the run ended, never from the start
+        assert after_history[key][:len(points)] == points, key

@@ -10,13 +10,14 @@ dir continues the league), prints "league serving on HOST:PORT" once listening
 (with port 0 the line tells a launcher which port was picked), logs the
 leaderboard while it changes, serves the live league page (docs/league_page.md) and prints
 "league page on http://HOST:PORT/" unless --no-page, and stops cleanly on SIGINT or SIGTERM (exit 0).
-Every LeagueConfig field is a flag (`--pfsp-weighting variance`). This module
-owns those commands.
+Every LeagueConfig field is a flag (`--pfsp-weighting variance`); with none given, a run dir
+that holds league_config.json serves with that saved config. This module owns those commands.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from seedleague.league.server import serve
 
-    config = config_flags.build(LeagueConfig, args)
+    config = config_flags.build(LeagueConfig, args, _saved_config(args))
     page = None if args.no_page else config_flags.build(PageConfig, args, prefix="page.")
     security = server_security_from_args(args)
     read_fd, write_fd = os.pipe()
@@ -98,6 +99,18 @@ def _serve(args: argparse.Namespace) -> int:
         os.close(read_fd)
         os.close(write_fd)
     return 0
+
+
+def _saved_config(args: argparse.Namespace) -> Optional[LeagueConfig]:
+    """The config the run dir's league last served with, when no LeagueConfig flag is given (so serving a
+    finished run's league again, e.g. for its page, rates it as it was rated); None otherwise."""
+    from seedleague.league.server import CONFIG_NAME, load_config
+
+    given = any(getattr(args, f.name, config_flags.NOT_GIVEN) is not config_flags.NOT_GIVEN
+                for f in dataclasses.fields(LeagueConfig))
+    if given or not os.path.exists(os.path.join(args.run_dir, CONFIG_NAME)):
+        return None
+    return load_config(args.run_dir)
 
 
 def _query(args: argparse.Namespace) -> int:
