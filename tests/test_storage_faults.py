@@ -529,6 +529,8 @@ def test_damaged_newest_checkpoints_of_a_real_run_resume_from_the_newest_good_on
     run.wait_for(snapshot_after_three_checkpoints, "three checkpoints and a league snapshot newer than the first")
     run.process.send_signal(signal.SIGTERM)
     assert run.exit_within(GRACE_S).returncode == 0, run.stderr()[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert _league_rows(run_dir) == json.load(f)["league_results"]["acknowledged"]
     steps, last_snapshot = _steps(checkpoints), _last_snapshot(run_dir)
     good, damaged = steps[0], steps[1:]  # the final checkpoint and at least two before it
     assert good < last_snapshot and len(damaged) >= 3
