@@ -22,6 +22,7 @@ import numpy as np
 from seedleague.checkpoint import Checkpointer, DamagedCheckpoint
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import HostConfig
+from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.pipeline import build_network
@@ -106,9 +107,19 @@ def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, Exploit
     from seedleague.output import OutputConfig, recorded
 
     run_dir = config.exploit_output
-    source = OutputConfig(config.exploit_source, recorded(run_dir).player) if config.exploit_source else None
+    uniform = config.exploit_source == exploit.UNIFORM
+    named = config.exploit_source and not uniform
+    source = OutputConfig(config.exploit_source, recorded(run_dir).player) if named else None
     resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
-    log.info("training a best response to the output of %s: %s", run_dir, resolved.describe())
+    if uniform:  # the run's own network with its policy heads zeroed: the game's uniform random policy
+        if isinstance(spec, StructuredEnvSpec) and len(spec.action.discrete) < len(spec.action.heads):
+            raise ValueError(f"--output {exploit.UNIFORM}: {spec.env_name}'s continuous action heads have no uniform "
+                             "policy; exploit one of the run's outputs instead")
+        mixture = ServedMixture([exploit.UNIFORM], [1.0], [exploit.uniform_params(first.params)],
+                                np.random.default_rng(config.seed))
+        log.info("training a best response to the uniform random policy of %s's game", run_dir)
+    else:
+        log.info("training a best response to the output of %s: %s", run_dir, resolved.describe())
     return dataclasses.replace(config, network=first.network_config), ExploitTarget(mixture, spec)
 
 
