@@ -28,6 +28,15 @@ killed before its summary.json is trained again). The Markdown table is printed 
 written to R/league_suite.md. Runs go to R/runs/<game>-<method>-<run>, their console
 output beside them as <run dir>.log.
 
+A game too large for an exact score (phantom_ttt, 3x3 dark_hex: `output_selection.unmeasurable`) gets no exact
+cells, each saying why. `--exploit-seconds B` measures such a game: after each run, `seedleague exploit --run-dir
+DIR --max-seconds B` trains a best response to its output (in DIR/exploit/suite) and the row gets its estimate, a
+lower bound with its 95% interval, marked "rising" where the response was still learning; `--exploit-uniform`
+adds, per game, a row for the uniform random policy measured the same way (in the game's first run dir), the
+scale the MMD paper reports beside each method (the issue's big games: `--games openspiel:phantom_ttt
+'openspiel:dark_hex(gameversion=adh)' --seconds 3600 --methods recipe self-play --exploit-seconds 1200
+--exploit-uniform`). Best responses run one after the other, after the run they measure.
+
 One after the other, no run shares the machine with another. On a machine with
 cores to spare (a GPU box), `--parallel K` trains K at once: every run of that call then shares
 the machine, so its rows compare methods and seeds with each other, not with rows from another
@@ -60,6 +69,7 @@ SELF_PLAY_BASELINE_FLAGS = (
 )
 METHODS = {"recipe": (), "exact-selection": ("--output", "selected"), "self-play": SELF_PLAY_BASELINE_FLAGS}
 ROWS_FILE, TABLE_FILE = "league_suite.jsonl", "league_suite.md"
+UNIFORM = "uniform"  # the row of a game's uniform random policy, measured by a best response (`--exploit-uniform`)
 
 
 def seedleague_command() -> list[str]:
@@ -148,6 +158,36 @@ def load_output(run_dir: str, seed: int = 0) -> tuple[api.Policy | api.PolicyMix
     return api.load_policy(run_dir, seed=seed), "load_policy"
 
 
+def exploit_run(run_dir: str, seconds: float, source: Optional[str] = None) -> dict:
+    """`seedleague exploit` of the run's output (or of `source`: another output, or "uniform") for `seconds`, in
+    RUN/exploit/suite[-SOURCE] (its console output beside it as .log); its summary's estimate as {"value", "ci95",
+    "still_rising", "games"}, or {"error"}. A finished one is read back, not trained again."""
+    out = os.path.join(run_dir, "exploit", "suite" if source is None else f"suite-{source}")
+    found = read_summary(out).get("exploit")
+    if not (found and found.get("estimate")):
+        shutil.rmtree(out, ignore_errors=True)  # a best response killed midway trains again
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        command = [*seedleague_command(), "exploit", "--run-dir", run_dir, "--max-seconds", f"{seconds:g}", "--out",
+                   out, *(["--output", source] if source else [])]
+        with open(out + ".log", "w") as log:
+            returncode = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        found = read_summary(out).get("exploit")
+        if not (found and found.get("estimate")):
+            return dict(error=f"no estimate (exit {returncode}): see {out}.log", seconds=seconds)
+    estimate = found["estimate"]
+    return dict(value=estimate["value"], ci95=estimate["ci95"], games=estimate["games"],
+                still_rising=bool(found.get("still_rising")), seconds=seconds, run_dir=out)
+
+
+def exploit_cell(found: Optional[dict]) -> str:
+    """"0.1234 +- 0.0050", "0.1234 +- 0.0050 rising" (still learning at its end), "n/a" (none), or "error"."""
+    if not found:
+        return "n/a"
+    if "value" not in found:
+        return "error"
+    return f"{found['value']:.4f} +- {found['ci95']:.4f}" + (" rising" if found.get("still_rising") else "")
+
+
 def _scored(scoring: Callable[[], dict]) -> dict:
     """`scoring()`'s result as {"score": ...}, or {"score": None, "error": ...} (a row is written either way)."""
     try:
@@ -163,6 +203,8 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
     from envs.openspiel_games import load_game
 
     game = load_game(game_name.partition(":")[2])
+    too_large = exact_score_problem(game, game_name)  # then every cell says why, and nothing walks the tree
+    scored = (lambda scoring: dict(score=None, error=too_large)) if too_large else _scored
     times = curve.snapshot_times(run_dir) if os.path.isdir(os.path.join(run_dir, "pool")) else []
     points = []
     for fraction in fractions:
@@ -172,7 +214,7 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
             point.update(score=None, error="no snapshot with a wall-clock time in the pool")
         else:
             point.update(snapshot=nearest[0], snapshot_wall_s=nearest[1])
-            point.update(_scored(lambda: output_score.score(game, api.load_snapshot(run_dir, nearest[0]), budget)))
+            point.update(scored(lambda: output_score.score(game, api.load_snapshot(run_dir, nearest[0]), budget)))
         points.append(point)
     loaded: dict = {}
 
@@ -180,12 +222,23 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
         output, loaded["output"] = load_output(run_dir)
         return output_score.score(game, output, budget)
 
-    final = _scored(final_score)
+    final = scored(final_score)
     final["output"] = loaded.get("output")
     summary = read_summary(run_dir)
     return dict(points=points, final=final, env_steps=summary.get("env_steps"),
                 learner_steps=summary.get("learner_steps"), wall_s=summary.get("wall_s"), reason=summary.get("reason"),
                 choice_s=read_choice_seconds(run_dir))
+
+
+def exact_score_problem(game, game_name: str) -> str:
+    """Why `game`'s exploitability cannot be scored exactly in minutes ("" where it can, and for board games,
+    scored by games instead)."""
+    from seedleague.eval import output_selection
+
+    if output_score.game_kind(game) != output_score.EXPLOITABILITY:
+        return ""
+    why = output_selection.unmeasurable(game_name)
+    return f"no exact score: {why}" if why else ""
 
 
 def read_choice_seconds(run_dir: str) -> Optional[float]:
@@ -235,15 +288,17 @@ def _point_cell(point: dict) -> str:
     return cell if point.get("snapshot_wall_s") is None else f"{cell} (at {point['snapshot_wall_s']:.0f} s)"
 
 
-def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
+def markdown_table(rows: Sequence[dict], fractions: Sequence[float], exploit_seconds: float = 0.0) -> str:
     """One line per run: game, method, run, the score at each fraction of the budget (with the training
     time of the snapshot nearest it) and of the final output (exploitability, or wins/draws/losses
     against random and MCTS; with the loader used), env steps, learner updates, and the seconds the output's
-    choice took after the training's budget (`--max-seconds` bounds the training; "-": no choice was made)."""
+    choice took after the training's budget (`--max-seconds` bounds the training; "-": no choice was made); with
+    `exploit_seconds`, the best response's estimate of the output (`exploit_cell`)."""
     at = [f"{round(100 * f)}% (snapshot)" for f in fractions]
-    lines = ["| game | method | run | " + " | ".join(at) + " | final output | env steps | learner updates | "
-             "output choice s |",
-             "|---|---|---:|" + "---:|" * len(at) + "---:|---:|---:|---:|"]
+    response = [f"best response ({exploit_seconds:g} s)"] if exploit_seconds else []
+    lines = ["| game | method | run | " + " | ".join(at + ["final output"] + response) + " | env steps | "
+             "learner updates | output choice s |",
+             "|---|---|---:|" + "---:|" * (len(at) + len(response)) + "---:|---:|---:|---:|"]
     for row in rows:
         by_fraction = {p["fraction"]: p for p in row["points"]}
         cells = [_point_cell(by_fraction.get(f, {})) for f in fractions]
@@ -252,16 +307,19 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float]) -> str:
             final += f" ({row['final']['output']})"
         number = lambda x: "n/a" if x is None else f"{x:,}"
         choice = "-" if row.get("choice_s") is None else f"{row['choice_s']:.0f}"
+        cells += [final] + ([exploit_cell(row.get("exploit"))] if exploit_seconds else [])
         lines.append(f"| {row['game']} | {row['method']} | {row['run']} | " + " | ".join(cells) +
-                     f" | {final} | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} | {choice} |")
+                     f" | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} | {choice} |")
     return "\n".join(lines) + "\n"
 
 
 def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fractions: Sequence[float],
               budget: output_score.BoardBudget, train_fn: Callable[..., int] = train,
-              methods: Optional[dict[str, tuple[str, ...]]] = None, parallel: int = 1) -> list[dict]:
+              methods: Optional[dict[str, tuple[str, ...]]] = None, parallel: int = 1, exploit_seconds: float = 0.0,
+              exploit_uniform: bool = False, exploit_fn: Callable[..., dict] = exploit_run) -> list[dict]:
     """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time (or
-    `parallel` at once); returns every row (old and new) and writes the table."""
+    `parallel` at once), with a best response of `exploit_seconds` to each output (and, `exploit_uniform`, one row
+    per game for the uniform policy); returns every row (old and new) and writes the table."""
     os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
     rows = read_rows(out_dir)
     done = {(r["game"], r["method"], r["run"]) for r in rows}
@@ -276,10 +334,19 @@ def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fra
         row = dict(game=game, method=method, run=run, run_dir=run_dir, seconds=seconds,
                    command=command, returncode=returncode)
         row.update(score_run(run_dir, game, seconds, fractions, budget))
+        if exploit_seconds:
+            row["exploit"] = exploit_fn(run_dir, exploit_seconds)
         append_row(out_dir, row)
         rows.append(row)
-        print(markdown_table([row], fractions).splitlines()[-1], flush=True)
-    table = markdown_table(rows, fractions)
+        print(markdown_table([row], fractions, exploit_seconds).splitlines()[-1], flush=True)
+        if exploit_uniform and exploit_seconds and (game, UNIFORM, 0) not in done:
+            done.add((game, UNIFORM, 0))
+            uniform = dict(game=game, method=UNIFORM, run=0, run_dir=run_dir, seconds=seconds, points=[],
+                           final=dict(score=None), exploit=exploit_fn(run_dir, exploit_seconds, UNIFORM))
+            append_row(out_dir, uniform)
+            rows.append(uniform)
+            print(markdown_table([uniform], fractions, exploit_seconds).splitlines()[-1], flush=True)
+    table = markdown_table(rows, fractions, exploit_seconds)
     with open(os.path.join(out_dir, TABLE_FILE), "w") as f:
         f.write(table)
     return rows
@@ -305,17 +372,24 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="runs trained at once, for a machine with cores to spare (a GPU box): they share it, "
                              "so compare methods only within one call, seeds side by side. On CPU give each run "
                              "one XLA thread pool: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false JAX_PLATFORMS=cpu")
+    parser.add_argument("--exploit-seconds", type=float, default=0.0,
+                        help="after each run, a best response of this many seconds to its output (`seedleague "
+                             "exploit`); 0: none")
+    parser.add_argument("--exploit-uniform", action="store_true",
+                        help="with --exploit-seconds, also measure each game's uniform random policy the same way")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.runs < 1 or args.parallel < 1 or not all(0 < f <= 1 for f in args.at):
         parser.error("--seconds must be > 0, --runs >= 1, --parallel >= 1 and every --at fraction in (0, 1]")
+    if args.exploit_seconds < 0 or (args.exploit_uniform and not args.exploit_seconds):
+        parser.error("--exploit-seconds must be >= 0, and --exploit-uniform needs --exploit-seconds > 0")
     try:
         methods = parse_methods(args.methods, args.method)
     except ValueError as error:
         parser.error(str(error))
     budget = output_score.BoardBudget(args.games_vs_random, args.games_vs_mcts, args.mcts_simulations)
     rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget, methods=methods,
-                     parallel=args.parallel)
-    print("\n" + markdown_table(rows, sorted(args.at)))
+                     parallel=args.parallel, exploit_seconds=args.exploit_seconds, exploit_uniform=args.exploit_uniform)
+    print("\n" + markdown_table(rows, sorted(args.at), args.exploit_seconds))
     print(f"rows: {os.path.join(args.out, ROWS_FILE)}; table: {os.path.join(args.out, TABLE_FILE)}")
 
 if __name__ == "__main__":

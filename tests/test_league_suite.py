@@ -93,6 +93,49 @@ def test_a_run_that_left_nothing_gets_a_row_of_n_a(tmp_path):
     assert line == "| openspiel:kuhn_poker | recipe | 0 | n/a | n/a | n/a | n/a | - |"
 
 
+def test_each_output_gets_a_best_response_and_each_game_one_for_the_uniform_policy(tmp_path):
+    """The suite's best responses are faked here (`exploit_fn`); tests/test_exploit.py runs the real command."""
+    calls, responses = [], []
+
+    def fake_exploit(run_dir, seconds, source=None):
+        responses.append((os.path.basename(run_dir), seconds, source))
+        return dict(value=0.25 if source else 0.05, ci95=0.01, games=1000, still_rising=source is None, seconds=seconds)
+
+    out = str(tmp_path / "R")
+    rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 2, out, [0.5], output_score.BoardBudget(),
+                                  fake_train(calls), methods={"recipe": ()}, exploit_seconds=30.0,
+                                  exploit_uniform=True, exploit_fn=fake_exploit)
+    # every run's output, then the game's uniform policy once, in the first run's directory
+    assert responses == [("openspiel_kuhn_poker-recipe-0", 30.0, None), ("openspiel_kuhn_poker-recipe-0", 30.0, "uniform"),
+                         ("openspiel_kuhn_poker-recipe-1", 30.0, None)]
+    assert [(r["method"], r["run"]) for r in rows] == [("recipe", 0), ("uniform", 0), ("recipe", 1)]
+    table = league_suite.markdown_table(rows, [0.5], 30.0).splitlines()
+    assert "| final output | best response (30 s) |" in table[0]
+    assert "| 0.0500 +- 0.0100 rising |" in table[2] and "| uniform | 0 | n/a | n/a | 0.2500 +- 0.0100 |" in table[3]
+    # a rerun reads every row back and measures nothing again
+    again = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 2, out, [0.5], output_score.BoardBudget(),
+                                   fake_train(calls), methods={"recipe": ()}, exploit_seconds=30.0,
+                                   exploit_uniform=True, exploit_fn=fake_exploit)
+    assert len(again) == 3 and len(responses) == 3
+    assert league_suite.exploit_cell(dict(error="no estimate")) == "error" and league_suite.exploit_cell(None) == "n/a"
+
+
+def test_a_game_too_large_for_an_exact_score_gets_cells_that_say_why(tmp_path):
+    from envs.openspiel_games import load_game
+
+    game = load_game("phantom_ttt")
+    problem = league_suite.exact_score_problem(game, "openspiel:phantom_ttt")
+    assert problem.startswith("no exact score: its game tree has")
+    assert league_suite.exact_score_problem(load_game("kuhn_poker"), "openspiel:kuhn_poker") == ""
+    assert league_suite.exact_score_problem(load_game("connect_four"), "openspiel:connect_four") == ""  # by games
+
+
+def test_exploit_uniform_without_a_best_response_budget_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        league_suite.main(["--games", "openspiel:kuhn_poker", "--out", "unused", "--exploit-uniform"])
+    assert "--exploit-uniform needs --exploit-seconds > 0" in capsys.readouterr().err
+
+
 def test_board_scores_split_a_mixtures_games_by_weight():
     assert output_score._shares([0.5, 0.3, 0.2], 10) == [5, 3, 2]
     assert sum(output_score._shares([1 / 3] * 3, 10)) == 10

@@ -38,7 +38,7 @@ class HostConfig:
     # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
-    exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES); "": the one it recorded
+    exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES), or "uniform"; "": the one it recorded
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
