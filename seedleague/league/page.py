@@ -105,8 +105,8 @@ def _shown_keys(league: League, standings, top: int) -> list[str]:
 def _payoff_view(league: League, keys: list[str]) -> dict:
     """The payoff among `keys`: win rates, decayed games and their 95% Wilson intervals."""
     matrix = league.payoff()
-    index = {key: i for i, key in enumerate(matrix.keys)}
-    ordered = [key for key in matrix.keys if key in set(keys)]
+    index, wanted = {key: i for i, key in enumerate(matrix.keys)}, set(keys)
+    ordered = [key for key in matrix.keys if key in wanted]
     rows = [index[key] for key in ordered]
     k = len(matrix.keys)
     rate = np.asarray(matrix.win_rate, dtype=np.float64).reshape(k, k)[np.ix_(rows, rows)]
