@@ -330,3 +330,15 @@ def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):
     save_checkpoint(tmp_path / "cartpole" / "checkpoints", ("CartPole-v1", (4,), 2))
     assert eval_cli.evaluate_run(str(tmp_path / "cartpole"), quick=True) is None
     assert "no evaluation: 'CartPole-v1' is not an OpenSpiel game" in capsys.readouterr().out
+
+
+def test_the_end_of_a_run_does_not_walk_a_tree_too_large_for_memory(tmp_path, capsys):
+    """phantom_ttt's tree (over 1e8 histories by Knuth's estimate) took all 24 GB of a machine's memory and the run
+    was killed with nothing printed; the end of a run now says why it is not measured and what measures it."""
+    phantom = load_game("phantom_ttt")
+    save_checkpoint(tmp_path / "phantom" / "checkpoints", env_of(phantom), uniform=True)
+    assert eval_cli.evaluate_run(str(tmp_path / "phantom"), quick=True) is None
+    out = capsys.readouterr().out
+    assert "no evaluation: openspiel:phantom_ttt's exploitability is not computed exactly: its game tree has" in out
+    assert f"seedleague exploit --run-dir {tmp_path / 'phantom'}" in out
+    assert eval_cli.tree_too_large("openspiel:kuhn_poker") == "" and eval_cli.tree_too_large("CartPole-v1") == ""

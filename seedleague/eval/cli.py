@@ -261,6 +261,11 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     config = config or (QUICK if quick else EvalConfig())
     try:
         policy = load_policy(run_dir)
+        too_large = tree_too_large(policy.spec.env_name)
+        if too_large:
+            print(f"  no evaluation: {too_large}; `seedleague exploit --run-dir {run_dir}` measures the output with a "
+                  "learned best response")
+            return None
         entry = evaluate(run_dir, policy, config, nash=True, average=END_OF_RUN_AVERAGE,
                          param_average=load_param_average(run_dir, policy.step))
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
@@ -270,6 +275,18 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     print(format_entry(entry))
     print(f"appended to {append_history(run_dir, entry)}")
     return entry
+
+
+def tree_too_large(env_name: str) -> str:
+    """Why the end of a run does not compute `env_name`'s exact exploitability ("" where it does): an OpenSpiel
+    imperfect-information game whose tree is too large to walk in minutes (`output_selection.unmeasurable`; walking
+    phantom_ttt's took all 24 GB of a machine's memory before the kernel killed the run, with nothing printed)."""
+    from seedleague.eval.output_selection import game_of, unmeasurable
+
+    if game_of(env_name) is None:
+        return ""  # not an imperfect-information game: scored by games, if at all
+    why = unmeasurable(env_name)
+    return f"{env_name}'s exploitability is not computed exactly: {why}" if why else ""
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -139,11 +139,10 @@ def unmeasurable(env_name: str) -> str:
     median = estimates[len(estimates) // 2]
     if median > SURELY_TOO_LARGE * MAX_HISTORIES:
         return (f"its game tree has about {median:.1e} histories by the median of {len(estimates)} random playouts' "
-                f"estimates, far more than the {MAX_HISTORIES:,} that can be measured exactly in minutes "
-                "(`seedleague eval` still measures one policy)")
+                f"estimates, far more than the {MAX_HISTORIES:,} that can be measured exactly in minutes")
     if histories(game, MAX_HISTORIES) is None:
         return (f"its game tree has more than {MAX_HISTORIES:,} histories, too many to measure every candidate "
-                "exactly in minutes (`seedleague eval` still measures one policy)")
+                "exactly in minutes")
     return ""
 
 
