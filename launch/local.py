@@ -358,8 +358,8 @@ class _League:
             self.process = LeagueProcess(self.run_dir, spec, self.config.security)
             try:
                 address = self.process.start()
-            except ChildExited as error:  # it refused its database or address: its own reason, without a traceback
-                raise ValueError(str(error)) from None
+            except ChildExited as error:  # it refused its database or address: its own reason, in one line
+                raise ValueError(_refusal(error)) from None
             print(f"league service on {address}; its log: {self.process.log_path}", flush=True)
             if self.process.page_url:
                 needs = "?token=<the run's token>" if self.config.security.token else ""
@@ -490,6 +490,16 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
         worker_restarts=workers.restarts,
         **_game_counts(metrics),
     ), fault
+
+
+def _refusal(error: ChildExited) -> str:
+    """A child's own one-line refusal ("seedleague league: <reason>", the last line of its log) as the first line,
+    its log named after it; else the error with its log tail."""
+    lines = [line for line in log_tail(error.child.log_path, 3).splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    if not last.startswith("seedleague") or ": " not in last:
+        return str(error)
+    return f"{error.child.name} refused to start: {last.split(': ', 1)[1]} (its log: {error.child.log_path})"
 
 
 def _progress_file(run_dir: str, resumed_from: Optional[int]) -> progress.ProgressFile:

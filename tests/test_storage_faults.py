@@ -334,6 +334,18 @@ def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused
                        str(tmp_path / "torn"), "--max-seconds", "5")
     assert done.returncode == 2 and "not a usable league database" in done.stderr
     assert "Traceback" not in done.stderr
+    db = str(tmp_path / "cut" / "league" / "league.sqlite")  # a real league database, its last 40% cut off
+    os.makedirs(os.path.dirname(db))
+    league = League(LeagueConfig(), db)
+    league.register_player("main", Role.MAIN)
+    league.report_results(_results(5000))
+    league.close()
+    os.truncate(db, os.path.getsize(db) * 6 // 10)
+    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
+                       str(tmp_path / "cut"), "--max-seconds", "5")
+    line = _one_line(done)
+    assert done.returncode == 2 and "not a usable league database" in line and db in line, done.stderr
+    assert "malformed" in line and "--run-dir" in line
 
 
 def test_a_full_disk_stops_a_real_league_run_with_one_line(small_disk):
