@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks import chaos
 from seedleague.checkpoint import CheckpointConfig, Checkpointer, DamagedCheckpoint, NonFiniteState
 from seedleague.host import restore
 from seedleague.host.config import HostConfig
@@ -58,12 +59,7 @@ def small_disk(tmp_path):
         filler = os.path.join(path, "filler")
 
         def fill(self) -> None:
-            with open(self.filler, "ab", buffering=0) as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                except OSError:
-                    pass
+            chaos.fill(self.filler)
 
         def free(self) -> None:
             os.remove(self.filler)
@@ -219,14 +215,12 @@ def _damage(step_dir: str, how: str) -> None:
         with open(path, "r+b") as f:
             f.write(b"\x84" * os.path.getsize(path))
         return
+    if how == "junk":  # junk of the same size, as make chaos damages a checkpoint
+        chaos.junk_fill(step_dir, seed=0)
+        return
     path = _biggest_file(os.path.join(step_dir, "state"))
-    size = os.path.getsize(path)
     with open(path, "r+b") as f:
-        if how == "truncated":
-            f.truncate(size // 2)
-        else:  # junk of the same size
-            f.seek(size // 4)
-            f.write(np.random.default_rng(0).bytes(min(4096, size - size // 4)))
+        f.truncate(os.path.getsize(path) // 2)
 
 
 @pytest.mark.parametrize("how", ["junk", "truncated", "meta"])
