@@ -70,7 +70,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from launch.child import Child
+from seedleague.launch.child import Child
 from seedleague import progress
 
 # The host's log line after every report the league acknowledged (seedleague.host.league_link): exact at each

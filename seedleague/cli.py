@@ -48,7 +48,7 @@ def _help_preset(env: str) -> Optional[presets.Preset]:
 
 
 def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Optional[str] = None) -> None:
-    # Without --env, `host` and `train --worker-cmd` take the preset from the first worker's spec (launch.probe).
+    # Without --env, `host` and `train --worker-cmd` take the preset from the first worker's spec (seedleague.launch.probe).
     # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
     preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
     parser.add_argument("--env", default=None,
@@ -108,7 +108,7 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
 
 def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str], multiplayer: bool, name: str):
     """The league of a two-player run (None for single-agent envs), from the flags and the preset."""
-    from launch.league import LeagueSpec, PlayerSpec
+    from seedleague.launch.league import LeagueSpec, PlayerSpec
 
     if not multiplayer:
         if args.players or getattr(args, "league.address", None):
@@ -128,7 +128,7 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
 
 
 # Per-player flags, and the token: it reaches the extra players' hosts through the environment
-# (launch.league), never a command line, which every user of the machine can read.
+# (seedleague.launch.league), never a command line, which every user of the machine can read.
 _NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--resume-or-start", "--workers", "--seed", "--no-eval", "--token",
                   "--league-page",
                   "--league.address", "--league.player", "--league.role", "--league.pool-dir"}
@@ -220,9 +220,9 @@ def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
 
 
 def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, EnvSpec]:
-    """The preset for the game the first worker declares (launch.probe), or ValueError: `train
+    """The preset for the game the first worker declares (seedleague.launch.probe), or ValueError: `train
     --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
-    from launch import probe
+    from seedleague.launch import probe
     from seedleague.tools.fake_host import describe_spec
 
     security = server_security_from_args(args)
@@ -242,7 +242,7 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Env
 
 
 def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
-    from launch.local import Budget, RunConfig, WorkerSpec, worker_command
+    from seedleague.launch.local import Budget, RunConfig, WorkerSpec, worker_command
 
     custom = with_workers and bool(args.worker_cmd)
     from_spec = custom or (not with_workers and args.env is None)  # the first worker's spec picks the preset
@@ -304,7 +304,7 @@ def _default_run_dir(name: str) -> str:
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
-    from launch import local
+    from seedleague.launch import local
 
     config = _run_config(args, with_workers, argv)
     summary = local.run(config)
@@ -415,7 +415,7 @@ def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, s
 
 def _serve(args: argparse.Namespace) -> int:
     """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
-    from launch import local
+    from seedleague.launch import local
     from seedleague import checkpoint_meta
 
     directory, step, average, mixture = _serve_target(args)
@@ -487,8 +487,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     export_cli.add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
-    if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by launch.ray_cluster
-        from launch import ray_cluster
+    if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by seedleague.launch.ray_cluster
+        from seedleague.launch import ray_cluster
 
         return ray_cluster.main(argv[1:])
     args = parser.parse_args(argv or ["train"])
@@ -520,7 +520,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, FileExistsError) as error:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2
-    except (StorageError, NonFiniteUpdate, ProtocolError) as error:  # a fault stopped the run (launch.local.RUN_FAULTS)
+    except (StorageError, NonFiniteUpdate, ProtocolError) as error:  # a fault stopped the run (seedleague.launch.local.RUN_FAULTS)
         print(f"seedleague: the run stopped: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -2,11 +2,11 @@
 
 The console's progress line is for people; this file carries the same numbers for
 programs (benchmarks/chaos.py, tests, a user's plotting script), so none of them parses
-log text. `launch.local` appends a tick every report interval and one when the run
+log text. `seedleague.launch.local` appends a tick every report interval and one when the run
 stops; each line is flushed as it is written, and a resumed run (`--resume`) appends
 to the same file:
 
-    with ProgressFile(run_dir, resumed_from=None) as ticks:   # the writer (launch.local)
+    with ProgressFile(run_dir, resumed_from=None) as ticks:   # the writer (seedleague.launch.local)
         ticks.append(metrics.report(), learner_step)
     read(run_dir)        # every whole tick so far, oldest first: [{"time": ..., "env_steps": ..., ...}, ...]
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from benchmarks.chaos import ChaosConfig, ChaosRun
-from launch.league import LeagueProcess, LeagueSpec
+from seedleague.launch.league import LeagueProcess, LeagueSpec
 from seedleague.league.client import LeagueClient
 from seedleague.league.types import Role
 from seedleague.testing.fakes import FakeLeague

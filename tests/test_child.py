@@ -1,4 +1,4 @@
-"""launch.child: real child processes that become ready, die before they are ready, or ignore SIGTERM."""
+"""seedleague.launch.child: real child processes that become ready, die before they are ready, or ignore SIGTERM."""
 
 import signal
 import sys
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from launch.child import Child, ChildExited, ChildNotReady, stop_all
+from seedleague.launch.child import Child, ChildExited, ChildNotReady, stop_all
 from tests.conftest import wait_for
 
 PY = sys.executable
@@ -122,7 +122,7 @@ def test_a_missing_command_raises_oserror_and_a_running_child_cannot_start_twice
 
 PARENT = """
 import sys, time
-from launch.child import Child
+from seedleague.launch.child import Child
 child = Child(sys.argv[2:], sys.argv[1], name="orphan")
 child.start()
 print("child", child.pid, flush=True)

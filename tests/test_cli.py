@@ -4,7 +4,7 @@ from seedleague import cli
 
 
 def test_extra_players_get_the_host_flags_but_never_the_token():
-    # Tokens travel to the extra players' hosts in the environment (launch.league), not on a command line.
+    # Tokens travel to the extra players' hosts in the environment (seedleague.launch.league), not on a command line.
     argv = ["--env", "openspiel:kuhn_poker", "--token", "s3cret", "--batch_size", "16", "--token=s3cret",
             "--learner.learning_rate", "1e-3"]
     assert cli._forwarded_flags(argv) == ["--batch_size", "16", "--learner.learning_rate", "1e-3"]

@@ -1,8 +1,8 @@
-"""launch.local.run: whatever interrupts the host's shutdown, the league service process is stopped."""
+"""seedleague.launch.local.run: whatever interrupts the host's shutdown, the league service process is stopped."""
 
 import pytest
 
-from launch import local
+from seedleague.launch import local
 
 
 class FakeLeague:

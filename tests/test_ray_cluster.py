@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from launch import ray_cluster
-from launch.ray_cluster import HOST_READY, NODE_IP, ProcessRunner, RayLaunchConfig
+from seedleague.launch import ray_cluster
+from seedleague.launch.ray_cluster import HOST_READY, NODE_IP, ProcessRunner, RayLaunchConfig
 from tests.conftest import wait_for
 
 PY = sys.executable
@@ -69,7 +69,7 @@ def test_the_child_dies_with_the_actor_process(tmp_path):
     marker = f"orphan-check-{os.getpid()}"
     parent = subprocess.Popen([PY, "-c", (
         "import sys, time\n"
-        "from launch.ray_cluster import ProcessRunner\n"
+        "from seedleague.launch.ray_cluster import ProcessRunner\n"
         f"ProcessRunner(['-c', 'import time; time.sleep(60)', '{marker}'], sys.argv[1])\n"
         "print('started', flush=True); time.sleep(60)\n"), str(tmp_path / "child.log")], stdout=subprocess.PIPE)
     assert parent.stdout.readline().strip() == b"started"
@@ -216,7 +216,7 @@ def test_one_command_trains_cartpole_on_two_ray_nodes_and_leaves_no_process(tmp_
 def test_sigterm_tears_down_everything_it_placed_and_restarts_a_dead_worker(tmp_path, two_node_cluster):
     run_dir = str(tmp_path / "run")
     log_path = tmp_path / "launch.log"
-    command = [PY, "-m", "launch.ray_cluster", "--address", two_node_cluster, "--env", "CartPole-v1",
+    command = [PY, "-m", "seedleague.launch.ray_cluster", "--address", two_node_cluster, "--env", "CartPole-v1",
                "--workers", "1", "--envs-per-worker", "4", "--worker-cpus", "0.5", "--run-dir", run_dir,
                "--max-seconds", "200", *TINY]
     with _launched(command, log_path, dict(os.environ, **LOOPBACK_ENV)) as launcher:

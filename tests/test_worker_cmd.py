@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from launch.local import WorkerSpec
+from seedleague.launch.local import WorkerSpec
 from seedleague import presets, progress
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
@@ -148,7 +148,7 @@ def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect(
 
     import grpc
 
-    from launch.probe import await_spec
+    from seedleague.launch.probe import await_spec
     from seedleague.protocol import codec
     from seedleague.protocol.channel import channel_options
     from seedleague.v1 import env_pb2_grpc

@@ -33,17 +33,16 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from launch.child import Child, ChildExited, ChildNotReady
 from seedleague import subcommand
 from seedleague.host import results
+from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
+from seedleague.launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, StepBatch
 from seedleague.protocol.specs_v2 import AnySpec, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
-ADDRESS_PLACEHOLDER = "{address}"
-ADDRESS_ENV = "SEEDLEAGUE_ADDRESS"
 OUTPUT_LINES = 40  # of the worker's output, in the report
 
 HANDSHAKE = "handshake"

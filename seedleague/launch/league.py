@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from launch.child import Child, ChildFailed, ChildNotReady, log_tail, stop_all
+from seedleague.launch.child import Child, ChildFailed, ChildNotReady, log_tail, stop_all
 from seedleague.league.page import PAGE_FAILED, PAGE_READY, split_address
 from seedleague.league.types import Role
 from seedleague.security import TOKEN_ENV_VAR, ServerSecurity

@@ -41,9 +41,9 @@ from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.protocol.errors import ProtocolError
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
-from seedleague.tools.check_worker import ADDRESS_ENV, ADDRESS_PLACEHOLDER
-from launch.child import Child, ChildExited, log_tail, stop_all
-from launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
+from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
+from seedleague.launch.child import Child, ChildExited, log_tail, stop_all
+from seedleague.launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
 
 log = logging.getLogger(__name__)
 

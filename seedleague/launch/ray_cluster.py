@@ -3,9 +3,9 @@
     pip install -e '.[ray]'
     ray start --head                                   # on one node; `ray start --address HEAD:6379` on the others
     seedleague ray-launch --env CartPole-v1 --workers 4 --envs-per-worker 16 --address auto --max-seconds 300
-    python -m launch.ray_cluster ...                   # the same command
+    python -m seedleague.launch.ray_cluster ...        # the same command
 
-Each process of a run is the command `launch.local` would start, run by a
+Each process of a run is the command `seedleague.launch.local` would start, run by a
 `ProcessRunner` actor as its child process (one code path for one machine and
 for a cluster). Data path, in the order `launch` wires it:
 
@@ -43,13 +43,13 @@ import time
 from collections import deque
 from typing import Any, Optional, Sequence
 
-from launch.child import Child
-from launch.league import LEAGUE_READY
+from seedleague.launch.child import Child
+from seedleague.launch.league import LEAGUE_READY
 from seedleague.security import TOKEN_ENV_VAR  # the token travels in the environment, never on a command line
 
 log = logging.getLogger(__name__)
 
-HOST_READY = "seedleague host listening on "  # printed by launch.local once the host's server is up
+HOST_READY = "seedleague host listening on "  # printed by seedleague.launch.local once the host's server is up
 NODE_IP = "{node_ip}"  # in a command: replaced by the IP Ray reports for the node the actor runs on
 
 
@@ -137,8 +137,8 @@ def host_args(config: RayLaunchConfig, league_address: Optional[str]) -> list[st
 
 
 def worker_args(config: RayLaunchConfig, index: int, host_address: str) -> list[str]:
-    """The env worker of `config.env_id` (as launch.local starts it), pointed at the host."""
-    from launch.local import worker_command
+    """The env worker of `config.env_id` (as seedleague.launch.local starts it), pointed at the host."""
+    from seedleague.launch.local import worker_command
 
     command = worker_command(config.env_id, config.envs_per_worker)[1:]  # drop the driver's interpreter
     return [*command, "--address", host_address, "--seed", str(1000 * index)]
@@ -153,7 +153,7 @@ def ready_address(line: str, prefix: str) -> Optional[str]:
 
 # ------------------------------------------------------------------ actor --
 class ProcessRunner:
-    """One command as a child process (`launch.child.Child`) of this (actor) process, its log on this node.
+    """One command as a child process (`seedleague.launch.child.Child`) of this (actor) process, its log on this node.
 
     Plain Python: `launch` wraps it with `ray.remote`. The constructor starts the
     child, so an actor that Ray restarts after a node failure starts it again. No
@@ -170,7 +170,7 @@ class ProcessRunner:
     def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None, name: str = ""):
         ip = self.node()["ip"]
         self.args = [arg.replace(NODE_IP, ip) for arg in args]  # a server binds its own node's IP
-        command = [sys.executable, *self.args]  # launch.child starts it to die with this actor (PR_SET_PDEATHSIG)
+        command = [sys.executable, *self.args]  # seedleague.launch.child starts it to die with this actor (PR_SET_PDEATHSIG)
         self.child = Child(command, log_path, name=name or f"`python {shlex.join(self.args)[:200]}`",
                            env=dict(os.environ, **(env or {})))
         self.child.start()
@@ -208,7 +208,7 @@ class ProcessRunner:
         return line, status, self.child.tail(30) if line is None and status is not None else ""
 
     def wait_for_line(self, prefix: str, timeout_s: float) -> str:
-        """Blocks: the first log line starting with `prefix`; `launch.child.ChildFailed` (a RuntimeError naming the
+        """Blocks: the first log line starting with `prefix`; `seedleague.launch.child.ChildFailed` (a RuntimeError naming the
         child, with its log tail) if it exits first or stays silent for `timeout_s`. For use outside an actor."""
         return self.child.wait_for_line(prefix, timeout_s)
 
@@ -477,7 +477,7 @@ def _revive(ray, item: _Placed, poll_ref, run: _Run, config: RayLaunchConfig) ->
         return 1
     if status is None:
         return 0
-    from launch.local import REFUSED_STATUS  # a worker that refuses its game: restarting it repeats the refusal
+    from seedleague.launch.local import REFUSED_STATUS  # a worker that refuses its game: restarting it repeats the refusal
 
     tail = _get(ray, item.actor.tail.remote(20), run, item)
     where = item.log_place()

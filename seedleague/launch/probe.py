@@ -23,15 +23,15 @@ import logging
 import signal
 import threading
 
-from launch.child import ChildExited, ChildNotReady, log_tail
-from launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt
+from seedleague.launch.child import ChildExited, ChildNotReady, log_tail
+from seedleague.launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol.errors import FAILED_PRECONDITION, UNAVAILABLE, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch
 from seedleague.security import ServerSecurity
-from seedleague.tools.check_worker import ADDRESS_ENV
+from seedleague.launch import ADDRESS_ENV
 
 PROBE_MAX_MESSAGE_BYTES = 64 << 20
 _STARTING = "the host is starting: it read this worker's spec to choose its settings"
