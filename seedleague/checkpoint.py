@@ -10,6 +10,8 @@ seen is looked for on disk again before it is called missing.
 
 Verification: every save records a checksum of the state's values (`state_checksum`, in the
 meta as `state_sha256`), reads the checkpoint back and compares; every restore compares again.
+Each top-level field of the state (its params, optimiser state, ...) gets its own checksum too
+(`part_sha256`), so a reader of one part (seedleague.api reads only the params) can check that part.
 So junk that still decodes to finite numbers is found, and a checkpoint is only counted once
 it has read back as written. Rotation (`max_to_keep`) is done here, not by orbax, and only
 after the new checkpoint has verified: the last verified-good checkpoint is never deleted.
@@ -21,6 +23,11 @@ back, does not match its checksum, or reads back non-finite raises `DamagedCheck
 `set_aside` moves it out of the steps (to `damaged-<step>`) so a resumed run neither reads it
 again nor keeps it as its own. Orbax's unfinished `*.orbax-checkpoint-tmp` folders, left by a
 process killed while saving, are removed when a Checkpointer opens the directory.
+
+Object storage: a directory given as a URL (`s3://bucket/run/checkpoints`) is saved and verified in this
+machine's mirror of it (`object_store.cache_dir`) and then uploaded, step by step, by
+`seedleague.object_store.RemoteSteps`; its steps are the store's complete ones, and a step restored is
+copied into the mirror once and read from there after.
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from seedleague import object_store
 from seedleague.storage import StorageError, storage_error
 
 log = logging.getLogger(__name__)
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax writes a step here and renames it when complete
 CHECKSUM_KEY = "state_sha256"  # the meta key holding `state_checksum` of the saved state
+PARTS_KEY = "part_sha256"  # the meta key holding `part_checksums` of the saved state
+_RECORDED = (CHECKSUM_KEY, PARTS_KEY)  # the checkpointer's own meta keys, not the caller's
 
 
 class _OrbaxReadsLeftFailing(logging.Filter):
@@ -99,7 +109,8 @@ UNREADABLE_PATH_CHARS = "[]\\"
 
 def path_problem(path: str) -> Optional[str]:
     """Why a checkpoint under `path` could not be read back (it holds one of UNREADABLE_PATH_CHARS), or None."""
-    found = sorted({c for c in os.path.abspath(path) if c in UNREADABLE_PATH_CHARS})
+    found = sorted({c for c in (path if object_store.is_url(path) else os.path.abspath(path))
+                    if c in UNREADABLE_PATH_CHARS})
     if not found:
         return None
     return (f"{path!r} contains {' and '.join(repr(c) for c in found)}: orbax-checkpoint globs for its files, so a "
@@ -134,6 +145,17 @@ def state_checksum(state: Any) -> str:
     return digest.hexdigest()
 
 
+def part_checksums(state: Any) -> dict[str, str]:
+    """`state_checksum` of each top-level field of a NamedTuple or dict state (empty for any other state)."""
+    fields = state._asdict() if hasattr(state, "_asdict") else state if isinstance(state, dict) else {}
+    return {str(name): state_checksum(value) for name, value in fields.items()}
+
+
+def read_failure(directory: str, step: int, error: BaseException) -> "DamagedCheckpoint":
+    """The DamagedCheckpoint for checkpoint `step` of `directory` that orbax failed to read with `error`."""
+    return DamagedCheckpoint(f"checkpoint {directory}/{step} cannot be read ({_first_cause(error)})")
+
+
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -156,16 +178,22 @@ class Checkpointer:
         if problem:
             raise ValueError(f"checkpoint directory {problem}")
         self.config = config
-        self.directory = os.path.abspath(config.directory)
+        # remote: the object store holding the steps, when the directory is a URL; orbax then works in _mirror
+        self.remote = object_store.RemoteSteps(config.directory) if object_store.is_url(config.directory) else None
+        self.directory = self.remote.url if self.remote else os.path.abspath(config.directory)
+        self._mirror = object_store.cache_dir(self.directory) if self.remote else self.directory
+        self._in_store: set[int] = set()  # steps seen complete in the store (they stay so until deleted here)
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            os.makedirs(self._mirror, exist_ok=True)
         except OSError as error:
-            raise storage_error(error, self.directory, "checkpoints") from None
+            raise storage_error(error, self._mirror, "checkpoints") from None
         if writer:
-            remove_unfinished(self.directory)
+            remove_unfinished(self._mirror)
+            if self.remote:
+                self.remote.remove_unfinished()
         # max_to_keep is applied by `_rotate` once a new checkpoint has verified, never by orbax before
         options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=False)
-        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        self._manager = ocp.CheckpointManager(self._mirror, options=options, item_names=("state", "meta"))
         # One caller at a time: a host's prefetch thread restores opponents while its learner saves.
         self._lock = threading.RLock()
 
@@ -180,19 +208,25 @@ class Checkpointer:
                                  f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
         savable = _to_savable(state)
         checksum = state_checksum(savable)
-        meta = dict(meta, **{CHECKSUM_KEY: checksum})
+        meta = dict(meta, **{CHECKSUM_KEY: checksum, PARTS_KEY: part_checksums(savable)})
         with self._lock:
             if self._has(step):
                 log.info("checkpoint %d already saved; keeping it", step)
                 return
+            if self.remote:  # a mirror copy the store never got (its upload was cut short) is saved again
+                shutil.rmtree(os.path.join(self._mirror, str(step)), ignore_errors=True)
+                self._manager.reload()
             args = ocp.args.Composite(state=ocp.args.StandardSave(savable), meta=ocp.args.JsonSave(meta))
             try:
                 self._manager.save(step, args=args, force=True)
                 self._manager.wait_until_finished()
             except OSError as error:
-                remove_unfinished(self.directory, quiet=True)  # what orbax began: it only holds the disk's last bytes
-                raise storage_error(error, f"{self.directory}/{step}", "a checkpoint") from None
+                remove_unfinished(self._mirror, quiet=True)  # what orbax began: it only holds the disk's last bytes
+                raise storage_error(error, f"{self._mirror}/{step}", "a checkpoint") from None
             self._verify(step, savable, checksum)
+            if self.remote:  # verified in the mirror: now into the store, where other hosts see it once whole
+                self.remote.upload(step, os.path.join(self._mirror, str(step)))
+                self._in_store.add(step)
             self._rotate(step)
         log.info("saved checkpoint %s/%d (verified)", self.directory, step)
 
@@ -213,10 +247,14 @@ class Checkpointer:
 
     def _rotate(self, kept: int) -> None:
         """Delete the oldest steps beyond max_to_keep, never `kept` (the checkpoint that has just verified)."""
-        steps = sorted(self._manager.all_steps())
+        steps = self.remote.steps() if self.remote else sorted(self._manager.all_steps())
         excess = len(steps) - self.config.max_to_keep
         for old in [s for s in steps if s != kept][:max(0, excess)]:
-            self._manager.delete(old)
+            if self.remote:
+                self.remote.delete(old)
+                self._in_store.discard(old)
+            if old in self._manager.all_steps():
+                self._manager.delete(old)
 
     def latest_step(self) -> Optional[int]:
         steps = self.steps()
@@ -225,6 +263,9 @@ class Checkpointer:
     def steps(self) -> list[int]:
         """Every complete checkpoint in the directory, read from disk (another process may have added some)."""
         with self._lock:
+            if self.remote:
+                self._in_store = set(self.remote.steps())
+                return sorted(self._in_store)
             self._manager.reload()
             return sorted(self._manager.all_steps())
 
@@ -238,6 +279,7 @@ class Checkpointer:
             restored = self._read(step, args)
         meta = dict(restored["meta"])
         recorded = meta.pop(CHECKSUM_KEY, None)  # None: saved before checksums were recorded
+        meta.pop(PARTS_KEY, None)
         if recorded is not None and state_checksum(restored["state"]) != recorded:
             raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} does not match the checksum recorded when "
                                     "it was saved: its files changed on disk")
@@ -260,33 +302,44 @@ class Checkpointer:
         meta = restored["meta"]
         if not isinstance(meta, dict):
             raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} has no readable meta (found {type(meta).__name__})")
-        return {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+        return {k: v for k, v in meta.items() if k not in _RECORDED}
 
     def set_aside(self, step: int) -> str:
         """Move damaged checkpoint `step` to `damaged-<step>` beside the others (kept for a look, never read
         as a step again); returns its new path."""
         with self._lock:
-            source = os.path.join(self.directory, str(step))
-            target = os.path.join(self.directory, f"damaged-{step}")
+            source = os.path.join(self._mirror, str(step))
+            target = os.path.join(self._mirror, f"damaged-{step}")
             suffix = 1
             while os.path.exists(target):
                 suffix += 1
-                target = os.path.join(self.directory, f"damaged-{step}.{suffix}")
-            os.rename(source, target)
+                target = os.path.join(self._mirror, f"damaged-{step}.{suffix}")
+            if os.path.exists(source):
+                os.rename(source, target)
             self._manager.reload()
+            if self.remote:  # its marker goes: no host lists it again; its files stay in the store for a look
+                self.remote.delete_marker(step)
+                self._in_store.discard(step)
+                return f"{target} (and {self.directory}/{step} is no longer listed)"
         return target
 
     def _read(self, step: int, args: Any) -> Any:
         """Orbax's restore; any failure to read a step that exists (truncated or junk files) is DamagedCheckpoint."""
+        if self.remote and not os.path.isdir(os.path.join(self._mirror, str(step))):
+            self.remote.download(step, self._mirror)  # once: later reads of this step come from the mirror
+            self._manager.reload()
         try:
             return self._manager.restore(step, args=args)
         except FileNotFoundError:
             raise
         except Exception as error:  # orbax, tensorstore and json raise many kinds for damaged bytes
-            raise DamagedCheckpoint(f"checkpoint {self.directory}/{step} cannot be read ({_first_cause(error)})") from None
+            raise read_failure(self.directory, step, error) from None
 
     def _has(self, step: int) -> bool:
-        """Whether `step` is complete on disk; the manager's cached list is re-read once when it lacks it."""
+        """Whether `step` is complete on disk (in the store, for a URL); the cached list is re-read once when it
+        lacks it."""
+        if self.remote:
+            return step in self._in_store or step in self.steps()
         if step in self._manager.all_steps():
             return True
         self._manager.reload()
