@@ -19,6 +19,7 @@ CAN_APT       := { [ "$$(id -u)" = 0 ] && command -v apt-get; } >/dev/null 2>&1
 install: $(STAMP) proto
 
 $(STAMP): pyproject.toml
+	rm -rf seedleague.egg-info  # a stale one in the tree would shadow the installed metadata (its entry points)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

@@ -22,7 +22,7 @@ import os
 import jax
 import numpy as np
 
-from envs.openspiel_games import load_game
+from seedleague.games.openspiel import load_game
 from seedleague.api import Policy
 from seedleague.eval.curve import load_param_average, player_snapshots
 from seedleague.eval.openspiel_eval import PolicyTables, exploitability, mixture_exploitability

@@ -22,12 +22,12 @@ import numpy as np
 def score(run_dir: str, population: int, player: str = "main") -> dict:
     from seedleague.api import load_policy
     from seedleague.eval import metagame, openspiel_eval
-    from seedleague.eval.cli import _league_for
+    from seedleague.eval.run_league import league_of
     from seedleague.eval.output_selection import game_of
     from seedleague.league.matchmaking import symmetric_nash
     from seedleague.league.types import parse_key
 
-    league = _league_for(run_dir)
+    league = league_of(run_dir)
     if league is None:
         raise SystemExit(f"{run_dir} has no league database (league/league.sqlite)")
     table = league.payoff()

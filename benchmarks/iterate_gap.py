@@ -196,7 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.opponent_share is not None and not 0.0 <= args.opponent_share <= 1.0:
         parser.error(f"--opponent-share is a share of episodes in [0, 1], got {args.opponent_share}")
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
     from seedleague.api import load_policy
     from seedleague.eval.openspiel_eval import tabular_policy
 

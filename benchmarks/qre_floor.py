@@ -116,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--tol", type=float, default=1e-4)
     parser.add_argument("--max-steps", type=int, default=5000)
     args = parser.parse_args(argv)
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
 
     game = load_game(args.game)
     temperatures = [float(t) for t in args.temperatures.split(",") if t]

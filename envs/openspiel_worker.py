@@ -5,9 +5,9 @@ turn-based OpenSpiel game and lets a seedleague host choose every action.
     python -m envs.openspiel_worker --address host:50051 --game "leduc_poker(players=2)" --seed 3
 
 Seat s of every env is OpenSpiel player s. Each message carries, per env:
-`observation[e, s]` = `envs.openspiel_games.encode(state, s)` (the encoding that
+`observation[e, s]` = `seedleague.games.openspiel.encode(state, s)` (the encoding that
 `seedleague eval` also uses); `acting[e, s]` = (s is the player to move);
-`legal_mask[e, s]` = `openspiel_games.legal_mask(state, s, A)` (all False for the
+`legal_mask[e, s]` = `seedleague.games.openspiel.legal_mask(state, s, A)` (all False for the
 seat not to move; the host needs a legal action for acting seats only);
 `reward[e, s]` = the change in `state.returns()[s]` since the previous message,
 so a finished episode's rewards sum to its final returns (zero-sum). Chance
@@ -34,9 +34,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pyspiel
 
-from envs.openspiel_games import Encoder, UnsupportedGame, load_game, payoff_bound
 from envs.worker_loop import (CountsIllegalActions, GameStep, IllegalActions, add_game_worker_arguments,
                                game_worker_main, positive_int, seat_actions, turn_based_spec)
+from seedleague.games.openspiel import Encoder, UnsupportedGame, load_game, payoff_bound
 
 log = logging.getLogger("envs.openspiel_worker")
 
@@ -139,7 +139,7 @@ class OpenSpielVectorGame(CountsIllegalActions):
         for seat in range(NUM_SEATS):
             self._encoder.observation(state, seat, out.observation[env, seat])
             out.acting[env, seat] = player == seat
-        out.legal_mask[env] = False  # openspiel_games.legal_mask: only the player to move has legal actions
+        out.legal_mask[env] = False  # seedleague.games.openspiel.legal_mask: only the player to move has legal actions
         out.legal_mask[env, player, state.legal_actions(player)] = True
 
 

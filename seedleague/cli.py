@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import checkpoint, compile_cache, config_flags, output, presets
+from seedleague import checkpoint, compile_cache, config_flags, games, output, presets
 from seedleague.host.host import HostConfig
 from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.league import cli as league_cli
@@ -153,30 +153,15 @@ def _forwarded_flags(argv: list[str]) -> list[str]:
 
 
 def _check_game(env_id: str) -> None:
-    """An OpenSpiel game or a classic PettingZoo game the worker cannot play, or a PettingZoo family it does not
-    step, is refused by name before any process starts (ValueError: `main` prints it to stderr and exits 2)."""
-    family, _, game = env_id.partition(":")
-    if family == "pettingzoo":
-        _check_pettingzoo_game(env_id, game)
-    if family != "openspiel":
+    """A game its built-in worker cannot play (an OpenSpiel or classic PettingZoo game, a PettingZoo family it does
+    not step) is refused by name before any process starts (ValueError: `main` prints it to stderr and exits 2).
+    Reading the spec makes one env here; an Atari game's ROM is checked by its worker, and a gymnasium id's env by
+    the preset and its worker."""
+    if ":" not in env_id:
         return
-    from envs.openspiel_games import UnsupportedGame, load_game
-
     try:
-        load_game(game)
-    except UnsupportedGame as error:
-        raise ValueError(f"--env {env_id} is refused: {error}") from None
-
-
-def _check_pettingzoo_game(env_id: str, game: str) -> None:
-    """Unknown families, classic and MPE games (and MPE keyword arguments) are refused here; an Atari game's ROM is
-    checked by its worker."""
-    from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
-
-    try:
-        if split_game_name(game)[0] in ("classic", "mpe"):
-            make_vector_game(game, num_envs=1).close()
-    except UnsupportedGame as error:
+        games.spec_of(env_id)
+    except games.UnsupportedGame as error:
         raise ValueError(f"--env {env_id} is refused: {error}") from None
 
 
@@ -439,9 +424,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(argv: list[str]) -> int:
-    from envs import gym_worker
-
-    return gym_worker.main(argv) or 0
+    """`seedleague worker`: the gymnasium worker (the default game family), in this process."""
+    try:
+        family = games.default_family()
+    except games.UnsupportedGame as error:
+        print(f"seedleague worker: {error}", file=sys.stderr)
+        return 2
+    return family.main(argv)
 
 
 class _CurrentStderrHandler(logging.StreamHandler):

@@ -258,12 +258,12 @@ def _league_nash(run_dir: str, player: str) -> Output:
     """PSRO's meta-strategy over `player`'s snapshots that exist now, from the league's stored win rates."""
     import numpy as np
 
-    from seedleague.eval.cli import _league_for
+    from seedleague.eval.run_league import league_of
     from seedleague.league.nash import league_nash
     from seedleague.league.types import parse_key
 
     keys = _snapshot_keys(run_dir, player, "league_nash")
-    league = _league_for(run_dir)
+    league = league_of(run_dir)
     if league is None:
         raise FileNotFoundError(f"{run_dir!r} has no league database (league/league.sqlite), so its output "
                                 "(league_nash) cannot be solved: it needs the league's payoff table")

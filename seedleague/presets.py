@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from seedleague import config_flags
+from seedleague import config_flags, games
 from seedleague.host.batcher import BatcherConfig
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
@@ -129,20 +129,10 @@ def has_continuous_actions(spec: "EnvSpec | StructuredEnvSpec") -> bool:
 def _gym_spec(env_id: str) -> "EnvSpec | StructuredEnvSpec | None":
     """The spec a gym worker declares for `env_id` (one env made to read its spaces), or None when gymnasium cannot
     make it here (the worker then says why)."""
-    import gymnasium as gym
-
-    from envs.gym_worker import GymVectorGame, UnsupportedEnv
-
     try:
-        envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    except (gym.error.Error, ImportError, TypeError, ValueError):
+        return games.spec_of(env_id)
+    except games.UnsupportedGame:
         return None
-    try:
-        return GymVectorGame(env_id, envs).spec
-    except UnsupportedEnv:
-        return None
-    finally:
-        envs.close()
 
 
 # Image observations: PPO epochs as the standard implementations run them on Atari (Schulman et al. 2017's Atari
@@ -226,7 +216,7 @@ _FLAT_NETWORK = NetworkConfig(torso="mlp", hidden_sizes=(128, 128), squash_input
 
 def _shows_a_board(game: str) -> bool:
     """Whether the OpenSpiel game's observation is [C, H, W] planes (the board torso fits)."""
-    from envs.openspiel_games import UnsupportedGame, load_game, observation_shape
+    from seedleague.games.openspiel import UnsupportedGame, load_game, observation_shape
 
     try:
         return len(observation_shape(load_game(game))) == 3
@@ -239,7 +229,7 @@ def mixes_networks(env_name: str) -> bool:
     networks:
     exactly when every candidate's exploitability can be measured (seedleague.eval.output_selection.unmeasurable,
     asked of the name the worker's spec declares, as the output's choice asks it)."""
-    from envs.openspiel_games import UnsupportedGame
+    from seedleague.games.openspiel import UnsupportedGame
     from seedleague.eval.output_selection import unmeasurable
 
     try:
@@ -257,11 +247,10 @@ def scale_for_bound(return_bound: float) -> float:
 
 def payoff_scale(env_name: str) -> float:
     """`scale_for_bound` of the return bound the worker for `env_name` will declare: an OpenSpiel game's largest
-    payoff (`envs.openspiel_games.payoff_bound`); other env ids declare none here: 1."""
-    from envs.openspiel_games import UnsupportedGame, load_game, payoff_bound
-    from seedleague.eval.cli import openspiel_game_name
+    payoff (`seedleague.games.openspiel.payoff_bound`); other env ids declare none here: 1."""
+    from seedleague.games.openspiel import UnsupportedGame, game_name, load_game, payoff_bound
 
-    name = openspiel_game_name(env_name)
+    name = game_name(env_name)
     if name is None:
         return 1.0
     try:
@@ -331,19 +320,13 @@ def _pettingzoo_game(game: str) -> Preset:
     """Atari games get `_pettingzoo`; classic ones the preset of the spec their worker declares (read from one env,
     as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses. MPE games
     (general-sum, outside the league) get `shared_seats` of their spec, whatever their teams."""
-    from envs.pettingzoo_worker import UnsupportedGame, make_vector_game, split_game_name
-
     try:
-        family = split_game_name(game)[0]
-        if family not in ("classic", "mpe"):
-            return _pettingzoo()
-        vector_game = make_vector_game(game, num_envs=1)
-    except UnsupportedGame:
+        spec = games.spec_of(f"pettingzoo:{game}")  # None for an Atari game: not made here
+    except games.UnsupportedGame:
         return _game(board=False)  # the worker refuses the game by name, before anything is trained
-    try:
-        return shared_seats(vector_game.spec) if family == "mpe" else preset_for_spec(vector_game.spec)
-    finally:
-        vector_game.close()
+    if spec is None:
+        return _pettingzoo()
+    return shared_seats(spec) if game.startswith("mpe/") else preset_for_spec(spec)
 
 
 def shared_seats(spec: "EnvSpec | StructuredEnvSpec") -> Preset:

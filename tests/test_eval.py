@@ -9,11 +9,12 @@ from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 from open_spiel.python.algorithms import policy_aggregator
 
-from envs.openspiel_games import encode, legal_mask, load_game, observation_shape
+from seedleague.games.openspiel import encode, legal_mask, load_game, observation_shape
 from seedleague import cli
 from seedleague.api import PolicySpec, load_average_policy, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
+from seedleague.eval.output_selection import tree_too_large
 from seedleague.rl.learner import LearnerConfig
 from test_api import head_params, save_checkpoint
 
@@ -341,4 +342,4 @@ def test_the_end_of_a_run_does_not_walk_a_tree_too_large_for_memory(tmp_path, ca
     out = capsys.readouterr().out
     assert "no evaluation: openspiel:phantom_ttt's exploitability is not computed exactly: its game tree has" in out
     assert f"seedleague exploit --run-dir {tmp_path / 'phantom'}" in out
-    assert eval_cli.tree_too_large("openspiel:kuhn_poker") == "" and eval_cli.tree_too_large("CartPole-v1") == ""
+    assert tree_too_large("openspiel:kuhn_poker") == "" and tree_too_large("CartPole-v1") == ""

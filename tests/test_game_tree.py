@@ -7,7 +7,7 @@ from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import expected_game_score
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-from envs.openspiel_games import load_game
+from seedleague.games.openspiel import load_game
 from seedleague.eval import game_tree, metagame
 
 KUHN = load_game("kuhn_poker")

@@ -121,7 +121,7 @@ def test_each_output_gets_a_best_response_and_each_game_one_for_the_uniform_poli
 
 
 def test_a_game_too_large_for_an_exact_score_gets_cells_that_say_why(tmp_path):
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
 
     game = load_game("phantom_ttt")
     problem = league_suite.exact_score_problem(game, "openspiel:phantom_ttt")
@@ -152,7 +152,7 @@ def test_a_game_without_an_information_state_tensor_is_scored_by_exact_exploitab
     from open_spiel.python import policy as openspiel_policy
     from open_spiel.python.algorithms import exploitability
 
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
 
     oshi = load_game("turn_based_simultaneous_game(game=oshi_zumo(coins=3,size=1,horizon=3))")
     assert not oshi.get_type().provides_information_state_tensor
@@ -165,7 +165,7 @@ def test_a_game_without_an_information_state_tensor_is_scored_by_exact_exploitab
 
 
 def test_a_board_game_is_scored_against_random_and_mcts(tmp_path):
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
 
     ttt = load_game("tic_tac_toe")
     assert output_score.game_kind(ttt) == output_score.BOARD and output_score.game_kind(KUHN) == output_score.EXPLOITABILITY

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from open_spiel.python.algorithms import expected_game_score
 
-from envs.openspiel_games import load_game
+from seedleague.games.openspiel import load_game
 from seedleague.eval import game_tree, metagame, openspiel_eval
 from test_eval import PurePolicy
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from envs.openspiel_games import encode, load_game, observation_shape, shows_the_clock
+from seedleague.games.openspiel import encode, load_game, observation_shape, shows_the_clock
 from envs.openspiel_worker import OpenSpielVectorGame
 from envs.worker_loop import ILLEGAL_LOG_EVERY
 from seedleague.testing.fakes import random_legal_actions
@@ -203,7 +203,7 @@ def test_an_unusable_game_exits_2_naming_it_before_connecting(game, message):
 @pytest.mark.parametrize("name, unknown, nearest", [("kuhn_pokr", "kuhn_pokr", "kuhn_poker"),
                                                      ("turn_based_simultaneous_game(game=blottto())", "blottto", "blotto")])
 def test_an_unknown_game_is_refused_with_the_nearest_names_and_without_openspiels_list(capfd, name, unknown, nearest):
-    from envs.openspiel_games import UnsupportedGame, load_game
+    from seedleague.games.openspiel import UnsupportedGame, load_game
 
     with pytest.raises(UnsupportedGame, match=f"OpenSpiel has no game.*'{unknown}' is not one of.*did you mean "
                                               f"{nearest}"):
@@ -212,7 +212,7 @@ def test_an_unknown_game_is_refused_with_the_nearest_names_and_without_openspiel
 
 
 def test_a_game_parameter_written_without_parentheses_gets_the_fix_in_the_error():
-    from envs.openspiel_games import UnsupportedGame, load_game
+    from seedleague.games.openspiel import UnsupportedGame, load_game
 
     with pytest.raises(UnsupportedGame, match=r"takes parentheses.*turn_based_simultaneous_game\(game=blotto\(\)\)"):
         load_game("turn_based_simultaneous_game(game=blotto)")
@@ -221,7 +221,7 @@ def test_a_game_parameter_written_without_parentheses_gets_the_fix_in_the_error(
 
 @pytest.mark.parametrize("game", ["matrix_rps", "goofspiel(num_cards=3)"])
 def test_a_simultaneous_game_is_refused_with_the_turn_based_name_that_loads(game):
-    from envs.openspiel_games import UnsupportedGame, load_game
+    from seedleague.games.openspiel import UnsupportedGame, load_game
 
     with pytest.raises(UnsupportedGame, match="not sequential") as refused:
         load_game(game)

@@ -65,9 +65,9 @@ def test_a_league_run_records_names_scores_and_loads_its_output(league_run):
     assert isinstance(trained, PolicyMixture)
     assert [m.step for m in trained.members] == [int(m["key"].split(":")[1]) for m in named["members"]]
     if "note" not in named:  # snapshots played each other: PSRO's meta-strategy of the stored table
-        from seedleague.eval.cli import _league_for
+        from seedleague.eval.run_league import league_of
 
-        league = _league_for(run_dir)
+        league = league_of(run_dir)
         payoff = league.payoff()
         league.close()
         expected = league_nash(payoff.keys, np.asarray(payoff.win_rate), "main")

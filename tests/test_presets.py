@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from envs.openspiel_games import load_game, observation_shape
+from seedleague.games.openspiel import load_game, observation_shape
 from seedleague import cli, presets
 from seedleague.eval import output_selection
 from seedleague.protocol.specs import EnvSpec

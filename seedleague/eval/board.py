@@ -22,7 +22,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import pyspiel
 
-from envs.openspiel_games import encode, legal_mask
+from seedleague.games.openspiel import encode, legal_mask
 from seedleague.api import Policy
 from seedleague.eval.openspiel_eval import GameLike, as_game, check_fits
 

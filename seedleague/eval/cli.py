@@ -26,7 +26,7 @@ import time
 import numpy as np
 from typing import Any, Optional
 
-OPENSPIEL_PREFIX = "openspiel:"
+from seedleague.eval.run_league import league_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +50,6 @@ class EvalConfig:
 
 QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10)  # a few seconds: the end of `seedleague train`
 END_OF_RUN_AVERAGE = 1 / 3  # the end of `seedleague train` reports the average of the newest third of the snapshots
-
-
-def openspiel_game_name(env_name: str) -> Optional[str]:
-    """"kuhn_poker" for "openspiel:kuhn_poker"; None for an env that is not an OpenSpiel game."""
-    return env_name[len(OPENSPIEL_PREFIX):] if env_name.startswith(OPENSPIEL_PREFIX) else None
 
 
 def resolve_policy(run_dir: str, key_or_path: str):
@@ -93,16 +88,16 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     the league's snapshots (poker games). `param_average`: the same checkpoint's running mean of
     the params (`seedleague.eval.curve.load_param_average`), scored beside the policy (poker games). Raises ValueError
     when the env is not an OpenSpiel game (nothing here applies)."""
-    name = openspiel_game_name(policy.spec.env_name)
+    from seedleague.games.openspiel import game_name, load_game
+    import pyspiel
+
+    name = game_name(policy.spec.env_name)
     if name is None:
         raise ValueError(
             f"{policy.spec.env_name!r} is not an OpenSpiel game (expected 'openspiel:<game>'): exploitability, "
             "MCTS and head-to-head evaluation need OpenSpiel's game tree. Load the policy with "
             "seedleague.api.load_policy and play it in your own env instead (see docs/api.md)"
         )
-    from envs.openspiel_games import load_game
-    import pyspiel
-
     game = load_game(name)
     imperfect = game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION
     results: dict[str, Any] = {"game": name, "information": "imperfect" if imperfect else "perfect"}
@@ -204,7 +199,7 @@ def _league_nash(run_dir: str, game, max_snapshots: Optional[int] = None) -> dic
 
     max_snapshots = max_snapshots or POPULATION
 
-    league = _league_for(run_dir)
+    league = league_of(run_dir)
     if league is None:
         return {"nash_note": f"no league database under {run_dir}"}
     try:
@@ -229,7 +224,7 @@ def _league_nash(run_dir: str, game, max_snapshots: Optional[int] = None) -> dic
 def _output(run_dir: str, policy, config: EvalConfig) -> dict:
     """The run's output (seedleague.api.load_trained), scored: exploitability in imperfect-information
     games (a mixture as played, one member per game), win/draw/loss against random otherwise."""
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import game_name, load_game
     from seedleague import output as run_output
     from seedleague.eval import board, output_score
     import pyspiel
@@ -240,7 +235,7 @@ def _output(run_dir: str, policy, config: EvalConfig) -> dict:
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         return {"output_note": f"no output to score: {error}"}
     out = {"output": resolved.describe()}
-    game = load_game(openspiel_game_name(policy.spec.env_name))
+    game = load_game(game_name(policy.spec.env_name))
     if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION:
         # a mixture as it is played: one member per game, by its seat's weights where it has them
         out["output_exploitability"] = output_score.score(game, trained)[output_score.EXPLOITABILITY]
@@ -257,6 +252,7 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     recurrent network) it prints why and returns None, so a finished training run never fails here."""
     from seedleague.api import load_policy
     from seedleague.eval.curve import load_param_average
+    from seedleague.eval.output_selection import tree_too_large
 
     config = config or (QUICK if quick else EvalConfig())
     try:
@@ -275,18 +271,6 @@ def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig]
     print(format_entry(entry))
     print(f"appended to {append_history(run_dir, entry)}")
     return entry
-
-
-def tree_too_large(env_name: str) -> str:
-    """Why the end of a run does not compute `env_name`'s exact exploitability ("" where it does): an OpenSpiel
-    imperfect-information game whose tree is too large to walk in minutes (`output_selection.unmeasurable`; walking
-    phantom_ttt's took all 24 GB of a machine's memory before the kernel killed the run, with nothing printed)."""
-    from seedleague.eval.output_selection import game_of, unmeasurable
-
-    if game_of(env_name) is None:
-        return ""  # not an imperfect-information game: scored by games, if at all
-    why = unmeasurable(env_name)
-    return f"{env_name}'s exploitability is not computed exactly: {why}" if why else ""
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -379,26 +363,6 @@ def read_history(run_dir: str) -> list[dict]:
 
 
 # -- report -------------------------------------------------------------------------------------
-
-
-def _league_for(run_dir: str):
-    """THE place `seedleague report` gets a run's league from (host engineer: adjust here).
-
-    Anything with `standings()`, `payoff()` and `elo_history()` works. For now: the
-    in-process League over `<run_dir>/league/league.sqlite`, opened with the config
-    the league service last saved beside it (payoff decay, Elo settings); None when
-    there is no league database.
-    """
-    path = os.path.join(run_dir, "league", "league.sqlite")
-    if not os.path.exists(path):
-        return None
-    try:
-        from seedleague.league.service import League
-    except ImportError:
-        return None
-    from seedleague.league.server import load_config
-
-    return League(load_config(os.path.dirname(path)), path)
 
 
 def run_report(run_dir: str, league: Any, out_dir: Optional[str] = None) -> list[str]:
@@ -528,7 +492,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.run_dir):
         raise FileNotFoundError(f"no such run directory: {args.run_dir!r}")
-    league = _league_for(args.run_dir)
+    league = league_of(args.run_dir)
     try:
         paths = run_report(args.run_dir, league, args.out)
     finally:

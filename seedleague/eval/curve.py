@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from envs.openspiel_games import load_game
+from seedleague.games.openspiel import load_game
 from seedleague.api import NoParamAverageError, load_policy, load_snapshot
 from seedleague.eval.openspiel_eval import exploitability, mixture_exploitability
 from seedleague.league.model_pool import ModelPool

@@ -28,7 +28,7 @@ import numpy as np
 import pyspiel
 import scipy.sparse
 
-from envs.openspiel_games import Encoder
+from seedleague.games.openspiel import Encoder
 
 CHANCE, TERMINAL = -1, -2  # GameTree.player at chance and terminal histories
 FORWARD_CHUNK = 65_536  # information states per forward pass: bounds the network's activations

@@ -23,7 +23,7 @@ import numpy as np
 import pyspiel
 from open_spiel.python import policy as openspiel_policy
 
-from envs.openspiel_games import load_game, observation_shape
+from seedleague.games.openspiel import load_game, observation_shape
 from seedleague.api import Policy, mixture_weights, seat_mixture_weights
 from seedleague.eval import game_tree
 

@@ -78,14 +78,13 @@ class Choice:
 def game_of(env_name: str):
     """The loaded OpenSpiel game when `env_name` is an imperfect-information OpenSpiel game (exact
     exploitability can be measured), else None."""
-    from seedleague.eval.cli import openspiel_game_name
+    import pyspiel  # OpenSpiel's module loads only where an output is chosen or measured
 
-    name = openspiel_game_name(env_name)
+    from seedleague.games.openspiel import game_name, load_game
+
+    name = game_name(env_name)
     if name is None:
         return None
-    import pyspiel
-
-    from envs.openspiel_games import load_game
 
     game = load_game(name)
     return game if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION else None
@@ -144,6 +143,16 @@ def unmeasurable(env_name: str) -> str:
         return (f"its game tree has more than {MAX_HISTORIES:,} histories, too many to measure every candidate "
                 "exactly in minutes")
     return ""
+
+
+def tree_too_large(env_name: str) -> str:
+    """Why the end of a run does not compute `env_name`'s exact exploitability ("" where it does): an OpenSpiel
+    imperfect-information game whose tree is too large to walk in minutes (`unmeasurable`; walking phantom_ttt's
+    took all 24 GB of a machine's memory before the kernel killed the run, with nothing printed)."""
+    if game_of(env_name) is None:
+        return ""  # not an imperfect-information game: scored by games, if at all
+    why = unmeasurable(env_name)
+    return f"{env_name}'s exploitability is not computed exactly: {why}" if why else ""
 
 
 def _stamp(checkpoint: int, snapshot_keys: list[str]) -> dict:

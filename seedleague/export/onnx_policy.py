@@ -131,7 +131,7 @@ def _observation(policy: Policy, graph_dtype: str) -> dict:
     spec, torso = policy.spec, _resolve_torso(policy.network_config.torso, policy.spec.observation_shape)
     dtype = np.dtype(spec.observation_dtype)
     scaling = input_scaling(dtype, graph_dtype, policy.network_config.squash_inputs)
-    encoding = ("envs.openspiel_games.encode(state, player): the acting player's information-state tensor (or the "
+    encoding = ("seedleague.games.openspiel.encode(state, player): the acting player's information-state tensor (or the "
                 "observation tensor plus one constant plane per player marking whose view it is); actions are "
                 "OpenSpiel's distinct action ids" if spec.env_name.startswith("openspiel:") else
                 "the observation the env worker sends the host for this agent (seedleague.protocol.specs.EnvSpec), "

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Optional
 
-from seedleague import grpc_server, output, progress, storage
+from seedleague import games, grpc_server, output, progress, storage
 from seedleague.checkpoint import DamagedCheckpoint, NonFiniteState
 from seedleague.host import exploit
 from seedleague.host.host import Host, HostConfig
@@ -137,19 +137,10 @@ class RunConfig:
     output: Optional[OutputConfig] = None  # the run's output, recorded in <run_dir>/output.json at its start
 
 
-def gym_worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
-    """The Python gymnasium worker; WorkerProcesses adds --address and --seed."""
-    return (sys.executable, "-m", "envs.gym_worker", "--env", env_id, "--num-envs", str(num_envs))
-
-
 def worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
-    """The worker for an env id: "openspiel:<game>", "pettingzoo:<game>", or any gymnasium id."""
-    family, _, game = env_id.partition(":")
-    if family == "openspiel" and game:
-        return (sys.executable, "-m", "envs.openspiel_worker", "--game", game, "--num-envs", str(num_envs))
-    if family == "pettingzoo" and game:
-        return (sys.executable, "-m", "envs.pettingzoo_worker", "--game", game, "--num-envs", str(num_envs))
-    return gym_worker_command(env_id, num_envs)
+    """The built-in worker for an env id (`seedleague.games`: "openspiel:<game>", "pettingzoo:<game>", or any
+    gymnasium id); WorkerProcesses adds --address and --seed."""
+    return games.worker_command(env_id, num_envs)
 
 
 class WorkerProcesses:
