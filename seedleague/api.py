@@ -15,7 +15,10 @@ answers batched, jitted queries:
     action = policy.act(observation, legal_mask, greedy=True)      # [B] int
 
 Only the params are read (the optimiser state is skipped), so a checkpoint of
-any optimiser or learner config loads. Observations are what the env worker
+any optimiser or learner config loads. They are checked against the checksum the
+checkpointer recorded for them at save, and must be finite: a damaged checkpoint is
+never loaded (`seedleague.checkpoint.DamagedCheckpoint`, one line naming it and the
+newest good step; without a step the newest good one is loaded, with a warning). Observations are what the env worker
 sent to the host; for OpenSpiel games that is `envs.openspiel_games.encode`.
 See docs/api.md.
 """
@@ -41,6 +44,8 @@ from seedleague.rl import xla_cpu
 from seedleague.rl.networks import Network, NetworkConfig, make_network
 
 Rng = Union[np.random.Generator, int, None]
+
+log = logging.getLogger(__name__)
 
 
 class RecurrentPolicyError(NotImplementedError):
@@ -303,8 +308,44 @@ def _restore_state(manager: Any, step: int, subtrees: Optional[dict]) -> Any:
         args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
     else:
         args = ocp.args.PyTreeRestore()
-    with _quiet_orbax():
-        return manager.restore(step, args=ocp.args.Composite(state=args))["state"]
+    return _read(manager, step, ocp.args.Composite(state=args))["state"]
+
+
+def _read(manager: Any, step: int, args: Any) -> Any:
+    """Orbax's restore of checkpoint `step` (which exists); any failure to read its files (truncated, junk, a
+    missing file) is a one-line DamagedCheckpoint naming it."""
+    from seedleague.checkpoint import read_failure  # imports orbax: only when a checkpoint is read
+
+    try:
+        with _quiet_orbax():
+            return manager.restore(step, args=args)
+    except Exception as error:  # orbax, tensorstore and json raise many kinds for damaged bytes
+        raise read_failure(str(manager.directory), step, error) from None
+
+
+def _state_metadata(manager: Any, step: int) -> Any:
+    """Orbax's tree metadata of checkpoint `step`'s state; DamagedCheckpoint when its file cannot be read."""
+    from seedleague.checkpoint import read_failure  # imports orbax: only when a checkpoint is read
+
+    try:
+        with _quiet_orbax():
+            return manager.item_metadata(step)["state"]
+    except Exception as error:  # truncated or junk JSON, a missing file
+        raise read_failure(str(manager.directory), step, error) from None
+
+
+def _verify_part(meta: dict, part: str, value: Any, source: str) -> None:
+    """DamagedCheckpoint unless `value`, field `part` of the state saved in checkpoint `source`, is finite and has
+    the checksum the checkpointer recorded for it at save (a checkpoint saved before those were recorded: finite)."""
+    from seedleague.checkpoint import PARTS_KEY, DamagedCheckpoint, non_finite_leaves, state_checksum
+
+    recorded = (meta.get(PARTS_KEY) or {}).get(part)
+    if recorded is not None and state_checksum(value) != recorded:
+        raise DamagedCheckpoint(f"checkpoint {source} does not match the checksum recorded when it was saved: its "
+                                "files changed on disk")
+    bad = non_finite_leaves(value)
+    if bad:
+        raise DamagedCheckpoint(f"checkpoint {source} holds NaN or inf in {len(bad)} arrays of its {part}")
 
 
 def _restore_params(manager: Any, step: int, templates: dict, shape_key: str) -> Any:
@@ -312,26 +353,30 @@ def _restore_params(manager: Any, step: int, templates: dict, shape_key: str) ->
     restored against the params' tree metadata. That is read once per `shape_key` (the step's network and spec,
     which fix every shape) into `templates`, not once per step: the checkpoints of a run share one. Falls back
     to restoring everything without a template where the metadata has no params."""
+    from seedleague.checkpoint import DamagedCheckpoint  # imports orbax: only when a checkpoint is read
+
     if shape_key not in templates:
         try:
-            metadata = manager.item_metadata(step)["state"]
+            metadata = _state_metadata(manager, step)
             templates[shape_key] = {"params": _params_of(getattr(metadata, "tree", metadata))}  # orbax's tree metadata
+        except DamagedCheckpoint:  # this step's own metadata: no template for the others
+            raise
         except (ValueError, TypeError, KeyError, AttributeError):
             templates[shape_key] = None
     return _params_of(_restore_state(manager, step, templates[shape_key]))
 
 
-def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, int]:
-    """(params, count) of the learner's param average in checkpoint `step` (LearnerConfig.average_from)."""
+def _restore_average(manager: Any, step: int, source: str) -> tuple[Any, Any]:
+    """(params, count array) of the learner's param average in checkpoint `step` (LearnerConfig.average_from)."""
     try:
-        average = manager.item_metadata(step)["state"]["average"]  # orbax's tree metadata: keyed like a dict
+        average = _state_metadata(manager, step)["average"]  # orbax's tree metadata: keyed like a dict
     except (KeyError, TypeError):
         average = None
     if not (isinstance(average, dict) and "params" in average and "count" in average):
         raise NoParamAverageError(f"{source} holds no param average: its learner ran without averaging "
                                   "(train with --learner.average-from STEP to keep one)")
     restored = _restore_state(manager, step, {"average": {"params": average["params"], "count": average["count"]}})
-    return restored["average"]["params"], int(restored["average"]["count"])
+    return restored["average"]["params"], restored["average"]["count"]
 
 
 def _check_params(policy_source: str, network: Network, params: Any) -> None:
@@ -368,7 +413,10 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
         `meta["average"]` then says over which updates: {"from": step, "count": n}
         ("from" is None for an average over the end of a time anneal, average_tail).
     Raises FileNotFoundError for a missing directory, a directory without
-    checkpoints or a step that is not there; RecurrentPolicyError for LSTM networks;
+    checkpoints or a step that is not there; seedleague.checkpoint.DamagedCheckpoint
+    (a ValueError) when checkpoint `step` cannot be read, does not match its checksum or
+    holds NaN or inf, naming the newest good step to load instead (with `step` None, that
+    one is loaded, with a warning); RecurrentPolicyError for LSTM networks;
     NoParamAverageError (a ValueError) for `average` where the checkpoint has no
     average, or one that has not begun (its run has not reached `average_from` yet).
     """
@@ -393,14 +441,44 @@ def load_policies(path: str, steps: Sequence[Optional[int]], seed: int = 0, aver
 def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[int], seed: int, average: bool,
                templates: dict):
     """One policy from an open checkpoint manager whose steps are `steps` (see load_policy); `templates` carries
-    the params' tree metadata from one step to the next (`_restore_params`)."""
-    if step is None:
-        step = steps[-1]
-    elif step not in steps:
+    the params' tree metadata from one step to the next (`_restore_params`). A damaged checkpoint is never
+    loaded: without a `step` the newest good one is, with a warning; a damaged `step` is refused, naming it."""
+    from seedleague.checkpoint import DamagedCheckpoint  # imports orbax: only when a checkpoint is read
+
+    if step is not None and step not in steps:
         raise FileNotFoundError(f"{directory!r} has no checkpoint at step {step}; it has steps {steps}")
-    with _quiet_orbax():
-        meta = dict(manager.restore(step, args=_meta_args())["meta"])
+    chosen = steps[-1] if step is None else step
+    try:
+        return _load_verified(manager, directory, chosen, seed, average, templates)
+    except DamagedCheckpoint as error:
+        damaged = str(error)
+    for older in [s for s in reversed(steps) if s < chosen]:
+        try:
+            policy = _load_verified(manager, directory, older, seed, average, templates)
+        except (DamagedCheckpoint, NoParamAverageError):
+            continue
+        if step is None:
+            log.warning("%s; loaded checkpoint %d, the newest good one, instead", damaged, older)
+            return policy
+        raise DamagedCheckpoint(f"{damaged}; it was not loaded. The newest good checkpoint there is step {older}: "
+                                f"load_policy({directory!r}, step={older})")
+    raise DamagedCheckpoint(f"{damaged}; it was not loaded, and no older checkpoint in {directory} can be")
+
+
+def _load_verified(manager: Any, directory: str, step: int, seed: int, average: bool, templates: dict):
+    """Checkpoint `step`'s policy, its params (or param average) checked against the checksum recorded at save;
+    DamagedCheckpoint if they cannot be read, do not match it or hold NaN or inf."""
+    from seedleague.checkpoint import PARTS_KEY, CHECKSUM_KEY
+    from seedleague.rl.learner import ParamAverage
+
+    raw = _read(manager, step, _meta_args())["meta"]
     source = f"{directory}/{step}"
+    if not isinstance(raw, dict):
+        from seedleague.checkpoint import DamagedCheckpoint
+
+        raise DamagedCheckpoint(f"checkpoint {source} has no readable meta (found {type(raw).__name__})")
+    recorded = {k: raw[k] for k in (PARTS_KEY, CHECKSUM_KEY) if k in raw}
+    meta = {k: v for k, v in raw.items() if k not in recorded}  # the run's meta, not the checkpointer's checksums
     parsed = CheckpointMeta.from_json(meta, source, learner=False)
     spec = parsed.spec if meta["spec"].get("protocol") == 2 else PolicySpec.from_json(meta["spec"])
     config = parsed.network or NetworkConfig()  # a meta without one is checked against the params' shapes
@@ -408,6 +486,8 @@ def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[in
         raise recurrent_error(source, config.lstm_size)
     if average:
         params, count = _restore_average(manager, step, source)
+        _verify_part(recorded, "average", ParamAverage(params, count), source)
+        count = int(count)
         learner = meta.get("learner") or {}
         if count == 0:
             raise NoParamAverageError(f"{source} has no averaged params yet: averaging starts "
@@ -416,6 +496,7 @@ def _load_step(manager: Any, directory: str, steps: list[int], step: Optional[in
         source = f"{source} (param average)"
     else:
         params = _restore_params(manager, step, templates, json.dumps([meta.get("network"), meta["spec"]], sort_keys=True))
+        _verify_part(recorded, "params", params, source)
     if not isinstance(spec, PolicySpec):  # a protocol v2 run: named observations, one action per head
         from seedleague.structured_policy import StructuredPolicy, structured_network_for
 
@@ -554,7 +635,7 @@ def param_average_count(path: str, step: int) -> int:
     directory); 0 when its learner keeps none or has not begun averaging."""
     manager = _open_manager(_checkpoint_dir(path))
     try:
-        return _restore_average(manager, step, path)[1]
+        return int(_restore_average(manager, step, path)[1])
     except NoParamAverageError:
         return 0
     finally:

@@ -34,6 +34,8 @@ from seedleague.league.types import MatchResult, Role
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
+from seedleague.api import _network, load_policy, load_trained
+from seedleague.rl.learner import LearnerConfig
 from test_api import SMALL, save_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -242,6 +244,47 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_newest_good_one(tmp_
         checkpointer.close()
 
 
+@pytest.mark.parametrize("how", ["junk", "truncated", "meta"])
+def test_the_api_never_loads_a_damaged_checkpoint_and_names_the_newest_good_step(tmp_path, how, caplog):
+    """load_policy reads only the params (not the whole state the checkpointer's checksum covers): they are checked
+    against their own checksum, recorded at save, so junk that decodes is refused like a file that does not."""
+    run = tmp_path / "run"
+    kept = save_checkpoint(run / "checkpoints", step=3, network=SMALL, learner=AVERAGING,
+                           average=(_params_like(SMALL, 4), 2))
+    save_checkpoint(run / "checkpoints", step=5, network=SMALL, seed=1, learner=AVERAGING,
+                    average=(_params_like(SMALL, 5), 2))
+    newest = f"{run}/checkpoints/5"
+    _damage(newest, how)
+    with caplog.at_level("WARNING", logger="seedleague.api"):
+        policy = load_policy(str(run))  # no step: the newest good one, with a warning naming both
+    assert policy.step == 3 and "state_sha256" not in policy.meta and "part_sha256" not in policy.meta
+    chex_equal(policy.params, kept.params)
+    assert newest in caplog.text and "loaded checkpoint 3, the newest good one" in caplog.text
+    for load in (lambda: load_policy(str(run), step=5), lambda: load_policy(str(run), step=5, average=True),
+                 lambda: load_trained(str(run))):  # the run's output (final): its newest checkpoint, refused
+        with pytest.raises(DamagedCheckpoint) as refused:
+            load()
+        message = str(refused.value)
+        assert newest in message and "step=3" in message and "\n" not in message, message
+    assert int(load_policy(str(run), average=True).meta["average"]["count"]) == 2
+    _damage(f"{run}/checkpoints/3", "junk")
+    with pytest.raises(DamagedCheckpoint, match="no older checkpoint"):
+        load_policy(str(run))
+
+
+AVERAGING = LearnerConfig(average_from=0)
+
+
+def _params_like(network, seed: int):
+    return _network(network, (11,), np.dtype(np.float32), 2).init(jax.random.key(seed))
+
+
+def chex_equal(a, b) -> None:
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 class _State(NamedTuple):
     params: Any
     step: Any
@@ -316,6 +359,14 @@ def test_bad_budget_file_run_dir_and_read_only_run_dir_are_refused_in_one_line(t
         assert done.returncode == 2 and "read-only" in _one_line(done) and f"{read_only}/run" in _one_line(done)
     finally:
         subprocess.run(["umount", "-l", read_only], check=False)
+
+
+def test_workers_0_says_it_waits_for_workers_from_elsewhere_and_that_none_came(tmp_path):
+    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--workers", "0", "--no-eval", "--max-seconds", "2",
+                       "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "this run starts no env workers: it waits for workers from elsewhere to connect" in done.stdout
+    assert "no env worker connected to" in done.stdout.split("run ended:")[1]
 
 
 def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused_in_one_line(tmp_path):
@@ -393,8 +444,9 @@ def test_a_learner_resumed_behind_its_last_snapshot_is_not_refused_its_next_snap
 
 GRACE_S = 30  # a run ends within its budget plus this (its start-up, JAX import and compiles, not counted)
 START_S = 240  # at most this long to start serving on two loaded cores, or the test fails (no hang)
-KUHN_RUN = ("--env", "openspiel:kuhn_poker", "--no-eval", "--checkpoint.interval-s", "2",
-            "--league.check-in-interval-s", "0.5", "--league-config.snapshot-interval-steps", "20")
+RUN_FLAGS = ("--no-eval", "--checkpoint.interval-s", "2", "--league.check-in-interval-s", "0.5",
+             "--league-config.snapshot-interval-steps", "20")
+KUHN_RUN = ("--env", "openspiel:kuhn_poker", *RUN_FLAGS)
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all")
 
 
@@ -454,12 +506,13 @@ def _league_rows(run_dir: str) -> int:
     return rows
 
 
-def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15, stop_when=None) -> _Run:
+def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15, stop_when=None,
+                      run_args: tuple = KUHN_RUN) -> _Run:
     """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it and stops cleanly,
     at the end of its budget or, once `stop_when(run)`, by SIGTERM; every result the league acknowledged to it is
     stored (none doubled) and no snapshot of it is refused."""
     rows_before = _league_rows(run_dir)
-    run = _Run(logs, "resumed", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds",
+    run = _Run(logs, "resumed", *run_args, "--resume", "--run-dir", run_dir, "--max-seconds",
                str(600 if stop_when else budget))
     started = run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
     assert f"resumed from checkpoint {newest_good}:" in run.stdout(), run.stdout()
@@ -552,3 +605,40 @@ def test_damaged_newest_checkpoints_of_a_real_run_resume_from_the_newest_good_on
     for step in damaged:
         assert f"{checkpoints}/{step}" in note and os.path.isdir(os.path.join(checkpoints, f"damaged-{step}"))
     assert "Traceback" not in resumed.stdout()
+
+
+NON_FINITE = re.compile(r"the learner's update (\d+) gave (total_loss|grad_norm) (nan|inf)")
+
+
+def test_huge_rewards_from_a_worker_stop_a_real_run_before_its_nan_is_saved_and_resume_continues(tmp_path):
+    """A worker whose rewards turn 1e30 mid-run (finite: the protocol takes them): the learner's loss overflows at
+    update N. The run stops with one line naming the newest good checkpoint, SIGTERM during it is honoured, no
+    checkpoint or snapshot of update N or later exists, the league kept every acknowledged result, and --resume
+    (the worker mended) continues from that checkpoint."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir, trigger = str(tmp_path / "run"), str(tmp_path / "huge-rewards")
+    worker = (f"{sys.executable} {ROOT}/tests/huge_reward_worker.py --game kuhn_poker --num-envs 64 --seed {{seed}} "
+              f"--address {{address}} --huge-rewards-while {trigger}")
+    args = (*RUN_FLAGS, "--worker-cmd", worker)
+    run = _Run(logs, "nan", *args, "--run-dir", run_dir, "--max-seconds", "600")
+    checkpoints, pool = os.path.join(run_dir, "checkpoints"), os.path.join(run_dir, "pool", "main")
+    run.wait_for(lambda: _steps(checkpoints) and SNAPSHOT_ADDED.search(run.stderr()) and run.acknowledged() > 0,
+                 "a checkpoint, a league snapshot and acknowledged results")
+    open(trigger, "w").close()  # the worker's rewards turn huge from its next step
+    run.wait_for(lambda: "learner stopped" in run.stderr(), "the learner stopping at a non-finite update")
+    run.process.send_signal(signal.SIGTERM)  # while the run stops for its fault
+    done = run.exit_within(GRACE_S)
+    line = _one_line(done)
+    found = NON_FINITE.search(line)
+    assert done.returncode == 1 and found and "was not published, saved or snapshotted" in line, done.stderr[-3000:]
+    bad_update, saved = int(found.group(1)), _steps(checkpoints)
+    newest = saved[-1]
+    assert f"{checkpoints}/{newest}, is untouched: --resume continues from it" in line
+    assert newest < bad_update and all(load_policy(checkpoints, step=s).step == s for s in saved)  # finite, verified
+    snapshots = _steps(pool)
+    assert snapshots and max(snapshots) < bad_update and _last_snapshot(run_dir) < bad_update
+    assert all(load_policy(pool, step=s).step == s for s in snapshots)
+    assert _league_rows(run_dir) >= run.acknowledged() > 0  # integrity_check ok, every acknowledged result stored
+    os.remove(trigger)  # the worker mended
+    _resume_continues(logs, run_dir, newest, run_args=args)

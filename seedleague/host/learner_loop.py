@@ -230,8 +230,9 @@ class LearnerLoop:
                  "from it" if latest is not None else "no checkpoint was saved yet")
         found = ", ".join(f"{name} {value}" for name, value in bad.items())
         raise NonFiniteUpdate(f"the learner's update {step} gave {found}; it was not published, saved or "
-                              f"snapshotted, and {where}. Lower --learner.learning-rate, or look for NaN or huge "
-                              "rewards from the workers")
+                              f"snapshotted, and {where}. Look for huge rewards or observations from the workers; "
+                              "if they are sound, the learner diverged: --resume keeps the learner settings saved "
+                              "with the run, so start a new --run-dir with a lower --learner.learning-rate")
 
     def _agree(self, ready: bool, save: bool) -> tuple[bool, bool, bool]:
         """(every process has a batch, some process stops, some process is due to save): one all-gather."""
