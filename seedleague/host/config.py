@@ -39,6 +39,9 @@ class HostConfig:
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
     exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES), or "uniform"; "": the one it recorded
+    # training a best response: after this many seconds of the run's clock its learner stops and its rows act
+    # greedily, so the games after that measure one fixed pure response (seedleague.host.exploit); 0: never
+    exploit_read_out_s: float = 0.0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -72,6 +75,8 @@ class HostConfig:
         if self.exploit_output and (not self.learn or self.serve_output or self.league.enabled):
             raise ValueError("exploit_output trains a best response to a run's output: it needs a learning host "
                              "(--learn true) outside any league, and no --serve-output")
+        if self.exploit_read_out_s < 0 or (self.exploit_read_out_s and not self.exploit_output):
+            raise ValueError(f"exploit_read_out_s must be >= 0 and needs exploit_output, got {self.exploit_read_out_s}")
         if self.exploit_source and not self.exploit_output:
             raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:

@@ -214,6 +214,8 @@ class Host:
 
     def _infer_and_record(self, requests: list[Request]) -> None:
         pipeline = self.pipeline
+        if self._read_out_due():
+            self._begin_read_out()
         agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
             episodes.end_and_seat(step, self.pipeline, self.config.league.player, self.metrics)
@@ -241,6 +243,19 @@ class Host:
             answers.append((request.payload, ActionBatch(request.payload.sequence, action, out.policy_version), None))
         answer_all(answers)  # one wake-up of the event loop for the whole batch, not one per request
 
+    def _read_out_due(self) -> bool:
+        return (self._target is not None and self._target.read_out_at is None and self.config.exploit_read_out_s > 0
+                and self._trained_seconds() >= self.config.exploit_read_out_s)
+
+    def _begin_read_out(self) -> None:
+        """A best response's read-out (HostConfig.exploit_read_out_s): the learner stops and writes its checkpoint,
+        whose params the learner's rows play from now on, greedily; no more unrolls are kept."""
+        self._target.begin_read_out()
+        self.pipeline.learner.stop()
+        self.pipeline.policy.read_out()
+        log.info("best response: learner stopped at update %d after %.0f s; its greedy play is measured from now on",
+                 self.pipeline.learner.step, self._trained_seconds())
+
     def _record(self, step: AgentStep, action, logits, new_core, version: int) -> None:
         session = step.session
         before = session.core_state
@@ -251,7 +266,7 @@ class Host:
                 new_core, before, session.initial_core,
             )
         self.metrics.record_steps(session.spec.num_envs, int(step.acting.sum()))
-        if session.unrolls is None:
+        if session.unrolls is None or (self._target is not None and self._target.read_out_at is not None):
             return
         # Only the learner's rows go to replay: rewards and ends of its finished episodes, actions of its current ones.
         ends = step.learning_before

@@ -105,7 +105,10 @@ class LearnerLoop:
 
     def stop(self) -> None:
         """Stop after the current update and write a final checkpoint (not after a fault: the error stays in
-        `error`, and the newest checkpoint on disk is the one to resume from)."""
+        `error`, and the newest checkpoint on disk is the one to resume from). Once stopped, a later call does
+        nothing."""
+        if self._stop.is_set() and not self._thread.is_alive():
+            return
         self._stop.set()
         self._replay.close()
         self._thread.join(timeout=60)

@@ -104,14 +104,16 @@ def _act_table(on_device, inputs, network: Network, greedy: bool = False):
     return _sample_slots(network, table, *inputs, sample_rng, greedy), rng
 
 
-def _act_with_table(on_device, inputs, network: Network, greedy: bool = False, explore: float = 0.0):
+def _act_with_table(on_device, inputs, network: Network, greedy: bool = False, explore: float = 0.0,
+                    learner_greedy: bool = False):
     """_act on the learner's rows and _act_table on the opponents' rows, in one call (one dispatch, one
     transfer each way): `inputs` = (slots, learner_inputs, table_inputs), `learner_inputs` = (observation,
-    first, core_state, legal_mask) over [N] rows, `table_inputs` the same over [K, W]."""
+    first, core_state, legal_mask) over [N] rows, `table_inputs` the same over [K, W]. `learner_greedy`: the
+    learner's rows act greedily whatever `greedy` says of the opponents'."""
     params, table, rng = on_device
     slots, learner_inputs, table_inputs = inputs
     rng, learner_rng, table_rng = jax.random.split(rng, 3)
-    learner = _sample(network, params, *learner_inputs, learner_rng, greedy, explore)
+    learner = _sample(network, params, *learner_inputs, learner_rng, greedy or learner_greedy, explore)
     return (learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy)), rng
 
 
@@ -143,6 +145,7 @@ class InferencePolicy:
             raise ValueError(f"explore must be a probability in [0, 1), got {explore}")
         self.network = network
         self.greedy = greedy
+        self.learner_greedy = False  # the published params act greedily, opponents' as `greedy` says (`read_out`)
         self.explore = float(explore)
         self.device = device
         self._lock = threading.Lock()
@@ -161,6 +164,11 @@ class InferencePolicy:
         with self._lock:
             self._params, self._version = params, version
 
+    def read_out(self) -> None:
+        """From now on the published params act greedily and never explore; an opponent's params keep sampling
+        (a best response's read-out, seedleague.host.exploit)."""
+        self.learner_greedy, self.explore = True, 0.0
+
     def current(self) -> tuple[Any, int]:
         with self._lock:
             return self._params, self._version
@@ -168,16 +176,17 @@ class InferencePolicy:
     def act(self, observation: np.ndarray, first: np.ndarray, core_state: Any, legal_mask: np.ndarray,
             params: Any = None) -> Actions:
         """Sample actions with the published params, or with `params` (an opponent's; same network, on `device`)."""
-        explore = self.explore
+        explore, greedy = self.explore, self.greedy
         if params is None:
             params, version = self.current()
+            greedy = greedy or self.learner_greedy
         else:
             version, explore = self._version, 0.0
         if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
             explore = 0.0
         outputs, self._rng = self.transfers.call(
             _act, (params, self._rng), (observation, first, core_state, legal_mask),
-            network=self.network, greedy=self.greedy, explore=explore)
+            network=self.network, greedy=greedy, explore=explore)
         return Actions(*outputs, version)
 
     def values(self, observation: Any, first: np.ndarray, core_state: Any) -> np.ndarray:
@@ -202,7 +211,7 @@ class InferencePolicy:
         params, version = self.current()
         (learner, opponents), self._rng = self.transfers.call(
             _act_with_table, (params, table, self._rng), (slots, learner_inputs, table_inputs),
-            network=self.network, greedy=self.greedy, explore=self.explore)
+            network=self.network, greedy=self.greedy, explore=self.explore, learner_greedy=self.learner_greedy)
         return Actions(*learner, version), Actions(*opponents, self._version)
 
     def act_stacked(self, params: Any, observation: np.ndarray, first: np.ndarray, core_state: Any,
