@@ -225,13 +225,20 @@ def test_a_league_left_running_by_a_killed_launcher_is_stopped_before_a_resumed_
         stale.stop()
 
 
-def test_worker_league_and_host_killed_then_resumed_without_losing_or_doubling_a_result(tmp_path):
-    """One of each fault against real processes: league killed and back on its address after 3 s,
-    a worker killed and replaced, the host killed and resumed from its checkpoint with --resume
-    while its worker reconnects by itself; then results, steps and sessions are accounted for."""
+AS_ROOT = os.geteuid() == 0  # the disk fault mounts a tmpfs, which needs root
+
+
+@pytest.fixture(scope="module")
+def chaos_run(tmp_path_factory):
+    """One short `make chaos` run against real processes (started once: three tests read its report), one fault of
+    each kind in turn: the league killed and back on its address after 3 s, a worker killed and replaced, the host
+    killed and resumed from its checkpoint with --resume while its worker reconnects by itself; then, as root, the
+    run's disk (a 64 MiB tmpfs) filled until the host stops by itself and resumes once space is freed; last, the host
+    killed and its newest checkpoint junk-filled, so that it resumes from the one before. (run, report)."""
     config = ChaosConfig(
-        run_dir=str(tmp_path / "run"), seconds=1.0, kills=1, workers=1, envs_per_worker=16, league_down_s=3.0,
-        settle_s=2.0, recover_timeout_s=90.0, worker_backoff_max_s=1.0, disk_faults=0, checkpoint_faults=0,
+        run_dir=str(tmp_path_factory.mktemp("chaos") / "run"), seconds=1.0, kills=1, workers=1, envs_per_worker=16,
+        league_down_s=3.0, settle_s=2.0, recover_timeout_s=120.0, worker_backoff_max_s=1.0,
+        disk_faults=1 if AS_ROOT else 0, checkpoint_faults=1, disk_mb=64, disk_full_s=2.0,
         host_flags=(*TINY_HOST, "--checkpoint.interval_s", "1"),
         league_flags=("--mode", "pfsp", "--snapshot_interval_steps", "50"),
     )
@@ -242,49 +249,43 @@ def test_worker_league_and_host_killed_then_resumed_without_losing_or_doubling_a
         run.fault("worker")
         wait_for(lambda: run.newest_checkpoint() is not None, 60, "the host's first checkpoint")
         run.fault("host")
-        time.sleep(config.settle_s)
-        report = run.finish(duration_s=0.0)
-    finally:
-        run.kill_everything()
-    assert report.faults == {"worker": 1, "league": 1, "host": 1, "disk": 0, "checkpoint": 0}
-    assert report.steps_during_outages[0] > 0  # the host kept playing its cached opponents while the league was down
-    assert report.duplicates == 0 and report.lost == 0, report.lifetimes
-    killed, final = report.lifetimes
-    assert killed["acknowledged"] > 0 and final["acknowledged"] > 0
-    assert killed["acknowledged"] <= killed["stored"] <= killed["acknowledged"] + 256  # at most one ack in flight
-    assert final["stored"] == final["acknowledged"]  # exact for a host that shut down cleanly
-    assert final["resumed_step"] is not None and final["resumed_step"] == final["checkpoint_before"] > 0
-    assert report.continuity_ok and report.host_exit_status == 0
-    assert report.worker_reconnects >= report.expected_reconnects == 1
-    assert report.ok
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="the disk fault mounts a tmpfs, which needs root")
-def test_a_full_disk_and_a_damaged_newest_checkpoint_lose_no_result_and_resume_from_the_newest_good_one(tmp_path):
-    """`make chaos`'s storage faults, once each: the run's disk (a 64 MiB tmpfs) fills up, the host stops by itself
-    with one line, and resumes once space is freed; then the host is killed, its newest checkpoint junk-filled, and
-    it resumes from the one before; no result acknowledged is lost and no snapshot refused."""
-    config = ChaosConfig(
-        run_dir=str(tmp_path / "run"), seconds=1.0, kills=0, workers=1, envs_per_worker=16, disk_faults=1,
-        checkpoint_faults=1, disk_mb=64, disk_full_s=2.0, settle_s=2.0, recover_timeout_s=120.0,
-        worker_backoff_max_s=1.0, host_flags=(*TINY_HOST, "--checkpoint.interval_s", "1"),
-        league_flags=("--mode", "pfsp", "--snapshot_interval_steps", "50"),
-    )
-    run = ChaosRun(config, say=lambda message: None)
-    try:
-        run.start()
-        wait_for(lambda: run.newest_checkpoint() is not None, 60, "the host's first checkpoint")
-        run.fault("disk")
+        if AS_ROOT:
+            run.fault("disk")
         run.fault("checkpoint")
         time.sleep(config.settle_s)
         report = run.finish(duration_s=0.0)
     finally:
         run.kill_everything()
+    return run, report
+
+
+def test_worker_league_and_host_killed_then_resumed_without_losing_or_doubling_a_result(chaos_run):
+    """Results, steps and sessions are accounted for across every fault of the run."""
+    _, report = chaos_run
+    assert report.faults == {"worker": 1, "league": 1, "host": 1, "disk": int(AS_ROOT), "checkpoint": 1}
+    assert report.steps_during_outages[0] > 0  # the host kept playing its cached opponents while the league was down
+    assert report.duplicates == 0 and report.lost == 0, report.lifetimes
+    killed, final = report.lifetimes[0], report.lifetimes[-1]  # the first host was SIGKILLed; the last stopped cleanly
+    assert killed["killed"] and killed["acknowledged"] > 0 and final["acknowledged"] > 0
+    assert killed["acknowledged"] <= killed["stored"] <= killed["acknowledged"] + 256  # at most one ack in flight
+    assert final["stored"] == final["acknowledged"]  # exact for a host that shut down cleanly
+    assert final["resumed_step"] is not None and final["resumed_step"] == final["checkpoint_before"] > 0
+    assert report.continuity_ok and report.host_exit_status == 0
+    assert report.worker_reconnects >= report.expected_reconnects == 2 + AS_ROOT  # one per host (re)start
+    assert report.snapshot_refusals == 0
+    assert report.ok
+
+
+def test_a_damaged_newest_checkpoint_resumes_from_the_newest_good_one(chaos_run):
+    _, report = chaos_run
+    (fallback,) = report.fallbacks
+    assert fallback["resumed"] == fallback["good"] < fallback["damaged"] and fallback["named"], fallback
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="the disk fault mounts a tmpfs, which needs root")
+def test_a_full_disk_stops_the_host_in_one_line_and_it_resumes_once_space_is_freed(chaos_run):
+    run, report = chaos_run
     assert not run.mounted and os.path.exists(run.db_path)  # the data copied off the tmpfs, which is unmounted
-    (stop,), (fallback,) = report.disk_stops, report.fallbacks
+    (stop,) = report.disk_stops
     assert stop["status"] == 1 and not stop["signalled"] and not stop["traceback"], stop
     assert stop["lines"] == 1 and "full" in stop["line"] and run.data_dir in stop["line"], stop
-    assert fallback["resumed"] == fallback["good"] < fallback["damaged"] and fallback["named"], fallback
-    assert report.lost == 0 and report.duplicates == 0 and report.snapshot_refusals == 0, report.lifetimes
-    assert report.continuity_ok and report.host_exit_status == 0
-    assert report.ok
