@@ -511,7 +511,7 @@ def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15, st
     """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it and stops cleanly,
     at the end of its budget or, once `stop_when(run)`, by SIGTERM; every result the league acknowledged to it is
     stored (none doubled) and no snapshot of it is refused."""
-    rows_before = _league_rows(run_dir)
+    rows_before = _league_rows(run_dir) if os.path.exists(os.path.join(run_dir, "league", "league.sqlite")) else 0
     run = _Run(logs, "resumed", *run_args, "--resume", "--run-dir", run_dir, "--max-seconds",
                str(600 if stop_when else budget))
     started = run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
@@ -642,3 +642,26 @@ def test_huge_rewards_from_a_worker_stop_a_real_run_before_its_nan_is_saved_and_
     assert _league_rows(run_dir) >= run.acknowledged() > 0  # integrity_check ok, every acknowledged result stored
     os.remove(trigger)  # the worker mended
     _resume_continues(logs, run_dir, newest, run_args=args)
+
+
+def test_a_truncated_league_database_renamed_as_its_line_says_lets_resume_continue_from_the_newest_checkpoint(
+        tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_dir = str(tmp_path / "run")
+    save_checkpoint(os.path.join(run_dir, "checkpoints"), step=7, network=SMALL)
+    league_dir = os.path.join(run_dir, "league")
+    db = os.path.join(league_dir, "league.sqlite")
+    os.makedirs(league_dir)
+    league = League(LeagueConfig(), db)
+    league.register_player("main", Role.MAIN)
+    league.report_results(_results(5000))
+    league.close()
+    os.truncate(db, os.path.getsize(db) * 6 // 10)
+    done = _seedleague("train", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", "5")
+    line = _one_line(done)
+    assert done.returncode == 2 and db in line and "--resume continues from the run's newest checkpoint" in line
+    for name in os.listdir(league_dir):  # as the line says
+        if name.startswith("league.sqlite"):
+            os.rename(os.path.join(league_dir, name), os.path.join(league_dir, f"damaged-{name}"))
+    _resume_continues(logs, run_dir, 7)

@@ -136,7 +136,9 @@ class LeagueStore:
             self._db.close()
             if isinstance(error, StoreError):
                 raise
-            raise StoreError(f"{path!r} is not a usable league database ({error}): give a new --run-dir") from None
+            raise StoreError(f"{path!r} is not a usable league database ({error}): rename it (and any -wal and "
+                             "-shm file beside it) to start the league afresh, then --resume continues from the "
+                             "run's newest checkpoint; or give a new --run-dir") from None
         self._next_seq = 1 + max(
             self._db.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {table}").fetchone()[0]
             for table in ("players", "snapshots", "results")
