@@ -16,7 +16,7 @@ import numpy as np
 from seedleague import config_flags, games
 from seedleague.host.batcher import BatcherConfig
 from seedleague.league.config import LeagueConfig
-from seedleague.league.types import Mode
+from seedleague.league.types import UNIFORM_ANCHOR, Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
@@ -282,8 +282,10 @@ def _game(board: bool, exact_selection: bool = False, reward_scale: float = 1.0)
         envs_per_worker=128,
         max_seconds=_DEFAULT_GAME_SECONDS,
         # PSRO's opponent draw (the Nash mixture of the snapshots) for a tenth of the episodes: the league's
-        # games rate the snapshots; more costs learner updates (opponent rows need a second pass).
-        league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100),
+        # games rate the snapshots; more costs learner updates (opponent rows need a second pass). The uniform random
+        # policy is an anchor (rated, never trained against, in anchor_share of the episodes): Elo is read against it.
+        league=LeagueConfig(mode=Mode.PSRO, self_play_share=0.9, snapshot_interval_steps=100,
+                            anchors=(UNIFORM_ANCHOR,)),
         output=GAME_OUTPUT,
         anneal_over_budget=True,
         exact_selection_learner=dataclasses.replace(MIXTURE_RECIPE, reward_scale=reward_scale) if exact_selection else None,
@@ -313,7 +315,8 @@ def anneal_over_budget(learner: LearnerConfig, max_seconds: float) -> LearnerCon
 def _pettingzoo() -> Preset:
     atari = _atari()
     return dataclasses.replace(atari, workers=2, envs_per_worker=2, max_seconds=3600.0,
-                               league=LeagueConfig(mode=Mode.PFSP, snapshot_interval_steps=500))
+                               league=LeagueConfig(mode=Mode.PFSP, snapshot_interval_steps=500,
+                                                   anchors=(UNIFORM_ANCHOR,)))
 
 
 def _pettingzoo_game(game: str) -> Preset:

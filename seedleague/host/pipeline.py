@@ -17,6 +17,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
+from seedleague.host.anchors import AnchorLoader
 from seedleague.host.config import HostConfig
 from seedleague.host.exploit import ExploitTarget
 from seedleague.host.league_link import LeagueLink
@@ -25,7 +26,7 @@ from seedleague.host.mixture import ServedMixture
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
 from seedleague.league.model_pool import ModelPool
-from seedleague.league.types import LeagueAPI
+from seedleague.league.types import LeagueAPI, parse_key
 from seedleague.metrics import Metrics
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import StructuredEnvSpec
@@ -168,8 +169,11 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvS
 def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Services) -> LeagueLink:
     league = config.league
     pool = services.pool
+    anchors = AnchorLoader(services.league_api, pipeline.initial_state.params, pipeline.fits, pipeline.policy.device)
 
     def load_opponent(key: str) -> Any:
+        if parse_key(key)[1] is None:  # an anchor: its key is its bare name (seedleague.host.anchors)
+            return anchors(key)
         state, meta = pool.restore(key, pipeline.initial_state)
         problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").spec)
         if problem:

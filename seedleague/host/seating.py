@@ -8,7 +8,8 @@ takes every seat of one team drawn at random and the snapshot every seat of the 
 mixture, host.mixture) the match's network takes every seat and none learns (a mixture with one mix per seat names the
 network of each seat: `Match.seats`). With `train_on_matches` False the
 learner still plays its seat of a snapshot match with its live params, but replay records none of the match: the
-game only rates the two, and the learner trains on self-play alone.
+game only rates the two, and the learner trains on self-play alone; a match against an anchor
+(`Match.rates_only`) is always played that way.
 Agent rows are env-major, seat-minor, like the session's tensors.
 
     seating = Seating(num_envs=64, num_seats=2, rng=np.random.default_rng(0))
@@ -65,7 +66,7 @@ class Seating:
                 self.learner_team[env] = team
                 self.learner_seat[env] = seats[0] - env * self.num_seats
                 self._learning[rows] = False
-                self._learning[seats] = self.train_on_matches and not self.every_seat
+                self._learning[seats] = self.train_on_matches and not self.every_seat and not match.rates_only
                 self._opponents[rows] = match.opponent
                 if match.seats:  # a served mixture with one mix per seat (the host checked its seat count)
                     self._opponents[rows] = list(match.seats)

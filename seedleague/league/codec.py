@@ -26,6 +26,8 @@ _ROLES = {
     Role.MAIN: pb.ROLE_MAIN,
     Role.MAIN_EXPLOITER: pb.ROLE_MAIN_EXPLOITER,
     Role.LEAGUE_EXPLOITER: pb.ROLE_LEAGUE_EXPLOITER,
+    Role.ANCHOR: pb.ROLE_ANCHOR,
+    Role.HUMAN: pb.ROLE_HUMAN,
 }
 _ROLE_OF_ENUM = {enum: role for role, enum in _ROLES.items()}
 
@@ -79,11 +81,11 @@ def decode_snapshot(message: pb.SnapshotInfo) -> SnapshotInfo:
 
 
 def encode_match(match: Match) -> pb.Match:
-    return pb.Match(opponent=match.opponent, self_play=match.self_play)
+    return pb.Match(opponent=match.opponent, self_play=match.self_play, rates_only=match.rates_only)
 
 
 def decode_match(message: pb.Match) -> Match:
-    return Match(opponent=message.opponent, self_play=message.self_play)
+    return Match(opponent=message.opponent, self_play=message.self_play, rates_only=message.rates_only)
 
 
 def encode_result(result: MatchResult) -> pb.MatchResult:

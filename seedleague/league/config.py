@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from seedleague.league.pfsp import WEIGHTINGS
-from seedleague.league.types import Mode
+from seedleague.league.types import UNIFORM_ANCHOR, Mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,13 @@ class LeagueConfig:
     # Modes LAST_N, PFSP and PSRO: the share of episodes the learner plays against itself; the rest meet
     # snapshots as the mode draws them (0: every episode against a snapshot once there is one).
     self_play_share: float = 0.0
+
+    # Anchors: fixed members that never train, rated on the same scale as everyone (docs/league.md). Each is
+    # "uniform" (the uniform random policy in the run's network), "NAME=PATH" or "PATH" (a run's output, or
+    # a checkpoint directory; NAME defaults to the directory's name). Learners meet them in anchor_share of
+    # their episodes, in every mode; those games rate both sides and are never trained on.
+    anchors: tuple[str, ...] = ()
+    anchor_share: float = 0.02  # the share of every learner's episodes played against an anchor (0: anchors are never drawn)
 
     # Payoff table and ratings.
     payoff_decay: float = 0.99  # each pair's counts are multiplied by this at every new result (paper: 0.99)
@@ -79,7 +87,10 @@ class LeagueConfig:
     def __post_init__(self):
         if isinstance(self.mode, str) and not isinstance(self.mode, Mode) and self.mode in {m.value for m in Mode}:
             object.__setattr__(self, "mode", Mode(self.mode))  # e.g. read back from JSON
-        problems = _mode_problems(self) + _probability_problems(self) + _count_problems(self)
+        if isinstance(self.anchors, (list, str)):  # read back from JSON, or one given as a string
+            object.__setattr__(self, "anchors", tuple([self.anchors] if isinstance(self.anchors, str) else self.anchors))
+        problems = (_mode_problems(self) + _probability_problems(self) + _count_problems(self)
+                    + _anchor_problems(self))
         if problems:
             raise ValueError("bad league config: " + "; ".join(problems))
 
@@ -87,6 +98,7 @@ class LeagueConfig:
 _PROBABILITIES = (
     "psro_epsilon",
     "self_play_share",
+    "anchor_share",
     "main_self_play",
     "main_pfsp",
     "main_forgotten",
@@ -100,6 +112,34 @@ _PROBABILITIES = (
 _POSITIVE = ("last_n", "elo_history_every", "snapshot_interval_steps", "main_exploiter_timeout_steps",
              "league_exploiter_timeout_steps", "pfsp_p", "elo_k", "elo_scale")
 _NON_NEGATIVE = ("min_games", "exploiter_min_steps", "max_requests_per_s")
+
+
+def anchor_member(spec: str) -> tuple[str, str]:
+    """(name, path) of one `LeagueConfig.anchors` entry: "uniform" -> ("uniform", "uniform"); "NAME=PATH";
+    "PATH" -> (the last directory name of PATH, with ':' and spaces as '-', PATH). ValueError naming the fix."""
+    if spec == UNIFORM_ANCHOR:
+        return UNIFORM_ANCHOR, UNIFORM_ANCHOR
+    name, sep, path = spec.partition("=")
+    if not sep:
+        path = spec
+        name = os.path.basename(os.path.normpath(spec)) if spec else ""
+        name = "".join("-" if c == ":" or c.isspace() else c for c in name)
+    if not path or not name or len(name) > 64 or ":" in name or any(c.isspace() for c in name):
+        raise ValueError(f"anchor {spec!r} is not 'uniform', 'NAME=PATH' or 'PATH': NAME is 1 to 64 characters "
+                         "without ':' or spaces, PATH a run directory")
+    return name, path
+
+
+def _anchor_problems(config: LeagueConfig) -> list[str]:
+    problems, names = [], []
+    for spec in config.anchors:
+        try:
+            names.append(anchor_member(str(spec))[0])
+        except ValueError as error:
+            problems.append(str(error))
+    if len(set(names)) != len(names):
+        problems.append(f"anchor names must be unique, got {names}: name them with NAME=PATH")
+    return problems
 
 
 def _mode_problems(config: LeagueConfig) -> list[str]:

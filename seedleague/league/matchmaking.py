@@ -26,6 +26,8 @@ Modes and roles (AlphaStar: Vinyals et al., Nature 2019, Methods and pseudocode)
                     over its snapshots when it beats that less than main_exploiter_threshold.
   ALPHASTAR, LEAGUE_EXPLOITER  linear-capped PFSP over every snapshot.
 With nothing to draw from (no snapshot yet), every rule falls back to self-play.
+Anchors (fixed members, types.Role.ANCHOR), in every mode: an `anchor_share` of the draws is a
+game against one of them, uniformly; such a match rates only (`Match.rates_only`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class LeagueView:
     index: Mapping[str, int]
     counts: np.ndarray  # [K, K, 4], read-only
     min_games: float
+    anchors: Sequence[str] = ()  # the anchors' keys: learners meet them in config.anchor_share of their draws
 
     def win_rates(self, key: str, opponents: Sequence[str]) -> np.ndarray:
         """P[key beats each opponent] [len(opponents)], 0.5 below min_games games."""
@@ -230,6 +233,22 @@ def _draw(view: LeagueView, player: str, config: LeagueConfig,
     return lambda rng: role_match(view, player, config, rng)
 
 
+def _with_anchors(view: LeagueView, config: LeagueConfig,
+                  draw: Callable[[np.random.Generator], Match]) -> Callable[[np.random.Generator], Match]:
+    """`draw`, except that a `config.anchor_share` of the matches are against an anchor, drawn uniformly; those
+    rate the learner and the anchor and are not trained on. No anchor: `draw` itself (and its RNG stream)."""
+    anchors = list(view.anchors)
+    if not anchors or not config.anchor_share:
+        return draw
+
+    def with_anchors(rng: np.random.Generator) -> Match:
+        if rng.random() < config.anchor_share:
+            return Match(opponent=anchors[rng.choice(len(anchors))], self_play=False, rates_only=True)
+        return draw(rng)
+
+    return with_anchors
+
+
 def _with_self_play(player: str, config: LeagueConfig,
                     draw: Callable[[np.random.Generator], Match]) -> Callable[[np.random.Generator], Match]:
     """`draw`, except that a `config.self_play_share` of the matches are self-play."""
@@ -244,7 +263,7 @@ def choose_opponents(
 ) -> list[Match]:
     """`count` independent opponent draws for live player `player`; `psro`: Mode.PSRO's mixture over
     `view.snapshots` when the caller has it (`psro_mixture`), else it is solved here."""
-    draw = _draw(view, player, config, psro)
+    draw = _with_anchors(view, config, _draw(view, player, config, psro))
     return [draw(rng) for _ in range(count)]
 
 

@@ -20,10 +20,12 @@ from typing import Optional
 
 from seedleague.grpc_server import ThreadedServer
 from seedleague.league.client import DEFAULT_MAX_MESSAGE_BYTES
-from seedleague.league.config import LeagueConfig
+from seedleague.league.config import LeagueConfig, anchor_member
 from seedleague.league.page import PAGE_FAILED, PAGE_READY, LeaguePage, PageConfig
 from seedleague.league.service import League
 from seedleague.league.servicer import SERVICE_NAME, LeagueServicer
+from seedleague.league.types import UNIFORM_ANCHOR
+from seedleague.protocol.errors import ProtocolError
 from seedleague.security import ServerSecurity
 
 DB_NAME = "league.sqlite"
@@ -68,6 +70,22 @@ def load_config(run_dir: str) -> LeagueConfig:
     return LeagueConfig(**{k: v for k, v in data.items() if k in fields})
 
 
+def add_anchors(league: League, anchors) -> None:
+    """Each of `anchors` (LeagueConfig.anchors entries) joins `league`, or is found there unchanged (a restart);
+    ValueError naming the entry for a path that is not a directory or a name taken by another path."""
+    for spec in anchors:
+        name, path = anchor_member(spec)
+        if path != UNIFORM_ANCHOR:
+            path = os.path.abspath(path)
+            if not os.path.isdir(path):
+                raise ValueError(f"anchor {spec!r}: {path} is not a directory: give a run directory (its output "
+                                 "plays) or a checkpoint directory")
+        try:
+            league.add_anchor(name, path)
+        except ProtocolError as error:
+            raise ValueError(f"anchor {spec!r}: {error.message}") from None
+
+
 def say(message: str) -> None:
     """A timestamped line on stdout, flushed at once."""
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
@@ -94,6 +112,11 @@ def serve(
     """
     os.makedirs(run_dir, exist_ok=True)
     league = League(config, os.path.join(run_dir, DB_NAME))
+    try:
+        add_anchors(league, config.anchors)
+    except BaseException:
+        league.close()
+        raise
     save_config(config, run_dir)
     try:
         server = LeagueServer(league, address, security).start()

@@ -15,7 +15,8 @@ nothing), then writes to the store, and only after the commit applies the event
 to the in-memory `LeagueState`; on start it replays the store into that state. A write the
 store could not commit is refused with INTERNAL and changes nothing (so results it could not
 store are never acknowledged).
-Who plays whom is `matchmaking`; the arithmetic is in `payoff`, `elo`,
+Anchors (fixed members: `add_anchor`) and humans (role HUMAN) never check in, snapshot or
+draw opponents; a human reports results as a learner does. Who plays whom is `matchmaking`; the arithmetic is in `payoff`, `elo`,
 `trueskill` and `nash`. Thread-safe: one lock around every call.
 """
 
@@ -41,6 +42,7 @@ from seedleague.league.types import (
     SnapshotDecision,
     SnapshotInfo,
     Standing,
+    learns,
     snapshot_key,
 )
 from seedleague.protocol.errors import (FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE,
@@ -99,7 +101,7 @@ class League:
         count = _check_int(count, "count", 1, MAX_OPPONENTS_PER_CALL)
         with self._lock:
             self._open_store()
-            self._player(player)
+            self._learner(player, "draws no opponents")
             view = self._state.view()
             psro = self._psro.mixture(view) if self.config.mode == Mode.PSRO else None
             return matchmaking.choose_opponents(view, player, count, self.config, self._rng, psro)
@@ -122,7 +124,7 @@ class League:
         learner_step = _check_int(learner_step, "learner_step", 0, MAX_STEP)
         with self._lock:
             store = self._open_store()
-            info = self._player(player)
+            info = self._learner(player, "never checks in")
             pending = self._state.pending[player]
             if info.snapshots and learner_step <= info.last_snapshot_step:
                 # The learner went back to a checkpoint older than its newest snapshot (a --resume that passed
@@ -150,6 +152,9 @@ class League:
         with self._lock:
             store = self._open_store()
             info = self._player(player)
+            if info.role == Role.ANCHOR:
+                return self._add_anchor_snapshot(store, info, step, path)
+            self._learner(player, "has no snapshots")
             key = snapshot_key(player, step)
             existing = self._state.snapshots.get(key)
             if existing is not None:
@@ -169,11 +174,41 @@ class League:
             self._state.add_snapshot(snapshot, reset)
             return snapshot
 
+    def add_anchor(self, name: str, path: str) -> SnapshotInfo:
+        """A fixed member `name` that plays what `path` names ("uniform", or a run directory): registered as a
+        player of role ANCHOR with its one snapshot (key `name`, step 0). The same name and path again returns
+        it unchanged; another path under a taken name is refused (FAILED_PRECONDITION)."""
+        self.register_player(name, Role.ANCHOR)
+        return self.add_snapshot(name, 0, path)
+
+    def _add_anchor_snapshot(self, store: LeagueStore, info: PlayerInfo, step: int, path: str) -> SnapshotInfo:
+        existing = self._state.anchors.get(info.name)
+        if existing is not None:
+            if existing.path != path:
+                raise ProtocolError(FAILED_PRECONDITION, f"anchor {info.name!r} already plays {existing.path!r}, "
+                                    f"not {path!r}: give the new one another name (NAME=PATH)")
+            return existing
+        if step != 0:
+            raise ProtocolError(INVALID_ARGUMENT, f"an anchor has one snapshot, at step 0, got step {step}")
+        anchor = SnapshotInfo(key=info.name, player=info.name, step=0, path=path, role=Role.ANCHOR)
+        _stored(store.add_snapshot, anchor, False)
+        self._state.add_snapshot(anchor, False)
+        return anchor
+
     def snapshots(self, player: Optional[str] = None) -> list[SnapshotInfo]:
+        """Every learning player's snapshot, oldest first; of `player` only, if given (an anchor's name gives
+        the anchor's one snapshot: its key and what it plays)."""
         with self._lock:
             if player is not None:
                 self._player(player)
+                if player in self._state.anchors:
+                    return [self._state.anchors[player]]
             return [s for s in self._state.snapshots.values() if player is None or s.player == player]
+
+    def anchors(self) -> list[SnapshotInfo]:
+        """Every anchor, in the order they joined: key (its name) and what it plays (path)."""
+        with self._lock:
+            return list(self._state.anchors.values())
 
     def players(self) -> list[PlayerInfo]:
         with self._lock:
@@ -204,7 +239,7 @@ class League:
         the league's own RNG and state are untouched (the league page's "whom each player draws now")."""
         count = _check_int(count, "count", 1, MAX_OPPONENTS_PER_CALL)
         with self._lock:
-            self._player(player)
+            self._learner(player, "draws no opponents")
             view = self._state.view()
             psro = self._psro.mixture(view) if self.config.mode == Mode.PSRO else None
             return matchmaking.choose_opponents(view, player, count, self.config, np.random.default_rng(seed), psro)
@@ -238,6 +273,14 @@ class League:
             raise ProtocolError(NOT_FOUND, f"unknown player {name!r}: register it first")
         return info
 
+    def _learner(self, name: str, what: str) -> PlayerInfo:
+        """The learning player `name`; FAILED_PRECONDITION for an anchor or a human, which `what`."""
+        info = self._player(name)
+        if not learns(info.role):
+            raise ProtocolError(FAILED_PRECONDITION, f"{name!r} is a league member of role {info.role.value}, "
+                                f"which {what}: only learning players do")
+        return info
+
     def _check_result(self, result: MatchResult) -> None:
         if not isinstance(result, MatchResult):
             raise ProtocolError(INVALID_ARGUMENT, f"expected a MatchResult, got {type(result).__name__}")
@@ -246,8 +289,11 @@ class League:
             raise ProtocolError(
                 INVALID_ARGUMENT, f"result_id must be 1 to {MAX_RESULT_ID_CHARS} printable chars (a uuid), got {rid!r}"
             )
-        self._player(result.player)
-        if result.opponent != result.player and result.opponent not in self._state.snapshots:
+        if self._player(result.player).role == Role.ANCHOR:
+            raise ProtocolError(INVALID_ARGUMENT, f"result {rid}: {result.player!r} is an anchor, which reports no "
+                                "results: report the learner's or the human's side, with the anchor as opponent")
+        known = result.opponent in self._state.snapshots or result.opponent in self._state.anchors
+        if result.opponent != result.player and not known:
             if result.opponent in self._state.players:
                 raise ProtocolError(
                     INVALID_ARGUMENT,

@@ -14,6 +14,11 @@ player's payoff row and ratings (`payoff.inherit`), and the live player starts a
 fresh row: its params move on, and old games say little about them. A player
 reset to its initial params after the snapshot takes the ratings of its first
 snapshot, which holds those params.
+
+Anchors (role ANCHOR) and humans (role HUMAN) are members that never train. An anchor gets no
+live row: its one snapshot event (key = its name) adds its key, at the initial ratings, and
+records its path in `anchors`. A human's key is its name, added when it registers, as a live
+player's is.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from seedleague.league.config import LeagueConfig
 from seedleague.league.elo import elo_update
 from seedleague.league.matchmaking import LeagueView
 from seedleague.league.trueskill import INITIAL_MU, INITIAL_SIGMA, rate_1v1
-from seedleague.league.types import MatchResult, PayoffMatrix, PlayerInfo, Role, SnapshotInfo, Standing
+from seedleague.league.types import MatchResult, PayoffMatrix, PlayerInfo, Role, SnapshotInfo, Standing, learns
 
 
 class LeagueState:
@@ -39,7 +44,8 @@ class LeagueState:
         self.config = config
         self.players: dict[str, PlayerInfo] = {}  # registration order
         self.pending: dict[str, Optional[bool]] = {}  # player -> reset flag of a snapshot decided, not yet added
-        self.snapshots: dict[str, SnapshotInfo] = {}  # key -> info, oldest first
+        self.snapshots: dict[str, SnapshotInfo] = {}  # key -> info, oldest first (learning players' only)
+        self.anchors: dict[str, SnapshotInfo] = {}  # anchor key (its name) -> what it plays (path), oldest first
         self.results = 0  # results counted into the payoff and ratings (self-play results are not)
         self._keys: list[str] = []
         self._index: dict[str, int] = {}
@@ -55,7 +61,8 @@ class LeagueState:
         info = PlayerInfo(name=name, role=Role(role), learner_step=learner_step)
         self.players[name] = info
         self.pending[name] = pending
-        self._add_key(name, self.config.initial_elo, (INITIAL_MU, INITIAL_SIGMA))
+        if info.role != Role.ANCHOR:  # an anchor's key arrives with its snapshot (`add_snapshot`)
+            self._add_key(name, self.config.initial_elo, (INITIAL_MU, INITIAL_SIGMA))
         return info
 
     def check_in(self, name: str, learner_step: int, pending: Optional[bool]) -> None:
@@ -64,7 +71,14 @@ class LeagueState:
         self.pending[name] = pending
 
     def add_snapshot(self, info: SnapshotInfo, reset: bool) -> None:
-        """Freeze `info.player`'s live row and ratings as snapshot `info.key`; `reset`: the player restarts."""
+        """Freeze `info.player`'s live row and ratings as snapshot `info.key`; `reset`: the player restarts.
+        An anchor's snapshot is the anchor itself: its key joins at the initial ratings."""
+        if self.players[info.player].role == Role.ANCHOR:
+            self._add_key(info.key, self.config.initial_elo, (INITIAL_MU, INITIAL_SIGMA))
+            self.anchors[info.key] = info
+            self.players[info.player] = dataclasses.replace(self.players[info.player], snapshots=1,
+                                                            last_snapshot_step=info.step)
+            return
         live = self._index[info.player]
         first = next((s for s in self.snapshots.values() if s.player == info.player), None)
         child = self._add_key(info.key, self._elo[live], self._trueskill[live])
@@ -105,8 +119,9 @@ class LeagueState:
         counts = self._counts[:k, :k].view()
         counts.flags.writeable = False
         return LeagueView(
-            players=types.MappingProxyType(self.players),
+            players=types.MappingProxyType({n: p for n, p in self.players.items() if learns(p.role)}),
             snapshots=tuple(self.snapshots.values()),
+            anchors=tuple(self.anchors),
             index=types.MappingProxyType(self._index),
             counts=counts,
             min_games=self.config.min_games,

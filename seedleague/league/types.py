@@ -7,6 +7,14 @@ keyed "player:step" (`snapshot_key`). A match is always the live player (the
 learner, key = its player name) against an opponent key, which is either the
 player's own name (self-play: both seats run the learner's live params) or a
 snapshot key.
+
+Two kinds of member never train. An *anchor* (role ANCHOR) is a fixed policy rated on
+the same scale as everyone: the uniform random policy (`UNIFORM_ANCHOR`) or another
+run's output, read from a path. Its key is its bare name (no ":"), its one
+`SnapshotInfo` (key = name, step 0) holds that path, and learners meet it in a small
+share of their episodes (`LeagueConfig.anchor_share`); those games rate, they are never
+trained on (`Match.rates_only`). A *human* (role HUMAN) is a person playing through
+`seedleague play`: a key whose results are reported like a learner's.
 """
 
 from __future__ import annotations
@@ -22,6 +30,17 @@ class Role(str, enum.Enum):
     MAIN = "main"
     MAIN_EXPLOITER = "main_exploiter"
     LEAGUE_EXPLOITER = "league_exploiter"
+    ANCHOR = "anchor"  # a fixed member: never trains, never draws opponents
+    HUMAN = "human"  # a person playing through `seedleague play`
+
+
+FIXED_ROLES = (Role.ANCHOR, Role.HUMAN)  # members that are not learners: no check-ins, snapshots or draws
+UNIFORM_ANCHOR = "uniform"  # the anchor path (and default name) of the uniform random policy in the run's network
+
+
+def learns(role: Role) -> bool:
+    """Whether a member of `role` is a learning player (checks in, snapshots, draws opponents)."""
+    return Role(role) not in FIXED_ROLES
 
 
 class Mode(str, enum.Enum):
@@ -75,6 +94,7 @@ class Match:
     opponent: str  # the player's own name for self-play, else a snapshot key
     self_play: bool  # True when both seats run the learner's live params
     seats: tuple[str, ...] = ()  # a served mixture with one mix per seat: the member on each seat (host only)
+    rates_only: bool = False  # a game against an anchor: it rates the two; replay records none of it
 
 
 @dataclasses.dataclass(frozen=True)
