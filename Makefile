@@ -50,8 +50,7 @@ run: install
 ##       stream, installs the Node worker's packages and the Ruby worker's stubs; what needs system packages that are
 ##       absent (and, not being root, it cannot install: `make deps`) it skips with one line saying so, and so do
 ##       those tests. TEST_PROCS test processes (pytest-xdist; each file's tests stay in one process, so a module's
-##       shared fixtures start once; the longest files first, tests/conftest.py's LONG_FILES); TEST_PROCS=0 runs them
-##       in this process.
+##       shared fixtures start once); TEST_PROCS=0 runs them in this process.
 test: install
 	@if $(CPP_TOOLS_OK) || $(CAN_APT); then $(MAKE) --no-print-directory cpp-worker native-stream; \
 	else echo "test: no C++ gRPC toolchain and not root, so tests/test_cpp_worker.py, tests/test_native_stream.py and the native cases of tests/test_worker.py will skip (make deps as root installs it)"; fi
@@ -61,7 +60,7 @@ test: install
 	else echo "test: no ruby with its grpc gems and not root, so tests/test_ruby_worker.py will skip (make deps as root installs them)"; fi
 	@if command -v chromium >/dev/null || $(CAN_APT); then $(MAKE) --no-print-directory chromium; \
 	else echo "test: no chromium and not root, so the browser test of tests/test_league_page.py will skip (make chromium as root installs it)"; fi
-	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n $(TEST_PROCS) --dist loadfile
 
 ## test-slow: the long multi-process tests left out of `make test` (two-process jax.distributed training, 4-device train).
 test-slow: install

@@ -192,22 +192,8 @@ def host_config():
     return dataclasses.replace(SMALL_HOST)
 
 
-# The files whose tests take longest in all (whole training runs, real processes), longest first. `make test`
-# hands whole files to its test processes in collection order (pytest-xdist, --dist loadfile
-# --no-loadscope-reorder), so these start first and the short files fill in around them: the processes then finish
-# together, instead of one running a long file it took last while the other waits (measurements: benchmarks/README.md,
-# "Test suite time").
-LONG_FILES = ("test_storage_faults.py", "test_cpp_worker.py", "test_chaos.py", "test_league_page.py", "test_e2e.py",
-              "test_learner.py", "test_exploit.py", "test_league_e2e.py", "test_pettingzoo_mpe.py",
-              "test_ruby_worker.py", "test_host_league.py", "test_sharding.py", "test_output.py", "test_worker_cmd.py",
-              "test_export.py", "test_node_worker.py", "test_load.py")
-
-
 def pytest_collection_modifyitems(config, items):
-    """LONG_FILES' tests first (a stable sort: every file's tests stay together and in order); skip tests marked
-    `gpu` where JAX sees no GPU (CI has none)."""
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+    """Skip tests marked `gpu` where JAX sees no GPU (CI has none)."""
     import jax
 
     if any(d.platform == "gpu" for d in jax.devices()):
