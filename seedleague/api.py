@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague import object_store
 from seedleague.buckets import power_of_two
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.rl import xla_cpu
@@ -262,6 +263,8 @@ def _open_manager(directory: str):
 
 def _checkpoint_dir(path: str) -> str:
     """`<path>/checkpoints` for a run directory, else `path` itself (a Checkpointer or pool player directory)."""
+    if object_store.is_url(path):  # a pool player or checkpoints in object storage: read from this machine's mirror
+        return object_store.mirror(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such directory: {path!r}")
     if not os.path.isdir(path):

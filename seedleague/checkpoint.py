@@ -188,9 +188,7 @@ class Checkpointer:
         except OSError as error:
             raise storage_error(error, self._mirror, "checkpoints") from None
         if writer:
-            remove_unfinished(self._mirror)
-            if self.remote:
-                self.remote.remove_unfinished()
+            self.remove_unfinished()
         # max_to_keep is applied by `_rotate` once a new checkpoint has verified, never by orbax before
         options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(self._mirror, options=options, item_names=("state", "meta"))
@@ -348,6 +346,13 @@ class Checkpointer:
     def _require(self, step: int) -> None:
         if not self._has(step):
             raise FileNotFoundError(f"no checkpoint {step} in {self.directory}; it holds {self.steps()}")
+
+    def remove_unfinished(self) -> None:
+        """Delete what a save or upload cut short left (orbax's tmp folders; store steps without their marker);
+        only the directory's one writer may call this."""
+        remove_unfinished(self._mirror)
+        if self.remote:
+            self.remote.remove_unfinished()
 
     def close(self) -> None:
         with self._lock:

@@ -215,10 +215,16 @@ def _newest_checkpoint(run_dir: str, source: str) -> int:
     return steps[-1]
 
 
-def _snapshot_keys(run_dir: str, player: str, source: str, required: bool = True) -> list[str]:
-    from seedleague.league.model_pool import ModelPool
+def _player_dir(run_dir: str, player: str) -> str:
+    from seedleague.league.model_pool import player_dir_of  # imports jax and orbax: only when snapshots are read
 
-    pool = ModelPool(os.path.join(run_dir, "pool"))
+    return player_dir_of(run_dir, player)
+
+
+def _snapshot_keys(run_dir: str, player: str, source: str, required: bool = True) -> list[str]:
+    from seedleague.league.model_pool import ModelPool, root_of
+
+    pool = ModelPool(root_of(run_dir))
     try:
         keys = pool.keys(player)
     finally:
@@ -241,7 +247,7 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
         raise ValueError(f"fraction must be a fraction of the snapshots in (0, 1], got {fraction}")
     keys = _snapshot_keys(run_dir, player, "average_policy")
     keys = keys[-max(1, round(len(keys) * fraction)):]
-    player_dir = os.path.join(run_dir, "pool", player)
+    player_dir = _player_dir(run_dir, player)
     members = [Member(key, 1.0 / len(keys), player_dir, parse_key(key)[1]) for key in keys]
     directory = os.path.join(run_dir, "checkpoints")
     if param_average and os.path.isdir(directory):
@@ -274,7 +280,7 @@ def _league_nash(run_dir: str, player: str) -> Output:
     known = {key: i for i, key in enumerate(payoff.keys)}
     keys = [key for key in keys if key in known]
     index = [known[key] for key in keys]
-    player_dir = os.path.join(run_dir, "pool", player)
+    player_dir = _player_dir(run_dir, player)
     if not keys:
         raise FileNotFoundError(f"the league of {run_dir!r} has registered none of {player!r}'s snapshots yet, so "
                                 "its output (league_nash) does not exist yet")

@@ -9,7 +9,8 @@ OSError it meets into a `StorageError` with `storage_error`, and the run stops o
         raise storage_error(error, path, "the TensorBoard scalars") from None
 
 `seedleague` prints a StorageError as one console line and exits 1. `check_writable` refuses a
-run directory that cannot be written before anything starts.
+run directory that cannot be written before anything starts. Object storage (seedleague.object_store) has
+its own faults, and `object_store_error` says each in the same one line.
 """
 
 from __future__ import annotations
@@ -84,3 +85,45 @@ def is_storage_failure(error: BaseException) -> Optional[OSError]:
         error = error.__cause__ or error.__context__
         seen += 1
     return None
+
+
+def _endpoint() -> str:
+    """Where the object store is, as the environment tells botocore (AWS itself when it does not say)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def object_store_error(error: BaseException, url: str, what: str) -> StorageError:
+    """`error` (met when trying to `what` `url`, e.g. "write a checkpoint to") as one line naming the URL, the
+    store's address and the fix. Credentials are never in it: only the names of the variables that hold them."""
+    endpoint = _endpoint()
+    reason = _one_line(error)
+    names = {type(e).__name__ for e in _chain(error)}
+    if isinstance(error, PermissionError) or any(n in reason for n in ("AccessDenied", "InvalidAccessKeyId",
+                                                                      "SignatureDoesNotMatch", "security token")):
+        fix = ("the store refused this machine's credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+               "(and AWS_SESSION_TOKEN) in the environment of every process of the run")
+    elif isinstance(error, FileNotFoundError) and "bucket" in reason.lower():
+        bucket = url.partition("://")[2].split("/")[0]
+        fix = f"the store at {endpoint} has no bucket {bucket!r}: create it, or give a URL in a bucket that exists"
+    elif names & {"EndpointConnectionError", "ConnectionError", "ConnectionRefusedError", "ClientConnectorError",
+                  "ConnectTimeoutError", "ServerDisconnectedError", "ClientOSError", "ReadTimeoutError"}:
+        fix = (f"no answer from the object store at {endpoint}: start it, or set AWS_ENDPOINT_URL to where it "
+               "runs (then --resume continues from the newest checkpoint)")
+    else:
+        fix = (f"the object store at {endpoint} answered with an error: check the store (its status and logs), "
+               "then --resume continues from the newest checkpoint")
+    return StorageError(f"could not {what} {url}: {reason}; {fix}", url)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    chain, seen = [], 0
+    while error is not None and seen < 8:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return chain

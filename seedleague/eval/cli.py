@@ -392,11 +392,11 @@ def _pool_curve(run_dir: str, max_points: int = 40) -> list[dict]:
 
 def _pool_keys(run_dir: str) -> tuple[Optional[str], list[str]]:
     """The run's first learning player ("main" when there is one) and its snapshot keys, oldest first."""
-    from seedleague.league.model_pool import ModelPool
+    from seedleague.league.model_pool import ModelPool, root_of
 
-    pool = ModelPool(os.path.join(run_dir, "pool"))
+    pool = ModelPool(root_of(run_dir))
     try:
-        players = sorted(os.listdir(pool.root)) if os.path.isdir(pool.root) else []
+        players = pool.players()
         player = "main" if "main" in players else (players[0] if players else None)
         return player, (pool.keys(player) if player else [])
     finally:

@@ -19,12 +19,12 @@ from typing import Optional
 from seedleague.games.openspiel import load_game
 from seedleague.api import NoParamAverageError, load_policy, load_snapshot
 from seedleague.eval.openspiel_eval import exploitability, mixture_exploitability
-from seedleague.league.model_pool import ModelPool
+from seedleague.league.model_pool import ModelPool, root_of
 
 
 def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
     """`player`'s snapshot keys in the run's model pool, oldest first, and their loaded policies."""
-    pool = ModelPool(os.path.join(run_dir, "pool"))
+    pool = ModelPool(root_of(run_dir))
     try:
         keys = pool.keys(player)
     finally:
@@ -35,7 +35,7 @@ def player_snapshots(run_dir: str, player: str) -> tuple[list[str], list]:
 def snapshot_times(run_dir: str, player: str = "main") -> list[tuple[str, float]]:
     """(key, training wall-clock seconds) of `player`'s snapshots, oldest first, read from their
     meta only (no params); snapshots without a recorded wall_s are left out."""
-    pool = ModelPool(os.path.join(run_dir, "pool"))
+    pool = ModelPool(root_of(run_dir))
     try:
         times = [(key, pool.meta(key).get("wall_s")) for key in pool.keys(player)]
     finally:

@@ -44,6 +44,7 @@ from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from seedleague.launch.child import Child, ChildExited, log_tail, stop_all
 from seedleague.launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
+from seedleague.league.model_pool import record_root
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +336,7 @@ class _League:
         self.process: Optional[LeagueProcess] = None
         self.players: Optional[PlayerProcesses] = None
         self.client = None
+        self.pool_dir = os.path.join(run_dir, "pool")
 
     def start(self, host_config: HostConfig) -> HostConfig:
         """Start or join the league; returns the host config pointing at it (unchanged without a league)."""
@@ -357,6 +359,8 @@ class _League:
                 print(f"league page: {self.process.page_url}{needs} (live standings, ratings and payoff; "
                       "docs/league_page.md)", flush=True)
         pool_dir = link.pool_dir or os.path.join(self.run_dir, "pool")
+        self.pool_dir = pool_dir  # the extra players' too: a pool in object storage is shared by URL
+        record_root(self.run_dir, pool_dir)  # where the run's output and `seedleague eval` find its snapshots
         player = spec.players[0] if spec and not link.address else None
         link = dataclasses.replace(link, address=address, pool_dir=pool_dir,
                                    **(dict(player=player.name, role=player.role) if player else {}))
@@ -370,7 +374,7 @@ class _League:
         if spec is None or len(spec.players) < 2 or self.client is None:
             return
         self.players = PlayerProcesses(self.run_dir, self.config.env_id, spec, self.client.address,
-                                       os.path.join(self.run_dir, "pool"), self.config.security)
+                                       self.pool_dir, self.config.security)
         self.players.start(spec.players[1:])
 
     def check(self) -> None:

@@ -6,6 +6,11 @@ format as the learner's own checkpoints (so `seedleague serve --checkpoint
 <root>/<player>` serves the newest one, and `seedleague.api.load_policy` reads
 any of them). Snapshot "main:000512" is `<root>/main`, step 512.
 
+The root may be object storage (`s3://bucket/run/pool`, seedleague.object_store): each snapshot is then
+uploaded once it has verified, listed by other hosts only once whole, and copied to this machine's cache
+of the URL the first time it is read. A run whose pool is not `<run_dir>/pool` records the pool's place
+in `<run_dir>/pool.url` (`record_root`), and commands that read a run's snapshots find it with `root_of`.
+
 Hosts load opponents through `ParamsCache`, an LRU of device params, so a
 second or restarted host sees the same pool and only keeps the opponents it is
 currently playing in memory.
@@ -20,31 +25,59 @@ import threading
 import time
 from typing import Any, Callable
 
-from seedleague.checkpoint import CheckpointConfig, Checkpointer, remove_unfinished
+from seedleague import object_store
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.league.types import parse_key, snapshot_key
 
 log = logging.getLogger(__name__)
 
 _KEEP_ALL = 2**31 - 1  # snapshots are never rotated away: the league refers to every one
+_ROOT_RECORD = "pool.url"  # <run_dir>/pool.url: where the run's pool is, when not <run_dir>/pool
+
+
+def root_of(run_dir: str) -> str:
+    """The model pool of the run in `run_dir`: the URL it recorded, else `<run_dir>/pool`."""
+    try:
+        with open(os.path.join(run_dir, _ROOT_RECORD)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return os.path.join(run_dir, "pool")
+
+
+def player_dir_of(run_dir: str, player: str) -> str:
+    """`player`'s snapshot directory (or URL) in the pool of the run in `run_dir`."""
+    root = root_of(run_dir)
+    return object_store.join(root, player) if object_store.is_url(root) else os.path.join(root, player)
+
+
+def record_root(run_dir: str, root: str) -> None:
+    """Note in `run_dir` that its pool is `root` (object storage); a local pool needs no note."""
+    if object_store.is_url(root):
+        with open(os.path.join(run_dir, _ROOT_RECORD), "w") as f:
+            f.write(root + "\n")
 
 
 class ModelPool:
-    """Saves and loads snapshots keyed "player:step" under one root directory."""
+    """Saves and loads snapshots keyed "player:step" under one root directory or object-storage URL."""
 
     def __init__(self, root: str):
-        self.root = os.path.abspath(root)
+        self.remote = object_store.is_url(root)
+        problem = object_store.url_problem(root) if self.remote else None
+        if problem:
+            raise ValueError(f"the model pool {problem}")
+        self.root = root.rstrip("/") if self.remote else os.path.abspath(root)
         self._checkpointers: dict[str, Checkpointer] = {}
         self._written: set[str] = set()  # players this process saves snapshots of
         self._lock = threading.Lock()
 
     def player_dir(self, player: str) -> str:
-        return os.path.join(self.root, player)
+        return object_store.join(self.root, player) if self.remote else os.path.join(self.root, player)
 
     def save(self, player: str, state: Any, meta: dict) -> str:
         """Freeze `state` (a TrainState) as snapshot player:<state.step>; returns its key."""
         step = int(state.step)
         if player not in self._written:  # its one writer: unfinished saves of an earlier process go
-            remove_unfinished(self.player_dir(player))
+            self._checkpointer(player).remove_unfinished()
             self._written.add(player)
         self._checkpointer(player).save(step, state, meta)
         return snapshot_key(player, step)
@@ -54,7 +87,7 @@ class ModelPool:
         player, step = parse_key(key)
         if step is None:
             raise ValueError(f"{key!r} names a live player, not a snapshot: expected 'player:step'")
-        if not os.path.isdir(self.player_dir(player)):
+        if not self.remote and not os.path.isdir(self.player_dir(player)):
             raise FileNotFoundError(f"the model pool {self.root} has no player {player!r}")
         return self._checkpointer(player).restore(step, template)
 
@@ -63,14 +96,20 @@ class ModelPool:
         player, step = parse_key(key)
         if step is None:
             raise ValueError(f"{key!r} names a live player, not a snapshot: expected 'player:step'")
-        if not os.path.isdir(self.player_dir(player)):
+        if not self.remote and not os.path.isdir(self.player_dir(player)):
             raise FileNotFoundError(f"the model pool {self.root} has no player {player!r}")
         return self._checkpointer(player).restore_meta(step)
 
     def keys(self, player: str) -> list[str]:
-        if not os.path.isdir(self.player_dir(player)):
+        if not self.remote and not os.path.isdir(self.player_dir(player)):
             return []
         return [snapshot_key(player, s) for s in self._checkpointer(player).steps()]
+
+    def players(self) -> list[str]:
+        """The players with a folder in the pool, sorted."""
+        if self.remote:
+            return object_store.folders(self.root)
+        return sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []
 
     def close(self) -> None:
         with self._lock:
