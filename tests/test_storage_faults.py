@@ -665,3 +665,24 @@ def test_a_truncated_league_database_renamed_as_its_line_says_lets_resume_contin
         if name.startswith("league.sqlite"):
             os.rename(os.path.join(league_dir, name), os.path.join(league_dir, f"damaged-{name}"))
     _resume_continues(logs, run_dir, 7)
+
+
+def test_resume_on_a_read_only_run_dir_is_refused_in_one_line_and_continues_once_writable(tmp_path):
+    """A run dir with a checkpoint on a filesystem mounted read-only (as Linux does after disk errors; a filesystem
+    with files open for writing cannot be remounted so, hence no whole run under it): --resume is refused in one
+    line naming the path; writable again, --resume continues from the checkpoint."""
+    disk = str(tmp_path / "disk")
+    _mount(disk, "size=64m")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    try:
+        run_dir = os.path.join(disk, "run")
+        save_checkpoint(os.path.join(run_dir, "checkpoints"), step=7, network=SMALL)
+        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+        done = _seedleague("train", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", "5")
+        line = _one_line(done)
+        assert done.returncode == 2 and "read-only" in line and run_dir in line, done.stderr[-3000:]
+        subprocess.run(["mount", "-o", "remount,rw", disk], check=True)
+        _resume_continues(logs, run_dir, 7)
+    finally:
+        subprocess.run(["umount", "-l", disk], check=False)
