@@ -18,6 +18,7 @@ from seedleague import checkpoint, compile_cache, config_flags, games, output, p
 from seedleague.host.host import HostConfig
 from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.league import cli as league_cli
+from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode
 from seedleague.protocol.errors import ProtocolError
@@ -471,6 +472,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     fake_host.add_parser(sub)
     check_worker.add_parser(sub)
     league_cli.add_parser(sub)
+    play_cli.add_parser(sub)
     eval_cli.add_parser(sub)
     exploit_cli.add_parser(sub)
     export_cli.add_parser(sub)
@@ -484,7 +486,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: importing orbax already put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
-    if args.command in ("train", "host", "serve", "eval", "report", "exploit", "export"):  # the commands that compile
+    if args.command in ("train", "host", "serve", "eval", "report", "exploit", "export", "play"):  # the commands that compile
         compile_cache.enable()
     try:
         if args.command in ("host", "serve") and args.address is None:
@@ -495,6 +497,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return fake_host.run(args)
         if args.command == "league":
             return league_cli.run(args)
+        if args.command == "play":
+            return play_cli.run(args)
         if args.command in ("eval", "report"):
             return eval_cli.run(args)
         if args.command == "exploit":

@@ -116,6 +116,23 @@ def test_state_shows_standings_payoff_curves_and_draws(page):
         assert shares and abs(sum(d["share"] for d in shares) - 1.0) < 0.02
 
 
+def test_anchors_and_humans_are_shown_apart_from_the_learners(tmp_path):
+    league = League(CONFIG, str(tmp_path / "league.sqlite"))
+    fill(league)
+    league.add_anchor("uniform", "uniform")
+    league.register_player("human", Role.HUMAN)
+    league.report_results([result("main", "uniform", 1.0), result("human", "uniform", 0.5)])
+    with LeaguePage(league, PageConfig(sample_every_s=3600), token=TOKEN, say=lambda line: None) as served:
+        state = json.loads(get(served, "/api/state", AUTH)[2])
+    league.close()
+    assert state["fixed"] == [dict(key="uniform", role="anchor", plays="uniform"),
+                              dict(key="human", role="human", plays="a person, through seedleague play")]
+    assert [p["name"] for p in state["players"]] == ["main", "x"] and set(state["draws"]) == {"main", "x"}
+    roles = {row["key"]: row["role"] for row in state["standings"]}
+    assert roles["uniform"] == "anchor" and roles["human"] == "human"
+    assert {"uniform", "human"} <= set(state["payoff"]["keys"]) and "uniform" in state["wall"]["elo"]
+
+
 def test_draw_preview_leaves_the_leagues_own_draws_alone(tmp_path):
     first, second = (League(CONFIG, str(tmp_path / f"{name}.sqlite")) for name in ("a", "b"))
     for league in (first, second):
@@ -327,6 +344,9 @@ def test_a_finished_runs_page_shows_its_ratings_and_resume_carries_every_rating_
     summary = _train(run_dir, "--max-learner-steps", "60")
     standings, matrix, history, results = _league_of(run_dir)
     assert results > 0 and len(matrix.keys) >= 3
+    # The game preset's uniform anchor was rated in the run, against the learner, on the same scale.
+    anchor = next(row for row in standings if row.key == "uniform")
+    assert anchor.role == Role.ANCHOR and anchor.games > 0
     # The database holds every key the live league reported at the end of the run (the summary reads the
     # standings before the host's last delivery of results, so their numbers may trail the database's).
     assert {row["key"] for row in summary["standings"]} <= {row.key for row in standings}
@@ -338,6 +358,7 @@ def test_a_finished_runs_page_shows_its_ratings_and_resume_carries_every_rating_
         shown = {row["key"]: row["elo"] for row in state["standings"]}
         assert shown == {row.key: round(row.elo, 1) for row in tables.rated_first(standings, 40).rows}
         assert state["results"] == results and state["mode"] == load_config(os.path.join(run_dir, "league")).mode.value
+        assert state["fixed"] == [dict(key="uniform", role="anchor", plays="uniform")]
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
@@ -349,3 +370,6 @@ def test_a_finished_runs_page_shows_its_ratings_and_resume_carries_every_rating_
     assert after_matrix.keys[:len(matrix.keys)] == matrix.keys  # every key kept, in its place
     for key, points in history.items():  # ratings went on from where the run ended, never from the start
         assert after_history[key][:len(points)] == points, key
+    # The anchor is the same member after the resume (joined once), and kept being rated.
+    assert after_matrix.keys.count("uniform") == 1
+    assert next(row for row in after_standings if row.key == "uniform").games != anchor.games

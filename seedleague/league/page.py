@@ -41,6 +41,7 @@ import numpy as np
 
 from seedleague.league import payoff, tables
 from seedleague.league.service import League
+from seedleague.league.types import Role, learns
 from seedleague.protocol.errors import ProtocolError
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -48,6 +49,7 @@ PAGE_READY = "league page on "  # printed by `seedleague league serve` once the 
 PAGE_FAILED = "league page: "  # ... or this and why, when it cannot (the league serves on without it)
 COOKIE = "seedleague_page_token"
 MAX_PATH_CHARS = 2048
+MAX_BODY_BYTES = 4096  # a POST body (seedleague play's moves); the league page takes none
 MAX_CURVE_POINTS = 400  # points per key of the Elo-by-results curve (the league keeps one every elo_history_every)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -96,7 +98,7 @@ def _round(values, digits: int = 4) -> list:
 
 
 def _shown_keys(league: League, standings, top: int) -> list[str]:
-    """Live players first, then the best-rated snapshots, `top` keys in all, in the payoff's order."""
+    """Live players, anchors and humans first, then the best-rated snapshots, `top` keys in all."""
     players = [p.name for p in league.players()]
     rated = [row.key for row in tables.rated_first(standings, None).rows if row.key not in players]
     return players + rated[:max(0, top - len(players))]
@@ -138,7 +140,8 @@ def league_snapshot(league: League, config: PageConfig) -> dict:
     shown = set(keys)
     board = tables.rated_first(standings, config.top)
     history = league.elo_history()
-    players = league.players()
+    members = league.players()
+    players = [p for p in members if learns(p.role)]
     return dict(
         mode=league.config.mode.value,
         results=league.results_counted(),
@@ -149,12 +152,31 @@ def league_snapshot(league: League, config: PageConfig) -> dict:
         players=[dict(name=p.name, role=p.role.value, learner_step=p.learner_step, snapshots=p.snapshots,
                       resets=p.resets, last_snapshot_step=p.last_snapshot_step) for p in players],
         snapshots=[dict(key=s.key, player=s.player, step=s.step, role=s.role.value) for s in league.snapshots()],
+        fixed=[dict(key=a.key, role=a.role.value, plays=a.path) for a in league.anchors()]
+        + [dict(key=p.name, role=p.role.value, plays="a person, through seedleague play") for p in members
+           if p.role == Role.HUMAN],
         snapshot_elo={s.key: round(s.elo, 1) for s in standings},
         payoff=_payoff_view(league, keys),
         elo_history={key: [[n, round(elo, 1)] for n, elo in thinned(points, MAX_CURVE_POINTS)]
                      for key, points in history.items() if key in shown},
         draws={p.name: _draw_shares(league, p.name, config.draws) for p in players},
     )
+
+
+PLAY_URL_FILE = "play.url"  # in the league's directory: the address of a `seedleague play` of the run, while it serves
+
+
+def play_link(league_dir: str) -> dict:
+    """The league page's "play against it" panel: the command, and the address of a play page serving now."""
+    run_dir = os.path.dirname(os.path.abspath(league_dir)) if league_dir else "RUN"
+    link = dict(command=f"seedleague play --run-dir {run_dir}", url="")
+    try:
+        with open(os.path.join(league_dir, PLAY_URL_FILE)) as f:
+            url = f.read().strip()
+        link["url"] = url if url.startswith("http://") and url.isprintable() and len(url) < 200 else ""
+    except OSError:
+        pass
+    return link
 
 
 class WallClock:
@@ -174,7 +196,8 @@ class WallClock:
     def add(self, now: float, snapshot: dict) -> None:
         self.t.append(now)
         self.results.append(snapshot["results"])
-        tracked = {p["name"] for p in snapshot["players"]} | {row["key"] for row in snapshot["standings"][:10]}
+        tracked = ({p["name"] for p in snapshot["players"]} | {m["key"] for m in snapshot.get("fixed", ())}
+                   | {row["key"] for row in snapshot["standings"][:10]})
         elo = {row["key"]: row["elo"] for row in snapshot["standings"]} | snapshot["snapshot_elo"]
         _append(self.elo, {key: elo.get(key) for key in tracked}, len(self.t))
         _append(self.steps, {p["name"]: p["learner_step"] for p in snapshot["players"]}, len(self.t))
@@ -217,8 +240,9 @@ class LeagueRecorder:
     """Reads the league every `config.sample_every_s` seconds on its own thread and keeps the page's JSON."""
 
     def __init__(self, league: League, config: PageConfig, clock: Callable[[], float] = time.time,
-                 say: Callable[[str], None] = print):
+                 say: Callable[[str], None] = print, run_dir: str = ""):
         self.league, self.config, self._clock, self._say = league, config, clock, say
+        self.run_dir = run_dir  # the league's directory: where `seedleague play` leaves its address (PLAY_URL_FILE)
         self.wall = WallClock()
         self.samples = 0
         self._document = b"{}"
@@ -238,7 +262,7 @@ class LeagueRecorder:
         rates = self.wall.rates()
         for player in snapshot["players"]:
             player.update(rates.get(player["name"], {}))
-        document = dict(snapshot, time=round(now, 2), started=round(self.started, 2), sample=self.samples + 1,
+        document = dict(snapshot, play=play_link(self.run_dir), time=round(now, 2), started=round(self.started, 2), sample=self.samples + 1,
                         every_s=self.config.sample_every_s, results_per_s=rates.get("*", {}).get("results_per_s"),
                         wall=self.wall.to_json(), first_seen={k: round(v, 2) for k, v in self.wall.first_seen.items()})
         encoded = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
@@ -362,14 +386,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._answer(send_body=False)
 
+    def do_POST(self) -> None:
+        """A page with `post_route` (seedleague play) takes small JSON bodies; the league page is read-only."""
+        if getattr(self.server.page, "post_route", None) is None:
+            return self._read_only()
+        self._answer(send_body=True, post=True)
+
     def _read_only(self) -> None:
         self.close_connection = True
         self._refuse(405, f"{self.command} is not served",
-                        "the league page is read-only: use GET (a browser, curl)")
+                        f"the {self.server.page.name} is read-only: use GET (a browser, curl)")
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _read_only
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _read_only
 
-    def _answer(self, send_body: bool) -> None:
+    def _answer(self, send_body: bool, post: bool = False) -> None:
         if len(self.path) > MAX_PATH_CHARS:
             return self._refuse(414, f"the path is {len(self.path)} chars",
                                    f"the page's paths are short: open {self.server.page.url}")
@@ -387,10 +417,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._refuse(401, "missing or wrong token",
                                    "this league runs with a token: open the page as URL?token=<the run's token> "
                                    "(its --token or $SEEDLEAGUE_TOKEN), or send 'Authorization: Bearer <token>'")
-        route = self.server.page.route(parts.path)
+        route = (self._posted if post else self.server.page.route)(parts.path)
         if route is None:
             return self._refuse(404, f"no page at {parts.path[:80]!r}", f"open {self.server.page.url}")
-        body, content_type, cache = route()
+        try:
+            body, content_type, cache = route()
+        except _Refused as refusal:
+            return self._refuse(refusal.code, refusal.message, refusal.fix)
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -402,6 +435,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if send_body:
             self.wfile.write(body)
+
+    def _posted(self, path: str) -> Optional[Callable[[], tuple[bytes, str, str]]]:
+        """The answer to a POST of a small JSON body to `path` (None: no such path); a body that is too large,
+        not JSON, or refused by the page's handler (ValueError) is refused with 413, 415 or 400."""
+        handler = self.server.page.post_route(path)
+        if handler is None:
+            return None
+
+        def answer() -> tuple[bytes, str, str]:
+            if self.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
+                raise _Refused(415, "the body is not JSON", "POST a JSON object with Content-Type: application/json")
+            length = self.headers.get("Content-Length", "")
+            if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+                raise _Refused(413, f"a body of {length[:20] or 'unknown'} bytes",
+                               f"POST a JSON object of at most {MAX_BODY_BYTES} bytes with its Content-Length")
+            try:
+                request = json.loads(self.rfile.read(int(length)) or b"null")
+                if not isinstance(request, dict):
+                    raise ValueError("the body must be a JSON object")
+                answer = handler(request)
+            except ValueError as error:  # json.JSONDecodeError included
+                raise _Refused(400, "bad request", str(error).splitlines()[0][:300]) from None
+            return json.dumps(answer, separators=(",", ":"), allow_nan=False).encode(), "application/json", "no-store"
+
+        return answer
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own refusals (junk, too long a line, too many headers), with what to change added."""
@@ -429,6 +487,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Quiet: refusals are logged by send_error, and served requests are not logged."""
 
 
+class _Refused(Exception):
+    """A request refused with `code`: "code message: fix"."""
+
+    def __init__(self, code: int, message: str, fix: str):
+        super().__init__(message)
+        self.code, self.message, self.fix = code, message, fix
+
+
 _EXPLAIN = {
     400: "the page speaks HTTP/1.x: open it in a browser or with curl",
     408: "send the whole request within --page.request-timeout-s",
@@ -451,49 +517,53 @@ def _cookie(value: str) -> str:
     return ""
 
 
-class LeaguePage:
-    """The page's server and recorder; `start()` binds and returns self, `url` says where to open it."""
+class WebPage:
+    """A small HTTP page on its own port: binding, the token, the Host check and throttled refusal lines. A
+    subclass gives `name`, `route(path)` (GET) and, to take small JSON POSTs, `post_route(path)`; `config`
+    needs `address`, `max_connections` and `request_timeout_s`. Used by the league page and `seedleague play`."""
 
-    def __init__(self, league: League, config: PageConfig = PageConfig(), token: str = "",
-                 say: Callable[[str], None] = print):
-        self.league, self.config, self.token = league, config, token
-        self.refused = _Throttled(lambda line: say(f"league page refused {line}"))
-        self.recorder = LeagueRecorder(league, config, say=say)
-        self._plotly_path = plotly_js_path()
-        self._plotly: Optional[bytes] = None
+    name = "page"
+    post_route = None  # path -> (request dict -> answer dict) or None; None here: the page is read-only
+
+    def __init__(self, config, token: str, say: Callable[[str], None]):
+        self.config, self.token = config, token
+        self.refused = _Throttled(lambda line: say(f"{self.name} refused {line}"))
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self.host, self.port = split_address(config.address)
+
+    def route(self, path: str) -> Optional[Callable[[], tuple[bytes, str, str]]]:
+        raise NotImplementedError
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
-    def start(self) -> "LeaguePage":
+    def start(self) -> "WebPage":
         """Bind and serve; ValueError naming the fix when the address cannot be bound."""
         try:
             self._server = _Server(split_address(self.config.address), self)
         except OSError as error:
-            raise ValueError(f"cannot serve the league page on {self.config.address} ({error.strerror}): give "
-                             "another --page.address, or --no-page") from None
+            raise ValueError(f"cannot serve the {self.name} on {self.config.address} ({error.strerror}): "
+                             f"{self.address_fix}") from None
         self.port = self._server.server_address[1]
-        self.recorder.start()
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs=dict(poll_interval=0.2),
                                         name="seedleague-league-page", daemon=True)
         self._thread.start()
         return self
 
+    address_fix = "give another address"
+
     def stop(self) -> None:
-        """Stop serving and sampling. Idempotent."""
-        self.recorder.stop()
+        """Stop serving. Idempotent."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._thread.join()
             self._server = None
 
-    def __enter__(self) -> "LeaguePage":
+    def __enter__(self) -> "WebPage":
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -512,18 +582,44 @@ class LeaguePage:
         return (f"the page serves loopback only and got Host {host_header[:80]!r} (a page on another site may be "
                 f"reaching it through DNS): open {self.url}")
 
+
+
+class LeaguePage(WebPage):
+    """The league page's server and recorder; `start()` binds and returns self, `url` says where to open it."""
+
+    name = "league page"
+    address_fix = "give another --page.address, or --no-page"
+
+    def __init__(self, league: League, config: PageConfig = PageConfig(), token: str = "",
+                 say: Callable[[str], None] = print, run_dir: str = ""):
+        super().__init__(config, token, say)
+        self.league = league
+        self.recorder = LeagueRecorder(league, config, say=say, run_dir=run_dir)
+        self._plotly_path = plotly_js_path()
+        self._plotly: Optional[bytes] = None
+
+    def start(self) -> "LeaguePage":
+        super().start()
+        self.recorder.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and sampling. Idempotent."""
+        self.recorder.stop()
+        super().stop()
+
     def route(self, path: str) -> Optional[Callable[[], tuple[bytes, str, str]]]:
         """The answer for `path`: (body, content type, cache control), or None for an unknown path."""
         routes = {
             "/": lambda: (_static("index.html"), "text/html; charset=utf-8", "no-cache"),
             "/page.js": lambda: (_static("page.js"), "text/javascript; charset=utf-8", "no-cache"),
-            "/plotly.min.js": lambda: (self._plotly_js(), "text/javascript; charset=utf-8", "max-age=86400"),
+            "/plotly.min.js": lambda: (self.plotly_js(), "text/javascript; charset=utf-8", "max-age=86400"),
             "/api/state": lambda: (self.recorder.document(), "application/json", "no-store"),
             "/favicon.ico": lambda: (b"", "image/x-icon", "max-age=86400"),
         }
         return routes.get(path)
 
-    def _plotly_js(self) -> bytes:
+    def plotly_js(self) -> bytes:
         if self._plotly is None:
             with open(self._plotly_path, "rb") as f:
                 self._plotly = f.read()

@@ -126,7 +126,7 @@ def serve(
     viewer = None
     try:
         print(f"league serving on {server.address}", flush=True)
-        viewer = _start_page(league, page, security) if page is not None else None
+        viewer = _start_page(league, page, security, run_dir) if page is not None else None
         _log_until_stopped(league, stop_fd, log_every_s, top)
     finally:
         if viewer is not None:
@@ -136,10 +136,10 @@ def serve(
         say("league stopped; database closed")
 
 
-def _start_page(league: League, config: PageConfig, security: ServerSecurity) -> Optional[LeaguePage]:
+def _start_page(league: League, config: PageConfig, security: ServerSecurity, run_dir: str) -> Optional[LeaguePage]:
     """The live page, started, or None (said on the console) when it cannot serve: the league matters more."""
     try:
-        viewer = LeaguePage(league, config, security.token, say=say).start()
+        viewer = LeaguePage(league, config, security.token, say=say, run_dir=run_dir).start()
     except ValueError as error:
         print(f"{PAGE_FAILED}{error}; the league serves without its page", flush=True)
         return None

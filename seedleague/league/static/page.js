@@ -3,7 +3,9 @@
 "use strict";
 
 const TOKEN = new URLSearchParams(location.search).get("token");
-const ROLE_COLOURS = { main: "#1f77b4", main_exploiter: "#d62728", league_exploiter: "#2ca02c" };
+const ROLE_COLOURS = { main: "#1f77b4", main_exploiter: "#d62728", league_exploiter: "#2ca02c", anchor: "#7f7f7f",
+                       human: "#9467bd" };
+const FIXED = new Set(["anchor", "human"]);  // members that never train: marked apart in the standings
 const PLOT_CONFIG = { displaylogo: false, responsive: true };
 const MARGIN = { l: 55, r: 15, t: 10, b: 40 };
 let updates = 0;
@@ -16,9 +18,10 @@ function el(tag, text, cls) {
   return node;
 }
 
-function fill(tbody, rows) {
-  tbody.replaceChildren(...rows.map((cells) => {
+function fill(tbody, rows, rowClass) {
+  tbody.replaceChildren(...rows.map((cells, i) => {
     const tr = el("tr");
+    if (rowClass && rowClass[i]) tr.className = rowClass[i];
     cells.forEach(([text, cls]) => tr.appendChild(el("td", text, cls)));
     return tr;
   }));
@@ -37,7 +40,7 @@ function standings(state) {
     [String(i + 1)], [s.key, "text"], [s.role, "text"], [s.elo.toFixed(1)],
     [`${s.mu.toFixed(1)} [${(s.mu - 2 * s.sigma).toFixed(1)}, ${(s.mu + 2 * s.sigma).toFixed(1)}]`],
     [s.games.toFixed(1)], [s.win_rate.toFixed(3)],
-  ]));
+  ]), state.standings.map((s) => (FIXED.has(s.role) ? `fixed ${s.role}` : "")));
   document.getElementById("standings-notes").textContent = state.standings_notes.join("; ");
   const top = state.standings.slice(0, 20).reverse();
   draw("intervals", [{
@@ -50,8 +53,10 @@ function standings(state) {
 
 function eloCurves(state) {
   const times = state.wall.t.map((t) => new Date(t * 1000));
+  const fixed = new Set((state.fixed || []).map((m) => m.key));
+  const dashed = (key) => (fixed.has(key) ? { dash: "dot", width: 3 } : {});
   draw("elo-wall", Object.entries(state.wall.elo).map(([key, ys]) => ({
-    type: "scatter", mode: "lines", name: key, x: times, y: ys, connectgaps: false,
+    type: "scatter", mode: "lines", name: key, x: times, y: ys, connectgaps: false, line: dashed(key),
   })), { xaxis: { title: "wall-clock" }, yaxis: { title: "Elo" } });
 
   const byPlayer = {};
@@ -66,7 +71,7 @@ function eloCurves(state) {
   }), { xaxis: { title: "learner step" }, yaxis: { title: "Elo" } });
 
   draw("elo-results", Object.entries(state.elo_history).map(([key, points]) => ({
-    type: "scatter", mode: "lines", line: { shape: "hv" }, name: key,
+    type: "scatter", mode: "lines", line: Object.assign({ shape: "hv" }, dashed(key)), name: key,
     x: points.map((p) => p[0]), y: points.map((p) => p[1]),
   })), { xaxis: { title: "results counted" }, yaxis: { title: "Elo" } });
 }
@@ -128,6 +133,19 @@ function draws(state) {
   }));
 }
 
+function fixedMembers(state) {
+  const members = state.fixed || [];
+  fill(document.querySelector("#fixed tbody"), members.map((m) => [
+    [m.key, "text"], [m.role, "text"], [String((state.snapshot_elo[m.key] || 0).toFixed(1))], [m.plays, "text"],
+  ]), members.map((m) => `fixed ${m.role}`));
+  document.getElementById("fixed").dataset.members = String(members.length);
+  const play = state.play || {};
+  document.getElementById("play-command").textContent = play.command || "";
+  const link = document.getElementById("play-link");
+  link.hidden = !play.url;
+  link.href = play.url || "#";
+}
+
 function status(state) {
   const line = document.getElementById("status");
   const rate = state.results_per_s === null || state.results_per_s === undefined ? "" :
@@ -156,6 +174,7 @@ async function poll() {
     learners(state);
     timeline(state);
     draws(state);
+    fixedMembers(state);
     status(state);
     lastOk = Date.now();
   } catch (error) {

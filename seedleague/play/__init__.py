@@ -1,0 +1,1 @@
+"""`seedleague play`: a person plays a run's trained output in the browser; each finished game is a league result."""
