@@ -267,6 +267,11 @@ def test_the_api_never_loads_a_damaged_checkpoint_and_names_the_newest_good_step
         message = str(refused.value)
         assert newest in message and "step=3" in message and "\n" not in message, message
     assert int(load_policy(str(run), average=True).meta["average"]["count"]) == 2
+    if how == "junk":  # the command that loads a run's output says the same in one line
+        done = _seedleague("export", "--run-dir", str(run), "--out", str(tmp_path / "policy.onnx"))
+        line = _one_line(done)
+        assert done.returncode == 2 and newest in line and "step=3" in line, done.stderr
+        assert not os.path.exists(tmp_path / "policy.onnx")
     _damage(f"{run}/checkpoints/3", "junk")
     with pytest.raises(DamagedCheckpoint, match="no older checkpoint"):
         load_policy(str(run))
