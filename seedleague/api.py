@@ -527,8 +527,10 @@ def load_snapshot(run_dir: str, key: str, seed: int = 0) -> Policy:
             f"load_policy({run_dir!r}) for the learner's newest checkpoint, or "
             f"load_policy({os.path.join(run_dir, 'pool', key)!r}) for {key}'s newest snapshot"
         )
-    player_dir = os.path.join(run_dir, "pool", player)
-    if not os.path.isdir(player_dir):
+    from seedleague.league.model_pool import player_dir_of  # the run's pool: <run_dir>/pool or its recorded URL
+
+    player_dir = player_dir_of(run_dir, player)
+    if not object_store.is_url(player_dir) and not os.path.isdir(player_dir):
         pool = os.path.join(run_dir, "pool")
         known = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
         raise FileNotFoundError(f"snapshot {key!r}: no player directory {player_dir!r} (the pool has players {known})")

@@ -303,7 +303,8 @@ def test_a_league_run_keeps_its_pool_in_the_store_and_stops_in_one_line_when_the
     from test_chaos import LEAGUE_RUN, stored_results
     from test_e2e import SEEDLEAGUE
 
-    from seedleague.api import load_policy
+    from seedleague.api import load_policy, load_snapshot
+    from seedleague.output import average_policy
     from seedleague.league.config import LeagueConfig
     from seedleague.league.service import League
 
@@ -335,6 +336,9 @@ def test_a_league_run_keeps_its_pool_in_the_store_and_stops_in_one_line_when_the
         policy = load_policy(f"{url}/main", step)
         assert policy.step == step
         assert not os.path.exists(os.path.join(run_dir, "pool"))  # the pool is in the store only
+        # What reads a run's snapshots finds them through the URL the run recorded in pool.url.
+        assert load_snapshot(run_dir, f"main:{step:06d}").step == step
+        assert average_policy(run_dir, 1.0, "main", param_average=False).load(0)
 
         server.stop()  # the store goes away while the run uses it
         run.wait(180)
