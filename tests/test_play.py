@@ -6,6 +6,7 @@ league standings as a result of the human member."""
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import os
@@ -19,9 +20,11 @@ import numpy as np
 import pyspiel
 import pytest
 
+from seedleague.league.client import LeagueClient
 from seedleague.league.server import load_config
 from seedleague.league.service import League
 from seedleague.league.types import Role
+from seedleague.play.results import LeagueResults
 from seedleague.play.server import PLAY_READY, PlayConfig, PlayPage
 from seedleague.play.session import PlaySession
 from tests.test_league_page import CHROMIUM
@@ -215,6 +218,31 @@ def test_the_command_refuses_a_run_dir_it_cannot_play_in_one_line(tmp_path):
         assert done.stderr.startswith("seedleague play: ") and says in done.stderr.lower(), done.stderr
 
 
+def test_games_go_to_the_league_service_serving_the_run_and_to_its_database_once_it_stopped(tmp_path):
+    league_dir = str(tmp_path / "league")
+    results = LeagueResults(league_dir, "human", "output-7", "/runs/x")
+    proc = subprocess.Popen([sys.executable, "-m", "seedleague.cli", "league", "serve", "--run-dir", league_dir,
+                             "--address", "127.0.0.1:0", "--no-page", "--log-every-s", "3600"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        address = proc.stdout.readline().split()[-1]
+        assert results.where() == address  # the service's league.serving marker
+        results.join()
+        assert results.record(1.0).startswith("recorded in the league: human beat output-7")
+        client = LeagueClient(address)
+        rows = {row.key: row for row in client.standings()}
+        client.close()
+        assert rows["human"].games == 1 and rows["output-7"].role == Role.ANCHOR
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert results.where() == ""  # the marker went with the service: the database now
+    results.join()  # the same members: unchanged
+    assert results.record(0.0).startswith("recorded in the league: human lost to output-7")
+    rows = {row["key"]: row for row in results.standings()}
+    assert round(rows["human"]["games"]) == 2 and round(rows["output-7"]["games"]) == 2  # decayed by 0.99
+
+
 # --- real runs' outputs, played in a real headless Chromium ------------------------------------------------
 
 GAMES = ("kuhn_poker", "tic_tac_toe")
@@ -242,15 +270,17 @@ class Browser:
     def __init__(self, user_dir: str):
         to_chromium, self._write = os.pipe()
         self._read, from_chromium = os.pipe()
-
-        def pipes() -> None:  # in the child, before exec: the protocol's fds 3 and 4
-            os.dup2(to_chromium, 3)
-            os.dup2(from_chromium, 4)
-
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-             f"--user-data-dir={user_dir}", "--remote-debugging-pipe", "about:blank"],
-            preexec_fn=pipes, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # above fd 10 first, so neither end is already 3 or 4 (dup2 onto itself would keep close-on-exec)
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chromium, from_chromium)]
+        for fd in (to_chromium, from_chromium):
+            os.close(fd)
+        to_chromium, from_chromium = high
+        # posix_spawn puts the pipes on the protocol's fds 3 and 4 (no fork: this process runs JAX's threads)
+        arguments = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--no-first-run", f"--user-data-dir={user_dir}", "--remote-debugging-pipe", "about:blank"]
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+        self.pid = os.posix_spawn(CHROMIUM, arguments, os.environ, file_actions=quiet + [
+            (os.POSIX_SPAWN_DUP2, to_chromium, 3), (os.POSIX_SPAWN_DUP2, from_chromium, 4)])
         os.close(to_chromium)
         os.close(from_chromium)
         self._buffer, self._id, self._session = b"", 0, None
@@ -291,8 +321,8 @@ class Browser:
         raise AssertionError(f"the page never made {expression!r} true: " + str(self.js("document.body.innerText")))
 
     def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=30)
+        os.kill(self.pid, 9)
+        os.waitpid(self.pid, 0)
         os.close(self._write)
         os.close(self._read)
 

@@ -11,6 +11,7 @@ seedleague server has.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -86,6 +87,29 @@ def add_anchors(league: League, anchors) -> None:
             raise ValueError(f"anchor {spec!r}: {error.message}") from None
 
 
+SERVING_NAME = "league.serving"  # {"pid", "address"} while a service serves the run dir: its database's one writer
+
+
+def _write_marker(path: str, address: str) -> None:
+    """Say which process serves this league and where (`seedleague play` reports its games there)."""
+    try:
+        with open(path, "w") as f:
+            json.dump(dict(pid=os.getpid(), address=address), f)
+    except OSError as error:  # a read-only run dir is refused elsewhere; the marker is only a convenience
+        say(f"could not write {path} ({error.strerror}); seedleague play will need --league {address}")
+
+
+def serving(run_dir: str) -> Optional[dict]:
+    """{"pid", "address"} of the league service serving `run_dir` now, or None (none, or it died)."""
+    try:
+        with open(os.path.join(run_dir, SERVING_NAME)) as f:
+            marker = json.load(f)
+        os.kill(int(marker["pid"]), 0)
+        return dict(pid=int(marker["pid"]), address=str(marker["address"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def say(message: str) -> None:
     """A timestamped line on stdout, flushed at once."""
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
@@ -124,8 +148,10 @@ def serve(
         league.close()
         raise
     viewer = None
+    marker = os.path.join(run_dir, SERVING_NAME)
     try:
         print(f"league serving on {server.address}", flush=True)
+        _write_marker(marker, server.address)
         viewer = _start_page(league, page, security, run_dir) if page is not None else None
         _log_until_stopped(league, stop_fd, log_every_s, top)
     finally:
@@ -133,6 +159,8 @@ def serve(
             viewer.stop()
         server.stop(grace=1.0)
         league.close()
+        with contextlib.suppress(OSError):
+            os.unlink(marker)
         say("league stopped; database closed")
 
 

@@ -6,10 +6,11 @@
 Loads the run's output (`seedleague.api.load_trained`: what `--output` named when it trained), serves
 a page (loopback only unless told otherwise, behind the run's token when one is set) where you pick a
 seat, play OpenSpiel's legal moves as buttons, and see the agent's reply with its action probabilities
-and a running score. Every finished game is a result in the run's league (`RUN/league/league.sqlite`,
-or the running league service named by --league) of the human member against the output, an anchor
-member named `output-<step>`, so it shows in the standings and on the league page. Prints "play page
-on http://HOST:PORT/" once it serves; stops on SIGINT or SIGTERM. docs/play.md is the guide.
+and a running score. Every finished game is a result in the run's league of the human member against
+the output, an anchor member named `output-<step>`, so it shows in the standings and on the league
+page: sent over gRPC to the league service serving the run now (a run still training; --league names
+another), else written to `RUN/league/league.sqlite`. Prints "play page on http://HOST:PORT/" once it
+serves; stops on SIGINT or SIGTERM. docs/play.md is the guide.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--member", default="human",
                         help="the league member you play as (default %(default)s; 1 to 64 chars, no ':' or spaces)")
     parser.add_argument("--league", default="", metavar="HOST:PORT",
-                        help="the run's league service, while the run trains (default: its database, for a run "
-                             "that has ended)")
+                        help="the league service to record games in (default: the one serving the run now, found "
+                             "in RUN/league/league.serving, else the run's league database)")
     add_security_flags(parser, "client")
     config_flags.add_flags(parser.add_argument_group("play page (PlayConfig)"), PlayConfig)
 
@@ -59,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         page.start()
         needs = " (the run's token: open it with ?token=<token>)" if page.token else ""
         print(f"play page on {page.url}{needs}", flush=True)
+        where = page.results.where()
+        print(f"games are recorded in {'the league service at ' + where if where else page.results.league_dir}",
+              flush=True)
         link = _advertise(args.run_dir, page.url)
         stop.wait()
     except ValueError as error:
@@ -89,13 +93,12 @@ def _advertise(run_dir: str, url: str) -> str:
 
 def _page(args: argparse.Namespace):
     """The play page of `args.run_dir`'s output, its human member and output anchor already in the league."""
-    from envs.openspiel_games import load_game
     from seedleague import output
     from seedleague.api import load_trained
     from seedleague.league.service import _check_name
     from seedleague.play.results import LeagueResults
     from seedleague.play.server import PlayConfig, PlayPage
-    from seedleague.play.session import game_of
+    from seedleague.games.openspiel import game_name, load_game
     from seedleague.protocol.errors import ProtocolError
 
     config = config_flags.build(PlayConfig, args)
@@ -108,7 +111,7 @@ def _page(args: argparse.Namespace):
         raise ValueError(f"--member: {error.message}") from None
     resolved = output.resolve(run_dir)
     agent = load_trained(run_dir, seed=config.seed)
-    name = game_of(agent.spec.env_name)
+    name = game_name(agent.spec.env_name)
     if name is None:
         raise ValueError(f"{run_dir} trained {agent.spec.env_name}: seedleague play serves OpenSpiel games "
                          "(openspiel:NAME) for now")

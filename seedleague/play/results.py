@@ -7,9 +7,11 @@
 
 The output a person plays is an anchor of the league (a fixed member, `League.add_anchor`) named after its
 learner step, so the human's results rate it on the league's scale and a later output is another member.
-With `address` the games go to the run's league service over gRPC (a run in progress); without, to its
-database directly, opened for each write and closed after it, and only while no league service serves
-it (two writers would break its event order): that is refused in one line naming `--league`.
+The games go to the run's league service over gRPC when one serves the run (its `league.serving`
+marker names its address; `address` overrides), else to its database directly, opened for each write
+and closed after it. A service the marker does not name (one started by an older seedleague, found by
+the launcher's league.pid) is refused in one line naming `--league`: two writers would break the
+database's event order.
 """
 
 from __future__ import annotations
@@ -50,12 +52,22 @@ class LeagueResults:
         self.league_dir, self.member, self.anchor, self.plays = os.path.abspath(league_dir), member, anchor, plays
         self.address, self.security = address, security
 
+    def where(self) -> str:
+        """Where the next game is recorded: the address of a service serving the league, else "" (its database)."""
+        from seedleague.league.server import serving
+
+        if self.address:
+            return self.address
+        marker = serving(self.league_dir)
+        return marker["address"] if marker else ""
+
     @contextlib.contextmanager
     def _league(self) -> Iterator:
-        if self.address:
+        address = self.where()
+        if address:
             from seedleague.league.client import LeagueClient
 
-            client = LeagueClient(self.address, self.security, timeout_s=10.0, retry_deadline_s=10.0)
+            client = LeagueClient(address, self.security, timeout_s=10.0, retry_deadline_s=10.0)
             try:
                 yield client
             finally:

@@ -5,23 +5,23 @@
     session.move(action)             # the person's move; the agent and chance then play until the person is to move
     session.finished, session.outcome()   # after the last move: 1 / 0.5 / 0 from the person's seat
 
-Generic over OpenSpiel's two-player zero-sum sequential games (those `envs.openspiel_games.load_game`
+Generic over OpenSpiel's two-player zero-sum sequential games (those `seedleague.games.openspiel.load_game`
 accepts): the state is shown as OpenSpiel's own text, from the person's seat while the game runs (its
 information-state string, or its observation string, so a poker hand's hidden card stays hidden; a
 perfect-information game's whole state, a board) and in full once it ends; moves are OpenSpiel's action strings. The agent's observation and legal mask are the
-env worker's (`envs.openspiel_games.encode`, `legal_mask`), so it plays exactly as it was trained. A
+env worker's (`seedleague.games.openspiel.encode`, `legal_mask`), so it plays exactly as it was trained. A
 mixture output draws one member per game for the agent's seat, as `seedleague serve` does. Chance
 outcomes are sampled with their probabilities.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyspiel
 
-from envs.openspiel_games import encode, legal_mask
+from seedleague.games.openspiel import encode, legal_mask
 
 
 class PlaySession:
@@ -118,8 +118,3 @@ def _seen_by(state: pyspiel.State, seat: int) -> str:
         return state.observation_string(seat)
     return str(state)
 
-
-def game_of(env_name: str) -> Optional[str]:
-    """The OpenSpiel game name of a spec's env name ("openspiel:kuhn_poker" -> "kuhn_poker"), None if another kind."""
-    prefix, sep, name = env_name.partition(":")
-    return name if sep and prefix == "openspiel" and name else None
