@@ -200,7 +200,7 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
               budget: output_score.BoardBudget) -> dict:
     """Scores of the run at each fraction of `seconds` (nearest snapshot) and of its final output,
     with env steps and learner updates from its summary.json."""
-    from envs.openspiel_games import load_game
+    from seedleague.games.openspiel import load_game
 
     game = load_game(game_name.partition(":")[2])
     too_large = exact_score_problem(game, game_name)  # then every cell says why, and nothing walks the tree

@@ -19,7 +19,7 @@ any optimiser or learner config loads. They are checked against the checksum the
 checkpointer recorded for them at save, and must be finite: a damaged checkpoint is
 never loaded (`seedleague.checkpoint.DamagedCheckpoint`, one line naming it and the
 newest good step; without a step the newest good one is loaded, with a warning). Observations are what the env worker
-sent to the host; for OpenSpiel games that is `envs.openspiel_games.encode`.
+sent to the host; for OpenSpiel games that is `seedleague.games.openspiel.encode`.
 See docs/api.md.
 """
 
