@@ -33,10 +33,10 @@ class LeagueConfig:
     # snapshots as the mode draws them (0: every episode against a snapshot once there is one).
     self_play_share: float = 0.0
 
-    # Anchors: fixed members that never train, rated on the same scale as everyone (docs/league.md). Each is
-    # "uniform" (the uniform random policy in the run's network), "NAME=PATH" or "PATH" (a run's output, or
-    # a checkpoint directory; NAME defaults to the directory's name). Learners meet them in anchor_share of
-    # their episodes, in every mode; those games rate both sides and are never trained on.
+    # Anchors: fixed members that never train, rated on the same scale as everyone (docs/league_page.md,
+    # "Anchors"). Each is "uniform" (the uniform random policy in the run's network), "NAME=PATH" or "PATH" (a
+    # run's output, or a checkpoint directory; NAME defaults to the directory's name). Learners meet them in
+    # anchor_share of their episodes, in every mode; those games rate both sides and are never trained on.
     anchors: tuple[str, ...] = ()
     anchor_share: float = 0.02  # the share of every learner's episodes played against an anchor (0: anchors are never drawn)
 
