@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import uuid
 from typing import Optional
@@ -93,7 +94,7 @@ def _endpoint() -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = re.sub(r"\?[^\s\"']*", "", " ".join(str(error).split())) or type(error).__name__  # no request's query
     return text if len(text) <= 200 else text[:197] + "..."
 
 
