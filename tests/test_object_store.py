@@ -76,14 +76,18 @@ def store(tmp_path_factory):
     """One S3 server for the module, with bucket "pool" made; the environment points at it."""
     tmp = str(tmp_path_factory.mktemp("s3"))
     server = S3Server(tmp)
-    saved = dict(os.environ)
-    os.environ.update(_env(server.endpoint, os.path.join(tmp, "cache")))
+    env = _env(server.endpoint, os.path.join(tmp, "cache"))
+    saved = {name: os.environ.get(name) for name in env}  # only these: other modules' tests share the process
+    os.environ.update(env)
     import s3fs
 
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir("pool")
     yield server
-    os.environ.clear()
-    os.environ.update(saved)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     server.stop()
 
 
