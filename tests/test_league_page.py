@@ -133,6 +133,22 @@ def test_anchors_and_humans_are_shown_apart_from_the_learners(tmp_path):
     assert {"uniform", "human"} <= set(state["payoff"]["keys"]) and "uniform" in state["wall"]["elo"]
 
 
+def test_the_page_links_to_a_play_page_while_one_serves(tmp_path):
+    league_dir = tmp_path / "run" / "league"
+    league_dir.mkdir(parents=True)
+    league = League(CONFIG, str(league_dir / "league.sqlite"))
+    shown = []
+    for content in (None, "http://127.0.0.1:40213/\n", "javascript:alert(1)"):
+        if content is not None:
+            (league_dir / "play.url").write_text(content)
+        with LeaguePage(league, PageConfig(sample_every_s=3600), say=lambda line: None, run_dir=str(league_dir)) as p:
+            shown.append(json.loads(get(p, "/api/state")[2])["play"])
+    league.close()
+    command = f"seedleague play --run-dir {tmp_path / 'run'}"
+    assert shown == [dict(command=command, url=""), dict(command=command, url="http://127.0.0.1:40213/"),
+                     dict(command=command, url="")]  # none serving, one serving, a file that is no address
+
+
 def test_draw_preview_leaves_the_leagues_own_draws_alone(tmp_path):
     first, second = (League(CONFIG, str(tmp_path / f"{name}.sqlite")) for name in ("a", "b"))
     for league in (first, second):
