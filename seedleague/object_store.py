@@ -42,8 +42,11 @@ _BACKENDS = {"s3": "s3fs"}  # URL scheme -> the fsspec backend package that serv
 T = TypeVar("T")
 
 
-def is_url(path: str) -> bool:
-    """Whether `path` names object storage (`scheme://...`) rather than a local directory."""
+def is_url(path: "str | os.PathLike") -> bool:
+    """Whether `path` names object storage (`scheme://...`) rather than a local directory (a path object never
+    does: the public API takes `pathlib.Path` run directories too)."""
+    if not isinstance(path, str):
+        return False
     scheme, sep, _ = path.partition("://")
     return bool(sep) and scheme not in ("", "file") and scheme.isidentifier()
 

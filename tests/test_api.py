@@ -76,6 +76,7 @@ def test_load_policy_from_a_run_dir_a_checkpoint_dir_and_a_pool_player(tmp_path)
     assert load_policy(str(run / "checkpoints"), step=3).step == 3
     assert load_policy(str(run / "pool" / "main")).step == 512
     assert load_snapshot(str(run), "main:000512").step == 512
+    assert load_policy(run).step == 7 and load_policy(run / "pool" / "main").step == 512  # pathlib paths too
     # the params are the saved ones: logits match the network applied directly
     obs = np.random.default_rng(0).random((5, 11), np.float32)
     logits, _, _ = _network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
