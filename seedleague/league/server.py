@@ -93,8 +93,9 @@ SERVING_NAME = "league.serving"  # {"pid", "address"} while a service serves the
 def _write_marker(path: str, address: str) -> None:
     """Say which process serves this league and where (`seedleague play` reports its games there)."""
     try:
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:  # renamed whole: a reader never sees half of it
             json.dump(dict(pid=os.getpid(), address=address), f)
+        os.replace(path + ".tmp", path)
     except OSError as error:  # a read-only run dir is refused elsewhere; the marker is only a convenience
         say(f"could not write {path} ({error.strerror}); seedleague play will need --league {address}")
 
@@ -150,8 +151,8 @@ def serve(
     viewer = None
     marker = os.path.join(run_dir, SERVING_NAME)
     try:
+        _write_marker(marker, server.address)  # before the address is announced: who reads one finds the other
         print(f"league serving on {server.address}", flush=True)
-        _write_marker(marker, server.address)
         viewer = _start_page(league, page, security, run_dir) if page is not None else None
         _log_until_stopped(league, stop_fd, log_every_s, top)
     finally:
