@@ -313,8 +313,9 @@ class Browser:
 
     def wait(self, expression: str, timeout_s: float = 60.0):
         deadline = time.monotonic() + timeout_s
+        guarded = f"(() => {{ try {{ return ({expression}); }} catch (error) {{ return false; }} }})()"
         while time.monotonic() < deadline:
-            value = self.js(expression)
+            value = self.js(guarded)  # a page still loading has no body or element yet: not true yet, no error
             if value:
                 return value
             time.sleep(0.05)
