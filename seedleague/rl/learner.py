@@ -312,17 +312,32 @@ class Anneal(NamedTuple):
     progress: jax.Array  # the anneal's, in [0, 1] (`anneal_progress`)
     entropy_cost: jax.Array  # alpha at this update
     learning_rate: jax.Array  # the optimiser's step size at this update
+    kl_cost: Any = 0.0  # MMD's proximal weight at this update
 
 
-def schedule(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> Anneal:
-    """The anneal's progress, the entropy cost and the learning rate at update `step` (and trained `seconds`)."""
+class Scales(NamedTuple):
+    """Multipliers on the configured entropy cost (its schedule, initial and final), learning rate (likewise)
+    and kl_cost, passed to the update as traced float32 scalars, so they change between updates without a
+    recompile: population-based training's settings (seedleague.league.pbt). All 1: the configured values."""
+
+    entropy_cost: Any = 1.0
+    learning_rate: Any = 1.0
+    kl_cost: Any = 1.0
+
+
+def schedule(config: LearnerConfig, step: Any, seconds: Any = 0.0, scales: Scales = Scales()) -> Anneal:
+    """The anneal's progress, the entropy cost, the learning rate and kl_cost at update `step` (and trained
+    `seconds`), each times its `scales` multiplier."""
     progress = anneal_progress(config, step, seconds)
-    learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress)
+    learning_rate = annealed(config.learning_rate, config.learning_rate_final, progress) * scales.learning_rate
+    kl_cost = config.kl_cost * scales.kl_cost
     if config.entropy_decay_steps > 0:
         n0 = jnp.float32(config.entropy_decay_steps)
         alpha = config.entropy_cost * jnp.sqrt(n0 / (n0 + jnp.asarray(step, jnp.float32)))
-        return Anneal(progress, jnp.maximum(alpha, config.entropy_cost_final or 0.0), learning_rate)
-    return Anneal(progress, annealed(config.entropy_cost, config.entropy_cost_final, progress), learning_rate)
+        alpha = jnp.maximum(alpha, config.entropy_cost_final or 0.0)
+    else:
+        alpha = annealed(config.entropy_cost, config.entropy_cost_final, progress)
+    return Anneal(progress, alpha * scales.entropy_cost, learning_rate, kl_cost)
 
 
 def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax.Array:
@@ -453,7 +468,7 @@ def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: A
     if config.loss == "ppo":
         loss, metrics = losses.ppo_loss(inputs, **ppo, **common)
     elif config.loss == "mmd":
-        loss, metrics = losses.mmd_loss(inputs, kl_cost=config.kl_cost, **ppo, **common)
+        loss, metrics = losses.mmd_loss(inputs, kl_cost=anneal.kl_cost, **ppo, **common)
     else:
         loss, metrics = losses.vtrace_loss(inputs, clip_pg_rho_threshold=config.clip_pg_rho_threshold,
                                            neurd_bound=config.neurd_bound, **common)
@@ -535,9 +550,9 @@ def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tupl
 
 
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
-            seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
+            seconds: Any = 0.0, scales: Scales = Scales()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
-    anneal = schedule(config, state.step, seconds)
+    anneal = schedule(config, state.step, seconds, scales)
     targets = _fixed_targets(config, network, state.params, batch, anneal, state.magnet)
     if config.steps_per_update == 1:
         params, opt_state, metrics = _gradient_step(config, network, state, anneal, state.params,
@@ -561,7 +576,8 @@ def make_update(
     """The jitted `update(state, batch, seconds=0.0) -> (state, metrics)`.
 
     `seconds`: the learner's trained seconds so far, which the anneal follows when
-    `LearnerConfig.anneal_seconds` is set (otherwise unused).
+    `LearnerConfig.anneal_seconds` is set (otherwise unused). `update(state, batch, seconds, scales)`:
+    `Scales` multipliers on the entropy cost, learning rate and kl_cost (traced: a new value is no recompile).
 
     Recomputes logits and values over the whole unroll from `batch.core_state`,
     takes one Adam step on the configured loss (global-norm clipped), or
@@ -597,14 +613,16 @@ def _jit_update(config: LearnerConfig, network: Network | StructuredNetwork, **j
     default = jax.jit(update_fn, donate_argnums=0, **jit_settings)
     top_level: Optional[Callable] = None  # chosen at the first call (the network is known here, its inputs not)
 
-    def update(state: TrainState, batch: Unroll, seconds: Any = 0.0) -> tuple[TrainState, dict[str, jax.Array]]:
+    def update(state: TrainState, batch: Unroll, seconds: Any = 0.0,
+               scales: Scales = Scales()) -> tuple[TrainState, dict[str, jax.Array]]:
         nonlocal top_level
         if top_level is None and not isinstance(state.step, jax.core.Tracer):
             options = xla_cpu.library_fusions_off() if _convolves(network, state.params, batch) else {}
             top_level = jax.jit(update_fn, donate_argnums=0, compiler_options=options, **jit_settings) if options \
                 else default
         jitted = default if isinstance(state.step, jax.core.Tracer) else top_level
-        return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds))
+        scales = Scales(*(s if isinstance(s, jax.Array) else np.float32(s) for s in scales))
+        return jitted(state, batch, seconds if isinstance(seconds, jax.Array) else np.float32(seconds), scales)
 
     return update
 
@@ -626,5 +644,6 @@ def make_sharded_update(
         return make_update(config, network)
     _check_network(config, network)
     state_sharding, batch_sharding = sharding.replicated(mesh), sharding.batch_sharded(mesh)
-    return _jit_update(config, network, in_shardings=(state_sharding, batch_sharding, state_sharding),
+    return _jit_update(config, network, in_shardings=(state_sharding, batch_sharding, state_sharding,
+                                                         state_sharding),
                        out_shardings=(state_sharding, state_sharding))
