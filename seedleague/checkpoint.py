@@ -11,7 +11,7 @@ seen is looked for on disk again before it is called missing.
 Verification: every save records a checksum of the state's values (`state_checksum`, in the
 meta as `state_sha256`), reads the checkpoint back and compares; every restore compares again.
 Each top-level field of the state (its params, optimiser state, ...) gets its own checksum too
-(`part_sha256`), so a reader of one part (seedleague.api reads only the params) can check that part.
+(`part_sha256`), so a reader of one part (seedleague.artifacts.load reads only the params) can check that part.
 So junk that still decodes to finite numbers is found, and a checkpoint is only counted once
 it has read back as written. Rotation (`max_to_keep`) is done here, not by orbax, and only
 after the new checkpoint has verified: the last verified-good checkpoint is never deleted.
@@ -28,16 +28,22 @@ Object storage: a directory given as a URL (`s3://bucket/run/checkpoints`) is sa
 machine's mirror of it (`object_store.cache_dir`) and then uploaded, step by step, by
 `seedleague.object_store.RemoteSteps`; its steps are the store's complete ones, and a step restored is
 copied into the mirror once and read from there after.
+
+Read-only access (`open_read_only`, `read_meta`, `read_state`, `read_state_metadata`): what
+`seedleague.artifacts.load` reads a policy with, one part of one step, without a Checkpointer's
+bookkeeping. This is the one module that restores orbax checkpoints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import shutil
 import threading
+import warnings
 from typing import Any, Optional
 
 import jax
@@ -370,3 +376,66 @@ def remove_unfinished(directory: str, quiet: bool = False) -> None:
         if name.endswith(_TMP_SUFFIX):
             (log.info if quiet else log.warning)("removing the unfinished checkpoint %s (a save that did not complete)", os.path.join(directory, name))
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+# -- read-only access: one part of one step (seedleague.artifacts.load) ------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Silence orbax's notices that are expected when reading: a warning each time a directory is
+    opened read-only, and one that sharding is read from the file (params come back as numpy)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sharding info not provided when restoring")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def open_read_only(directory: str) -> ocp.CheckpointManager:
+    """An orbax manager reading the steps of `directory` (a local directory: a URL's mirror), creating nothing;
+    the caller closes it."""
+    handlers = {"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+    with _quiet_orbax():
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+        return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+
+
+def _read_only(manager: ocp.CheckpointManager, step: int, args: Any) -> Any:
+    """Orbax's restore of checkpoint `step` (which exists); any failure to read its files (truncated, junk, a
+    missing file) is a one-line DamagedCheckpoint naming it."""
+    try:
+        with _quiet_orbax():
+            return manager.restore(step, args=args)
+    except Exception as error:  # orbax, tensorstore and json raise many kinds for damaged bytes
+        raise read_failure(str(manager.directory), step, error) from None
+
+
+def read_meta(manager: ocp.CheckpointManager, step: int) -> Any:
+    """The JSON sidecar of checkpoint `step` as saved (the checkpointer's checksums included)."""
+    return _read_only(manager, step, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+
+def read_state(manager: ocp.CheckpointManager, step: int, subtrees: Optional[dict]) -> Any:
+    """The state of checkpoint `step`: only `subtrees` (a dict of the state's metadata subtrees, as numpy
+    arrays) when given, else everything without a template."""
+    if subtrees is not None:
+        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), subtrees)
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+        args = ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True)
+    else:
+        args = ocp.args.PyTreeRestore()
+    return _read_only(manager, step, ocp.args.Composite(state=args))["state"]
+
+
+def read_state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
+    """Orbax's tree metadata of checkpoint `step`'s state; DamagedCheckpoint when its file cannot be read."""
+    try:
+        with _quiet_orbax():
+            return manager.item_metadata(step)["state"]
+    except Exception as error:  # truncated or junk JSON, a missing file
+        raise read_failure(str(manager.directory), step, error) from None

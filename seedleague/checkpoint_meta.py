@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, StructuredEnvSpec,
                                           TensorSpec)
@@ -124,8 +125,6 @@ class CheckpointMeta:
 
 def read(directory: str, step: Optional[int] = None) -> CheckpointMeta:
     """The meta of checkpoint `step` (None: the newest) in Checkpointer directory `directory`."""
-    from seedleague.checkpoint import CheckpointConfig, Checkpointer
-
     checkpointer = Checkpointer(CheckpointConfig(directory=directory))
     try:
         step = checkpointer.latest_step() if step is None else step

@@ -2,9 +2,10 @@
 
 A run names its output source with `--output` (`OutputConfig`); `record` writes it to
 `<run_dir>/output.json` before anything else starts, so a run stopped or killed at any
-moment still says what its output is. `resolve` finds that output in what is on disk
-now (the newest checkpoint, the snapshots that exist, the league's stored payoff
-table) without loading any params; `Output.load` loads it:
+moment still says what its output is (those types: seedleague.artifacts.run_output).
+`resolve` finds that output in what is on disk now (the newest checkpoint, the snapshots
+that exist, the league's stored payoff table) without loading any params; `Output.load`
+loads it:
 
     record(run_dir, OutputConfig("league_nash", player="main"))   # at the start of a run
     output = resolve(run_dir)        # Output: source, kind, step, members (keys and weights)
@@ -22,135 +23,27 @@ payoff table of win rates (PSRO's meta-strategy, seedleague.league.nash.league_n
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from typing import Optional
 
+import numpy as np
+
+from seedleague import checkpoint_meta
+from seedleague.artifacts.load import checkpoint_steps, param_average_count
+# What a run's output is, re-exported: callers name them as seedleague.output's.
+from seedleague.artifacts.run_output import (AVERAGE_FRACTION, FILE, MIXTURES, SOURCES, Member, Output, OutputConfig,
+                                             choices_text, record, recorded)
+from seedleague.eval.output_selection import select, unmeasurable
+from seedleague.eval.run_league import league_of
+from seedleague.league.model_pool import ModelPool, player_dir_of, root_of
+from seedleague.league.nash import league_nash
+from seedleague.league.types import parse_key
+
 log = logging.getLogger(__name__)
 
-FILE = "output.json"
-SOURCES = {
-    "final": "the newest checkpoint's params",
-    "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
-    "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
-    "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
-    "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
-                "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
-                "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
-                "measured",
-}
-MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
-AVERAGE_FRACTION = 1 / 3  # average_policy mixes this newest fraction of the snapshots (as evaluate_run reports)
-
-
-def choices_text() -> str:
-    """"final (the newest ...), param_average (...), ...": for help texts and errors."""
-    return "; ".join(f"{name} ({meaning})" for name, meaning in SOURCES.items())
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputConfig:
-    """What a run's output is (`seedleague train --output`)."""
-
-    source: str = "final"  # one of SOURCES
-    player: str = "main"  # whose snapshots average_policy and league_nash mix
-
-    def __post_init__(self):
-        if self.source not in SOURCES:
-            raise ValueError(f"--output must be one of {', '.join(SOURCES)}, got {self.source!r}: {choices_text()}")
-        if not self.player:
-            raise ValueError("the output's player must be a league player's name, e.g. main")
-
-
-def record(run_dir: str, config: OutputConfig) -> str:
-    """Write `<run_dir>/output.json` (atomically: a reader never sees half a file); returns its path."""
-    os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(dataclasses.asdict(config), f)
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def recorded(run_dir: str) -> OutputConfig:
-    """The run's recorded output config; `final` for a run that predates output.json."""
-    path = os.path.join(run_dir, FILE)
-    if not os.path.exists(path):
-        return OutputConfig()
-    with open(path) as f:
-        return OutputConfig(**json.load(f))
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """One network of an output: where it is and its weight in the output."""
-
-    key: str  # "main:000512" (a snapshot), "checkpoint:000010" or "param_average:000010" (the learner's)
-    weight: float
-    path: str  # the directory seedleague.api.load_policy reads it from
-    step: int
-    average: bool = False  # the learner's param average of that checkpoint, not its params
-    seat_weights: Optional[tuple[float, ...]] = None  # a mixture with one mix per seat: its weight in each seat
-
-    def __post_init__(self):
-        if self.seat_weights is not None:  # read back from JSON as a list
-            object.__setattr__(self, "seat_weights", tuple(float(w) for w in self.seat_weights))
-
-    def entry(self) -> dict:
-        """{"key", "weight"} and, for a mixture with one mix per seat, "seat_weights": how summary.json and an
-        export's index list the member."""
-        out = dict(key=self.key, weight=self.weight)
-        if self.seat_weights is not None:
-            out["seat_weights"] = list(self.seat_weights)
-        return out
-
-    def load(self, seed: int = 0):
-        from seedleague.api import load_policy
-
-        return load_policy(self.path, self.step, seed=seed, average=self.average)
-
-
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """A run's output as it is on disk now: one network (kind "policy") or a mixture of several."""
-
-    source: str
-    members: tuple[Member, ...]
-    note: str = ""  # how the output differs from what its source asked for, e.g. a fallback
-
-    @property
-    def kind(self) -> str:
-        return "mixture" if self.source in MIXTURES or len(self.members) > 1 else "policy"
-
-    @property
-    def step(self) -> int:
-        """The learner step of the newest network in the output."""
-        return max(m.step for m in self.members)
-
-    def describe(self) -> dict:
-        """{"source", "kind", "step", "members": [{"key", "weight"}] (mixtures), "note" (if any)}."""
-        out = dict(source=self.source, kind=self.kind, step=self.step)
-        if self.kind == "mixture":
-            out["members"] = [m.entry() for m in self.members]
-        if self.note:
-            out["note"] = self.note
-        return out
-
-    def load(self, seed: int = 0):
-        """The output's Policy, or a PolicyMixture whose draw() gives one member per episode."""
-        from seedleague.api import PolicyMixture
-
-        if self.kind == "policy":
-            return self.members[0].load(seed)
-        return PolicyMixture([m.load(seed) for m in self.members], [m.weight for m in self.members], seed,
-                             self.seat_weights())
-
-    def seat_weights(self) -> "list[list[float]] | None":
-        """[seats][members]: each seat's mix, where the output has one per seat; else None."""
-        if any(m.seat_weights is None for m in self.members):
-            return None
-        return [list(row) for row in zip(*(m.seat_weights for m in self.members))]
+__all__ = ["AVERAGE_FRACTION", "FILE", "MIXTURES", "SOURCES", "Member", "Output", "OutputConfig", "choices_text",
+           "record", "recorded", "resolve", "average_policy"]
 
 
 def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
@@ -173,8 +66,6 @@ def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
         chosen = _selected(run_dir, step, config.player)
         if chosen is not None:
             return chosen
-    from seedleague.api import param_average_count
-
     if param_average_count(run_dir, step) == 0:
         note = (f"checkpoint {step} of {run_dir} keeps no param average (its learner ran without "
                 "--learner.average-from or --learner.average-tail, or has not reached it): the output is the final params instead")
@@ -182,9 +73,6 @@ def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
         return dataclasses.replace(final, note=note)
     note = ""
     if config.source == "selected":
-        from seedleague import checkpoint_meta
-        from seedleague.eval.output_selection import unmeasurable
-
         why = unmeasurable(checkpoint_meta.read(os.path.join(run_dir, "checkpoints"), step).spec.env_name)
         note = f"this game's exploitability cannot be measured ({why}), so nothing is selected: the output is the param average"
     return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),), note)
@@ -192,8 +80,6 @@ def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
 
 def _selected(run_dir: str, step: int, player: str) -> "Output | None":
     """The least exploitable candidate (seedleague.eval.output_selection); None where it cannot be measured."""
-    from seedleague.eval.output_selection import select
-
     keys = _snapshot_keys(run_dir, player, "selected", required=False)
     choice = select(run_dir, step, keys, player)
     if choice is None:
@@ -202,8 +88,6 @@ def _selected(run_dir: str, step: int, player: str) -> "Output | None":
 
 
 def _newest_checkpoint(run_dir: str, source: str) -> int:
-    from seedleague.api import checkpoint_steps
-
     directory = os.path.join(run_dir, "checkpoints")
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if not steps:
@@ -216,14 +100,10 @@ def _newest_checkpoint(run_dir: str, source: str) -> int:
 
 
 def _player_dir(run_dir: str, player: str) -> str:
-    from seedleague.league.model_pool import player_dir_of  # imports jax and orbax: only when snapshots are read
-
     return player_dir_of(run_dir, player)
 
 
 def _snapshot_keys(run_dir: str, player: str, source: str, required: bool = True) -> list[str]:
-    from seedleague.league.model_pool import ModelPool, root_of
-
     pool = ModelPool(root_of(run_dir))
     try:
         keys = pool.keys(player)
@@ -240,9 +120,6 @@ def _snapshot_keys(run_dir: str, player: str, source: str, required: bool = True
 def average_policy(run_dir: str, fraction: float, player: str, param_average: bool = True) -> Output:
     """The uniform mixture of the newest `fraction` of `player`'s snapshots; with `param_average`, the
     newest learner checkpoint's param average (where it keeps one) joins with half the weight."""
-    from seedleague.api import param_average_count
-    from seedleague.league.types import parse_key
-
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction must be a fraction of the snapshots in (0, 1], got {fraction}")
     keys = _snapshot_keys(run_dir, player, "average_policy")
@@ -251,8 +128,6 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
     members = [Member(key, 1.0 / len(keys), player_dir, parse_key(key)[1]) for key in keys]
     directory = os.path.join(run_dir, "checkpoints")
     if param_average and os.path.isdir(directory):
-        from seedleague.api import checkpoint_steps
-
         steps = checkpoint_steps(directory)
         if steps and param_average_count(run_dir, steps[-1]) > 0:
             members = [dataclasses.replace(m, weight=0.5 / len(keys)) for m in members]
@@ -262,12 +137,6 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
 
 def _league_nash(run_dir: str, player: str) -> Output:
     """PSRO's meta-strategy over `player`'s snapshots that exist now, from the league's stored win rates."""
-    import numpy as np
-
-    from seedleague.eval.run_league import league_of
-    from seedleague.league.nash import league_nash
-    from seedleague.league.types import parse_key
-
     keys = _snapshot_keys(run_dir, player, "league_nash")
     league = league_of(run_dir)
     if league is None:

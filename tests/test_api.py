@@ -11,8 +11,10 @@ import numpy as np
 import optax
 import pytest
 
-from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, _network, _params_of, load_average_policy,
-                            load_policies, load_policy, load_snapshot)
+from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, load_average_policy, load_policies,
+                            load_policy, load_snapshot)
+from seedleague.artifacts.load import _params_of
+from seedleague.artifacts.networks import shared_network
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.checkpoint_meta import spec_to_json
 from seedleague.protocol.specs import EnvSpec
@@ -37,7 +39,7 @@ def head_params(params, kernel=None, bias=None):
 @functools.lru_cache(maxsize=None)
 def train_state(network, shape, dtype, actions, learner):
     """The learner's real initial TrainState (Adam state included), built once per shape: compiles are slow."""
-    return init_train_state(learner, _network(network, shape, dtype, actions), jax.random.key(0))
+    return init_train_state(learner, shared_network(network, shape, dtype, actions), jax.random.key(0))
 
 
 def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=False, bias=None,
@@ -47,7 +49,7 @@ def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=
     `average` = (params, count) replaces the learner's param average (needs `learner.average_from`)."""
     env_name, shape, actions = env
     state = train_state(network, shape, np.dtype(dtype), actions, learner)
-    state = state._replace(params=_network(network, shape, np.dtype(dtype), actions).init(jax.random.key(seed)))
+    state = state._replace(params=shared_network(network, shape, np.dtype(dtype), actions).init(jax.random.key(seed)))
     if uniform or bias is not None:
         state = state._replace(params=head_params(state.params, 0.0, np.zeros(actions) if bias is None else bias))
     elif sharpen is not None:
@@ -79,7 +81,7 @@ def test_load_policy_from_a_run_dir_a_checkpoint_dir_and_a_pool_player(tmp_path)
     assert load_policy(run).step == 7 and load_policy(run / "pool" / "main").step == 512  # pathlib paths too
     # the params are the saved ones: logits match the network applied directly
     obs = np.random.default_rng(0).random((5, 11), np.float32)
-    logits, _, _ = _network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
+    logits, _, _ = shared_network(SMALL, (11,), np.dtype(np.float32), 2).apply(newest.params, obs[:, None], np.ones((5, 1), bool), ())
     # logits near 0 (about 1e-4 here) differ in float32's last bits between two compiles of the same network
     np.testing.assert_allclose(policy.logits(obs), np.asarray(logits)[:, 0], rtol=1e-6, atol=1e-7)
 
@@ -141,7 +143,7 @@ def test_a_policy_mixture_refuses_weights_and_members_it_cannot_play(tmp_path):
 
 def test_any_optimiser_state_loads(tmp_path):
     """Only params are read: an SGD-with-momentum state (not the learner's Adam) loads the same."""
-    params = _network(SMALL, (11,), np.dtype(np.float32), 2).init(jax.random.key(0))
+    params = shared_network(SMALL, (11,), np.dtype(np.float32), 2).init(jax.random.key(0))
     state = TrainState(params, optax.sgd(0.1, momentum=0.9).init(params), jnp.asarray(4, jnp.int32), jax.random.key(1))
     meta = dict(spec=spec_to_json(EnvSpec(KUHN[0], KUHN[1], np.dtype(np.float32), KUHN[2], 1)), network=dataclasses.asdict(SMALL))
     checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path)))
@@ -225,15 +227,15 @@ def test_load_policies_reads_many_steps_from_one_directory_as_load_policy_does(t
 def test_load_policies_restores_only_the_params_and_reads_their_metadata_once(tmp_path, monkeypatch):
     import orbax.checkpoint as ocp
 
-    from seedleague import api
+    from seedleague import checkpoint
 
     pool = tmp_path / "pool" / "main"
     for step in (10, 20, 30):
         save_checkpoint(pool, step=step, seed=step)
     templates, reads = [], []
-    restore_state, item_metadata = api._restore_state, ocp.CheckpointManager.item_metadata
-    monkeypatch.setattr(api, "_restore_state", lambda manager, step, subtrees: templates.append(subtrees)
-                        or restore_state(manager, step, subtrees))
+    read_state, item_metadata = checkpoint.read_state, ocp.CheckpointManager.item_metadata
+    monkeypatch.setattr(checkpoint, "read_state", lambda manager, step, subtrees: templates.append(subtrees)
+                        or read_state(manager, step, subtrees))
     monkeypatch.setattr(ocp.CheckpointManager, "item_metadata", lambda self, step: reads.append(step)
                         or item_metadata(self, step))
     policies = load_policies(str(pool), [10, 20, 30])

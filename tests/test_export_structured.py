@@ -23,7 +23,8 @@ from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHe
                                           StructuredEnvSpec, TensorSpec)
 from seedleague.rl.learner import LearnerConfig, init_train_state
 from seedleague.rl.networks import NetworkConfig
-from seedleague.structured_policy import StructuredPolicy, structured_network_for
+from seedleague.artifacts.networks import structured_network_for
+from seedleague.artifacts.structured import StructuredPolicy
 from test_api import ROOT
 from test_export import export, refused
 

@@ -183,7 +183,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
 
     from seedleague.api import load_policy
     from seedleague.checkpoint import CheckpointConfig
-    from seedleague.structured_policy import StructuredPolicy
+    from seedleague.artifacts.structured import StructuredPolicy
 
     config = dataclasses.replace(CONFIG, checkpoint=CheckpointConfig(directory=str(tmp_path / "checkpoints"),
                                                                      interval_s=3600))
@@ -231,7 +231,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
 def test_a_recurrent_structured_policy_is_refused_as_the_v1_api_refuses_one():
     from seedleague.api import RecurrentPolicyError
     from seedleague.rl.networks import NetworkConfig
-    from seedleague.structured_policy import StructuredPolicy
+    from seedleague.artifacts.structured import StructuredPolicy
 
     with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):
         StructuredPolicy(NetworkConfig(lstm_size=16), params={}, spec=SPEC, source="runs/x/7")

@@ -1,9 +1,12 @@
 """The package's import rules (docs/architecture.md, "Import rules"), read from the source with `ast`: the library
-never imports its examples (the top-level `envs` and `launch`), and no library module imports a command-line module.
+never imports its examples (the top-level `envs` and `launch`), no library module imports a command-line module,
+the modules of `seedleague` import each other in no circle, and one module restores orbax checkpoints.
 
 A command-line module parses a command's arguments and prints: `seedleague/cli.py`, any `cli.py` below it, and any
 module that defines a top-level `add_parser` (a `seedleague` subcommand) or `main` (a `python -m` entry point).
-Every import counts, function-local ones too, and `from seedleague.eval import cli` names the module `cli`.
+Every import counts, function-local ones too, and `from seedleague.eval import cli` names the module `cli`. For the
+circle, a function-local import is left out only where its line says `# optional-heavy: <why>` (a heavy optional
+dependency, imported where it is used).
 """
 
 import ast
@@ -12,6 +15,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "seedleague"
 EXAMPLES = ("envs", "launch")  # top-level packages of the repository that the library must not import
+OPTIONAL_HEAVY = "# optional-heavy:"  # on a function-local import's line: a heavy optional dependency, not a circle
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -86,3 +90,102 @@ def test_no_library_module_imports_a_command_line_module():
                     for line, imported in _imports(name, path, tree) if imported in CLI_MODULES)
     assert not wrong, ("a library module imports a command-line module: " + "; ".join(wrong)
                        + " (move what it needs out of the command-line module into a library module)")
+
+
+def _edges(name: str, path: pathlib.Path, source: str, modules) -> set[str]:
+    """The `seedleague` modules `name` (its `source` at `path`) imports at any depth, and the packages whose
+    `__init__` that runs; a function-local import marked OPTIONAL_HEAVY is left out. `from a import b` names
+    module a.b where b is one."""
+    tree, lines = ast.parse(source), source.splitlines()
+    local = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if id(node) in local and any(OPTIONAL_HEAVY in lines[n - 1] for n in range(node.lineno, node.end_lineno + 1)):
+            continue
+        names = [imported for line, imported in _imports(name, path, ast.Module([node], [])) if line == node.lineno]
+        if isinstance(node, ast.ImportFrom):  # the submodules it names, else the module it imports from
+            names = [n for n in names[1:] if n in modules] or names[:1]
+        for imported in names:
+            while imported and imported not in modules:  # a name in a module: that module
+                imported = imported.rpartition(".")[0]
+            parts = imported.split(".")
+            found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(modules)
+    return found - {name}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan 1972), each sorted."""
+    index, low, on_stack, stack, circles = {}, {}, set(), [], []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return circles
+
+
+GRAPH = {name: _edges(name, path, path.read_text(), MODULES) for name, (path, _) in MODULES.items()}
+
+
+def test_the_circle_finder_finds_circles_and_reads_marks():
+    # The rule below could not fail if these did not hold.
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    source = ("from seedleague import output\n"
+              "def f():\n    from seedleague.eval import board  # optional-heavy: pyspiel\n"
+              "def g():\n    from seedleague.api import Policy\n")
+    edges = _edges("seedleague.x", PACKAGE / "x.py", source, MODULES)
+    assert edges == {"seedleague", "seedleague.output", "seedleague.api"}
+    assert {"seedleague.artifacts.policy", "seedleague.artifacts"} <= GRAPH["seedleague.artifacts.structured"]
+
+
+def test_the_modules_of_the_package_import_each_other_in_no_circle():
+    circles = _circles(GRAPH)
+    assert not circles, ("modules of seedleague import each other in a circle: " + "; ".join(
+        " <-> ".join(circle) for circle in circles) + " (move what both need into a module below them, e.g. "
+        "seedleague.artifacts; a function-local import is no way around a circle)")
+
+
+def _imports_orbax(name: str, path: pathlib.Path, tree: ast.Module) -> bool:
+    return any(imported.split(".")[0] == "orbax" for _, imported in _imports(name, path, tree))
+
+
+def test_exactly_one_module_restores_orbax_checkpoints():
+    # Only a module that imports orbax can call its restore; seedleague.checkpoint is that one module, and reads
+    # (seedleague.artifacts.load) and the writer's own restore both go through it.
+    readers = sorted(name for name, (path, tree) in MODULES.items() if _imports_orbax(name, path, tree))
+    assert readers == ["seedleague.checkpoint"], (
+        f"modules that import orbax: {readers}; restore checkpoints through seedleague.checkpoint's read_* functions")
+    _, tree = MODULES["seedleague.checkpoint"]
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr == "restore"]
+    assert calls, "seedleague.checkpoint no longer calls orbax's restore: this rule reads the wrong module"

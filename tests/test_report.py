@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from seedleague import cli
-from seedleague.eval import cli as eval_cli
+from seedleague.eval import measure
 from seedleague.eval import report as report_module
 from seedleague.eval.report import write_report
 from seedleague.league.types import PayoffMatrix, Role, Standing
@@ -113,17 +113,17 @@ class FakeLeagueSource:
 def test_run_report_reads_the_run_dirs_eval_history(tmp_path):
     run = str(tmp_path)
     for entry in eval_history():
-        eval_cli.append_history(run, entry)
+        measure.append_history(run, entry)
     with open(os.path.join(run, "eval", "history.jsonl"), "a") as f:
         f.write('{"cut short')  # a line a crash left half-written is skipped
-    assert len(eval_cli.read_history(run)) == 3
-    paths = eval_cli.run_report(run, FakeLeagueSource())
+    assert len(measure.read_history(run)) == 3
+    paths = report_module.run_report(run, FakeLeagueSource())
     assert os.path.dirname(paths[0]) == os.path.join(run, "report")
     assert "exploitability.png" in [os.path.basename(p) for p in paths]
 
 
 def test_report_cli_without_a_league_database(tmp_path, capsys):
-    eval_cli.append_history(str(tmp_path), eval_history()[0])
+    measure.append_history(str(tmp_path), eval_history()[0])
     assert cli.main(["report", "--run-dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "no league database" in out and "exploitability.png" in out

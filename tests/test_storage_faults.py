@@ -34,7 +34,8 @@ from seedleague.league.types import MatchResult, Role
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
-from seedleague.api import _network, load_policy, load_trained
+from seedleague.api import load_policy, load_trained
+from seedleague.artifacts.networks import shared_network as _network
 from seedleague.rl.learner import LearnerConfig
 from test_api import SMALL, save_checkpoint
 

@@ -24,7 +24,7 @@ from seedleague.metrics import Metrics
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import StructuredWorkerClient
 from seedleague.rl.networks import NetworkConfig
-from seedleague.structured_policy import StructuredPolicy
+from seedleague.artifacts.structured import StructuredPolicy
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import SMALL_HOST, stopped_output, wait_for

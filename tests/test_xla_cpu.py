@@ -128,12 +128,13 @@ def test_a_jit_choosing_fusions_traces_once_per_static_value_and_keeps_the_numbe
 
 @pytest.mark.parametrize("torso, shape, off", [("board", (3, 6, 7), True), ("mlp", (5,), False)])
 def test_a_loaded_policy_answers_through_the_compile_its_network_calls_for(torso, shape, off):
-    from seedleague import api
+    from seedleague.artifacts import policy as artifact_policy
 
     config = NetworkConfig(torso=torso, hidden_sizes=(16,))
     network = make_network(config, shape, np.float32, 3)
-    policy = api.Policy(config, network.init(jax.random.key(0)), api.PolicySpec("test", shape, np.float32, 3))
+    policy = artifact_policy.Policy(config, network.init(jax.random.key(0)),
+                                    artifact_policy.PolicySpec("test", shape, np.float32, 3))
     probs = policy.action_probabilities(np.zeros((5,) + shape, np.float32))
     assert probs.shape == (5, 3)
     np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
-    assert api._forward.choices[(policy.network,)] is off
+    assert artifact_policy._forward.choices[(policy.network,)] is off

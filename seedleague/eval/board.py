@@ -23,7 +23,7 @@ import numpy as np
 import pyspiel
 
 from seedleague.games.openspiel import encode, legal_mask
-from seedleague.api import Policy
+from seedleague.artifacts.policy import Policy
 from seedleague.eval.openspiel_eval import GameLike, as_game, check_fits
 
 

@@ -17,7 +17,7 @@ import os
 from typing import Optional
 
 from seedleague.games.openspiel import load_game
-from seedleague.api import NoParamAverageError, load_policy, load_snapshot
+from seedleague.artifacts.load import NoParamAverageError, load_policy, load_snapshot
 from seedleague.eval.openspiel_eval import exploitability, mixture_exploitability
 from seedleague.league.model_pool import ModelPool, root_of
 

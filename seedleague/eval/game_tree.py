@@ -35,6 +35,19 @@ FORWARD_CHUNK = 65_536  # information states per forward pass: bounds the networ
 REACH_BYTES = 1 << 28  # own_reach's per-depth arrays: policies are taken in groups that fit this
 
 
+@dataclasses.dataclass(frozen=True)
+class TerminalTable:
+    """Every terminal history of a game, in the coordinates of its game_tree rows."""
+
+    weight: np.ndarray  # [H] chance probability x utility of seat 0
+    decisions: tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]  # per seat: [H, S*A] counts
+    # The sequence form (Koller, Megiddo and von Stengel 1994), for best responses as linear programs.
+    # A seat's sequence is its last decision (column row * A + action) on a path, -1 before its first.
+    last: tuple[np.ndarray, np.ndarray]  # per seat: [H] the seat's sequence at each terminal history
+    parent: dict  # infostate row -> (its seat, the seat's sequence that leads to it)
+    columns: tuple[np.ndarray, np.ndarray]  # per seat: every sequence of the seat but the empty one, sorted
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class GameTree:
     """Every history of `game` (ordered by depth, each parent before its children) and every
@@ -255,10 +268,8 @@ class GameTree:
         return np.flatnonzero(self.player == TERMINAL)
 
     def terminal_table(self):
-        """The game's metagame.TerminalTable: every terminal history with its chance-weighted utility, each
+        """The game's TerminalTable: every terminal history with its chance-weighted utility, each
         seat's decisions on the way, and the sequence form's structure."""
-        from seedleague.eval.metagame import TerminalTable
-
         actions, terminals = self.num_actions, self.terminals
         rows: tuple[list, list] = ([], [])
         cols: tuple[list, list] = ([], [])

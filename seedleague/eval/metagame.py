@@ -18,29 +18,15 @@ mix is when played as one behaviour strategy.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import numpy as np
 import pyspiel
-import scipy.sparse
 
 from seedleague.eval import game_tree
+from seedleague.eval.game_tree import TerminalTable  # re-exported: the terminal histories every metagame reads
 from seedleague.eval.openspiel_eval import PolicyTables, as_game
 from seedleague.league.nash import solve_zero_sum
-
-
-@dataclasses.dataclass(frozen=True)
-class TerminalTable:
-    """Every terminal history of a game, in the coordinates of its game_tree rows."""
-
-    weight: np.ndarray  # [H] chance probability x utility of seat 0
-    decisions: tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]  # per seat: [H, S*A] counts
-    # The sequence form (Koller, Megiddo and von Stengel 1994), for best responses as linear programs.
-    # A seat's sequence is its last decision (column row * A + action) on a path, -1 before its first.
-    last: tuple[np.ndarray, np.ndarray]  # per seat: [H] the seat's sequence at each terminal history
-    parent: dict  # infostate row -> (its seat, the seat's sequence that leads to it)
-    columns: tuple[np.ndarray, np.ndarray]  # per seat: every sequence of the seat but the empty one, sorted
 
 
 def terminal_table(game: pyspiel.Game) -> TerminalTable:

@@ -24,7 +24,8 @@ import pyspiel
 from open_spiel.python import policy as openspiel_policy
 
 from seedleague.games.openspiel import load_game, observation_shape
-from seedleague.api import Policy, mixture_weights, seat_mixture_weights
+from seedleague.artifacts.mixture import mixture_weights, seat_mixture_weights
+from seedleague.artifacts.policy import Policy
 from seedleague.eval import game_tree
 
 GameLike = Union[pyspiel.Game, str]

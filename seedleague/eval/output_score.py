@@ -22,7 +22,8 @@ from typing import Union
 import numpy as np
 import pyspiel
 
-from seedleague.api import Policy, PolicyMixture
+from seedleague.artifacts.mixture import PolicyMixture
+from seedleague.artifacts.policy import Policy
 from seedleague.eval import board, openspiel_eval
 
 EXPLOITABILITY = "exploitability"

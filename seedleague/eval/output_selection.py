@@ -43,8 +43,13 @@ import time
 from typing import Optional
 
 import numpy as np
+import pyspiel
 
-from seedleague.output import Member  # one network of an output: key, weight, path, step, average
+from seedleague.artifacts.load import NoParamAverageError, load_policies, load_policy
+from seedleague.artifacts.run_output import Member  # one network of an output: key, weight, path, step, average
+from seedleague.eval import least_exploitable, metagame, openspiel_eval
+from seedleague.games.openspiel import game_name, load_game
+from seedleague.league.types import parse_key
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +83,6 @@ class Choice:
 def game_of(env_name: str):
     """The loaded OpenSpiel game when `env_name` is an imperfect-information OpenSpiel game (exact
     exploitability can be measured), else None."""
-    import pyspiel  # OpenSpiel's module loads only where an output is chosen or measured
-
-    from seedleague.games.openspiel import game_name, load_game
-
     name = game_name(env_name)
     if name is None:
         return None
@@ -207,10 +208,6 @@ def select(run_dir: str, checkpoint: int, snapshot_keys: list[str], player: str,
     """Measure every candidate of the run (newest checkpoint `checkpoint`, `player`'s snapshots
     `snapshot_keys`, oldest first) and return the least exploitable; None when the run's game
     is not measurable. Cached (see the module docstring)."""
-    from seedleague.api import NoParamAverageError, load_policies, load_policy
-    from seedleague.eval import least_exploitable, metagame, openspiel_eval
-    from seedleague.league.types import parse_key
-
     stamp = _stamp(checkpoint, snapshot_keys)
     hit = cached(run_dir, stamp)
     if hit is not None:

@@ -24,7 +24,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from seedleague.artifacts.load import load_snapshot
+from seedleague.eval.curve import as_eval_history, snapshot_curve
 from seedleague.eval.heatmap_keys import NASH, KeySubset, pick_keys
+from seedleague.eval.measure import is_poker, pool_keys, read_history
 from seedleague.league.tables import rated_first
 from seedleague.league.types import PayoffMatrix, Role, Standing
 
@@ -205,3 +208,22 @@ def write_report(out_dir: str, standings: list[Standing], payoff: PayoffMatrix,
     with open(report, "w") as f:
         f.write(_report_markdown(standings, payoff, figures, eval_history, subset))
     return [leaderboard] + [p for p in figures.values() if p] + [report]
+
+
+def run_report(run_dir: str, league: Any, out_dir: Optional[str] = None) -> list[str]:
+    """Write the report of `run_dir` from `league` (standings, payoff, elo history; None: empty
+    league) and the run's eval history into `out_dir` (default `<run_dir>/report`); returns paths."""
+    standings, payoff, elo = [], PayoffMatrix([], [], []), {}
+    if league is not None:
+        standings, payoff = league.standings(), league.payoff()
+        elo = league.elo_history() if hasattr(league, "elo_history") else {}
+    history = read_history(run_dir) + _pool_curve(run_dir)
+    return write_report(out_dir or os.path.join(run_dir, "report"), standings, payoff, elo, history)
+
+
+def _pool_curve(run_dir: str, max_points: int = 40) -> list[dict]:
+    """Exploitability of the first player's snapshots over training, for poker runs (else [])."""
+    player, keys = pool_keys(run_dir)
+    if not keys or not is_poker(load_snapshot(run_dir, keys[0]).spec.env_name):
+        return []
+    return as_eval_history(snapshot_curve(run_dir, player, every=max(1, len(keys) // max_points)))

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 
+from seedleague.league.server import load_config
+from seedleague.league.service import League
+
 
 def league_of(run_dir: str):
     """THE place a run's league is opened from (anything with `standings()`, `payoff()` and `elo_history()` works):
@@ -17,10 +20,4 @@ def league_of(run_dir: str):
     path = os.path.join(run_dir, "league", "league.sqlite")
     if not os.path.exists(path):
         return None
-    try:
-        from seedleague.league.service import League  # scipy (the Nash solver): optional for reading a run
-    except ImportError:
-        return None
-    from seedleague.league.server import load_config
-
     return League(load_config(os.path.dirname(path)), path)

@@ -24,9 +24,12 @@ import os
 import sys
 
 from seedleague import output
-from seedleague.api import RecurrentPolicyError, checkpoint_steps
+from seedleague.artifacts.load import checkpoint_dir, checkpoint_steps
+from seedleague.artifacts.policy import RecurrentPolicyError
+from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.export import onnx_policy, onnx_structured
-from seedleague.structured_policy import StructuredPolicy
+from seedleague.league.types import parse_key
 
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
 
@@ -96,8 +99,6 @@ def _check_out(out: str, format: str) -> None:
 
 def _snapshot(run_dir: str, key: str) -> output.Output:
     """League snapshot `key` of `run_dir` as a one-member Output; ExportError/FileNotFoundError name what exists."""
-    from seedleague.league.types import parse_key
-
     try:
         player, step = parse_key(key)
     except ValueError as error:
@@ -140,11 +141,8 @@ def _load(member: output.Member, snapshot: str | None):
 
 
 def _lstm_size(member: output.Member) -> int:
-    """The LSTM size in the member's checkpoint meta (read through seedleague.api's directory rule)."""
-    from seedleague.api import _checkpoint_dir
-    from seedleague.checkpoint import CheckpointConfig, Checkpointer
-
-    checkpointer = Checkpointer(CheckpointConfig(directory=_checkpoint_dir(member.path)))
+    """The LSTM size in the member's checkpoint meta (read through seedleague.artifacts.load's directory rule)."""
+    checkpointer = Checkpointer(CheckpointConfig(directory=checkpoint_dir(member.path)))
     try:
         return int((checkpointer.restore_meta(member.step).get("network") or {}).get("lstm_size", 0))
     finally:

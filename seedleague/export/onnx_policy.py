@@ -1,6 +1,6 @@
 """One feed-forward policy as an ONNX graph, and the JSON sidecar that says how to feed it.
 
-The graph is the policy network of `seedleague.api.Policy` traced by jax2onnx with its params
+The graph is the policy network of `seedleague.artifacts.policy.Policy` traced by jax2onnx with its params
 baked in as constants, for any batch size B:
 
     inputs   observation    [B, *observation_shape]  the spec's dtype, float64 as float32 (uint8 scaled inside)
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seedleague.api import Policy
+from seedleague.artifacts.policy import Policy
 from seedleague.rl.networks import _resolve_torso
 
 INPUTS = ("observation", "legal_mask")
@@ -81,8 +81,8 @@ def quiet_exporter():
 
 def policy_model(policy: Policy) -> Any:
     """The ONNX ModelProto of `policy` (inputs and outputs as in the module docstring), checked by onnx."""
-    import onnx
-    from jax2onnx import to_onnx
+    import onnx  # optional-heavy: onnx and jax2onnx load only when a policy is exported
+    from jax2onnx import to_onnx  # optional-heavy: as above
 
     spec = policy.spec
     batch = jax.export.symbolic_shape(BATCH)[0]
@@ -100,7 +100,7 @@ def policy_model(policy: Policy) -> Any:
 
 def graph_tensors(values) -> list[dict]:
     """[{name, dtype, shape}] of graph inputs or outputs; symbolic dimensions by name ("B")."""
-    import onnx
+    import onnx  # optional-heavy: onnx loads only when a graph is written or read
 
     out = []
     for value in values:
@@ -173,7 +173,7 @@ def write_exported(policy: Any, path: str, extra: dict | None, build: Callable[[
                    describe_model: Callable[[Any, Any], dict]) -> dict:
     """What every exporter's `write` does: `build(policy)` its graph, `describe_model(policy, model)` it, add
     `extra`, write the graph to `path` and the sidecar to `path`.json, each atomically; returns the sidecar."""
-    import onnx
+    import onnx  # optional-heavy: onnx loads only when a graph is written or read
 
     model = build(policy)
     sidecar = dict(describe_model(policy, model), **(extra or {}))

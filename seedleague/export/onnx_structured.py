@@ -1,6 +1,6 @@
 """One feed-forward protocol v2 (structured) policy as an ONNX graph, and the JSON sidecar that says how to feed it.
 
-The graph is the structured network of a `seedleague.structured_policy.StructuredPolicy`
+The graph is the structured network of a `seedleague.artifacts.structured.StructuredPolicy`
 (named observation tensors in, one output per action head) traced by jax2onnx with its params
 baked in as constants, for any batch size B, under the names of the spec (names never hold "/"):
 
@@ -40,7 +40,7 @@ from seedleague.checkpoint_meta import spec_to_json
 from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, input_scaling, quiet_exporter, write_exported
 from seedleague.rl.encoders import encoder_kind, image_layout
 from seedleague.rl.structured_spec import ContinuousHead, DiscreteHead, mask_key
-from seedleague.structured_policy import StructuredPolicy
+from seedleague.artifacts.structured import StructuredPolicy
 
 VALUE = "value"
 LEGAL_MASK_SUFFIX = "/legal_mask"
@@ -158,8 +158,8 @@ def _encoders(policy: StructuredPolicy) -> str:
 def policy_model(policy: StructuredPolicy) -> Any:
     """The ONNX ModelProto of `policy` (inputs and outputs as in the module docstring), checked by onnx.
     Raises UnsupportedPolicyError for what check_exportable refuses or jax2onnx cannot convert."""
-    import onnx
-    from jax2onnx import to_onnx
+    import onnx  # optional-heavy: onnx and jax2onnx load only when a policy is exported
+    from jax2onnx import to_onnx  # optional-heavy: as above
 
     check_exportable(policy)
     spec = policy.spec

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from seedleague import output
 from seedleague.host.exploit import uniform_params
 from seedleague.league.types import UNIFORM_ANCHOR, LeagueAPI
 from seedleague.protocol.specs import EnvSpec
@@ -72,8 +73,6 @@ class AnchorLoader:
 
 def _output_params(path: str) -> tuple[Any, Any]:
     """(params, spec) of the output at `path`: one network, the heaviest member of a mixture."""
-    from seedleague import output  # reads checkpoints: imported when an anchor by path is first played
-
     resolved = output.resolve(path)
     trained = resolved.load(0)
     if resolved.kind == "mixture":

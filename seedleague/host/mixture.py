@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from seedleague.artifacts.mixture import mixture_weights, seat_mixture_weights
 from seedleague.league.types import Match
 
 
@@ -28,8 +29,6 @@ class ServedMixture:
 
     def __init__(self, keys: Sequence[str], weights: Sequence[float], params: Sequence[Any], rng: np.random.Generator,
                  seat_weights: Any = None):
-        from seedleague.api import mixture_weights, seat_mixture_weights
-
         if len(set(keys)) != len(keys) or len(params) != len(keys):
             raise ValueError(f"a served mixture needs distinct keys and one params tree per key, got keys {list(keys)} "
                              f"and {len(params)} params")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from seedleague.artifacts import networks
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.anchors import AnchorLoader
@@ -30,14 +31,9 @@ from seedleague.league.types import LeagueAPI, parse_key
 from seedleague.metrics import Metrics
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.specs_v2 import StructuredEnvSpec
-from seedleague.rl.structured_spec import is_v1_shaped
-from seedleague.rl.encoders import encoder_kind
-from seedleague.rl.networks import NetworkConfig
 from seedleague.host.unroll_store import structured_rows
-from seedleague.rl.structured_network import StructuredNetworkConfig, make_structured_network
 from seedleague.rl import sharding
 from seedleague.rl.learner import init_train_state, make_sharded_update
-from seedleague.rl.networks import make_network
 from seedleague.rl.types import Unroll
 
 log = logging.getLogger(__name__)
@@ -112,22 +108,8 @@ class Services:
 
 
 def build_network(config: HostConfig, spec: "EnvSpec | StructuredEnvSpec") -> Any:
-    """v1's network for a v1 spec; the structured network (one encoder per named tensor, one head per action head)
-    for a protocol v2 spec."""
-    if isinstance(spec, StructuredEnvSpec):
-        return make_structured_network(StructuredNetworkConfig(network=structured_torso(config.network, spec)),
-                                       spec.observation, spec.action)
-    return make_network(config.network, spec.observation_shape, spec.observation_dtype, spec.num_actions)
-
-
-def structured_torso(network: NetworkConfig, spec: StructuredEnvSpec) -> NetworkConfig:
-    """The network config a structured spec builds with: torso "mlp" (the classic-control settings) is what "auto"
-    picks for every vector tensor, so a spec of vectors only takes it as "auto"; any other torso is left for
-    make_structured_network to refuse with what to change."""
-    vectors = all(encoder_kind(t) == "vector" for t in spec.observation.tensors)
-    if network.torso == "mlp" and vectors and not is_v1_shaped(spec.observation, spec.action):
-        return dataclasses.replace(network, torso="auto")
-    return network
+    """The network the host trains for `spec` (seedleague.artifacts.networks.build)."""
+    return networks.build(config.network, spec)
 
 
 def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvSpec, services: Services,

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from seedleague import output
 from seedleague.checkpoint import Checkpointer, DamagedCheckpoint
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import HostConfig
@@ -104,12 +105,10 @@ def from_output(config: HostConfig, device: Any) -> tuple[Restored, ServedMixtur
 def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, ExploitTarget]:
     """The output of the run `config.exploit_output` names, frozen, as a best response's opponent; `config` with the
     network that output was trained with (the best response learns from scratch in the same architecture)."""
-    from seedleague.output import OutputConfig, recorded
-
     run_dir = config.exploit_output
     uniform = config.exploit_source == exploit.UNIFORM
     named = config.exploit_source and not uniform
-    source = OutputConfig(config.exploit_source, recorded(run_dir).player) if named else None
+    source = output.OutputConfig(config.exploit_source, output.recorded(run_dir).player) if named else None
     resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
     if uniform:  # the run's own network with its policy heads zeroed: the game's uniform random policy
         if isinstance(spec, StructuredEnvSpec) and len(spec.action.discrete) < len(spec.action.heads):
@@ -126,8 +125,6 @@ def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, Exploit
 def _output_networks(run_dir: str, source: Any, seed: int, device: Any):
     """(the resolved output, its first member's loaded policy, the spec it was trained on, every member as a
     ServedMixture on `device`)."""
-    from seedleague import output
-
     resolved = output.resolve(run_dir, source)
     trained = resolved.load(seed)
     members = trained.members if resolved.kind == "mixture" else [trained]

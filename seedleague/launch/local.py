@@ -35,6 +35,7 @@ from seedleague import games, grpc_server, output, progress, storage
 from seedleague.checkpoint import DamagedCheckpoint, NonFiniteState
 from seedleague.host import exploit
 from seedleague.host.host import Host, HostConfig
+from seedleague.league.client import LeagueClient
 from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.metrics import Metrics, progress_line
@@ -344,8 +345,6 @@ class _League:
         link = host_config.league
         if spec is None and not link.enabled:
             return host_config
-        from seedleague.league.client import LeagueClient
-
         address = link.address or (spec.address if spec else "")
         if not address:
             self.process = LeagueProcess(self.run_dir, spec, self.config.security)

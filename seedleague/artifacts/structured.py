@@ -1,7 +1,7 @@
 """A trained protocol v2 policy outside seedleague: named observations in, one action per head out.
 
-`seedleague.api.load_policy` (and so `load_trained`) returns a `StructuredPolicy` for a
-checkpoint whose meta records a protocol v2 spec:
+`seedleague.artifacts.load.load_policy` (and so `seedleague.api.load_trained`) returns a
+`StructuredPolicy` for a checkpoint whose meta records a protocol v2 spec:
 
     policy = load_trained("runs/pendulum")
     policy.act({"observation": obs})              # {"action": float32 [B, 1]}, sampled
@@ -10,36 +10,24 @@ checkpoint whose meta records a protocol v2 spec:
 
 Observations are a dict over `policy.spec.observation.arrays()` (entity masks
 included), each `[B, *shape]` or unbatched `shape`; `legal_mask` a dict over the
-discrete heads that declare one. Feed-forward networks only, as seedleague.api.
+discrete heads that declare one. Feed-forward networks only, as seedleague.artifacts.policy.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague.artifacts.networks import structured_network_for
+from seedleague.artifacts.policy import recurrent_error
 from seedleague.buckets import power_of_two
 from seedleague.protocol.specs_v2 import StructuredEnvSpec
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import NetworkConfig
-from seedleague.rl.structured_network import (StructuredNetwork, StructuredNetworkConfig, act, all_legal,
-                                              make_structured_network)
-
-
-@functools.lru_cache(maxsize=32)
-def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec,
-                           continuous: str = "squashed") -> StructuredNetwork:
-    """The network a host built for `spec` with `config` (seedleague.host.pipeline.build_network's choice);
-    `continuous` picks the Gaussian of continuous heads (StructuredNetworkConfig.continuous; hosts build
-    "squashed")."""
-    from seedleague.host.pipeline import structured_torso
-
-    return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec),
-                                                           continuous=continuous), spec.observation, spec.action)
+from seedleague.rl.structured_network import StructuredNetwork, act, all_legal
 
 
 def _act_rows(network: StructuredNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
@@ -64,9 +52,7 @@ class StructuredPolicy:
 
     def __init__(self, network_config: NetworkConfig, params: Any, spec: StructuredEnvSpec, step: int = 0,
                  meta: Optional[dict] = None, source: str = "", seed: int = 0, continuous: str = "squashed"):
-        if network_config.lstm_size:  # as seedleague.api refuses a v1 one (load_policy refuses before reading params)
-            from seedleague.api import recurrent_error
-
+        if network_config.lstm_size:  # as Policy refuses a v1 one (load_policy refuses before reading params)
             raise recurrent_error(source, network_config.lstm_size)
         self.spec = spec
         self.step = int(step)

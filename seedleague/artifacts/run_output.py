@@ -1,0 +1,141 @@
+"""What a run's output is: the `--output` source it recorded when it started, and the networks it consists of.
+
+A run names its output source with `--output` (`OutputConfig`); `record` writes it to `<run_dir>/output.json`
+before anything else starts, so a run stopped or killed at any moment still says what its output is.
+`seedleague.output.resolve` finds that output in what is on disk now, as an `Output` of `Member`s (where each
+network is and its weight); `Output.load` loads it:
+
+    record(run_dir, OutputConfig("league_nash", player="main"))   # at the start of a run
+    output = seedleague.output.resolve(run_dir)   # Output: source, kind, step, members (keys and weights)
+    output.describe()                # the "output" entry of summary.json
+    trained = output.load(seed=0)    # a Policy or a PolicyMixture: seedleague.api.load_trained
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from seedleague.artifacts.load import load_policy
+from seedleague.artifacts.mixture import PolicyMixture
+
+FILE = "output.json"
+SOURCES = {
+    "final": "the newest checkpoint's params",
+    "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
+    "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
+    "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
+    "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
+                "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
+                "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
+                "measured",
+}
+MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
+AVERAGE_FRACTION = 1 / 3  # average_policy mixes this newest fraction of the snapshots (as evaluate_run reports)
+
+
+def choices_text() -> str:
+    """"final (the newest ...), param_average (...), ...": for help texts and errors."""
+    return "; ".join(f"{name} ({meaning})" for name, meaning in SOURCES.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+    """What a run's output is (`seedleague train --output`)."""
+
+    source: str = "final"  # one of SOURCES
+    player: str = "main"  # whose snapshots average_policy and league_nash mix
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"--output must be one of {', '.join(SOURCES)}, got {self.source!r}: {choices_text()}")
+        if not self.player:
+            raise ValueError("the output's player must be a league player's name, e.g. main")
+
+
+def record(run_dir: str, config: OutputConfig) -> str:
+    """Write `<run_dir>/output.json` (atomically: a reader never sees half a file); returns its path."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(dataclasses.asdict(config), f)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def recorded(run_dir: str) -> OutputConfig:
+    """The run's recorded output config; `final` for a run that predates output.json."""
+    path = os.path.join(run_dir, FILE)
+    if not os.path.exists(path):
+        return OutputConfig()
+    with open(path) as f:
+        return OutputConfig(**json.load(f))
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One network of an output: where it is and its weight in the output."""
+
+    key: str  # "main:000512" (a snapshot), "checkpoint:000010" or "param_average:000010" (the learner's)
+    weight: float
+    path: str  # the directory seedleague.artifacts.load.load_policy reads it from
+    step: int
+    average: bool = False  # the learner's param average of that checkpoint, not its params
+    seat_weights: Optional[tuple[float, ...]] = None  # a mixture with one mix per seat: its weight in each seat
+
+    def __post_init__(self):
+        if self.seat_weights is not None:  # read back from JSON as a list
+            object.__setattr__(self, "seat_weights", tuple(float(w) for w in self.seat_weights))
+
+    def entry(self) -> dict:
+        """{"key", "weight"} and, for a mixture with one mix per seat, "seat_weights": how summary.json and an
+        export's index list the member."""
+        out = dict(key=self.key, weight=self.weight)
+        if self.seat_weights is not None:
+            out["seat_weights"] = list(self.seat_weights)
+        return out
+
+    def load(self, seed: int = 0):
+        return load_policy(self.path, self.step, seed=seed, average=self.average)
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A run's output as it is on disk now: one network (kind "policy") or a mixture of several."""
+
+    source: str
+    members: tuple[Member, ...]
+    note: str = ""  # how the output differs from what its source asked for, e.g. a fallback
+
+    @property
+    def kind(self) -> str:
+        return "mixture" if self.source in MIXTURES or len(self.members) > 1 else "policy"
+
+    @property
+    def step(self) -> int:
+        """The learner step of the newest network in the output."""
+        return max(m.step for m in self.members)
+
+    def describe(self) -> dict:
+        """{"source", "kind", "step", "members": [{"key", "weight"}] (mixtures), "note" (if any)}."""
+        out = dict(source=self.source, kind=self.kind, step=self.step)
+        if self.kind == "mixture":
+            out["members"] = [m.entry() for m in self.members]
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    def load(self, seed: int = 0):
+        """The output's Policy, or a PolicyMixture whose draw() gives one member per episode."""
+        if self.kind == "policy":
+            return self.members[0].load(seed)
+        return PolicyMixture([m.load(seed) for m in self.members], [m.weight for m in self.members], seed,
+                             self.seat_weights())
+
+    def seat_weights(self) -> "list[list[float]] | None":
+        """[seats][members]: each seat's mix, where the output has one per seat; else None."""
+        if any(m.seat_weights is None for m in self.members):
+            return None
+        return [list(row) for row in zip(*(m.seat_weights for m in self.members))]
