@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.artifacts.networks import shared_network
-from seedleague.buckets import power_of_two
+from seedleague.buckets import pad, power_of_two
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import Network, NetworkConfig
 
@@ -148,12 +148,8 @@ class Policy:
         observation, single = self._check_observation(observation)
         batch = observation.shape[0]
         mask = self._check_mask(legal_mask, batch, single)
-        size = power_of_two(batch)
-        if size != batch:  # padded rows: zeros, every action legal (no NaN), dropped below
-            pad = size - batch
-            observation = np.concatenate([observation, np.zeros((pad,) + observation.shape[1:], observation.dtype)])
-            mask = np.concatenate([mask, np.ones((pad, mask.shape[1]), bool)])
-        outputs = _forward(self.network, self.params, observation, mask)
+        size = power_of_two(batch)  # padded rows: zeros, every action legal (no NaN), dropped below
+        outputs = _forward(self.network, self.params, pad(observation, size), pad(mask, size, True))
         outputs = [np.asarray(x)[:batch] for x in outputs]
         return [x[0] for x in outputs] if single else outputs
 

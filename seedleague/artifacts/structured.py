@@ -23,7 +23,7 @@ import numpy as np
 
 from seedleague.artifacts.networks import structured_network_for
 from seedleague.artifacts.policy import recurrent_error
-from seedleague.buckets import power_of_two
+from seedleague.buckets import pad_dict, power_of_two
 from seedleague.protocol.specs_v2 import StructuredEnvSpec
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import NetworkConfig
@@ -77,13 +77,13 @@ class StructuredPolicy:
                                  f"({sorted(legal)})")
             legal[name] = np.asarray(mask, bool).reshape(legal[name].shape)
         self._rng, rng = jax.random.split(self._rng)
-        action = _act(self.network, self.params, _pad(observation, size), _pad(legal, size), rng, greedy)
+        action = _act(self.network, self.params, pad_dict(observation, size), pad_dict(legal, size), rng, greedy)
         return {k: np.asarray(v)[0] if single else np.asarray(v)[:batch] for k, v in action.items()}
 
     def value(self, observation: dict) -> np.ndarray:
         """[B] float32 value estimates (a float for one unbatched observation)."""
         observation, batch, single = self._batch(observation)
-        value = np.asarray(_value(self.network, self.params, _pad(observation, power_of_two(batch))))[:batch]
+        value = np.asarray(_value(self.network, self.params, pad_dict(observation, power_of_two(batch))))[:batch]
         return float(value[0]) if single else value
 
     def _batch(self, observation: dict) -> tuple[dict, int, bool]:
@@ -105,12 +105,3 @@ class StructuredPolicy:
         if len(batches) != 1:
             raise ValueError(f"every observation tensor needs the same batch size, got {sorted(batches)}")
         return out, batches.pop(), single
-
-
-def _pad(arrays: dict, size: int) -> dict:
-    """Rows appended up to `size`: zeros, and true for bool arrays (masks), so padded rows stay finite."""
-    out = {}
-    for key, x in arrays.items():
-        fill = np.ones if x.dtype == bool else np.zeros
-        out[key] = x if len(x) == size else np.concatenate([x, fill((size - len(x),) + x.shape[1:], x.dtype)])
-    return out

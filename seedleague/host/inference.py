@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from seedleague.buckets import pad, pad_dict
 from seedleague.host.opponents import OpponentTable, take_rows
 from seedleague.host.policy import Actions, InferencePolicy
 
@@ -65,24 +66,11 @@ def act_padded(policy: InferencePolicy, bucket: Callable[[int], int], observatio
     count = len(first)
     size = bucket(count)
     if isinstance(observation, dict):  # a structured network: dicts of named tensors, heads and legal masks
-        out = policy.act(_pad_dict(observation, size, None), pad(first, size, True),
-                         jax.tree.map(lambda x: pad(x, size), core), _pad_dict(legal, size, True))
+        out = policy.act(pad_dict(observation, size, None), pad(first, size, True),
+                         jax.tree.map(lambda x: pad(x, size), core), pad_dict(legal, size, True))
         cut = lambda tree: jax.tree.map(lambda x: x[:count], tree)
         return Actions(cut(out.action), cut(out.logits), cut(out.core_state), out.policy_version)
     out = policy.act(pad(observation, size), pad(first, size, True), jax.tree.map(lambda x: pad(x, size), core),
                      pad(legal, size, True))
     return Actions(out.action[:count], out.logits[:count], jax.tree.map(lambda x: x[:count], out.core_state),
                    out.policy_version)
-
-
-def _pad_dict(arrays: dict, size: int, value: Any) -> dict:
-    """Each array padded to `size` rows of `value` (None: 0, and true for bool arrays such as entity masks)."""
-    return {key: pad(x, size, (x.dtype == bool) if value is None else value) for key, x in arrays.items()}
-
-
-def pad(x: np.ndarray, size: int, value: Any = 0) -> np.ndarray:
-    """`x` with rows of `value` appended up to `size` rows."""
-    if len(x) == size:
-        return x
-    padding = np.full((size - len(x),) + x.shape[1:], value, x.dtype)
-    return np.concatenate([x, padding])

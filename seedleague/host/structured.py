@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from seedleague.host.inference import pad
+from seedleague.buckets import pad
 from seedleague.host.sessions import AgentStep
 from seedleague.protocol.specs import ActionBatch, StepBatch
 from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
