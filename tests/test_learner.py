@@ -66,7 +66,7 @@ def test_updates_reduce_the_loss_and_count_versions(loss, lstm_size):
         assert all(np.shape(v) == () for v in metrics.values())
         assert history[-1]["policy_lag"] == i  # batch acted with version 0; state was at step i
     expected = EXPECTED_METRICS | ({"clip_fraction"} if loss in ("ppo", "mmd") else set()) | (
-        {"kl"} if loss == "mmd" else set())
+        {"kl", "kl_cost"} if loss == "mmd" else set())
     assert set(history[0]) == expected
     assert all(np.isfinite(v) for m in history for v in m.values())
     assert int(state.step) == 8 and state.step.dtype == jnp.int32
@@ -222,6 +222,60 @@ def test_the_entropy_cost_can_fall_as_one_over_the_root_of_the_updates():
     _, metrics = make_update(config, network)(state._replace(step=jnp.asarray(3000, state.step.dtype)),
                                               _synthetic_batch(network), np.float32(30.0))
     assert float(metrics["entropy_cost"]) == pytest.approx(0.1, rel=1e-6)
+
+
+def test_the_proximal_weight_can_follow_the_entropy_cost():
+    # alpha 0.2 -> 0.05 over 60 s with kl_cost 0.2: eta / alpha held, so kl_cost = 0.2 * 0.2 / alpha:
+    # 0.2 at 0 s, 0.32 at 30 s (alpha 0.125), 0.8 at 60 s and after; without the option it stays 0.2.
+    from seedleague.rl.learner import Scales, schedule
+
+    config = LearnerConfig(loss="mmd", kl_cost=0.2, entropy_cost=0.2, entropy_cost_final=0.05, anneal_seconds=60.0,
+                           kl_follows_entropy=True)
+    for fn in (schedule, jax.jit(schedule, static_argnums=0)):
+        kl = [float(fn(config, 0, t).kl_cost) for t in (0.0, 30.0, 60.0, 90.0)]
+        np.testing.assert_allclose(kl, [0.2, 0.32, 0.8, 0.8], rtol=1e-6)
+    # PBT's multipliers apply to the configured kl_cost; the ratio uses the configured alpha, not the scaled one.
+    assert float(schedule(config, 0, 60.0, Scales(entropy_cost=2.0, kl_cost=0.5)).kl_cost) == pytest.approx(0.4)
+    plain = dataclasses.replace(config, kl_follows_entropy=False)
+    assert float(schedule(plain, 0, 60.0).kl_cost) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="kl_follows_entropy divides kl_cost by the annealed entropy cost"):
+        dataclasses.replace(config, entropy_cost_final=0.0)
+    # Through an update: the update reports the weight its loss used.
+    network = NETWORKS[0]
+    state = init_train_state(config, network, jax.random.key(0))
+    _, metrics = make_update(config, network)(state, _synthetic_batch(network), np.float32(30.0))
+    assert float(metrics["entropy_cost"]) == pytest.approx(0.125, rel=1e-6)
+    assert float(metrics["kl_cost"]) == pytest.approx(0.32, rel=1e-6)
+
+
+def test_lookahead_moves_the_params_half_way_from_the_slow_ones_every_interval():
+    # k = 2, rate 0.5: update 1 leaves the params as the optimiser made them (p1) and the slow ones at p0;
+    # update 2's optimiser step from p1 gives q2, and both params and slow become p0 + 0.5 * (q2 - p0).
+    network = NETWORKS[0]
+    plain = LearnerConfig(loss="ppo", learning_rate=1e-2)
+    config = dataclasses.replace(plain, lookahead_interval=2, lookahead_rate=0.5)
+    batch = _synthetic_batch(network)
+    copy = lambda state: jax.tree.map(jnp.copy, state)  # an update donates the state it is given
+    state0 = init_train_state(config, network, jax.random.key(0))
+    update, update_plain = make_update(config, network), make_update(plain, network)
+    state1, _ = update(copy(state0), batch)
+    p1, _ = update_plain(copy(state0._replace(slow=())), batch)
+    _assert_trees_close(state1.params, p1.params)
+    _assert_trees_close(state1.slow, state0.params)
+    q2, _ = update_plain(copy(state1._replace(slow=())), batch)
+    state2, _ = update(copy(state1), batch)
+    expected = jax.tree.map(lambda p0, q: p0 + 0.5 * (q - p0), state0.params, q2.params)
+    _assert_trees_close(state2.params, expected)
+    _assert_trees_close(state2.slow, expected)
+    _assert_trees_close(state2.opt_state, q2.opt_state)  # the optimiser's moments are kept across a sync
+    assert LearnerConfig().lookahead_interval == 0 and init_train_state(plain, network, jax.random.key(0)).slow == ()
+    with pytest.raises(ValueError, match="lookahead_rate in \\(0, 1\\]"):
+        LearnerConfig(lookahead_interval=5, lookahead_rate=0.0)
+
+
+def _assert_trees_close(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
 def test_an_update_follows_the_trained_seconds_it_is_given():

@@ -85,6 +85,16 @@ class LearnerConfig:
         learnt in its units (the game presets set it from the return bound a worker's spec
         declares, `seedleague.presets.scale_for_bound`); the console and episode stats keep the env's units.
     kl_cost: MMD's proximal weight 1 / eta on KL(pi || mu) (loss "mmd" only).
+    lookahead_interval, lookahead_rate: Lookahead (Zhang et al. 2019) over updates, as Lookahead-minmax uses it
+        against the rotation of simultaneous gradient play in zero-sum games (Chavdarova et al., ICLR 2021):
+        the learner keeps slow params; every lookahead_interval updates they step lookahead_rate of the way
+        to the params the updates reached, and the params restart from there (the optimiser's state kept).
+        A cycle of the iterates inside the interval is averaged away rather than followed. 0: off.
+    kl_follows_entropy: the proximal weight at each update is kl_cost x entropy_cost / alpha (alpha the
+        annealed entropy cost then), so MMD's step eta stays proportional to alpha as alpha anneals: MMD's
+        linear convergence to the regularised game's equilibrium needs eta <= alpha / L^2 (Sokota et al.
+        2023, Theorem 3.4), and a step held fixed while alpha falls leaves that bound. Needs an entropy cost
+        that stays above 0 (entropy_cost_final > 0 with an anneal).
     learning_rate, adam_eps: Adam (Kingma & Ba 2015). The default 2e-3 suits one
         step per batch (no PPO epochs); with several epochs use less (PPO's usual
         3e-4 to 1e-3), and about 3e-4 for Atari-sized conv networks. eps 1e-5
@@ -188,6 +198,9 @@ class LearnerConfig:
     minibatches: int = 1
     normalize_advantages: bool = True
     kl_cost: float = 0.0
+    kl_follows_entropy: bool = False  # kl_cost x entropy_cost / alpha: MMD's step eta = 1 / kl_cost shrinks with alpha
+    lookahead_interval: int = 0  # > 0: Lookahead's k, in updates: the params move to slow + rate * (params - slow)
+    lookahead_rate: float = 0.5  # Lookahead's alpha (the slow params' step towards the fast ones)
     fixed_targets: bool = False
     value_clip_epsilon: float = 0.0
     reward_scale: float = 1.0
@@ -219,6 +232,13 @@ class LearnerConfig:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.loss == "mmd" and not self.kl_cost > 0:
             problems.append(f"loss 'mmd' needs kl_cost > 0 (its proximal weight 1 / eta), got {self.kl_cost}")
+        if self.kl_follows_entropy and not (self.entropy_cost > 0 and (self.entropy_cost_final is None
+                                                                       or self.entropy_cost_final > 0)):
+            problems.append("kl_follows_entropy divides kl_cost by the annealed entropy cost, which must stay above 0: "
+                            f"got entropy_cost {self.entropy_cost}, entropy_cost_final {self.entropy_cost_final}")
+        if self.lookahead_interval < 0 or not 0 < self.lookahead_rate <= 1:
+            problems.append(f"lookahead_interval must be >= 0 (0: off) and lookahead_rate in (0, 1], got "
+                            f"{self.lookahead_interval} and {self.lookahead_rate}")
         if self.kl_cost and self.loss != "mmd":
             problems.append(f"kl_cost applies to loss 'mmd' only; loss is {self.loss!r} (set --learner.loss mmd)")
         if self.anneal_steps < 0:
@@ -294,6 +314,7 @@ class TrainState(NamedTuple):
     magnet: Any = ()  # the magnet policy's params when LearnerConfig.magnet_cost > 0, else ()
     magnet_target: Any = ()  # the moving average the magnet is replaced by (magnet_interval with magnet_rate), else ()
     average: Any = ()  # a ParamAverage when LearnerConfig.average_from is set, else ()
+    slow: Any = ()  # Lookahead's slow params when LearnerConfig.lookahead_interval > 0, else ()
 
 
 def anneal_progress(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> jax.Array:
@@ -337,6 +358,8 @@ def schedule(config: LearnerConfig, step: Any, seconds: Any = 0.0, scales: Scale
         alpha = jnp.maximum(alpha, config.entropy_cost_final or 0.0)
     else:
         alpha = annealed(config.entropy_cost, config.entropy_cost_final, progress)
+    if config.kl_follows_entropy:
+        kl_cost = kl_cost * config.entropy_cost / alpha
     return Anneal(progress, alpha * scales.entropy_cost, learning_rate, kl_cost)
 
 
@@ -366,6 +389,7 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
         magnet_target=jax.tree.map(jnp.copy, params) if config.replaces_magnet_by_average else (),
         average=(ParamAverage(jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32))
                  if config.keeps_average else ()),
+        slow=jax.tree.map(jnp.copy, params) if config.lookahead_interval > 0 else (),
     )
 
 
@@ -549,6 +573,17 @@ def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tupl
     return magnet, target
 
 
+def _lookahead(config: LearnerConfig, state: TrainState, params: Any) -> tuple[Any, Any]:
+    """(params, slow) after an update that produced `params`: every lookahead_interval updates both become
+    slow + lookahead_rate * (params - slow); between those, the params as they are and the slow ones kept."""
+    if not config.lookahead_interval > 0:
+        return params, state.slow
+    sync = (state.step + 1) % config.lookahead_interval == 0
+    stepped = optax.incremental_update(params, state.slow, config.lookahead_rate)
+    slow = jax.tree.map(lambda new, old: jnp.where(sync, new, old), stepped, state.slow)
+    return jax.tree.map(lambda new, fast: jnp.where(sync, new, fast), stepped, params), slow
+
+
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
             seconds: Any = 0.0, scales: Scales = Scales()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
@@ -561,12 +596,15 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
     else:
         params, opt_state, rng, metrics = _epochs(config, network, state, anneal, batch, targets)
     magnet, target = _moved_magnet(config, state, params)
+    params, slow = _lookahead(config, state, params)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
                    anneal_progress=anneal.progress, entropy_cost=anneal.entropy_cost)
+    if config.loss == "mmd":
+        metrics["kl_cost"] = jnp.asarray(anneal.kl_cost, jnp.float32)
     new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
                            magnet_target=target,
-                           average=_averaged(config, state.average, state.step, anneal.progress, params))
+                           average=_averaged(config, state.average, state.step, anneal.progress, params), slow=slow)
     return new_state, metrics
 
 
