@@ -20,7 +20,7 @@ from seedleague.host.learner_loop import NonFiniteUpdate
 from seedleague.league import cli as league_cli
 from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
-from seedleague.league.types import Mode
+from seedleague.league.types import Mode, Role
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
@@ -95,6 +95,11 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
     league.add_argument("--players", default=None,
                         help="learning players NAME[:ROLE],... (default: preset); the first runs in this process, "
                              "each other one as its own host process with its own workers")
+    league.add_argument("--pbt", type=int, default=0, metavar="N",
+                        help="population-based training (docs/pbt.md): N copies of the first player (role main), "
+                             "each with its own entropy cost, learning rate and kl_cost; every "
+                             "--league-config.pbt-interval updates (default 200 with --pbt) the bottom share copies "
+                             "a better member's snapshot and settings, perturbed (0: off)")
     league.add_argument("--league-page", default="127.0.0.1:0", metavar="HOST:PORT",
                         help="where the run's league serves its live page (docs/league_page.md); port 0 picks a free "
                              "one, 'off' serves none (default: %(default)s)")
@@ -112,13 +117,16 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     from seedleague.launch.league import LeagueSpec, PlayerSpec
 
     if not multiplayer:
-        if args.players or getattr(args, "league.address", None):
-            raise SystemExit(f"--players and --league.* need a two-player game; {name} is single-agent")
+        if args.players or args.pbt or getattr(args, "league.address", None):
+            raise SystemExit(f"--players, --pbt and --league.* need a two-player game; {name} is single-agent")
         return None
     players = tuple(PlayerSpec.parse(p) for p in (args.players or preset.players).split(",") if p.strip())
+    league_config = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.")
+    if args.pbt:
+        players, league_config = _pbt_players(args.pbt, players, league_config)
     if len({p.name for p in players}) != len(players):
-        raise SystemExit(f"--players names must be unique, got {args.players}")
-    service_flags = presets.league_flags(config_flags.build(LeagueConfig, args, preset.league, prefix="league_config."))
+        raise SystemExit(f"--players names must be unique, got {','.join(p.name for p in players)}")
+    service_flags = presets.league_flags(league_config)
     # The extra players' hosts get this command line's host flags (same network, learner, budget).
     player_args = tuple(_forwarded_flags(argv))
     page = "" if args.league_page == "off" else args.league_page
@@ -128,10 +136,29 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
         raise SystemExit(f"--league-page: {error}") from None
 
 
+PBT_INTERVAL = 200  # learner updates per PBT round when --pbt is given without --league-config.pbt-interval
+
+
+def _pbt_players(count: int, players: tuple, config: LeagueConfig) -> tuple[tuple, LeagueConfig]:
+    """--pbt N: the first player (role main) as N members NAME, NAME-1, ..., the other players after them."""
+    from seedleague.launch.league import PlayerSpec
+
+    first = players[0]
+    if count < 2:
+        raise SystemExit(f"--pbt {count}: population-based training needs at least 2 members (0: off)")
+    if first.role != Role.MAIN:
+        raise SystemExit(f"--pbt copies the first player, which is {first.name}:{first.role.value}; PBT members are "
+                         "main agents: put a NAME:main player first in --players")
+    members = (first,) + tuple(PlayerSpec(f"{first.name}-{k}", Role.MAIN) for k in range(1, count))
+    if config.pbt_interval == 0:
+        config = dataclasses.replace(config, pbt_interval=PBT_INTERVAL)
+    return members + players[1:], config
+
+
 # Per-player flags, and the token: it reaches the extra players' hosts through the environment
 # (seedleague.launch.league), never a command line, which every user of the machine can read.
 _NOT_FORWARDED = {"--env", "--run-dir", "--players", "--resume", "--resume-or-start", "--workers", "--seed", "--no-eval", "--token",
-                  "--league-page",
+                  "--league-page", "--pbt",
                   "--league.address", "--league.player", "--league.role", "--league.pool-dir"}
 
 
@@ -243,8 +270,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         raise ValueError(f"{'--resume' if args.resume else '--resume-or-start'} needs --run-dir: the run directory "
                          "to continue")
     if from_spec:
-        if not custom and len((args.players or "").split(",")) > 1:
-            raise ValueError("--players: a host that learns its game from its first worker plays one player; start "
+        if not custom and (len((args.players or "").split(",")) > 1 or args.pbt):
+            raise ValueError("--players and --pbt: a host that learns its game from its first worker plays one player; start "
                              "each other player as its own `seedleague host --league.address ...`, or give --env")
         run_dir = args.run_dir = args.run_dir or _default_run_dir("worker")
         preset, spec = _spec_preset(args, workers)

@@ -314,7 +314,7 @@ class _Policy:
         self.versions.append(version)
 
 
-def _update_nan_at_3(state, batch, clock):
+def _update_nan_at_3(state, batch, clock, scales):
     step = state.step + 1
     poisoned = step >= 3
     params = jnp.where(poisoned, jnp.nan, state.params * 1.0)

@@ -26,6 +26,7 @@ from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
 from seedleague.host.pending import PendingStep, answer_all
+from seedleague.host.pbt_member import PbtMember
 from seedleague.host.pipeline import Pipeline, Services, build_pipeline, spec_difference
 from seedleague.host.seating import Seating
 from seedleague.host.sessions import AgentStep, Session, SessionRegistry
@@ -179,6 +180,8 @@ class Host:
         services = Services(self.metrics, self.checkpointer, self._checkpoint_meta, self._trained_seconds,
                             self._league_api, self.pool, self._target)
         self.pipeline = build_pipeline(self.config, self.layout, spec, services, state)
+        if self.pipeline.league is not None:  # a member of population-based training applies the league's answers
+            self.pipeline.league.pbt_handler = PbtMember(self.pipeline.learner, self.pool, self.pipeline.initial_state)
         return self.pipeline
 
     def _resume(self) -> None:

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from seedleague.checkpoint import NonFiniteState
 from seedleague.league.model_pool import ParamsCache
-from seedleague.league.types import LeagueAPI, Match, MatchResult, Role
+from seedleague.league.types import LeagueAPI, Match, MatchResult, PbtAnswer, Role
 from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
 
@@ -100,6 +100,7 @@ class LinkStats:
     skipped: int = 0  # matches fetched but not played: their opponent's snapshot was not in the pool
     snapshots: int = 0
     resets: int = 0
+    pbt_copies: int = 0  # population-based training: snapshots of another member taken over
     failures: int = 0
     last_error: str = ""
 
@@ -141,6 +142,11 @@ class LeagueLink:
             threading.Thread(target=self._loop, args=(self._check_in_once, config.check_in_interval_s), name="league-check-in", daemon=True),
         ]
         self._self_play = Match(config.player, True)
+        # Population-based training: called with the league's PbtAnswer at check-ins (seedleague.host.pbt_member);
+        # an answer that comes before it is set waits for it, so no copy is lost.
+        self.pbt_handler: Callable[[PbtAnswer], None] | None = None
+        self._pbt_waiting: PbtAnswer | None = None
+        self._pbt_applied: PbtAnswer | None = None
         self.error: Exception | None = None  # a fault retrying cannot mend (see the module docstring)
 
     def start(self) -> None:
@@ -293,6 +299,8 @@ class LeagueLink:
     def _check_in_once(self) -> bool:
         step = self._learner_step()
         decision = self.league.check_in(self.config.player, step)
+        if decision.pbt is not None:
+            self._pbt(decision.pbt)
         if not decision.snapshot:
             return False
         key_step, path = self._snapshot()
@@ -304,6 +312,24 @@ class LeagueLink:
             self.stats.resets += 1
             log.info("%s reset to its initial params after snapshot %s", self.config.player, info.key)
         return True
+
+
+    def _pbt(self, answer: PbtAnswer) -> None:
+        """Apply a PBT answer that copies or changes the settings; one with a copy waits for `pbt_handler`."""
+        waiting = self._pbt_waiting
+        if waiting is not None and waiting.copy_from and not answer.copy_from:  # the copy still waits: keep it
+            answer = dataclasses.replace(answer, copy_from=waiting.copy_from, note=waiting.note)
+        self._pbt_waiting = answer
+        if self.pbt_handler is None:
+            return
+        if answer.copy_from or self._pbt_applied is None or _settings(answer) != _settings(self._pbt_applied):
+            self.pbt_handler(answer)
+            self.stats.pbt_copies += bool(answer.copy_from)
+        self._pbt_applied, self._pbt_waiting = answer, None
+
+
+def _settings(answer: PbtAnswer) -> tuple[float, float, float]:
+    return answer.entropy_cost, answer.learning_rate, answer.kl_cost
 
 
 def _is_fatal(error: Exception) -> bool:

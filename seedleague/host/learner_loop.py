@@ -38,6 +38,7 @@ from seedleague.host.replay import Replay
 from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
+from seedleague.rl.learner import Scales
 from seedleague.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,19 @@ class LearnerLoop:
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
         self._poisoned = False  # the state holds an update with a non-finite loss: nothing may save it
+        self.set_scales(Scales())
+
+    def set_scales(self, scales: Scales) -> None:
+        """Multipliers on the entropy cost, learning rate and kl_cost from the next update on (population-based
+        training: seedleague.league.pbt); traced by the update, so no recompile. Any thread."""
+        values = tuple(np.float32(v) for v in scales)
+        if self._layout is None:
+            values = jax.device_put(values)  # on the device once, not at every update
+        elif not self._layout.multi_process:
+            values = jax.device_put(values, self._layout.replicated)
+        self._scales = Scales(*values)
+        self.scales = Scales(*(float(v) for v in scales))  # as given, for logs and tests
+
 
     @property
     def step(self) -> int:
@@ -205,13 +219,13 @@ class LearnerLoop:
             clock = self.transfers.to_device(np.float32(self._clock()))
             if self._packed:
                 if self._returned is None:
-                    state, metrics = jax.eval_shape(self._update, self.state, batch, clock)  # traced, not run
+                    state, metrics = jax.eval_shape(self._update, self.state, batch, clock, self._scales)  # traced, not run
                     self._returned = packing.Layout.of_tree((state.step, metrics))
-                self.state, buffer = _UPDATE_AND_PACK(self._update, self.state, batch, clock)
+                self.state, buffer = _UPDATE_AND_PACK(self._update, self.state, batch, clock, self._scales)
                 params = self._params_copy(self.state)
                 step, metrics = self.transfers.fetch_packed(self._returned, buffer, "the learner's update")
             else:
-                self.state, metrics = self._update(self.state, batch, clock)
+                self.state, metrics = self._update(self.state, batch, clock, self._scales)
                 params = self._params_copy(self.state)
                 step, metrics = self.transfers.to_host(jax.tree.map(sharding.local_value, (self.state.step, metrics)))
         metrics = {k: float(v) for k, v in metrics.items()}
@@ -250,9 +264,10 @@ class LearnerLoop:
         return bool(flags[:, 0].all()), stop, bool(flags[:, 2].any())
 
 
-def _update_and_pack(update: Callable, state: Any, batch: Any, clock: jax.Array) -> tuple[Any, jax.Array]:
+def _update_and_pack(update: Callable, state: Any, batch: Any, clock: jax.Array,
+                     scales: Scales) -> tuple[Any, jax.Array]:
     """`update`, with its new step and metrics packed into one byte buffer in the same call."""
-    state, metrics = update(state, batch, clock)
+    state, metrics = update(state, batch, clock, scales)
     return state, packing.pack((state.step, metrics))
 
 _UPDATE_AND_PACK = jax.jit(_update_and_pack, static_argnums=0, donate_argnums=1)

@@ -13,6 +13,7 @@ from seedleague.league.types import (
     Match,
     MatchResult,
     PayoffMatrix,
+    PbtAnswer,
     PlayerInfo,
     Role,
     SnapshotDecision,
@@ -109,11 +110,22 @@ def decode_result(message: pb.MatchResult) -> MatchResult:
 
 
 def encode_decision(decision: SnapshotDecision) -> pb.SnapshotDecision:
-    return pb.SnapshotDecision(snapshot=decision.snapshot, reset=decision.reset, reason=decision.reason)
+    message = pb.SnapshotDecision(snapshot=decision.snapshot, reset=decision.reset, reason=decision.reason)
+    if decision.pbt is not None:
+        p = decision.pbt
+        message.pbt.CopyFrom(pb.PbtSettings(entropy_cost=p.entropy_cost, learning_rate=p.learning_rate,
+                                            kl_cost=p.kl_cost, copy_from=p.copy_from, note=p.note))
+    return message
 
 
 def decode_decision(message: pb.SnapshotDecision) -> SnapshotDecision:
-    return SnapshotDecision(snapshot=message.snapshot, reset=message.reset, reason=message.reason)
+    answer = None
+    if message.HasField("pbt"):
+        p = message.pbt
+        if not all(v > 0 for v in (p.entropy_cost, p.learning_rate, p.kl_cost)):
+            raise ProtocolError(INVALID_ARGUMENT, "pbt settings must be multipliers > 0")
+        answer = PbtAnswer(p.entropy_cost, p.learning_rate, p.kl_cost, p.copy_from, p.note)
+    return SnapshotDecision(snapshot=message.snapshot, reset=message.reset, reason=message.reason, pbt=answer)
 
 
 def encode_standing(row: Standing) -> pb.Standing:
@@ -125,6 +137,7 @@ def encode_standing(row: Standing) -> pb.Standing:
         win_rate=row.win_rate,
         trueskill_mu=row.trueskill_mu,
         trueskill_sigma=row.trueskill_sigma,
+        pbt=row.pbt,
     )
 
 
@@ -137,6 +150,7 @@ def decode_standing(message: pb.Standing) -> Standing:
         win_rate=message.win_rate,
         trueskill_mu=message.trueskill_mu,
         trueskill_sigma=message.trueskill_sigma,
+        pbt=message.pbt,
     )
 
 

@@ -78,6 +78,16 @@ class LeagueConfig:
     # probability (paper: 0.25).
     league_exploiter_reset_prob: float = 0.25
 
+    # Population-based training (seedleague.league.pbt, docs/pbt.md) over the learning players of role main:
+    # a round every this many learner updates of each (0: off); the bottom `pbt_share` of members, ranked by their
+    # round's score against the population, copy a top-share member's newest snapshot and settings when the
+    # lower bound of the score gap, `pbt_z` standard errors below it, is above 0, then perturb each setting by a
+    # factor 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2; TLeague the same).
+    pbt_interval: int = 0
+    pbt_share: float = 0.25  # PBT: the bottom and the top share of the members (TLeague: the better quarter)
+    pbt_z: float = 1.96  # PBT: standard errors below the score gap its lower bound lies (1.96: 97.5% one-sided)
+    pbt_perturb: float = 0.2  # PBT: each copied setting is multiplied by 1 - this or 1 + this (Jaderberg: 0.8 / 1.2)
+
     # The gRPC service's request rate limit, per client connection (token bucket): RESOURCE_EXHAUSTED beyond
     # `request_burst` calls at once or `max_requests_per_s` sustained. A host makes a few calls a second;
     # 0 turns the limit off.
@@ -174,6 +184,17 @@ def _count_problems(config: LeagueConfig) -> list[str]:
     ]
     if config.max_requests_per_s > 0 and not config.request_burst >= 1:
         problems.append(f"request_burst must be >= 1 when max_requests_per_s is set, got {config.request_burst}")
+    if config.pbt_interval < 0:
+        problems.append(f"pbt_interval must be >= 0 learner updates (0: no population-based training), "
+                        f"got {config.pbt_interval}")
+    if not 0 < config.pbt_share <= 0.5:
+        problems.append(f"pbt_share must be in (0, 0.5] (the bottom and the top share of the members), "
+                        f"got {config.pbt_share}")
+    if not (math.isfinite(config.pbt_z) and config.pbt_z >= 0):
+        problems.append(f"pbt_z must be a finite number >= 0 (standard errors; 1.96: 97.5% one-sided), got {config.pbt_z}")
+    if not 0 < config.pbt_perturb < 1:
+        problems.append(f"pbt_perturb must be in (0, 1) (factors 1 - p and 1 + p; 0.2: x0.8 or x1.2), "
+                        f"got {config.pbt_perturb}")
     if not math.isfinite(config.initial_elo):
         problems.append(f"initial_elo must be a finite number, got {config.initial_elo}")
     return problems

@@ -15,6 +15,9 @@ nothing), then writes to the store, and only after the commit applies the event
 to the in-memory `LeagueState`; on start it replays the store into that state. A write the
 store could not commit is refused with INTERNAL and changes nothing (so results it could not
 store are never acknowledged).
+Population-based training (`seedleague.league.pbt`, LeagueConfig.pbt_interval > 0): each main player gets
+settings when it registers; at a check-in that finds a round due the service plans it, stores its rows and
+applies them; every check-in answer of a member carries its settings, and once its newest copy.
 Anchors (fixed members: `add_anchor`) and humans (role HUMAN) never check in, snapshot or
 draw opponents; a human reports results as a learner does. Who plays whom is `matchmaking`; the arithmetic is in `payoff`, `elo`,
 `trueskill` and `nash`. Thread-safe: one lock around every call.
@@ -22,12 +25,14 @@ draw opponents; a human reports results as a learner does. Who plays whom is `ma
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 from typing import Optional, Sequence
 
 import numpy as np
 
-from seedleague.league import matchmaking, tables
+from seedleague.league import matchmaking, pbt, tables
 from seedleague.league.config import LeagueConfig
 from seedleague.league.payoff import OUTCOMES
 from seedleague.league.state import LeagueState
@@ -37,6 +42,7 @@ from seedleague.league.types import (
     MatchResult,
     Mode,
     PayoffMatrix,
+    PbtAnswer,
     PlayerInfo,
     Role,
     SnapshotDecision,
@@ -54,6 +60,8 @@ MAX_PATH_CHARS = 4096
 MAX_STEP = 1 << 62
 MAX_OPPONENTS_PER_CALL = 10_000
 MAX_RESULTS_PER_CALL = 100_000
+
+log = logging.getLogger(__name__)
 
 
 def _stored(write, *args):
@@ -95,7 +103,10 @@ class League:
                     )
                 return existing
             _stored(store.add_player, name, role)
-            return self._state.add_player(name, role)
+            info = self._state.add_player(name, role)
+            if self._state.pbt.enabled and role == Role.MAIN:
+                self._pbt_join(store, name)
+            return info
 
     def get_opponents(self, player: str, count: int) -> list[Match]:
         count = _check_int(count, "count", 1, MAX_OPPONENTS_PER_CALL)
@@ -140,6 +151,8 @@ class League:
             pending = decision.reset if decision.snapshot else None
             _stored(store.check_in, player, learner_step, pending)
             self._state.check_in(player, learner_step, pending)
+            if self._state.pbt.is_member(player):
+                decision = dataclasses.replace(decision, pbt=self._pbt_check_in(store, player))
             return decision
 
     def add_snapshot(self, player: str, step: int, path: str) -> SnapshotInfo:
@@ -221,6 +234,44 @@ class League:
     def payoff(self) -> PayoffMatrix:
         with self._lock:
             return self._state.payoff_matrix()
+
+    # --- population-based training -----------------------------------------------------------------
+
+    def _pbt_join(self, store: LeagueStore, name: str) -> None:
+        """A new member's INIT row: member k's settings drawn from an RNG of its own (seed, k)."""
+        index = len(self._state.pbt.settings)
+        settings = pbt.initial_settings(index, np.random.default_rng([self.config.seed, index]))
+        row = pbt.PbtRow(self._state.pbt.rounds, name, pbt.INIT, settings, settings)
+        _stored(store.add_pbt_rows, [row])
+        self._state.pbt.apply(row)
+
+    def _pbt_check_in(self, store: LeagueStore, player: str) -> PbtAnswer:
+        """Hold the next round if it is due, then `player`'s settings and its newest copy if not yet handed out."""
+        state = self._state.pbt
+        if state.due({name: info.learner_step for name, info in self._state.players.items()}):
+            latest = {}
+            for snapshot in self._state.snapshots.values():
+                latest[snapshot.player] = snapshot.key
+            view = state.round_input(latest)
+            config = self.config
+            rows = pbt.plan_round(view, config.pbt_share, config.pbt_z, (1 - config.pbt_perturb, 1 + config.pbt_perturb),
+                                  np.random.default_rng([config.seed, 1, view.round]))
+            _stored(store.add_pbt_rows, rows)
+            for row in rows:
+                state.apply(row)
+                if row.kind == pbt.EXPLOIT:
+                    log.info("pbt %s", row.text())
+        settings, copy = state.settings[player], state.undelivered.get(player)
+        if copy is not None:
+            _stored(store.pbt_delivered, player, copy.round)
+            state.delivered(player)
+        return PbtAnswer(settings.entropy_cost, settings.learning_rate, settings.kl_cost,
+                         copy.source_key if copy is not None else "", copy.text() if copy is not None else "")
+
+    def pbt_history(self) -> list[pbt.PbtRow]:
+        """Every PBT event so far, oldest first: joins, and each round's copies and keeps with their evidence."""
+        with self._lock:
+            return list(self._state.pbt.history)
 
     # --- reports ----------------------------------------------------------------------------------
 
@@ -321,6 +372,8 @@ def _replay(state: LeagueState, store: LeagueStore) -> None:
             players.append(event)
         elif isinstance(event, SnapshotRow):
             state.add_snapshot(event.info, event.reset)
+        elif isinstance(event, pbt.PbtRow):
+            state.pbt.apply(event)
         else:
             state.add_result(event)
     for row in players:

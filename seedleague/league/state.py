@@ -33,6 +33,7 @@ from seedleague.league import payoff
 from seedleague.league.config import LeagueConfig
 from seedleague.league.elo import elo_update
 from seedleague.league.matchmaking import LeagueView
+from seedleague.league.pbt import PbtState
 from seedleague.league.trueskill import INITIAL_MU, INITIAL_SIGMA, rate_1v1
 from seedleague.league.types import MatchResult, PayoffMatrix, PlayerInfo, Role, SnapshotInfo, Standing, learns
 
@@ -54,6 +55,7 @@ class LeagueState:
         self._trueskill: list[tuple[float, float]] = []
         self._history: dict[str, list[tuple[int, float]]] = {}
         self._moved: set[int] = set()  # keys whose Elo changed since the last history point
+        self.pbt = PbtState(config.pbt_interval)  # population-based training's members, tallies and history
 
     # --- events -----------------------------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class LeagueState:
         elo_i, elo_j = elo_update(self._elo[i], self._elo[j], outcome, config.elo_k, config.elo_scale)
         self._elo[i], self._elo[j] = float(elo_i), float(elo_j)
         self._trueskill[i], self._trueskill[j] = rate_1v1(self._trueskill[i], self._trueskill[j], outcome)
+        self.pbt.count(result.player, outcome)
         self.results += 1
         self._moved.update((i, j))
         if self.results % config.elo_history_every == 0:
@@ -137,7 +140,7 @@ class LeagueState:
         rates = payoff.win_rate(totals[:, payoff.WINS], totals[:, payoff.DRAWS], totals[:, payoff.GAMES], 0.0)
         rows = [
             Standing(key, self.role_of(key), self._elo[i], float(totals[i, payoff.GAMES]), float(rates[i]),
-                     *self._trueskill[i])
+                     *self._trueskill[i], pbt=self.pbt.note(key))
             for i, key in enumerate(self._keys)
         ]
         return sorted(rows, key=lambda row: -row.elo)

@@ -24,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import json
 import os
 import shutil
 import sqlite3
 from typing import Iterator, Optional, Sequence, Union
 
+from seedleague.league.pbt import PbtRow, row_settings
 from seedleague.league.types import MatchResult, Role, SnapshotInfo
 
 SCHEMA_VERSION = 1
@@ -60,6 +62,21 @@ _SCHEMA = (
     seq INTEGER NOT NULL UNIQUE
 )""",
 )
+
+# Population-based training's events (seedleague.league.pbt): created in a database of schema version 1 that
+# lacks it, so a league from before PBT resumes as it was.
+_PBT_TABLE = """CREATE TABLE IF NOT EXISTS pbt (
+    seq INTEGER PRIMARY KEY,                   -- shared with players, snapshots and results: commit order
+    round INTEGER NOT NULL,                    -- 0 for a member's INIT row
+    member TEXT NOT NULL REFERENCES players(name),
+    kind TEXT NOT NULL,                        -- init | exploit | kept
+    old TEXT NOT NULL,                         -- JSON [entropy_cost, learning_rate, kl_cost] multipliers before
+    new TEXT NOT NULL,                         -- ... and after
+    source TEXT NOT NULL,                      -- exploit: the member copied
+    source_key TEXT NOT NULL,                  -- exploit: the snapshot copied
+    evidence TEXT NOT NULL,                    -- JSON: scores, games and the confidence bound that decided
+    delivered INTEGER NOT NULL DEFAULT 0       -- exploit: handed to the member's host at a check-in
+)"""
 
 
 _IDS_PER_QUERY = 500  # host parameters per SELECT ... IN (...); SQLite allows 32766
@@ -113,7 +130,7 @@ class SnapshotRow:
     reset: bool
 
 
-Event = Union[PlayerRow, SnapshotRow, MatchResult]
+Event = Union[PlayerRow, SnapshotRow, MatchResult, PbtRow]
 
 
 class LeagueStore:
@@ -141,7 +158,7 @@ class LeagueStore:
                              "run's newest checkpoint; or give a new --run-dir") from None
         self._next_seq = 1 + max(
             self._db.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {table}").fetchone()[0]
-            for table in ("players", "snapshots", "results")
+            for table in ("players", "snapshots", "results", "pbt")
         )
 
     def close(self) -> None:
@@ -150,7 +167,7 @@ class LeagueStore:
     # --- reads ------------------------------------------------------------------------------------
 
     def events(self) -> Iterator[Event]:
-        """Every player, snapshot and result, in commit order."""
+        """Every player, snapshot, result and PBT row, in commit order."""
         players = (
             (seq, PlayerRow(name, Role(role), step, None if pending is None else bool(pending)))
             for name, role, step, pending, seq in self._db.execute(
@@ -169,7 +186,14 @@ class LeagueStore:
                 "SELECT result_id, player, opponent, outcome, learner_step, seq FROM results ORDER BY seq"
             )
         )
-        for _, event in heapq.merge(players, snapshots, results, key=lambda pair: pair[0]):
+        pbt = (
+            (seq, PbtRow(round_, member, kind, row_settings(json.loads(old)), row_settings(json.loads(new)), source,
+                         source_key, json.loads(evidence), bool(delivered)))
+            for seq, round_, member, kind, old, new, source, source_key, evidence, delivered in self._db.execute(
+                "SELECT seq, round, member, kind, old, new, source, source_key, evidence, delivered FROM pbt "
+                "ORDER BY seq")
+        )
+        for _, event in heapq.merge(players, snapshots, results, pbt, key=lambda pair: pair[0]):
             yield event
 
     # --- writes (each one transaction) ------------------------------------------------------------
@@ -206,6 +230,23 @@ class LeagueStore:
             )
             self._next_seq += len(new)
         return new
+
+    def add_pbt_rows(self, rows: Sequence[PbtRow]) -> None:
+        """Store a member's INIT row or a whole round's rows, in one transaction."""
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO pbt (seq, round, member, kind, old, new, source, source_key, evidence, delivered) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(self._seq(), r.round, r.member, r.kind, json.dumps(_multipliers(r.old)),
+                  json.dumps(_multipliers(r.new)), r.source, r.source_key, r.evidence_json(), int(r.delivered))
+                 for r in rows],
+            )
+
+    def pbt_delivered(self, member: str, round_: int) -> None:
+        """Mark `member`'s EXPLOIT row of round `round_` as handed to its host."""
+        with self._transaction() as db:
+            db.execute("UPDATE pbt SET delivered = 1 WHERE member = ? AND round = ? AND kind = 'exploit'",
+                       (member, round_))
 
     @staticmethod
     def _stored_ids(db: sqlite3.Connection, ids: list[str]) -> set[str]:
@@ -247,7 +288,7 @@ class LeagueStore:
         tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
             with self._transaction() as db:  # not executescript: it would COMMIT on its own
-                for statement in _SCHEMA:
+                for statement in _SCHEMA + (_PBT_TABLE,):
                     db.execute(statement)
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             return
@@ -260,3 +301,10 @@ class LeagueStore:
                 f"this seedleague reads version {SCHEMA_VERSION}: use the seedleague version that wrote it "
                 "or start a new --run-dir"
             )
+        if "pbt" not in tables:
+            with self._transaction() as db:
+                db.execute(_PBT_TABLE)
+
+
+def _multipliers(settings) -> list[float]:
+    return [settings.entropy_cost, settings.learning_rate, settings.kl_cost]

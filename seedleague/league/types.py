@@ -113,12 +113,24 @@ class MatchResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class PbtAnswer:
+    """A PBT member's settings as the league holds them, and a copy to make (seedleague.league.pbt)."""
+
+    entropy_cost: float = 1.0  # multipliers on the learner's entropy cost, learning rate and kl_cost
+    learning_rate: float = 1.0
+    kl_cost: float = 1.0
+    copy_from: str = ""  # a snapshot key: take its params, optimiser state, magnet and average now ("": none)
+    note: str = ""  # the change, in words, for logs
+
+
+@dataclasses.dataclass(frozen=True)
 class SnapshotDecision:
-    """The league's answer to a learner checking in: freeze a snapshot now? reset after it?"""
+    """The league's answer to a learner checking in: freeze a snapshot now? reset after it? PBT's settings."""
 
     snapshot: bool
     reset: bool = False
     reason: str = ""
+    pbt: Optional[PbtAnswer] = None  # set for a member of population-based training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +144,7 @@ class Standing:
     win_rate: float  # decayed, over all its games
     trueskill_mu: float = 25.0
     trueskill_sigma: float = 25.0 / 3
+    pbt: str = ""  # a PBT member's settings and newest copy, in words ("" for everyone else)
 
 
 @dataclasses.dataclass(frozen=True)
