@@ -1,8 +1,8 @@
 """The live league page (seedleague/league/page.py) over real sockets: what its JSON shows, the
-Wilson interval by hand, every refusal on its port (and that nothing changes after one), the
-`league serve` flags, and, in a real headless Chromium, a page that renders standings, rating
-curves and the payoff heatmap of a real `seedleague league serve` and redraws them as results
-arrive."""
+Wilson interval by hand, env steps and exploitability read from a run's files (page_files.py), every
+refusal on its port (and that nothing changes after one), the `league serve` flags, and, in a real
+headless Chromium, a page that renders standings, rating curves (over env steps), the payoff heatmap
+and the exploitability curves of a real `seedleague league serve` and redraws them as results arrive."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from seedleague.league import tables
 from seedleague.league.client import LeagueClient
 from seedleague.league.config import LeagueConfig
 from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock, thinned
+from seedleague.league.page_files import HostProgress, RunFiles
 from seedleague.league.payoff import wilson_interval
 from seedleague.league.server import load_config
 from seedleague.league.service import League
@@ -193,6 +194,12 @@ BAD_INPUT = {  # each kind of bad input: served -> (status, body) of the page's 
     "a huge request line": lambda served: _status(raw(served, b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\n\r\n")),
     "a long path": lambda served: _status(raw(served, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n")),
     "too many headers": lambda served: _status(raw(served, b"GET / HTTP/1.1\r\n" + b"X-A: b\r\n" * 200 + b"\r\n")),
+    "a huge header": lambda served: _status(raw(served, b"GET / HTTP/1.1\r\nX-A: " + b"a" * 100_000 + b"\r\n\r\n")),
+    "wrong token in a cookie": _get("/api/state", {"Cookie": "seedleague_page_token=nope"}),
+    "a huge body": lambda served: _status(raw(served, b"POST /api/state HTTP/1.1\r\nAuthorization: Bearer " +
+                                              TOKEN.encode() + b"\r\nContent-Length: 4000000\r\n\r\n" + b"x" * 4_000_000)),
+    "a TLS handshake": lambda served: _status(raw(served, bytes.fromhex("16030102000100") + bytes(range(256)) * 2)),
+    "HTTP/2": lambda served: _status(raw(served, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")),
 }
 
 
@@ -201,6 +208,8 @@ BAD_INPUT = {  # each kind of bad input: served -> (status, body) of the page's 
     ("wrong host", 403, b"open http://127.0.0.1:"), ("unknown path", 404, b"open http://"),
     ("a POST", 405, b"read-only"), ("junk bytes", 400, b"HTTP"), ("a huge request line", 414, b"short"),
     ("a long path", 414, b"short"), ("too many headers", 431, b"fewer"), ("too many query fields", 400, b"token"),
+    ("a huge header", 431, b"shorter"), ("wrong token in a cookie", 401, b"?token="), ("a huge body", 405, b"read-only"),
+    ("a TLS handshake", 400, b"with http://"), ("HTTP/2", 505, b"not HTTP/2"),
 ])
 def test_bad_input_gets_a_reason_and_changes_nothing(page, name, code, says):
     served, league, said = page
@@ -242,6 +251,88 @@ def test_wall_clock_series_stay_bounded_and_keep_their_span():
     assert len(wall.t) < 4 and wall.t[0] == 0.0
     assert len(wall.elo["main"]) == len(wall.steps["main"]) == len(wall.t)
     assert wall.steps["main"][-1] == 10 * wall.t[-1]
+
+
+def tick(t: float, step: int, env_steps: int, **extra) -> str:
+    """One progress tick as a host writes it (seedleague.progress)."""
+    return json.dumps(dict(time=t, wall_s=t - 1000.0, env_steps=env_steps, learner_step=step, resumed_from=None,
+                           **extra)) + "\n"
+
+
+def write_run_files(run_dir: pathlib.Path) -> None:
+    """What the hosts, `seedleague eval` and `seedleague exploit` leave in a run of players main and x (`fill`)."""
+    (run_dir / "players" / "x").mkdir(parents=True)
+    # main (the first host): 10 env steps per learner step; x: 5 per step, started 10 s later
+    (run_dir / "progress.jsonl").write_text("".join(tick(1000.0 + t, 10 * t, 100 * t) for t in (1, 5, 10, 20)))
+    (run_dir / "players" / "x" / "progress.jsonl").write_text(tick(1020.0, 100, 500) + '{"torn')
+    (run_dir / "eval").mkdir()
+    (run_dir / "eval" / "history.jsonl").write_text("".join(json.dumps(dict(
+        time=2000.0 + i, step=100 * i, env_steps=1000 * i, wall_s=10.0 * i, policy=f"main:{i}",
+        results=dict(exploitability=0.5 / (i + 1), param_average_exploitability=0.25 / (i + 1), games=100))) + "\n"
+        for i in range(3)) + "not json\n")
+    finished = run_dir / "exploit" / "final-1"
+    finished.mkdir(parents=True)
+    (finished / "summary.json").write_text(json.dumps(dict(exploit=dict(
+        read_out=True, still_rising=False, estimate=dict(value=0.12, ci95=0.01, games=5000),
+        curve=[dict(t_s=5.0, games=10, value=-0.3), dict(t_s=10.0, games=10, value=0.1)]))))
+    training = run_dir / "exploit" / "final-2"
+    training.mkdir()
+    (training / "progress.jsonl").write_text(tick(3000.0, 5, 50, mean_return=-0.2) + tick(3002.0, 9, 90, mean_return=0.05))
+
+
+def test_host_progress_places_steps_at_env_steps_and_times_by_hand(tmp_path):
+    path = tmp_path / "progress.jsonl"
+    # a fresh host: the origin is its start (time - wall_s); steps 0..100 over env steps 0..1000, idle at 100
+    path.write_text(tick(1002.0, 20, 200) + tick(1010.0, 100, 1000) + tick(1012.0, 100, 1000))
+    host = HostProgress(str(path))
+    host.update()
+    assert host.at_steps([0, 10, 60, 100, 101]) == [[0, 1000.0], [100, 1001.0], [600, 1006.0], [1000, 1010.0],
+                                                    [None, None]]  # 100 at its first tick; beyond the last: unplaced
+    assert host.env_steps_at_times([999.0, 1001.0, 1011.0, 1013.0]) == [None, 100, 1000, None]
+    # resumed from step 60's checkpoint: the points after step 60 are superseded; a torn line waits for its end
+    with open(path, "a") as f:
+        f.write(tick(1020.0, 60, 600).replace('"resumed_from": null', '"resumed_from": 60') + '{"time": 10')
+    host.update()
+    assert host.learner_step == [0, 20, 60] and host.env_steps == [0, 200, 600]
+    with open(path, "a") as f:
+        f.write('25.0, "wall_s": 1, "env_steps": 900, "learner_step": 90, "resumed_from": 60}\n')
+    host.update()
+    assert host.learner_step == [0, 20, 60, 90] and host.time[-1] == 1025.0
+
+
+def test_run_files_give_env_steps_evaluations_and_best_responses(tmp_path):
+    write_run_files(tmp_path)
+    snapshots = [dict(key="main:000100", player="main", step=100), dict(key="x:000100", player="x", step=100),
+                 dict(key="main:000300", player="main", step=300)]
+    found = RunFiles(str(tmp_path)).read(["main", "x"], snapshots, [1005.0, 1020.0])
+    assert found["snapshot_at"] == {"main:000100": [1000, 1010.0], "x:000100": [500, 1020.0],
+                                    "main:000300": [None, None]}  # main's ticks reach step 200
+    assert found["wall_env_steps"] == {"main": [500, 2000], "x": [125, 500]}  # x started at 1000 too (wall_s)
+    assert found["progress"]["main"]["env_steps"] == [0, 100, 500, 1000, 2000]  # the origin, then the ticks
+    assert found["evaluations"] == {
+        "exploitability": [[0, 0.0, 0, 0.5, 2000.0], [1000, 10.0, 100, 0.25, 2001.0], [2000, 20.0, 200, 0.166667, 2002.0]],
+        "param_average_exploitability": [[0, 0.0, 0, 0.25, 2000.0], [1000, 10.0, 100, 0.125, 2001.0],
+                                         [2000, 20.0, 200, 0.083333, 2002.0]]}
+    finished, training = found["best_responses"]
+    assert finished == dict(name="final-1", finished=True, estimate=0.12, ci95=0.01, games=5000, read_out=True,
+                            still_rising=False, error="", curve=[[5.0, -0.3], [10.0, 0.1]])
+    assert training == dict(name="final-2", finished=False, curve=[[2000.0, -0.2], [2002.0, 0.05]])
+
+
+def test_the_page_shows_the_run_files_beside_its_league(tmp_path):
+    write_run_files(tmp_path)
+    (tmp_path / "league").mkdir()
+    league = League(CONFIG, str(tmp_path / "league" / "league.sqlite"))
+    fill(league)
+    with LeaguePage(league, PageConfig(sample_every_s=3600), say=lambda line: None,
+                    run_dir=str(tmp_path / "league")) as served:
+        state = json.loads(get(served, "/api/state")[2])
+    league.close()
+    assert state["run_dir"] == str(tmp_path)
+    assert state["snapshot_at"]["main:000100"] == [1000, 1010.0] and state["snapshot_at"]["main:000000"][0] == 0
+    assert set(state["evaluations"]) == {"exploitability", "param_average_exploitability"}
+    assert [r["name"] for r in state["best_responses"]] == ["final-1", "final-2"]
+    assert set(state["wall_env_steps"]) == {"main", "x"}
 
 
 def test_serve_refuses_a_bad_page_address(tmp_path, capsys):
@@ -294,9 +385,11 @@ def _rendered(dom: str) -> dict:
     standings = re.search(r'id="standings".*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
     assert dom.count('class="main-svg"') >= 6  # plotly drew its figures
     assert 'class="hm"' in dom or "heatmaplayer" in dom  # ... the heatmap among them
+    axis = re.search(r'id="elo-steps"[^>]*?data-axis="(\w+)"', dom)
     return dict(results=int(body.group(1)), standings=standings.count("<tr>"), text=re.sub("<[^>]+>", " ", standings),
                 heatmap=_attribute(dom, "payoff", "data-points"), curve=_attribute(dom, "elo-results", "data-points"),
-                steps=_attribute(dom, "elo-steps", "data-points"))
+                steps=_attribute(dom, "elo-steps", "data-points"), steps_axis=axis and axis.group(1),
+                exploit=_attribute(dom, "exploit", "data-points"), responses=_attribute(dom, "best-response", "data-points"))
 
 
 def _page_state(url: str) -> dict:
@@ -310,6 +403,7 @@ def _page_results(url: str) -> int:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (make chromium, or apt-get install chromium)")
 def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
+    write_run_files(tmp_path)  # the hosts' progress, evaluations and best responses beside the league
     proc, address, url = _start_serve(str(tmp_path / "league"), *PFSP_FLAGS)
     client = LeagueClient(address, ClientSecurity(token=TOKEN))
     try:
@@ -318,6 +412,8 @@ def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
         first = _rendered(_dump(url + "?token=" + TOKEN, str(tmp_path / "chromium")))
         assert first["results"] == 8 and first["standings"] == 6 and "main:000100" in first["text"]
         assert first["heatmap"] == 6 and first["curve"] > 0 and first["steps"] == 4
+        # snapshots over env steps (the hosts' progress files), the evaluations' and best responses' curves
+        assert first["steps_axis"] == "env" and first["exploit"] == 6 and first["responses"] == 5
 
         client.check_in("main", 200)
         client.add_snapshot("main", 200, "/pool/main/200")
@@ -325,7 +421,7 @@ def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
         wait_for(lambda: _page_results(url) == 20, 30, "the page's data to count 20 results")
         second = _rendered(_dump(url + "?token=" + TOKEN, str(tmp_path / "chromium")))
         assert second["results"] == 20 and second["standings"] == 7 and "main:000200" in second["text"]
-        assert second["heatmap"] == 7 and second["curve"] > first["curve"] and second["steps"] == 5
+        assert second["heatmap"] == 7 and second["curve"] > first["curve"] and second["steps"] == 5  # main:200 placed
         assert second["text"] != first["text"]
     finally:
         client.close()
@@ -375,6 +471,10 @@ def test_a_finished_runs_page_shows_its_ratings_and_resume_carries_every_rating_
         assert shown == {row.key: round(row.elo, 1) for row in tables.rated_first(standings, 40).rows}
         assert state["results"] == results and state["mode"] == load_config(os.path.join(run_dir, "league")).mode.value
         assert state["fixed"] == [dict(key="uniform", role="anchor", plays="uniform")]
+        # each snapshot at the env steps its host had reached, from the run's own progress.jsonl
+        env_steps = [state["snapshot_at"][s["key"]][0] for s in state["snapshots"]]
+        placed = [n for n in env_steps if n is not None]
+        assert env_steps[0] == 0 and len(placed) >= 2 and placed == sorted(placed) and placed[-1] > 0, env_steps
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0

@@ -17,8 +17,9 @@ The charts are drawn in the browser by plotly.js, served from the installed `plo
 package (nothing is downloaded at run time, no CDN); the page's own HTML and JavaScript are in
 `static/`. Refusals: a missing or wrong token (401), a Host header other than this loopback
 address (403, against DNS rebinding), a method other than GET/HEAD (405), a query or path too
-long (414), junk that is not HTTP (400, from http.server), more than `max_connections` at once
-(503); each answer names the problem and the fix, and the console gets one line for it.
+long (414), junk that is not HTTP (400, from http.server; a TLS handshake is told to use http://), HTTP/2
+(505), more than `max_connections` at once (503); each answer names the problem and the fix, and the console
+gets one line for it.
 docs/league_page.md is the user's guide.
 """
 
@@ -40,6 +41,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from seedleague.league import payoff, tables
+from seedleague.league.page_files import RunFiles
 from seedleague.league.service import League
 from seedleague.league.types import Role, learns
 from seedleague.protocol.errors import ProtocolError
@@ -50,6 +52,7 @@ PAGE_FAILED = "league page: "  # ... or this and why, when it cannot (the league
 COOKIE = "seedleague_page_token"
 MAX_PATH_CHARS = 2048
 MAX_BODY_BYTES = 4096  # a POST body (seedleague play's moves); the league page takes none
+LINGER_S, LINGER_BYTES = 1.0, 16 << 20  # what a closing connection still reads of a refused request (see _Server)
 MAX_CURVE_POINTS = 400  # points per key of the Elo-by-results curve (the league keeps one every elo_history_every)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -243,6 +246,8 @@ class LeagueRecorder:
                  say: Callable[[str], None] = print, run_dir: str = ""):
         self.league, self.config, self._clock, self._say = league, config, clock, say
         self.run_dir = run_dir  # the league's directory: where `seedleague play` leaves its address (PLAY_URL_FILE)
+        # the run's directory above it: its hosts' progress, evaluations and best responses (page_files)
+        self.files = RunFiles(os.path.dirname(os.path.abspath(run_dir))) if run_dir else None
         self.wall = WallClock()
         self.samples = 0
         self._document = b"{}"
@@ -262,6 +267,7 @@ class LeagueRecorder:
         rates = self.wall.rates()
         for player in snapshot["players"]:
             player.update(rates.get(player["name"], {}))
+        snapshot.update(self.read_files(snapshot))
         document = dict(snapshot, play=play_link(self.run_dir), time=round(now, 2), started=round(self.started, 2), sample=self.samples + 1,
                         every_s=self.config.sample_every_s, results_per_s=rates.get("*", {}).get("results_per_s"),
                         wall=self.wall.to_json(), first_seen={k: round(v, 2) for k, v in self.wall.first_seen.items()})
@@ -269,6 +275,15 @@ class LeagueRecorder:
         with self._lock:
             self._document, self.samples = encoded, self.samples + 1
             self._lock.notify_all()
+
+    def read_files(self, snapshot: dict) -> dict:
+        """The run's files' part of the page (env steps, exploitability; page_files.RunFiles), empty without a run
+        directory; a file not there (yet), or not readable, leaves its part empty."""
+        if self.files is None:
+            return dict(progress={}, snapshot_at={}, wall_env_steps={}, evaluations={}, best_responses=[],
+                        run_dir="")
+        found = self.files.read([p["name"] for p in snapshot["players"]], snapshot["snapshots"], self.wall.t)
+        return dict(found, run_dir=self.files.run_dir)
 
     def document(self) -> bytes:
         with self._lock:
@@ -348,7 +363,7 @@ class _Server(http.server.ThreadingHTTPServer):
             self.page.refused(f"503 from {client_address[0]}: more than {self.page.config.max_connections} connections")
             _send_raw(request, 503, "the league page is serving its maximum of connections: retry in a few seconds "
                                     "(or raise --page.max-connections)")
-            self.shutdown_request(request)
+            super().shutdown_request(request)  # no lingering on the accepting thread
             return
         super().process_request(request, client_address)
 
@@ -357,6 +372,23 @@ class _Server(http.server.ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def shutdown_request(self, request):
+        """Close a served connection without resetting it: after the last byte of the answer, read and drop what the
+        client still sends (a refused body) for at most LINGER_S seconds or LINGER_BYTES, so a refusal of a huge
+        request reaches the client instead of being lost to the reset a close with unread data sends."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(LINGER_S)
+            end, left = time.monotonic() + LINGER_S, LINGER_BYTES
+            while left > 0 and time.monotonic() < end:
+                chunk = request.recv(min(65536, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
 
 
 def _send_raw(sock: socket.socket, code: int, reason: str) -> None:
@@ -462,9 +494,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return answer
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
-        """http.server's own refusals (junk, too long a line, too many headers), with what to change added."""
+        """http.server's own refusals (junk, too long a line, too many headers, HTTP/2), with what to change added;
+        what the client sent is quoted at most MAX_QUOTED chars."""
+        if code == 400 and getattr(self, "raw_requestline", b"")[:2] == TLS_HANDSHAKE:
+            return self._refuse(400, "a TLS handshake (https://)",
+                                f"the page speaks plain HTTP: open {self.server.page.url}, with http://")
         fix = _EXPLAIN.get(code, "send an HTTP GET of the page's address")
-        self._refuse(code, message or http.HTTPStatus(code).phrase, f"{explain}; {fix}" if explain else fix)
+        message = (message or http.HTTPStatus(code).phrase)[:MAX_QUOTED]
+        self._refuse(code, message, f"{explain}; {fix}" if explain else fix)
 
     def _refuse(self, code: int, message: str, fix: str) -> None:
         """A plain-text answer "CODE message: fix", the connection closed, and one console line."""
@@ -495,8 +532,11 @@ class _Refused(Exception):
         self.code, self.message, self.fix = code, message, fix
 
 
+TLS_HANDSHAKE = b"\x16\x03"  # the first bytes of a TLS ClientHello: a browser asked for https://
+MAX_QUOTED = 120  # chars of a refused request quoted back (and on the console)
 _EXPLAIN = {
     400: "the page speaks HTTP/1.x: open it in a browser or with curl",
+    505: "the page speaks HTTP/1.x, not HTTP/2: open it in a browser or with curl",
     408: "send the whole request within --page.request-timeout-s",
     414: "the page's paths are short: open the address the league printed",
     431: "send fewer or shorter headers",

@@ -51,29 +51,93 @@ function standings(state) {
   }], { showlegend: false, xaxis: { title: "TrueSkill μ" }, yaxis: { dtick: 1 }, margin: Object.assign({}, MARGIN, { l: 120 }) });
 }
 
+// The x axes a curve can be drawn over: each maps a point's [env steps, time, learner step] to x (null: unplaced).
+const AXES = {
+  env: { title: "env steps", x: (p) => p[0] },
+  wall: { title: "wall-clock", x: (p) => (p[1] === null || p[1] === undefined ? null : new Date(p[1] * 1000)) },
+  learner: { title: "learner step", x: (p) => p[2] },
+};
+
+function axisOf(select, fallback) {
+  // The axis a switch names; before the person chose one, `fallback` (set each poll, e.g. env steps once known).
+  const node = document.getElementById(select);
+  if (!node.dataset.chosen) node.value = fallback;
+  return node.value;
+}
+
 function eloCurves(state) {
-  const times = state.wall.t.map((t) => new Date(t * 1000));
   const fixed = new Set((state.fixed || []).map((m) => m.key));
   const dashed = (key) => (fixed.has(key) ? { dash: "dot", width: 3 } : {});
-  draw("elo-wall", Object.entries(state.wall.elo).map(([key, ys]) => ({
-    type: "scatter", mode: "lines", name: key, x: times, y: ys, connectgaps: false, line: dashed(key),
-  })), { xaxis: { title: "wall-clock" }, yaxis: { title: "Elo" } });
+  const overEnv = axisOf("wall-axis", "wall") === "env";
+  const times = state.wall.t.map((t) => new Date(t * 1000));
+  const envSteps = state.wall_env_steps || {};
+  const wallKeys = Object.keys(state.wall.elo).filter((key) => !overEnv || envSteps[key]);
+  draw("elo-wall", wallKeys.map((key) => ({
+    type: "scatter", mode: "lines", name: key, x: overEnv ? envSteps[key] : times, y: state.wall.elo[key],
+    connectgaps: false, line: dashed(key),
+  })), { xaxis: { title: overEnv ? "env steps (of the player)" : "wall-clock" }, yaxis: { title: "Elo" } });
+  document.getElementById("elo-wall").dataset.axis = overEnv ? "env" : "wall";
+  document.getElementById("elo-wall-note").textContent = overEnv ?
+    (wallKeys.length ? "each learner's live Elo at its own env steps, from its host's progress file" :
+      "no host progress file found beside the league (RUN/progress.jsonl, RUN/players/NAME/progress.jsonl)") :
+    "sampled by this league service since it started";
 
+  const at = state.snapshot_at || {};
+  const placed = state.snapshots.some((s) => at[s.key] && at[s.key][0] !== null);
+  const axis = AXES[axisOf("snap-axis", placed ? "env" : "learner")];
   const byPlayer = {};
   state.snapshots.forEach((s) => (byPlayer[s.player] = byPlayer[s.player] || []).push(s));
   draw("elo-steps", state.players.map((p) => {
-    const snaps = (byPlayer[p.name] || []).slice().sort((a, b) => a.step - b.step);
+    const snaps = (byPlayer[p.name] || []).map((s) => [axis.x([...(at[s.key] || [null, null]), s.step]), s])
+      .filter(([x]) => x !== null && x !== undefined).sort((a, b) => a[1].step - b[1].step);
     return {
       type: "scatter", mode: "lines+markers", name: `${p.name} (${p.role})`,
-      x: snaps.map((s) => s.step), y: snaps.map((s) => state.snapshot_elo[s.key]), text: snaps.map((s) => s.key),
+      x: snaps.map(([x]) => x), y: snaps.map(([, s]) => state.snapshot_elo[s.key]), text: snaps.map(([, s]) => s.key),
       line: { color: ROLE_COLOURS[p.role] }, hovertemplate: "%{text}: Elo %{y:.1f}<extra></extra>",
     };
-  }), { xaxis: { title: "learner step" }, yaxis: { title: "Elo" } });
+  }), { xaxis: { title: axis.title }, yaxis: { title: "Elo" } });
+  document.getElementById("elo-steps").dataset.axis = document.getElementById("snap-axis").value;
 
   draw("elo-results", Object.entries(state.elo_history).map(([key, points]) => ({
     type: "scatter", mode: "lines", line: Object.assign({ shape: "hv" }, dashed(key)), name: key,
     x: points.map((p) => p[0]), y: points.map((p) => p[1]),
   })), { xaxis: { title: "results counted" }, yaxis: { title: "Elo" } });
+}
+
+function exploitability(state) {
+  // The run's evaluations (seedleague eval: exact, NashConv / 2) over the chosen axis, and each best response
+  // (seedleague exploit) as its learning curve with its estimate: a lower bound on the output's exploitability.
+  const evaluations = state.evaluations || {};
+  const responses = state.best_responses || [];
+  const chosen = axisOf("exploit-axis", "env");  // an evaluation point: [env steps, training s, learner step, value]
+  const axis = chosen === "seconds" ? { title: "seconds of training", x: (p) => p[1] } : AXES[chosen];
+  document.getElementById("exploit").dataset.axis = chosen;
+  const traces = Object.entries(evaluations).map(([field, points]) => {
+    const shown = points.map((p) => [axis.x([p[0], p[1], p[2]]), p[3]]).filter(([x]) => x !== null);
+    return { type: "scatter", mode: "lines+markers", name: field.replace(/_/g, " "),
+             x: shown.map(([x]) => x), y: shown.map(([, y]) => y) };
+  });
+  draw("exploit", traces, { xaxis: { title: axis.title }, yaxis: { title: "exploitability", rangemode: "tozero" } });
+  draw("best-response", responses.map((r) => ({
+    type: "scatter", mode: "lines", name: r.name + (r.finished ? "" : " (training)"),
+    x: r.curve.map((p) => p[0]), y: r.curve.map((p) => p[1]),
+  })).concat(responses.filter((r) => r.finished && r.estimate !== null && r.estimate !== undefined).map((r) => ({
+    type: "scatter", mode: "markers", name: `${r.name}: estimate`, marker: { size: 10, symbol: "diamond" },
+    x: [r.curve.length ? r.curve[r.curve.length - 1][0] : 0], y: [r.estimate],
+    error_y: { type: "data", array: [r.ci95 || 0], visible: true },
+  }))), { xaxis: { title: "seconds of the best response's training" }, yaxis: { title: "its mean return vs the output" } });
+  fill(document.querySelector("#responses tbody"), responses.map((r) => [
+    [r.name, "text"],
+    [r.finished ? (r.estimate === null || r.estimate === undefined ? "–" : `${r.estimate.toFixed(4)} ± ${(r.ci95 || 0).toFixed(4)}`) : "training"],
+    [r.games ? String(r.games) : "–"],
+    [r.finished ? (r.error ? r.error : (r.read_out ? "greedy read-out" : "closing window") +
+      (r.still_rising ? "; still rising" : "")) : "", "text"],
+  ]));
+  const none = !traces.length && !responses.length;
+  document.getElementById("exploit-note").textContent = none ?
+    `none measured yet: seedleague eval --run-dir ${state.run_dir || "RUN"} (exact, small OpenSpiel games) or ` +
+    `seedleague exploit --run-dir ${state.run_dir || "RUN"} (a learned best response) writes one` : "";
+  document.getElementById("exploitability").dataset.series = String(traces.length + responses.length);
 }
 
 function payoffHeatmap(state) {
@@ -89,10 +153,21 @@ function payoffHeatmap(state) {
     `${p.keys.length} keys shown (live players and the best rated); ${p.left_out} more left out` : "";
 }
 
+function envRate(progress, now) {
+  // [env steps, env steps/s over the last few ticks] of one host's progress ("–" for a rate whose host has
+  // written no tick for 30 s: stopped), or ["–", "–"] without it
+  if (!progress || !progress.t.length) return ["–", "–"];
+  const n = progress.t.length - 1, first = Math.max(0, n - 5), span = progress.t[n] - progress.t[first];
+  const live = now - progress.t[n] < 30;
+  const rate = span > 0 && live ? ((progress.env_steps[n] - progress.env_steps[first]) / span).toFixed(0) : "–";
+  return [String(progress.env_steps[n]), rate];
+}
+
 function learners(state) {
   fill(document.querySelector("#learners tbody"), state.players.map((p) => [
     [p.name, "text"], [p.role, "text"], [String(p.learner_step)],
-    [p.steps_per_s === undefined ? "–" : p.steps_per_s.toFixed(1)], [String(p.snapshots)], [String(p.resets)],
+    [p.steps_per_s === undefined ? "–" : p.steps_per_s.toFixed(1)],
+    ...envRate((state.progress || {})[p.name], state.time).map((text) => [text]), [String(p.snapshots)], [String(p.resets)],
     [String(p.last_snapshot_step)],
   ]));
   const times = state.wall.t.map((t) => new Date(t * 1000));
@@ -167,10 +242,12 @@ async function poll() {
     });
     if (!response.ok) throw new Error(`${response.status}: ${await response.text()}`);
     const state = await response.json();
+    lastState = state;
     every = state.every_s || every;
     standings(state);
     eloCurves(state);
     payoffHeatmap(state);
+    exploitability(state);
     learners(state);
     timeline(state);
     draws(state);
@@ -186,4 +263,11 @@ async function poll() {
   setTimeout(poll, every * 1000);
 }
 
+let lastState = null;
+for (const id of ["wall-axis", "snap-axis", "exploit-axis"]) {
+  document.getElementById(id).addEventListener("change", (event) => {
+    event.target.dataset.chosen = "true";  // the person's choice stays over the polls
+    if (lastState) { eloCurves(lastState); exploitability(lastState); }
+  });
+}
 poll();
