@@ -1,29 +1,36 @@
-"""Cluster launcher on Ray: the league service, the learner host and the env workers as Ray actors.
+"""Cluster launcher on Ray: the league service, one learner host per player and the env workers as Ray actors.
 
     pip install -e '.[ray]'
     ray start --head                                   # on one node; `ray start --address HEAD:6379` on the others
     seedleague ray-launch --env CartPole-v1 --workers 4 --envs-per-worker 16 --address auto --max-seconds 300
+    seedleague ray-launch --env openspiel:kuhn_poker --players main,exploiter:main_exploiter \
+        --pool-url s3://bucket/runs/kuhn/pool --place main=node_a --place exploiter=node_b --address auto
     python -m seedleague.launch.ray_cluster ...        # the same command
 
 Each process of a run is the command `seedleague.launch.local` would start, run by a
 `ProcessRunner` actor as its child process (one code path for one machine and
 for a cluster). Data path, in the order `launch` wires it:
 
-    league service actor   `seedleague.league.cli serve`   (two-player games only)
-          ▲ opponents, results, snapshots
-    host actor             `seedleague host --address NODE_IP:0`, 1 GPU when the cluster has one
+    league service actor   `seedleague.league.cli serve`, on the launcher's node (its SQLite lives there)
+          ▲ opponents, results, snapshots            model pool: --pool-url s3://... (object storage)
+    host actor per player  `seedleague host --address NODE_IP:0`, 1 GPU when the cluster has one per player,
+          ▲                  else spread over the nodes; --place NAME=RESOURCE pins it to a node
           ▲ StepBatch ⇄ ActionBatch over gRPC, to the node IP Ray reports for the host's node
     worker actors          `envs.gym_worker` / `envs.openspiel_worker`, spread over the nodes
 
-The run ends when the host ends (its budget: --max-seconds, --max-learner-steps,
---max-steps, --target-return), on Ctrl-C or SIGTERM; every actor placed and every
-child process is then stopped. A worker process that exits is restarted by the
-watch loop, a worker actor whose node dies is restarted by Ray (max_restarts);
-both count against --max-restarts. Outputs lie on the node of the process that
-wrote them, under the same absolute --run-dir: the host's checkpoints,
-tensorboard, summary.json and host.log on the host's node, logs/ray-worker-<i>.log
-on each worker's node. Ray is optional (`.[ray]`); this module imports it only
-inside `launch`.
+No path is shared between nodes: without --run-dir each process writes under its own
+node's Ray temporary directory (`ray start --temp-dir`), `<temp>/seedleague/<run>/`;
+with --pool-url the snapshots and each host's checkpoints live in object storage, so
+a host that Ray restarts on another node (its node died) resumes from its newest
+checkpoint there, and the launcher points that player's workers at its new address.
+
+The run ends when the first player's host ends (its budget: --max-seconds,
+--max-learner-steps, --max-steps, --target-return), on Ctrl-C or SIGTERM; the
+league's standings are printed, then every actor placed and every child process
+is stopped. A worker process that exits is restarted by the watch loop, a worker
+or host actor whose node dies is restarted by Ray (max_restarts); worker restarts
+count against --max-restarts. Ray is optional (`.[ray]`); this module imports it
+only inside `launch`.
 """
 
 from __future__ import annotations
@@ -44,27 +51,42 @@ from collections import deque
 from typing import Any, Optional, Sequence
 
 from seedleague.launch.child import Child
-from seedleague.launch.league import LEAGUE_READY
+from seedleague.launch.league import LEAGUE_READY, PlayerSpec
 from seedleague.security import TOKEN_ENV_VAR  # the token travels in the environment, never on a command line
 
 log = logging.getLogger(__name__)
 
 HOST_READY = "seedleague host listening on "  # printed by seedleague.launch.local once the host's server is up
 NODE_IP = "{node_ip}"  # in a command: replaced by the IP Ray reports for the node the actor runs on
+NODE_TMP = "{node_tmp}"  # in a command, path or variable: replaced by the Ray temporary directory of that node
+# The standard variables botocore reads: the launcher's reach each host through its environment (never argv).
+STORE_ENV_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL",
+                  "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_MAX_ATTEMPTS")
 
 
 # ------------------------------------------------------------------ config --
 @dataclasses.dataclass(frozen=True)
 class RayLaunchConfig:
-    """A run on a Ray cluster: what to train, how many workers, what each process may use.
+    """A run on a Ray cluster: what to train, who plays, where each process goes, what each may use.
 
+    run_dir: "" (each process writes under its own node's Ray temporary directory,
+        `<temp>/seedleague/<run_name>`: no path shared between nodes) or an absolute
+        path that every node writes under (a shared file system to see it in one place).
+    players: the learning players (two-player games), one host each; the first one's
+        host ends the run.
+    pool_url: the model pool in object storage (`s3://bucket/folder`); each player's
+        checkpoints then go beside it, to `<pool_url>-checkpoints/<player>`, so a host
+        restarted on another node resumes. "" keeps both in the host's run directory.
+    placement: (player, Ray resource) pairs: that player's host asks for a sliver of the
+        custom resource, so it runs only on a node started with it (`ray start --resources`).
     ray_address: "auto" (the cluster this node belongs to), "HOST:PORT" of a head
         node, or None to start a one-node Ray on this machine.
     host_args: `seedleague host` flags besides --env/--run-dir/--address: the
         budget and any HostConfig flag (`--learner.learning_rate 1e-3`).
-    host_gpus: GPUs for the host actor; None gives it 1 when the cluster has any.
+    host_gpus: GPUs for each host actor; None gives each 1 when the cluster has one per player.
     worker_cpus: CPUs for each worker actor; None gives each 1, or an equal share
-        of the cluster's CPUs left by the host and league when that is less.
+        of the cluster's CPUs left by the hosts and league when that is less.
+    workers: env workers per player.
     max_restarts: worker restarts allowed in all (process exits and actor deaths).
     """
 
@@ -72,6 +94,10 @@ class RayLaunchConfig:
     run_dir: str
     workers: int
     envs_per_worker: int
+    run_name: str = "run"
+    players: tuple[PlayerSpec, ...] = (PlayerSpec("main"),)
+    pool_url: str = ""
+    placement: tuple[tuple[str, str], ...] = ()
     ray_address: Optional[str] = None
     host_args: tuple[str, ...] = ()
     league_args: tuple[str, ...] = ()
@@ -86,13 +112,22 @@ class RayLaunchConfig:
     stop_timeout_s: float = 60.0
 
     def __post_init__(self):
-        object.__setattr__(self, "host_args", tuple(self.host_args))
-        object.__setattr__(self, "league_args", tuple(self.league_args))
+        for name in ("host_args", "league_args", "players", "placement"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         problems = []
-        if not os.path.isabs(self.run_dir):
+        if self.run_dir and not os.path.isabs(self.run_dir):
             problems.append(f"run_dir must be absolute (every node writes under the same path), got {self.run_dir!r}")
         if self.workers < 0 or self.envs_per_worker < 1:
             problems.append(f"workers must be >= 0 and envs_per_worker >= 1, got {self.workers} and {self.envs_per_worker}")
+        names = [player.name for player in self.players]
+        if not names or len(set(names)) != len(names) or not all(names):
+            problems.append(f"players must be one or more distinct names, got {names}")
+        unknown = sorted({player for player, _ in self.placement} - set(names))
+        if unknown:
+            problems.append(f"--place names {unknown}, which are not among the players {names}")
+        if len(names) > 1 and not self.pool_url and not self.run_dir:
+            problems.append("players on different nodes share their snapshots through object storage: give "
+                            "--pool-url s3://BUCKET/FOLDER (or a --run-dir that every node mounts)")
         for name in ("host_cpus", "worker_cpus", "league_cpus"):
             if (getattr(self, name) or 0) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -106,12 +141,58 @@ class RayLaunchConfig:
         if problems:
             raise ValueError("bad RayLaunchConfig: " + "; ".join(problems))
 
+    @property
+    def node_dir(self) -> str:
+        """The run's directory on whichever node a process runs (NODE_TMP is resolved there)."""
+        return self.run_dir or f"{NODE_TMP}/seedleague/{self.run_name}"
+
+    def player_dir(self, player: str) -> str:
+        """A player's host writes here: the run directory itself when it is the only player."""
+        return self.node_dir if len(self.players) == 1 else os.path.join(self.node_dir, "players", player)
+
 
 def host_gpus(config: RayLaunchConfig, cluster_resources: dict) -> float:
-    """GPUs the host actor asks for: the configured number, else 1 when the cluster has a GPU."""
+    """GPUs each host actor asks for: the configured number, else 1 when the cluster has one for every player."""
     if config.host_gpus is not None:
         return config.host_gpus
-    return 1.0 if cluster_resources.get("GPU", 0) >= 1 else 0.0
+    return 1.0 if cluster_resources.get("GPU", 0) >= len(config.players) else 0.0
+
+
+def placement_problem(config: RayLaunchConfig, cluster_resources: dict) -> Optional[str]:
+    """Why a --place cannot be met (no node of the cluster has its resource), or None."""
+    for player, resource in config.placement:
+        if cluster_resources.get(resource, 0) <= 0:
+            return (f"--place {player}={resource}: no node of the Ray cluster has the resource {resource!r} "
+                    f"(`ray status`), so Ray would never place player {player}'s host: start that node with "
+                    f"`ray start --address HEAD:PORT --resources '{{\"{resource}\": 1}}'`, or fix --place")
+    return None
+
+
+def checkpoint_url(pool_url: str, player: str) -> str:
+    """Where a player's host keeps its checkpoints when the pool is in object storage (beside the pool)."""
+    return f"{pool_url.rstrip('/')}-checkpoints/{player}"
+
+
+def store_problem(pool_url: str) -> Optional[str]:
+    """Why the launcher cannot use `pool_url` (a bad URL, no credentials, the store refusing or away), or None.
+    Checked from the launcher before anything is placed; the hosts get the launcher's AWS_* variables."""
+    from seedleague import object_store
+    from seedleague.storage import StorageError
+
+    problem = object_store.url_problem(pool_url)
+    if problem:
+        return f"--pool-url {problem}"
+    import botocore.session  # s3fs's dependency: where every process of the run will look for credentials
+
+    if botocore.session.get_session().get_credentials() is None:
+        return (f"--pool-url {pool_url}: no credentials for the object store: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the launcher's environment; they reach every host through "
+                "its environment, never a command line")
+    try:
+        object_store.folders(pool_url)
+    except StorageError as error:
+        return f"--pool-url: {error}"
+    return None
 
 
 # ---------------------------------------------------------------- commands --
@@ -122,18 +203,34 @@ def league_args(config: RayLaunchConfig) -> list[str]:
     from seedleague import presets
 
     flags = presets.league_flags(presets.preset_for(config.env_id).league)
-    return ["-m", "seedleague.league.cli", "serve", "--run-dir", os.path.join(config.run_dir, "league"),
+    return ["-m", "seedleague.league.cli", "serve", "--run-dir", os.path.join(config.node_dir, "league"),
             "--address", f"{NODE_IP}:0", *flags, *config.league_args]
 
 
-def host_args(config: RayLaunchConfig, league_address: Optional[str]) -> list[str]:
-    """`seedleague host` on port 0 of its node's IP; in a league as player "main", the pool in the run dir."""
-    args = ["-m", "seedleague.cli", "host", "--env", config.env_id, "--run-dir", config.run_dir,
+def host_args(config: RayLaunchConfig, league_address: Optional[str], player: PlayerSpec = PlayerSpec("main"),
+              index: int = 0) -> list[str]:
+    """`seedleague host` on port 0 of its node's IP; in a league as `player`, the pool at --pool-url (or in its
+    run dir), its checkpoints beside the pool when that is in object storage."""
+    args = ["-m", "seedleague.cli", "host", "--env", config.env_id, "--run-dir", config.player_dir(player.name),
             "--address", f"{NODE_IP}:0"]
     if league_address:
-        args += ["--league.address", league_address, "--league.player", "main", "--league.role", "main",
-                 "--league.pool_dir", os.path.join(config.run_dir, "pool")]
+        pool = config.pool_url or os.path.join(config.node_dir, "pool")
+        args += ["--league.address", league_address, "--league.player", player.name, "--league.role", player.role.value,
+                 "--league.pool_dir", pool]
+    if config.pool_url:
+        args += ["--checkpoint.directory", checkpoint_url(config.pool_url, player.name)]
+    if index:
+        args += ["--seed", str(index * 7919)]  # as seedleague train seeds its extra players
     return args + list(config.host_args)
+
+
+def host_env(config: RayLaunchConfig) -> dict:
+    """What a host's environment adds: the token, the launcher's AWS_* variables, and (no --run-dir) its node's own
+    cache for the object store's mirror and the compile cache (XDG_CACHE_HOME)."""
+    env = {name: os.environ[name] for name in (TOKEN_ENV_VAR, *STORE_ENV_VARS) if os.environ.get(name)}
+    if not config.run_dir:
+        env["XDG_CACHE_HOME"] = f"{NODE_TMP}/seedleague/cache"
+    return env
 
 
 def worker_args(config: RayLaunchConfig, index: int, host_address: str) -> list[str]:
@@ -167,12 +264,27 @@ class ProcessRunner:
         runner.stop(10.0)               # SIGTERM the child's process group, SIGKILL after 10 s
     """
 
-    def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None, name: str = ""):
-        ip = self.node()["ip"]
-        self.args = [arg.replace(NODE_IP, ip) for arg in args]  # a server binds its own node's IP
+    def __init__(self, args: Sequence[str], log_path: str, env: Optional[dict] = None, name: str = "",
+                 restart_args: Sequence[str] = ()):
+        """`restart_args` are added when Ray restarts this actor (its node died): a host's `--resume-or-start`."""
+        self.where = self.node()
+        self.env, self.name = dict(env or {}), name
+        ray = sys.modules.get("ray")
+        self.reconstructed = bool(ray and ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed)
+        self.log_template = log_path
+        self._launch(list(args) + (list(restart_args) if self.reconstructed else []), template=list(args))
+
+    def _resolve(self, text: str) -> str:
+        """A server binds its own node's IP; outputs go under its own node's temporary directory."""
+        return text.replace(NODE_IP, self.where["ip"]).replace(NODE_TMP, self.where["temp_dir"])
+
+    def _launch(self, args: list[str], template: list[str]) -> None:
+        self.template = template  # the command as the launcher gave it (placeholders unresolved)
+        self.args = [self._resolve(arg) for arg in args]
         command = [sys.executable, *self.args]  # seedleague.launch.child starts it to die with this actor (PR_SET_PDEATHSIG)
-        self.child = Child(command, log_path, name=name or f"`python {shlex.join(self.args)[:200]}`",
-                           env=dict(os.environ, **(env or {})))
+        env = dict(os.environ, **{key: self._resolve(value) for key, value in self.env.items()})
+        self.child = Child(command, self._resolve(self.log_template), env=env,
+                           name=self.name or f"`python {shlex.join(self.args)[:200]}`")
         self.child.start()
 
     @property
@@ -187,13 +299,23 @@ class ProcessRunner:
         return self.child.start()
 
     def node(self) -> dict:
-        """Where this runs: the node IP and id Ray reports (loopback outside Ray)."""
+        """Where this runs: the node IP, id and temporary directory Ray reports (loopback and the system's temporary
+        directory outside Ray), and whether Ray restarted this actor."""
         ray = sys.modules.get("ray")  # imported by the Ray worker process this actor runs in
         if ray is None or not ray.is_initialized():
-            return dict(ip="127.0.0.1", node_id="local")
-        return dict(ip=ray.util.get_node_ip_address(), node_id=ray.get_runtime_context().get_node_id())
+            import tempfile
 
-    def poll(self) -> Optional[int]:
+            return dict(ip="127.0.0.1", node_id="local", temp_dir=tempfile.gettempdir(), restarted=False)
+        context = ray.get_runtime_context()
+        return dict(ip=ray.util.get_node_ip_address(), node_id=context.get_node_id(), temp_dir=context.get_temp_dir(),
+                    restarted=getattr(self, "reconstructed", False))
+
+    def poll(self, args: Optional[Sequence[str]] = None) -> Optional[int]:
+        """None while the child runs, else its exit status. Given `args` that differ from its command (a worker
+        whose host moved), the child is started again with them first."""
+        if args is not None and list(args) != self.template:
+            self.child.stop(10.0)
+            self._launch(list(args), template=list(args))
         return self.child.poll()
 
     def restart(self) -> int:
@@ -223,7 +345,7 @@ class ProcessRunner:
     def read_json(self, path: str) -> Optional[dict]:
         """A JSON file on this node (the host's summary.json), or None."""
         try:
-            with open(path) as f:
+            with open(self._resolve(path)) as f:
                 return json.load(f)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
@@ -236,16 +358,19 @@ class ProcessRunner:
 # ----------------------------------------------------------------- wiring --
 @dataclasses.dataclass
 class _Placed:
-    """An actor this launch placed: its role, handle and the node it runs on."""
+    """An actor this launch placed: its role, handle, the node it runs on and (a worker) the command it should run."""
 
     name: str
     actor: Any
-    log_path: str
+    log_path: str  # as given: NODE_TMP resolved on its node
     node: dict = dataclasses.field(default_factory=dict)
+    args: Optional[list] = None  # a worker's command now: it follows its host when Ray restarts that elsewhere
+    index: int = 0
 
     def log_place(self) -> str:
         """Where its log is: the node's IP and the path there."""
-        return f"{self.node.get('ip', '(not placed)')}:{self.log_path}"
+        path = self.log_path.replace(NODE_TMP, self.node.get("temp_dir", NODE_TMP))
+        return f"{self.node.get('ip', '(not placed)')}:{path}"
 
 
 @dataclasses.dataclass
@@ -257,10 +382,18 @@ class _Run:
     inside `ray.wait` surfaces as a SystemError) and the run stops within a poll interval."""
 
     placed: list[_Placed] = dataclasses.field(default_factory=list)
-    host: Optional[_Placed] = None
+    hosts: dict[str, _Placed] = dataclasses.field(default_factory=dict)  # player -> host; the first ends the run
+    workers: dict[str, list[_Placed]] = dataclasses.field(default_factory=dict)  # player -> its workers
+    addresses: dict[str, str] = dataclasses.field(default_factory=dict)  # player -> its host's address now
+    league_address: Optional[str] = None
     worker_restarts: int = 0
+    host_restarts: int = 0
     reason: str = "interrupted"
     stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    @property
+    def host(self) -> Optional[_Placed]:
+        return next(iter(self.hosts.values()), None)
 
     def check(self) -> None:
         if self.stopping.is_set():
@@ -276,10 +409,10 @@ class _Interrupted(Exception):
 
 
 def launch(config: RayLaunchConfig) -> dict:
-    """Place league, host and workers on the Ray cluster, watch them until the host ends, stop them all.
+    """Place league, hosts and workers on the Ray cluster, watch them until the first host ends, stop them all.
 
-    Returns the host's summary.json (with `reason`, env and learner steps, wall_s)
-    plus `launcher_reason`, `placement` (role -> node) and `worker_restarts`.
+    Returns the first host's summary.json (with `reason`, env and learner steps, wall_s)
+    plus `launcher_reason`, `placement` (role -> node), `worker_restarts`, `host_restarts`.
     """
     import ray
 
@@ -297,61 +430,91 @@ def launch(config: RayLaunchConfig) -> dict:
         ray.shutdown()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
-    summary.update(launcher_reason=run.reason, worker_restarts=run.worker_restarts,
-                   placement={p.name: p.node for p in run.placed}, run_dir=config.run_dir)
+    host = run.host
+    run_dir = config.player_dir(config.players[0].name)
+    if host is not None and host.node:
+        run_dir = run_dir.replace(NODE_TMP, host.node["temp_dir"])
+    summary.update(launcher_reason=run.reason, worker_restarts=run.worker_restarts, host_restarts=run.host_restarts,
+                   placement={p.name: p.node for p in run.placed}, run_dir=run_dir)
     return summary
 
 
 def _wire(ray, config: RayLaunchConfig, run: _Run) -> None:
-    """Start league, host and workers in the order the data path needs them, then watch until the host ends."""
+    """Start league, hosts and workers in the order the data path needs them, then watch until the first host ends."""
     runner = ray.remote(ProcessRunner)
     env = {TOKEN_ENV_VAR: os.environ[TOKEN_ENV_VAR]} if os.environ.get(TOKEN_ENV_VAR) else {}
     multiplayer = _is_multiplayer(config.env_id)
     resources = ray.cluster_resources()
+    problem = placement_problem(config, resources)
+    if problem:
+        raise ValueError(problem)
     gpus = host_gpus(config, resources)
     cpus = worker_cpus(config, resources, multiplayer)
-    # 1. The league (two-player games): the host asks it for opponents from its first step on.
-    league_address = None
+    # 1. The league (two-player games), on the launcher's node, where its SQLite stays: the hosts ask it for
+    # opponents from their first step on.
     if multiplayer:
-        league = _place(runner, "league", league_args(config), os.path.join(config.run_dir, "league", "league.log"),
-                        env, dict(num_cpus=config.league_cpus), run)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        league = _place(runner, "league", league_args(config), os.path.join(config.node_dir, "league", "league.log"),
+                        env, dict(num_cpus=config.league_cpus, scheduling_strategy=here), run)
         _await_nodes(ray, [league], config, run)
-        league_address = _wait_ready(ray, league, LEAGUE_READY, config, run)
-    # 2. The host, bound to the node IP Ray reports, so workers on other nodes can reach it.
-    run.host = _place(runner, "host", host_args(config, league_address), os.path.join(config.run_dir, "host.log"),
-                      env, dict(num_cpus=config.host_cpus, num_gpus=gpus), run)
-    _await_nodes(ray, [run.host], config, run)
-    address = _wait_ready(ray, run.host, HOST_READY, config, run)
-    print(f"ray-launch: host serving on {address} with {gpus:g} GPU; run directory {config.run_dir} "
-          f"on node {run.host.node['ip']}", flush=True)
+        run.league_address = _wait_ready(ray, league, LEAGUE_READY, config, run)
+    # 2. A host per player, bound to the node IP Ray reports, so workers on other nodes can reach it. Pinned by
+    # --place, else spread; with the pool in object storage Ray restarts it on a node that has room (--resume-or-start).
+    pinned = dict(config.placement)
+    for index, player in enumerate(config.players):
+        options = dict(num_cpus=config.host_cpus, num_gpus=gpus, max_restarts=config.max_restarts if config.pool_url else 0)
+        if player.name in pinned:
+            options["resources"] = {pinned[player.name]: 0.001}
+        else:
+            options["scheduling_strategy"] = "SPREAD"
+        name = "host" if len(config.players) == 1 else f"host-{player.name}"
+        run.hosts[player.name] = _place(runner, name, host_args(config, run.league_address, player, index),
+                                        os.path.join(config.player_dir(player.name), "host.log"), {**env, **host_env(config)},
+                                        options, run, restart_args=["--resume-or-start"])
+    _await_nodes(ray, list(run.hosts.values()), config, run)
+    for player, host in run.hosts.items():
+        run.addresses[player] = _wait_ready(ray, host, HOST_READY, config, run)
+        print(f"ray-launch: {host.name} serving on {run.addresses[player]} with {gpus:g} GPU; run directory "
+              f"{config.player_dir(player).replace(NODE_TMP, host.node['temp_dir'])} on node {host.node['ip']}", flush=True)
     # 3. The workers, spread over the nodes; Ray restarts an actor whose node dies (its
     # constructor starts the worker again), the watch loop a worker process that exits.
-    workers = [_place(runner, f"worker-{i}", worker_args(config, i, address),
-                      os.path.join(config.run_dir, "logs", f"ray-worker-{i}.log"), env,
-                      dict(num_cpus=cpus, scheduling_strategy="SPREAD", max_restarts=config.max_restarts), run)
-               for i in range(config.workers)]
-    _await_nodes(ray, workers, config, run)
+    for number, player in enumerate(config.players):
+        run.workers[player.name] = []
+        for i in range(config.workers):
+            index = number * config.workers + i
+            name = f"worker-{i}" if len(config.players) == 1 else f"worker-{player.name}-{i}"
+            args = worker_args(config, index, run.addresses[player.name])
+            item = _place(runner, name, args, os.path.join(config.player_dir(player.name), "logs", f"ray-worker-{i}.log"),
+                          env, dict(num_cpus=cpus, scheduling_strategy="SPREAD", max_restarts=config.max_restarts), run)
+            item.args, item.index = args, index
+            run.workers[player.name].append(item)
+    _await_nodes(ray, [item for items in run.workers.values() for item in items], config, run)
     _print_placement(run.placed)
-    _watch(ray, run, workers, config)
+    _watch(ray, run, config)
 
 
 def worker_cpus(config: RayLaunchConfig, cluster_resources: dict, multiplayer: bool) -> float:
-    """CPUs each worker actor asks for: the configured number, else 1, or an equal share of the CPUs the host and
+    """CPUs each worker actor asks for: the configured number, else 1, or an equal share of the CPUs the hosts and
     league leave when that is less (a one-node `ray start --head` on 2 cores). ValueError, naming the flags to
     change, when the run cannot fit the cluster's CPUs: Ray would keep the actors waiting, placed nowhere."""
     total = float(cluster_resources.get("CPU", 0.0))
-    servers = config.host_cpus + (config.league_cpus if multiplayer else 0.0)
+    hosts = len(config.players)
+    servers = hosts * config.host_cpus + (config.league_cpus if multiplayer else 0.0)
+    workers = hosts * config.workers
     if config.worker_cpus is not None:
         cpus = config.worker_cpus
-    elif config.workers:
-        cpus = min(1.0, math.floor(100 * (total - servers) / config.workers) / 100)
+    elif workers:
+        cpus = min(1.0, math.floor(100 * (total - servers) / workers) / 100)
     else:
         cpus = 1.0
-    need = servers + config.workers * cpus
+    need = servers + workers * cpus
     if cpus < 0.01 or need > total + 1e-9:
         league = f" + league {config.league_cpus:g}" if multiplayer else ""
+        host = f"{hosts} hosts x {config.host_cpus:g}" if hosts > 1 else f"host {config.host_cpus:g}"
         raise ValueError(
-            f"the run needs {need:g} CPUs (host {config.host_cpus:g}{league} + {config.workers} workers x "
+            f"the run needs {need:g} CPUs ({host}{league} + {workers} workers x "
             f"{max(cpus, 0.0):g}) and the Ray cluster has {total:g} in all (`ray status`), so Ray would never place "
             f"it: give fewer --workers, a smaller --worker-cpus (fractions work: Ray's CPUs are logical), "
             f"--host-cpus or --league-cpus, or add nodes")
@@ -364,9 +527,10 @@ def _is_multiplayer(env_id: str) -> bool:
     return presets.is_multiplayer(env_id)
 
 
-def _place(runner, name: str, args: list[str], log_path: str, env: dict, options: dict, run: _Run) -> _Placed:
+def _place(runner, name: str, args: list[str], log_path: str, env: dict, options: dict, run: _Run,
+           restart_args: Sequence[str] = ()) -> _Placed:
     """Create one ProcessRunner actor with Ray `options` (resources, scheduling, max_restarts)."""
-    item = _Placed(name, runner.options(**options).remote(args, log_path, env, name), log_path)
+    item = _Placed(name, runner.options(**options).remote(args, log_path, env, name, restart_args), log_path)
     run.placed.append(item)
     return item
 
@@ -442,23 +606,87 @@ def _print_placement(placed: Sequence[_Placed]) -> None:
         print(f"ray-launch: node {node}: {', '.join(names)}", flush=True)
 
 
-def _watch(ray, run: _Run, workers: list[_Placed], config: RayLaunchConfig) -> None:
-    """Until the host exits: restart workers that exit, print the host's progress line now and then."""
+def _watch(ray, run: _Run, config: RayLaunchConfig) -> None:
+    """Until the first host exits: bring back hosts Ray restarts, restart workers that exit, print progress now and
+    then."""
     last_report = time.monotonic()
+    first = next(iter(run.hosts))
+    ended: set[str] = set()  # players whose own budget ended before the first one's
     while True:
-        status = _get(ray, run.host.actor.poll.remote(), run, run.host)
-        if status is not None:
-            run.reason = f"host exited with status {status}"
-            return
-        polls = [(item, item.actor.poll.remote()) for item in workers]  # all in flight at once
-        for item, ref in polls:
+        for player, host in run.hosts.items():
+            if player in ended:
+                continue
+            status = _host_status(ray, run, player, config)
+            if status is None:
+                continue
+            if player == first:
+                run.reason = f"host exited with status {status}"
+                return
+            if status != 0:
+                tail = _get(ray, host.actor.tail.remote(20), run, host)
+                raise RuntimeError(f"{host.name} exited with status {status}; the end of its log {host.log_place()}:\n{tail}")
+            ended.add(player)
+        polls = [(item, item.actor.poll.remote(item.args)) for items in run.workers.values() for item in items]
+        for item, ref in polls:  # all in flight at once
             run.worker_restarts += _revive(ray, item, ref, run, config)
         if time.monotonic() - last_report >= config.report_interval_s:
             last_report = time.monotonic()
             line = _get(ray, run.host.actor.tail.remote(1), run, run.host).strip()
             if line:
-                print(f"ray-launch: host: {line}", flush=True)
+                print(f"ray-launch: {run.host.name}: {line}", flush=True)
         run.pause(config.poll_interval_s)
+
+
+def _host_status(ray, run: _Run, player: str, config: RayLaunchConfig) -> Optional[int]:
+    """The exit status of `player`'s host process, or None while it runs (or its actor is being brought back)."""
+    host = run.hosts[player]
+    try:
+        return _get(ray, host.actor.poll.remote(), run, host, timeout_s=30)
+    except RuntimeError:  # no answer in time: its node is busy or being declared dead; the next poll asks again
+        return None
+    except ray.exceptions.RayActorError as error:
+        if not config.pool_url:  # its checkpoints were on the lost node: a restart elsewhere could not resume
+            raise RuntimeError(f"{host.name}'s Ray actor died ({error}); with its checkpoints on that node it is not "
+                               "restarted: give --pool-url for a run that outlives a node") from None
+        _host_back(ray, run, player, config, error)
+        return None
+
+
+def _host_back(ray, run: _Run, player: str, config: RayLaunchConfig, error: Exception) -> None:
+    """Wait for Ray to restart `player`'s host (its actor died with its node), then point its workers at its new
+    address. The restarted host resumes from its newest checkpoint in object storage (--resume-or-start)."""
+    host = run.hosts[player]
+    pin = dict(config.placement).get(player)
+    needs = f" on a node with the resource {pin!r}" if pin else ""
+    print(f"ray-launch: {host.name}'s actor died ({type(error).__name__}: its process or node is gone); waiting for "
+          f"Ray to restart it{needs}", flush=True)
+    died = time.monotonic()
+    notice = died + config.report_interval_s
+    while True:
+        run.check()
+        try:
+            node = _get(ray, host.actor.node.remote(), run, host, timeout_s=config.report_interval_s)
+            if node.get("restarted"):
+                break
+        except (RuntimeError, ray.exceptions.RayActorError) as again:
+            if isinstance(again, ray.exceptions.ActorDiedError) and "restart" not in str(again).lower():
+                raise RuntimeError(f"{host.name}'s Ray actor is gone for good: {again}") from None
+        now = time.monotonic()
+        if now - died >= config.start_timeout_s:
+            raise RuntimeError(f"Ray did not restart {host.name} within {config.start_timeout_s:g} s (--start-timeout)"
+                               f"{needs}: the cluster has {ray.available_resources()} free")
+        if now >= notice:
+            notice = now + config.report_interval_s
+            print(f"ray-launch: still waiting for Ray to restart {host.name}{needs}; free now: "
+                  f"{ray.available_resources()}", flush=True)
+        run.pause(config.poll_interval_s)
+    host.node = node
+    address = run.addresses[player] = _wait_ready(ray, host, HOST_READY, config, run)
+    run.host_restarts += 1
+    for item in run.workers.get(player, []):
+        item.args = worker_args(config, item.index, address)  # each worker restarts on it at its next poll
+    print(f"ray-launch: {host.name} is back on node {node['ip']} ({node['node_id'][:8]}) at {address}, "
+          f"{time.monotonic() - died:.1f} s after its actor died; its workers follow it", flush=True)
 
 
 def _revive(ray, item: _Placed, poll_ref, run: _Run, config: RayLaunchConfig) -> int:
@@ -494,9 +722,10 @@ def _revive(ray, item: _Placed, poll_ref, run: _Run, config: RayLaunchConfig) ->
 
 
 def _teardown(ray, run: _Run, config: RayLaunchConfig) -> dict:
-    """Stop every child, workers and host first, then the league; read the host's summary; kill the actors.
+    """Stop every child, workers and hosts first, print the league's standings, then stop the league; read the first
+    host's summary; kill the actors.
 
-    SIGTERM lets the host write its final checkpoint and summary.json. An actor Ray
+    SIGTERM lets each host deliver its results and write its final checkpoint and summary.json. An actor Ray
     never placed has no child: it is killed without waiting. An actor that is
     already gone took its child with it (PR_SET_PDEATHSIG).
     """
@@ -508,6 +737,8 @@ def _teardown(ray, run: _Run, config: RayLaunchConfig) -> dict:
     for group in ([item for item in placed if item.name != "league"], league):
         if not group:
             continue
+        if group is league:
+            _print_standings(run.league_address)
         print(f"ray-launch: stopping {_names(group)}", flush=True)
         refs = [item.actor.stop.remote(config.stop_timeout_s) for item in group]
         _, late = ray.wait(refs, num_returns=len(refs), timeout=config.stop_timeout_s + 10)
@@ -515,8 +746,9 @@ def _teardown(ray, run: _Run, config: RayLaunchConfig) -> dict:
             log.warning("%s did not answer the stop within %g s; killing their actors (and so their processes)",
                         _names(item for item, ref in zip(group, refs) if ref in late), config.stop_timeout_s + 10)
     summary: dict = {}
-    if run.host is not None and run.host.node:
-        ref = run.host.actor.read_json.remote(os.path.join(config.run_dir, "summary.json"))
+    host = run.host
+    if host is not None and host.node:
+        ref = host.actor.read_json.remote(os.path.join(config.player_dir(config.players[0].name), "summary.json"))
         if ray.wait([ref], timeout=30)[0]:
             try:
                 summary = ray.get(ref) or {}
@@ -525,6 +757,23 @@ def _teardown(ray, run: _Run, config: RayLaunchConfig) -> dict:
     for item in placed:
         ray.kill(item.actor, no_restart=True)
     return summary
+
+
+def _print_standings(address: Optional[str]) -> None:
+    """The league's leaderboard, read from the running service (it is on this node) before it stops."""
+    if not address:
+        return
+    from seedleague.league.client import LeagueClient
+    from seedleague.security import ClientSecurity
+
+    client = LeagueClient(address, ClientSecurity(token=os.environ.get(TOKEN_ENV_VAR, "")), timeout_s=10,
+                          retry_deadline_s=10)
+    try:
+        print(f"ray-launch: league standings ({address}):\n{client.leaderboard_text()}", flush=True)
+    except Exception as error:  # the run's result does not depend on the league answering now
+        print(f"ray-launch: could not read the league standings from {address}: {error}", flush=True)
+    finally:
+        client.close()
 
 
 # -------------------------------------------------------------------- CLI --
@@ -536,7 +785,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: the preset's)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster: 'auto', or the head's HOST:PORT (default: start a one-node Ray here)")
-    parser.add_argument("--run-dir", default=None, help="outputs, same absolute path on every node (default: runs/<env>-<time>-ray)")
+    parser.add_argument("--run-dir", default=None,
+                        help="outputs, the same absolute path on every node (default: each node's own Ray temporary "
+                             "directory, <temp>/seedleague/<env>-<time>-ray: no path shared between nodes)")
+    parser.add_argument("--players", default=None,
+                        help="learning players, NAME[:ROLE],... (two-player games; one host each, the first ends the "
+                             "run; default: main)")
+    parser.add_argument("--pool-url", default="",
+                        help="the model pool in object storage, s3://BUCKET/FOLDER; each player's checkpoints go to "
+                             "FOLDER-checkpoints/<player>, so a host restarted on another node resumes. Credentials "
+                             "and address from the AWS_* variables (default: the pool in the host's run directory)")
+    parser.add_argument("--place", action="append", default=[], metavar="PLAYER=RESOURCE",
+                        help="run PLAYER's host only on a node started with the Ray resource RESOURCE "
+                             "(`ray start --resources '{\"RESOURCE\": 1}'`); repeat per player")
     budget = parser.add_argument_group("budget (passed to the host; the run ends when the host ends)")
     budget.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds (default: the preset's)")
     budget.add_argument("--max-learner-steps", type=int, default=None, help="stop after this many learner updates")
@@ -556,6 +817,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace, host_extra: Sequence[str]) -> RayLaunchConfig:
     """RayLaunchConfig from `add_arguments` flags; `host_extra` are further `seedleague host` flags."""
     from seedleague import presets
+    from seedleague.checkpoint import path_problem, safe_path_part
 
     preset = presets.preset_for(args.env)
     budget = []
@@ -563,17 +825,24 @@ def config_from_args(args: argparse.Namespace, host_extra: Sequence[str]) -> Ray
                         ("--max-steps", args.max_steps), ("--target-return", args.target_return)):
         if value is not None:
             budget += [flag, str(value)]
-    from seedleague.checkpoint import path_problem, safe_path_part
-
-    run_dir = args.run_dir or os.path.join(
-        "runs", f"{safe_path_part(args.env.replace(':', '_'))}-{datetime.datetime.now():%Y%m%d-%H%M%S}-ray")
-    problem = path_problem(run_dir)
+    run_name = f"{safe_path_part(args.env.replace(':', '_'))}-{datetime.datetime.now():%Y%m%d-%H%M%S}-ray"
+    problem = path_problem(args.run_dir) if args.run_dir else None
     if problem:
         raise ValueError(f"--run-dir {problem}")
+    players = tuple(PlayerSpec.parse(text) for text in (args.players or "main").split(","))
+    if len(players) > 1 and not presets.is_multiplayer(args.env):
+        raise ValueError(f"--players: {args.env} is not a two-player game, so it trains one player; drop --players")
+    placement = []
+    for text in args.place:
+        player, sep, resource = text.partition("=")
+        if not sep or not player.strip() or not resource.strip():
+            raise ValueError(f"--place {text!r}: expected PLAYER=RESOURCE, e.g. --place main=node_a")
+        placement.append((player.strip(), resource.strip()))
     return RayLaunchConfig(
-        env_id=args.env, run_dir=os.path.abspath(run_dir),
+        env_id=args.env, run_dir=os.path.abspath(args.run_dir) if args.run_dir else "", run_name=run_name,
         workers=preset.workers if args.workers is None else args.workers,
         envs_per_worker=preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker,
+        players=players, pool_url=args.pool_url, placement=tuple(placement),
         ray_address=args.address, host_args=(*budget, *host_extra), league_args=tuple(shlex.split(args.league_args)),
         host_cpus=args.host_cpus, host_gpus=args.host_gpus, worker_cpus=args.worker_cpus,
         league_cpus=args.league_cpus, max_restarts=args.max_restarts, start_timeout_s=args.start_timeout,
@@ -588,7 +857,7 @@ def print_summary(summary: dict) -> None:
     print(f"\nray run ended: {summary.get('reason', summary.get('launcher_reason'))}\n"
           f"  env steps {summary.get('env_steps')}, learner steps {summary.get('learner_step')}, "
           f"episodes {summary.get('episodes')}, mean return (last 100) {summary.get('mean_return')}, "
-          f"{wall} s, {rate}worker restarts {summary.get('worker_restarts')}\n"
+          f"{wall} s, {rate}worker restarts {summary.get('worker_restarts')}, host restarts {summary.get('host_restarts')}\n"
           f"  outputs: {summary.get('run_dir')} on node {summary.get('placement', {}).get('host', {}).get('ip')}",
           flush=True)
 
@@ -607,8 +876,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         config = config_from_args(args, host_extra)
+        problem = store_problem(config.pool_url) if config.pool_url else None
     except ValueError as error:
-        print(f"seedleague ray-launch: {error}", file=sys.stderr)
+        problem = str(error)
+    if problem:
+        print(f"seedleague ray-launch: {problem}", file=sys.stderr)
         return 2
     try:
         summary = launch(config)
