@@ -189,3 +189,17 @@ def test_exactly_one_module_restores_orbax_checkpoints():
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and node.func.attr == "restore"]
     assert calls, "seedleague.checkpoint no longer calls orbax's restore: this rule reads the wrong module"
+
+
+def test_trained_artifacts_sit_below_the_host_the_evaluation_and_the_output():
+    # seedleague.artifacts is the floor both host/ and eval/ stand on (docs/architecture.md, "Trained artifacts").
+    above = ("seedleague.host", "seedleague.eval", "seedleague.output", "seedleague.api", "seedleague.launch",
+             "seedleague.league.service", "seedleague.league.server")
+    reached, frontier = set(), [name for name in GRAPH if name.startswith("seedleague.artifacts")]
+    assert frontier, "no seedleague.artifacts modules: this rule reads nothing"
+    while frontier:
+        for imported in GRAPH[frontier.pop()] - reached:
+            reached.add(imported)
+            frontier.append(imported)
+    wrong = sorted(name for name in reached if name.startswith(above))
+    assert not wrong, f"seedleague.artifacts reaches up to {wrong}: move what it needs into artifacts/ or below it"
