@@ -30,92 +30,19 @@ is replaced by the first legal one, counted and logged 1 in N
 
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from envs.worker_loop import CountsIllegalActions, EnvPerSlot, GameStep, IllegalActions, seat_actions, turn_based_spec
+from seedleague.games import pettingzoo_classic
+from seedleague.games.pettingzoo_classic import (UnsupportedClassicGame, available_games, make_aec_env,  # noqa: F401
+                                                 seat_observation, seat_observation_shape)
 
 log = logging.getLogger("envs.pettingzoo_classic")
 
-NAMESPACE = "classic"
-# Two agents. The host would seat more (one learner seat, a snapshot in every other) and score the learner's seat by
-# the sign of its return, but no classic game that installs here has more than two (hanabi_v5, 2-5 players, needs
-# shimmy), so none was tried: more agents are refused rather than trained untested.
-NUM_SEATS = 2
-
-
-class UnsupportedClassicGame(ValueError):
-    """The name is not a classic PettingZoo game this worker can step (unknown, not installable, or not fitting)."""
-
-
-def _registered() -> list[str]:
-    """Every classic AEC game in PettingZoo's registry, as module names (tictactoe_v3)."""
-    import pettingzoo
-
-    return sorted(spec.id[len(NAMESPACE) + 1:].replace("-v", "_v") for spec in pettingzoo.aec_registry.values()
-                  if spec.namespace == NAMESPACE)
-
-
-@functools.lru_cache(maxsize=1)
-def available_games() -> tuple[str, ...]:
-    """The classic games `make_aec_env` accepts here (their packages installed, their spaces fitting)."""
-    games = []
-    for name in _registered():
-        try:
-            _make(name).close()
-        except UnsupportedClassicGame:
-            continue
-        games.append(name)
-    return tuple(games)
-
-
-def make_aec_env(game_name: str) -> Any:
-    """One AEC env of PettingZoo's registered `classic/<game_name>`. Raises UnsupportedClassicGame naming
-    the problem and the classic games that work here."""
-    try:
-        return _make(game_name)
-    except UnsupportedClassicGame as error:
-        raise UnsupportedClassicGame(f"{error}; the classic games that work here: "
-                                     f"{', '.join(available_games())}") from None
-
-
-def _make(game_name: str) -> Any:
-    import pettingzoo
-    import pettingzoo.env_registry.exceptions as registry_errors
-
-    problem = f"unsupported PettingZoo game 'classic/{game_name}'"
-    try:
-        spec = pettingzoo.spec("aec", f"{NAMESPACE}/{game_name}")
-    except registry_errors.PettingZooRegistryError:
-        raise UnsupportedClassicGame(f"{problem}: no such classic game (registered: {', '.join(_registered())})") \
-            from None
-    try:
-        env = pettingzoo.make("aec", spec)
-    except (registry_errors.FailedToImport, ImportError) as error:  # a package the game needs is not installed
-        cause = error.__cause__ or error
-        raise UnsupportedClassicGame(f"{problem}: it does not import here ({str(cause).splitlines()[0]})") from None
-    agents = list(env.possible_agents)
-    observation, action = env.observation_space(agents[0]), env.action_space(agents[0])
-    fits = (len(agents) == NUM_SEATS and hasattr(action, "n")
-            and all(env.action_space(agent) == action and env.observation_space(agent) == observation
-                    for agent in agents)
-            and hasattr(observation, "spaces") and "action_mask" in observation.spaces
-            and getattr(observation.spaces.get("observation"), "shape", None))
-    if not fits:
-        env.close()
-        raise UnsupportedClassicGame(
-            f"{problem}: the worker steps games of {NUM_SEATS} agents with a Dict observation (a Box 'observation' "
-            f"and an 'action_mask') and one Discrete action space; it has agents {agents}, observation space "
-            f"{observation} and action space {action}")
-    return env
-
-
-def seat_observation_shape(shape: tuple) -> tuple:
-    """An [H, W, C] board as [C, H, W] planes; any other shape as it is."""
-    return (shape[2], shape[0], shape[1]) if len(shape) == 3 else tuple(shape)
+NAMESPACE, NUM_SEATS = pettingzoo_classic.NAMESPACE, pettingzoo_classic.NUM_SEATS
 
 
 class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
@@ -133,7 +60,6 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
         self._agents = list(first.possible_agents)
         self.num_actions = int(first.action_space(self._agents[0]).n)
         board = first.observation_space(self._agents[0]).spaces["observation"].shape
-        self._transpose = len(board) == 3
         self.spec = turn_based_spec(f"pettingzoo:{NAMESPACE}/{game_name}", seat_observation_shape(board),
                                     self.num_actions, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec)
@@ -180,6 +106,6 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
         for seat, agent in sorted(enumerate(self._agents), key=lambda pair: pair[1] == mover):
             observed = game.observe(agent)
             board = observed["observation"]
-            out.observation[env, seat] = np.transpose(board, (2, 0, 1)) if self._transpose else board
+            out.observation[env, seat] = seat_observation(board)
             out.acting[env, seat] = agent == mover
             out.legal_mask[env, seat] = np.asarray(observed["action_mask"], bool) if agent == mover else False

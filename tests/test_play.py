@@ -1,8 +1,8 @@
-"""`seedleague play` (seedleague/play): the rules of a person's game against a policy, the play page's routes
-and refusals over real sockets (and that a refusal changes nothing), and, in a real headless Chromium driven
-over the DevTools protocol, one full Kuhn poker game and one full tic-tac-toe game played by clicking the
-page's move buttons against the outputs of real `seedleague train` runs, each game then found in the run's
-league standings as a result of the human member."""
+"""`seedleague play` (seedleague/play): the rules of a person's game against a policy (OpenSpiel's and PettingZoo's
+classic games), the play page's routes and refusals over real sockets (and that a refusal changes nothing), and, in
+a real headless Chromium driven over the DevTools protocol, one full game each of Kuhn poker, OpenSpiel's
+tic-tac-toe and PettingZoo's tictactoe_v3 played by clicking the page's move buttons against the outputs of real
+`seedleague train` runs, each game then found in the run's league standings as a result of the human member."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from seedleague.league.service import League
 from seedleague.league.types import Role
 from seedleague.play.results import LeagueResults
 from seedleague.play.server import PLAY_READY, PlayConfig, PlayPage
-from seedleague.play.session import PlaySession
+from seedleague.play.classic import ClassicGame, board_text
+from seedleague.play.session import OpenSpielGame, PlaySession
 from tests.test_league_page import CHROMIUM
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -109,6 +110,71 @@ def test_an_illegal_move_is_refused_in_one_line_and_changes_nothing():
     assert str(session.state) == before
 
 
+# --- PettingZoo's classic games -------------------------------------------------------------------------
+
+
+class Seen(Uniform):
+    """Uniform, keeping what the agent was shown."""
+
+    def __init__(self):
+        self.seen = []
+
+    def action_probabilities(self, observation, mask):
+        self.seen.append((observation, mask))
+        return super().action_probabilities(observation, mask)
+
+
+@pytest.mark.parametrize("seat", [0, 1])
+def test_a_classic_game_is_played_to_its_end_from_either_seat_and_the_agent_sees_what_the_worker_sends(seat):
+    from envs.pettingzoo_classic import ClassicVectorGame
+
+    agent = Seen()
+    session = ClassicGame("tictactoe_v3").session(agent, seat, False, np.random.default_rng(seat))
+    assert session.view()["finished"] is False and len(session.view()["legal"]) == 9 - seat
+    play_out(session)
+    view = session.view()
+    assert view["finished"] and view["legal"] == [] and sorted(view["returns"]) in ([-1.0, 1.0], [0.0, 0.0])
+    assert session.outcome() == {1: 1.0, 0: 0.5, -1: 0.0}[int(np.sign(view["returns"][seat] - view["returns"][1 - seat]))]
+    spec = ClassicVectorGame("tictactoe_v3", num_envs=1).spec  # the worker's observation: float32 [2, 3, 3] planes
+    observation, mask = agent.seen[0]
+    assert observation.shape == tuple(spec.observation_shape) and observation.dtype == np.float32 and mask.dtype == bool
+    assert [h["who"] for h in view["history"]][:2] == (["you", "agent"] if seat == 0 else ["agent", "you"])
+
+
+def test_classic_moves_are_named_by_the_cells_they_mark_and_the_board_is_drawn_from_the_persons_seat():
+    session = ClassicGame("connect_four_v3").session(Leaning(), 0, True, np.random.default_rng(0))
+    legal = session.view()["legal"]
+    assert [m["text"] for m in legal] == [f"move {c}: row 5 col {c}" for c in range(7)]  # a piece falls to row 5
+    session.move(3)
+    # the agent (greedy, 0.7 on the highest legal id) dropped into column 6; the person's piece is plane 1
+    assert session.view()["history"] == [dict(who="you", move="move 3: row 5 col 3"),
+                                         dict(who="agent", move="move 6: row 5 col 6")]
+    lines = session.view()["state"].splitlines()
+    assert lines[6].split() == ["row", "5", ".", ".", ".", "1", ".", ".", "2"]
+    first = session.view()["agent_moves"][0]
+    assert first["move"] == "move 6: row 5 col 6" and abs(sum(p["p"] for p in first["probabilities"]) - 1) < 1e-3
+    assert board_text(np.arange(3.0)) == "[0. 1. 2.]"  # a vector observation: its numbers
+
+
+def test_an_illegal_classic_move_is_refused_in_one_line_and_changes_nothing():
+    session = ClassicGame("tictactoe_v3").session(Uniform(), 0, False, np.random.default_rng(0))
+    session.move(4)
+    before = session.view()
+    for bad in (4, -1, 99, "4", True, None):
+        with pytest.raises(ValueError, match="is not legal now: choose one of"):
+            session.move(bad)
+    assert session.view() == before
+
+
+def test_play_refuses_a_game_of_another_family_in_one_line():
+    from seedleague.play.cli import _game
+
+    with pytest.raises(ValueError, match="serves OpenSpiel games .* and PettingZoo's classic games"):
+        _game("/runs/x", "CartPole-v1")
+    with pytest.raises(ValueError, match="no such classic game"):
+        _game("/runs/x", "pettingzoo:classic/nothing_v1")
+
+
 # --- the play page over real sockets --------------------------------------------------------------------
 
 
@@ -117,7 +183,7 @@ def page():
     sink = Sink()
     config = PlayConfig(max_connections=4, request_timeout_s=1.0, max_tables=2)
     said: list[str] = []
-    with PlayPage(pyspiel.load_game("tic_tac_toe"), Uniform(), sink, config, token=TOKEN, say=said.append,
+    with PlayPage(OpenSpielGame(pyspiel.load_game("tic_tac_toe")), Uniform(), sink, config, token=TOKEN, say=said.append,
                   describe=dict(member="human", anchor="output-1")) as served:
         yield served, sink, said
 
@@ -245,16 +311,16 @@ def test_games_go_to_the_league_service_serving_the_run_and_to_its_database_once
 
 # --- real runs' outputs, played in a real headless Chromium ------------------------------------------------
 
-GAMES = ("kuhn_poker", "tic_tac_toe")
+GAMES = ("openspiel:kuhn_poker", "openspiel:tic_tac_toe", "pettingzoo:classic/tictactoe_v3")
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """{game: run dir} of two tiny real `seedleague train` runs, trained side by side (strength is irrelevant)."""
+    """{env id: run dir} of tiny real `seedleague train` runs, trained side by side (strength is irrelevant)."""
     root = tmp_path_factory.mktemp("runs")
-    runs = {game: str(root / game) for game in GAMES}
+    runs = {game: str(root / game.replace(":", "-").replace("/", "-")) for game in GAMES}
     procs = {game: subprocess.Popen(
-        [sys.executable, "-m", "seedleague.cli", "train", "--env", f"openspiel:{game}", "--run-dir", run_dir,
+        [sys.executable, "-m", "seedleague.cli", "train", "--env", game, "--run-dir", run_dir,
          "--max-learner-steps", "4", "--no-eval", "--league-page", "off", "--envs-per-worker", "16"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for game, run_dir in runs.items()}
     for game, proc in procs.items():
@@ -349,7 +415,7 @@ def test_a_person_plays_a_whole_game_in_a_real_browser_and_it_is_in_the_leagues_
     try:
         browser.open(f"{url}?token={TOKEN}")
         browser.wait("document.body.dataset.ready === 'true'")
-        assert browser.js("document.body.dataset.game") == game
+        assert browser.js("document.body.dataset.game") == game.split(":")[1].split("/")[-1]
         moves = 0
         while browser.js("document.body.dataset.finished") != "true":
             before = browser.js("document.getElementById('history').children.length")
@@ -357,7 +423,7 @@ def test_a_person_plays_a_whole_game_in_a_real_browser_and_it_is_in_the_leagues_
             browser.wait(f"document.body.dataset.finished === 'true' || "
                          f"document.getElementById('history').children.length > {before}")
             moves += 1
-        assert moves >= (2 if game == "tic_tac_toe" else 1)
+        assert moves >= (1 if game == "openspiel:kuhn_poker" else 2)
         assert browser.js("document.body.dataset.games") == "1"
         recorded = browser.js("document.getElementById('recorded').textContent")
         assert recorded.startswith("recorded in the league: human "), recorded

@@ -5,7 +5,7 @@
 
 Loads the run's output (`seedleague.api.load_trained`: what `--output` named when it trained), serves
 a page (loopback only unless told otherwise, behind the run's token when one is set) where you pick a
-seat, play OpenSpiel's legal moves as buttons, and see the agent's reply with its action probabilities
+seat, play the legal moves as buttons (OpenSpiel's games and PettingZoo's classic ones), and see the agent's reply with its action probabilities
 and a running score. Every finished game is a result in the run's league of the human member against
 the output, an anchor member named `output-<step>`, so it shows in the standings and on the league
 page: sent over gRPC to the league service serving the run now (a run still training; --league names
@@ -98,7 +98,6 @@ def _page(args: argparse.Namespace):
     from seedleague.league.service import _check_name
     from seedleague.play.results import LeagueResults
     from seedleague.play.server import PlayConfig, PlayPage
-    from seedleague.games.openspiel import game_name, load_game
     from seedleague.protocol.errors import ProtocolError
 
     config = config_flags.build(PlayConfig, args)
@@ -111,11 +110,7 @@ def _page(args: argparse.Namespace):
         raise ValueError(f"--member: {error.message}") from None
     resolved = output.resolve(run_dir)
     agent = load_trained(run_dir, seed=config.seed)
-    name = game_name(agent.spec.env_name)
-    if name is None:
-        raise ValueError(f"{run_dir} trained {agent.spec.env_name}: seedleague play serves OpenSpiel games "
-                         "(openspiel:NAME) for now")
-    game = load_game(name)
+    game = _game(run_dir, agent.spec.env_name)
     if not os.path.isdir(os.path.join(run_dir, "league")):
         raise ValueError(f"{run_dir} has no league (league/): play records games in the run's league, which a "
                          "two-player `seedleague train` run has")
@@ -128,6 +123,22 @@ def _page(args: argparse.Namespace):
     describe = dict(run_dir=run_dir, output=resolved.describe(), member=args.member, anchor=results.anchor,
                     env_name=agent.spec.env_name)
     return PlayPage(game, agent, results, config, token_from_args(args), describe=describe)
+
+
+def _game(run_dir: str, env_name: str):
+    """The rules of the run's game for the play page: OpenSpiel's or PettingZoo classic's; ValueError for others."""
+    from seedleague.games import openspiel, pettingzoo_classic
+
+    if openspiel.game_name(env_name) is not None:
+        from seedleague.play.session import OpenSpielGame
+
+        return OpenSpielGame(openspiel.load_game(openspiel.game_name(env_name)))
+    if pettingzoo_classic.game_name(env_name) is not None:
+        from seedleague.play.classic import ClassicGame
+
+        return ClassicGame(pettingzoo_classic.game_name(env_name))
+    raise ValueError(f"{run_dir} trained {env_name}: seedleague play serves OpenSpiel games (openspiel:NAME) and "
+                     "PettingZoo's classic games (pettingzoo:classic/NAME)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

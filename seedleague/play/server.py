@@ -1,12 +1,13 @@
 """The page of `seedleague play`: a person plays a run's trained output in the browser.
 
-    page = PlayPage(game, agent, results, PlayConfig(address="127.0.0.1:0"), token="").start()
+    page = PlayPage(OpenSpielGame(game), agent, results, PlayConfig(address="127.0.0.1:0"), token="").start()
     print(page.url)
     ...
     page.stop()
 
 This module owns the play page's routes and its tables (one per browser tab: the current game and the
-running score); the rules are `session.PlaySession`, the league side is `results.LeagueResults`, and the
+running score); the rules are `session.PlaySession` (OpenSpiel) or `classic.ClassicSession` (PettingZoo's classic
+games), the league side is `results.LeagueResults`, and the
 HTTP server, its token, Host check and refusals are the league page's (`seedleague.league.page.WebPage`).
 Reads are GETs (`/`, `/play.js`, `/api/info`, `/api/standings`); a new game and a move are POSTs of a small
 JSON object (`/api/new`, `/api/move`), so a link on another site cannot play. docs/play.md is the guide.
@@ -24,7 +25,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from seedleague.league.page import WebPage, split_address
-from seedleague.play.session import PlaySession
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 PLAY_READY = "play page on "  # printed by `seedleague play` once it serves
@@ -54,7 +54,7 @@ class PlayConfig:
 class _Table:
     """One tab's games: the current one and the running score (from the person's side)."""
 
-    session: PlaySession
+    session: Any  # session.PlaySession or classic.ClassicSession
     games: int = 0
     wins: int = 0
     draws: int = 0
@@ -75,7 +75,8 @@ class PlayPage(WebPage):
 
     def __init__(self, game: Any, agent: Any, results: Any, config: PlayConfig = PlayConfig(), token: str = "",
                  say: Callable[[str], None] = print, describe: Optional[dict] = None):
-        """`results`: `record(outcome) -> str` (what was recorded) and `standings() -> list[dict]`."""
+        """`game`: `name` and `session(agent, seat, greedy, rng)` (session.OpenSpielGame, classic.ClassicGame);
+        `results`: `record(outcome) -> str` (what was recorded) and `standings() -> list[dict]`."""
         super().__init__(config, token, say)
         self.game, self.agent, self.results = game, agent, results
         self.describe = dict(describe or {})
@@ -104,8 +105,7 @@ class PlayPage(WebPage):
             return dict(standings=[], error=str(error))
 
     def info(self) -> dict:
-        return dict(self.describe, game=self.game.get_type().short_name, players=self.game.num_players(),
-                    greedy=self.config.greedy)
+        return dict(self.describe, game=self.game.name, players=2, greedy=self.config.greedy)
 
     def new_game(self, request: dict) -> dict:
         """{"seat": 0 | 1, "greedy": bool, "table": id of this tab's table (optional)} -> the table's view."""
@@ -116,7 +116,7 @@ class PlayPage(WebPage):
         if not isinstance(greedy, bool):
             raise ValueError(f"greedy must be true or false, got {greedy!r}")
         with self._lock:
-            session = PlaySession(self.game, self.agent, seat, greedy, self._rng)
+            session = self.game.session(self.agent, seat, greedy, self._rng)
             table_id = request.get("table")
             table = self._tables.get(table_id) if isinstance(table_id, str) else None
             if table is None:
@@ -151,7 +151,7 @@ class PlayPage(WebPage):
         table.wins += outcome == 1.0
         table.draws += outcome == 0.5
         table.losses += outcome == 0.0
-        table.total_return += float(session.state.returns()[session.seat])
+        table.total_return += session.returns()[session.seat]
         try:
             table.recorded = self.results.record(outcome)
         except Exception as error:  # the league refused or is away: the person is told, the game still counts here

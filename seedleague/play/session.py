@@ -24,6 +24,17 @@ import pyspiel
 from seedleague.games.openspiel import encode, legal_mask
 
 
+class OpenSpielGame:
+    """An OpenSpiel game as the play page serves it: its name and a fresh `PlaySession` per game (the play page
+    takes any object with `name` and `session(agent, seat, greedy, rng)`; `classic.ClassicGame` is the other)."""
+
+    def __init__(self, game: pyspiel.Game):
+        self.game, self.name = game, game.get_type().short_name
+
+    def session(self, agent: Any, seat: int, greedy: bool, rng: np.random.Generator) -> "PlaySession":
+        return PlaySession(self.game, agent, seat, greedy, rng)
+
+
 class PlaySession:
     """One game at a time between a person (seat `seat`) and `agent` (a Policy or PolicyMixture)."""
 
@@ -41,6 +52,10 @@ class PlaySession:
     @property
     def finished(self) -> bool:
         return self.state.is_terminal()
+
+    def returns(self) -> list[float]:
+        """Each seat's return so far (the game's, at its end)."""
+        return [float(r) for r in self.state.returns()]
 
     def outcome(self) -> float:
         """1 win, 0.5 draw, 0 loss, from the person's seat; ValueError before the game ends."""
