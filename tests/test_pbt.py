@@ -140,6 +140,7 @@ def test_league_holds_a_round_hands_the_copy_out_once_and_replays_it(tmp_path):
     assert league.check_in("main", 12).pbt.copy_from == ""  # handed out once; the settings stay
     row = next(s for s in league.standings() if s.key == "main")
     assert "copied main-1:000000 at round 1" in row.pbt and exploit.new.text() in row.pbt
+    assert f"main{' ' * 24} {row.pbt}" in league.leaderboard_text()  # the console's standings list each member
     history, standings = league.pbt_history(), league.standings()
     league.close()
 

@@ -55,6 +55,10 @@ def standings_table(standings: Sequence[Standing], top: int = 20) -> str:
             f"{rank:>3}  {row.key:<28} {role:<16} {row.elo:>7.1f}  {trueskill:>13}  {row.games:>8.1f}  {row.win_rate:>8.3f}"
         )
     lines += board.notes()
+    members = [row for row in standings if row.pbt]
+    if members:
+        lines.append("population-based training (docs/pbt.md): each member's settings and newest copy")
+        lines += [f"     {row.key:<28} {row.pbt}" for row in members]
     if not standings:
         lines.append("(no players yet)")
     elif not any(row.games > 0 for row in standings):
