@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -211,7 +212,10 @@ def host_args(config: RayLaunchConfig, league_address: Optional[str], player: Pl
               index: int = 0) -> list[str]:
     """`seedleague host` on port 0 of its node's IP; in a league as `player`, the pool at --pool-url (or in its
     run dir), its checkpoints beside the pool when that is in object storage."""
-    args = ["-m", "seedleague.cli", "host", "--env", config.env_id, "--run-dir", config.player_dir(player.name),
+    # In a league the host logs (INFO) the running total of results the league acknowledged after each report:
+    # after a lost node its log, on that node's disk, still says how many the league must hold.
+    level = ["--log-level", "INFO"] if league_address else []
+    args = ["-m", "seedleague.cli", *level, "host", "--env", config.env_id, "--run-dir", config.player_dir(player.name),
             "--address", f"{NODE_IP}:0"]
     if league_address:
         pool = config.pool_url or os.path.join(config.node_dir, "pool")
@@ -366,6 +370,7 @@ class _Placed:
     node: dict = dataclasses.field(default_factory=dict)
     args: Optional[list] = None  # a worker's command now: it follows its host when Ray restarts that elsewhere
     index: int = 0
+    down: bool = False  # its actor died and Ray has not yet brought it back (counted once)
 
     def log_place(self) -> str:
         """Where its log is: the node's IP and the path there."""
@@ -435,7 +440,8 @@ def launch(config: RayLaunchConfig) -> dict:
     if host is not None and host.node:
         run_dir = run_dir.replace(NODE_TMP, host.node["temp_dir"])
     summary.update(launcher_reason=run.reason, worker_restarts=run.worker_restarts, host_restarts=run.host_restarts,
-                   placement={p.name: p.node for p in run.placed}, run_dir=run_dir)
+                   placement={p.name: p.node for p in run.placed}, run_dir=run_dir,
+                   host_ip=host.node.get("ip") if host is not None else None)
     return summary
 
 
@@ -631,10 +637,20 @@ def _watch(ray, run: _Run, config: RayLaunchConfig) -> None:
             run.worker_restarts += _revive(ray, item, ref, run, config)
         if time.monotonic() - last_report >= config.report_interval_s:
             last_report = time.monotonic()
-            line = _get(ray, run.host.actor.tail.remote(1), run, run.host).strip()
+            try:
+                line = _progress_line(_get(ray, run.host.actor.tail.remote(20), run, run.host))
+            except (RuntimeError, ray.exceptions.RayActorError):  # the next poll finds out what happened to it
+                line = ""
             if line:
                 print(f"ray-launch: {run.host.name}: {line}", flush=True)
         run.pause(config.poll_interval_s)
+
+
+def _progress_line(tail: str) -> str:
+    """The host's newest progress line in the end of its log (not a logging record: "2026-... INFO name: ...")."""
+    lines = [line.strip() for line in tail.splitlines()
+             if line.strip() and not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* [A-Z]+ ", line)]
+    return lines[-1] if lines else ""
 
 
 def _host_status(ray, run: _Run, player: str, config: RayLaunchConfig) -> Optional[int]:
@@ -668,9 +684,8 @@ def _host_back(ray, run: _Run, player: str, config: RayLaunchConfig, error: Exce
             node = _get(ray, host.actor.node.remote(), run, host, timeout_s=config.report_interval_s)
             if node.get("restarted"):
                 break
-        except (RuntimeError, ray.exceptions.RayActorError) as again:
-            if isinstance(again, ray.exceptions.ActorDiedError) and "restart" not in str(again).lower():
-                raise RuntimeError(f"{host.name}'s Ray actor is gone for good: {again}") from None
+        except (RuntimeError, ray.exceptions.RayActorError):  # not back yet (or its call was lost with it)
+            pass
         now = time.monotonic()
         if now - died >= config.start_timeout_s:
             raise RuntimeError(f"Ray did not restart {host.name} within {config.start_timeout_s:g} s (--start-timeout)"
@@ -698,11 +713,15 @@ def _revive(ray, item: _Placed, poll_ref, run: _Run, config: RayLaunchConfig) ->
         return 0
     except ray.exceptions.RayActorError as error:
         # The actor's process or node died. Ray restarts it (its constructor starts the
-        # worker again) until max_restarts; an actor gone for good fails here every poll.
+        # worker again, and the next poll gives it its host's address now) until max_restarts.
+        if item.down:  # still coming back: counted when it died
+            return 0
         if restarts >= config.max_restarts:
             raise RuntimeError(f"workers were restarted {restarts} times; {item.name}'s actor died: {error}") from None
         print(f"ray-launch: {item.name}'s actor died ({type(error).__name__}); Ray restarts it", flush=True)
+        item.down = True
         return 1
+    item.down = False
     if status is None:
         return 0
     from seedleague.launch.local import REFUSED_STATUS  # a worker that refuses its game: restarting it repeats the refusal
@@ -858,7 +877,7 @@ def print_summary(summary: dict) -> None:
           f"  env steps {summary.get('env_steps')}, learner steps {summary.get('learner_step')}, "
           f"episodes {summary.get('episodes')}, mean return (last 100) {summary.get('mean_return')}, "
           f"{wall} s, {rate}worker restarts {summary.get('worker_restarts')}, host restarts {summary.get('host_restarts')}\n"
-          f"  outputs: {summary.get('run_dir')} on node {summary.get('placement', {}).get('host', {}).get('ip')}",
+          f"  outputs: {summary.get('run_dir')} on node {summary.get('host_ip')}",
           flush=True)
 
 
