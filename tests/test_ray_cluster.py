@@ -385,18 +385,23 @@ def test_two_players_on_two_nodes_share_a_pool_in_s3_and_a_killed_node_loses_no_
         assert resumed and int(resumed.group(1)) >= saved > 0, open(back_log).read()[-3000:]
         assert _stored(league_db, "exploiter") >= acknowledged
         text = _interrupted(launcher, log_path)
-    print(f"exploiter back {back_s:.1f} s after its node's SIGKILL, resumed at checkpoint {resumed.group(1)}")
+    restarted = re.search(r"host-exploiter is back on node \S+ \(\w+\) at \S+, ([\d.]+) s after its actor died", text)
+    print(f"\nexploiter: {acknowledged} results acknowledged before the kill; host restarted "
+          f"{restarted.group(1) if restarted else '?'} s after Ray saw its actor die; results acknowledged again "
+          f"{back_s:.1f} s after the SIGKILL (node replaced in between); resumed at checkpoint {resumed.group(1)} "
+          f"(newest seen in the store {saved})")
     standings = text[text.index("ray-launch: league standings"):]
     for player in ("main", "exploiter"):  # both rated: games against the league's anchor and snapshots
         row = re.search(rf"^\s*\d+\s+{player}\s+\S+\s+(\S+)\s+\S+\s+(\S+)", standings, re.M)
         assert row and float(row.group(2)) > 0, standings
-    # No shared path: each node's temporary directory is its own, and holds only its own processes' files.
+    # No shared path: each node's temporary directory is its own, and holds only its own processes' files (the
+    # workers, spread, log under their player's folder on whichever node they ran).
     assert len({node_a, node_b, node_b2}) == 3
     assert os.path.exists(node_a + run + "/league/league.sqlite") and os.path.exists(node_a + run + "/players/main/host.log")
     for temp in (node_b, node_b2):
         assert os.path.exists(temp + run + "/players/exploiter/host.log")
-        assert not os.path.exists(temp + run + "/league") and not os.path.exists(temp + run + "/players/main")
-    assert not os.path.exists(node_a + run + "/players/exploiter")
+        assert not os.path.exists(temp + run + "/league") and not os.path.exists(temp + run + "/players/main/host.log")
+    assert not os.path.exists(node_a + run + "/players/exploiter/host.log")
     secret = s3["AWS_SECRET_ACCESS_KEY"]
     for path in [log_path, node_a + run + "/league/league.log", node_a + run + "/players/main/host.log", back_log]:
         assert secret not in open(path).read(), path
