@@ -265,19 +265,24 @@ def s3(tmp_path_factory):
     server = S3Server(tmp)
     env = _env(server.endpoint, os.path.join(tmp, "cache"))
     saved = {name: os.environ.get(name) for name in env}  # as tests/test_object_store.py makes its bucket
-    os.environ.update(env)
     try:
+        os.environ.update(env)
         import s3fs
 
         s3fs.S3FileSystem(skip_instance_cache=True).mkdir("pool")
+        _restore(saved)  # only the launcher gets them: other modules' tests share this process
+        yield env
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    yield env
-    server.stop()
+        _restore(saved)
+        server.stop()
+
+
+def _restore(saved: dict) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _fs(env: dict):
