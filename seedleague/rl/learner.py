@@ -314,7 +314,6 @@ class TrainState(NamedTuple):
     magnet: Any = ()  # the magnet policy's params when LearnerConfig.magnet_cost > 0, else ()
     magnet_target: Any = ()  # the moving average the magnet is replaced by (magnet_interval with magnet_rate), else ()
     average: Any = ()  # a ParamAverage when LearnerConfig.average_from is set, else ()
-    slow: Any = ()  # Lookahead's slow params when LearnerConfig.lookahead_interval > 0, else ()
 
 
 def anneal_progress(config: LearnerConfig, step: Any, seconds: Any = 0.0) -> jax.Array:
@@ -382,14 +381,13 @@ def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) ->
     params = network.init(init_rng)
     return TrainState(
         params=params,
-        opt_state=_optimizer(config).init(params),
+        opt_state=_optimizer_state(config, params),
         step=jnp.zeros((), jnp.int32),
         rng=rng,
         magnet=jax.tree.map(jnp.copy, params) if config.magnet_cost > 0 else (),
         magnet_target=jax.tree.map(jnp.copy, params) if config.replaces_magnet_by_average else (),
         average=(ParamAverage(jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32))
                  if config.keeps_average else ()),
-        slow=jax.tree.map(jnp.copy, params) if config.lookahead_interval > 0 else (),
     )
 
 
@@ -573,21 +571,39 @@ def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tupl
     return magnet, target
 
 
-def _lookahead(config: LearnerConfig, state: TrainState, params: Any) -> tuple[Any, Any]:
-    """(params, slow) after an update that produced `params`: every lookahead_interval updates both become
-    slow + lookahead_rate * (params - slow); between those, the params as they are and the slow ones kept."""
+class LookaheadState(NamedTuple):
+    """The optimiser state with Lookahead on: Adam's, and the slow params (kept there, not in TrainState, so a
+    checkpoint of a run without Lookahead has the shape it always had)."""
+
+    inner: Any
+    slow: Any
+
+
+def _optimizer_state(config: LearnerConfig, params: Any) -> Any:
+    """A fresh optimiser state for `params`: Adam's, wrapped with the slow params when Lookahead is on."""
+    inner = _optimizer(config).init(params)
+    return LookaheadState(inner, jax.tree.map(jnp.copy, params)) if config.lookahead_interval > 0 else inner
+
+
+def _lookahead(config: LearnerConfig, step: jax.Array, params: Any, opt_state: Any, slow: Any) -> tuple[Any, Any]:
+    """(params, opt_state) after update `step` produced `params` and Adam's `opt_state`: every lookahead_interval
+    updates the params and the slow ones both become slow + lookahead_rate * (params - slow); between those, the
+    params as they are and the slow ones kept."""
     if not config.lookahead_interval > 0:
-        return params, state.slow
-    sync = (state.step + 1) % config.lookahead_interval == 0
-    stepped = optax.incremental_update(params, state.slow, config.lookahead_rate)
-    slow = jax.tree.map(lambda new, old: jnp.where(sync, new, old), stepped, state.slow)
-    return jax.tree.map(lambda new, fast: jnp.where(sync, new, fast), stepped, params), slow
+        return params, opt_state
+    sync = (step + 1) % config.lookahead_interval == 0
+    stepped = optax.incremental_update(params, slow, config.lookahead_rate)
+    slow = jax.tree.map(lambda new, old: jnp.where(sync, new, old), stepped, slow)
+    return jax.tree.map(lambda new, fast: jnp.where(sync, new, fast), stepped, params), LookaheadState(opt_state, slow)
 
 
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
             seconds: Any = 0.0, scales: Scales = Scales()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
     anneal = schedule(config, state.step, seconds, scales)
+    slow = state.opt_state.slow if config.lookahead_interval > 0 else ()
+    if config.lookahead_interval > 0:
+        state = state._replace(opt_state=state.opt_state.inner)
     targets = _fixed_targets(config, network, state.params, batch, anneal, state.magnet)
     if config.steps_per_update == 1:
         params, opt_state, metrics = _gradient_step(config, network, state, anneal, state.params,
@@ -596,7 +612,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
     else:
         params, opt_state, rng, metrics = _epochs(config, network, state, anneal, batch, targets)
     magnet, target = _moved_magnet(config, state, params)
-    params, slow = _lookahead(config, state, params)
+    params, opt_state = _lookahead(config, state.step, params, opt_state, slow)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
                    anneal_progress=anneal.progress, entropy_cost=anneal.entropy_cost)
@@ -604,7 +620,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
         metrics["kl_cost"] = jnp.asarray(anneal.kl_cost, jnp.float32)
     new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=rng, magnet=magnet,
                            magnet_target=target,
-                           average=_averaged(config, state.average, state.step, anneal.progress, params), slow=slow)
+                           average=_averaged(config, state.average, state.step, anneal.progress, params))
     return new_state, metrics
 
 
