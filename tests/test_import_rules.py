@@ -12,6 +12,8 @@ dependency, imported where it is used).
 import ast
 import pathlib
 
+from benchmarks.import_graph import circles  # Tarjan's strongly connected components, as the benchmark counts them
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "seedleague"
 EXAMPLES = ("envs", "launch")  # top-level packages of the repository that the library must not import
@@ -116,50 +118,13 @@ def _edges(name: str, path: pathlib.Path, source: str, modules) -> set[str]:
     return found - {name}
 
 
-def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan 1972), each sorted."""
-    index, low, on_stack, stack, circles = {}, {}, set(), [], []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        circles.append(sorted(component))
-            elif child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(graph.get(child, ())))))
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
-    return circles
-
-
 GRAPH = {name: _edges(name, path, path.read_text(), MODULES) for name, (path, _) in MODULES.items()}
 
 
 def test_the_circle_finder_finds_circles_and_reads_marks():
     # The rule below could not fail if these did not hold.
-    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert _circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
     source = ("from seedleague import output\n"
               "def f():\n    from seedleague.eval import board  # optional-heavy: pyspiel\n"
               "def g():\n    from seedleague.api import Policy\n")
@@ -169,9 +134,9 @@ def test_the_circle_finder_finds_circles_and_reads_marks():
 
 
 def test_the_modules_of_the_package_import_each_other_in_no_circle():
-    circles = _circles(GRAPH)
-    assert not circles, ("modules of seedleague import each other in a circle: " + "; ".join(
-        " <-> ".join(circle) for circle in circles) + " (move what both need into a module below them, e.g. "
+    found = circles(GRAPH)
+    assert not found, ("modules of seedleague import each other in a circle: " + "; ".join(
+        " <-> ".join(circle) for circle in found) + " (move what both need into a module below them, e.g. "
         "seedleague.artifacts; a function-local import is no way around a circle)")
 
 
