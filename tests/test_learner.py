@@ -279,6 +279,35 @@ def test_lookahead_moves_the_params_half_way_from_the_slow_ones_every_interval()
         LearnerConfig(lookahead_interval=5, lookahead_rate=0.0)
 
 
+def test_lookahead_average_restarts_the_params_at_the_mean_of_the_interval_s_iterates():
+    # k = 3, rate 1, average: updates 1 and 2 leave the params as the optimiser made them (q1, q2); update 3's
+    # optimiser step from q2 gives q3, and the params and the slow ones become (q1 + q2 + q3) / 3; the next
+    # interval averages afresh from there.
+    network = NETWORKS[0]
+    plain = LearnerConfig(loss="ppo", learning_rate=1e-2)
+    config = dataclasses.replace(plain, lookahead_interval=3, lookahead_rate=1.0, lookahead_average=True)
+    batch = _synthetic_batch(network)
+    copy = lambda state: jax.tree.map(jnp.copy, state)
+    unwrapped = lambda state: state._replace(opt_state=state.opt_state.inner)
+    update, update_plain = make_update(config, network), make_update(plain, network)
+    states = [init_train_state(config, network, jax.random.key(0))]
+    plain_steps = []
+    for _ in range(4):
+        plain_steps.append(update_plain(copy(unwrapped(states[-1])), batch)[0])
+        states.append(update(copy(states[-1]), batch)[0])
+    q1, q2, q3, q4 = (s.params for s in plain_steps)
+    _assert_trees_close(states[1].params, q1)
+    _assert_trees_close(states[2].params, q2)
+    _assert_trees_close(states[2].opt_state.slow, states[0].params)
+    expected = jax.tree.map(lambda a, b, c: (a + b + c) / 3, q1, q2, q3)
+    _assert_trees_close(states[3].params, expected)
+    _assert_trees_close(states[3].opt_state.slow, expected)
+    _assert_trees_close(states[4].params, q4)  # the next interval starts from the restart, its mean from q4
+    _assert_trees_close(states[4].opt_state.mean, q4)
+    with pytest.raises(ValueError, match="set --learner.lookahead-interval > 0"):
+        LearnerConfig(lookahead_average=True)
+
+
 def _assert_trees_close(a, b):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)

@@ -90,6 +90,12 @@ class LearnerConfig:
         the learner keeps slow params; every lookahead_interval updates they step lookahead_rate of the way
         to the params the updates reached, and the params restart from there (the optimiser's state kept).
         A cycle of the iterates inside the interval is averaged away rather than followed. 0: off.
+    lookahead_average: the slow params step towards the mean of the params over the interval's updates instead
+        of the last of them; with lookahead_rate 1 every interval restarts at its average iterate, as restarted
+        averaged primal-dual methods do for last-iterate convergence in bilinear saddle problems (Applegate,
+        Hinder, Lu & Lubin, "Faster first-order primal-dual methods for linear programming using restarts and
+        sharpness", Math. Programming 2023): over a whole turn of a rotation the average is its centre, while
+        the last iterate is anywhere on the circle.
     kl_follows_entropy: the proximal weight at each update is kl_cost x entropy_cost / alpha (alpha the
         annealed entropy cost then), so MMD's step eta stays proportional to alpha as alpha anneals: MMD's
         linear convergence to the regularised game's equilibrium needs eta <= alpha / L^2 (Sokota et al.
@@ -201,6 +207,7 @@ class LearnerConfig:
     kl_follows_entropy: bool = False  # kl_cost x entropy_cost / alpha: MMD's step eta = 1 / kl_cost shrinks with alpha
     lookahead_interval: int = 0  # > 0: Lookahead's k, in updates: the params move to slow + rate * (params - slow)
     lookahead_rate: float = 0.5  # Lookahead's alpha (the slow params' step towards the fast ones)
+    lookahead_average: bool = False  # step towards the interval's mean params, not its last (rate 1: restart there)
     fixed_targets: bool = False
     value_clip_epsilon: float = 0.0
     reward_scale: float = 1.0
@@ -239,6 +246,9 @@ class LearnerConfig:
         if self.lookahead_interval < 0 or not 0 < self.lookahead_rate <= 1:
             problems.append(f"lookahead_interval must be >= 0 (0: off) and lookahead_rate in (0, 1], got "
                             f"{self.lookahead_interval} and {self.lookahead_rate}")
+        if self.lookahead_average and not self.lookahead_interval > 0:
+            problems.append("lookahead_average averages over Lookahead's interval: set --learner.lookahead-interval "
+                            "> 0 with it")
         if self.kl_cost and self.loss != "mmd":
             problems.append(f"kl_cost applies to loss 'mmd' only; loss is {self.loss!r} (set --learner.loss mmd)")
         if self.anneal_steps < 0:
@@ -572,36 +582,49 @@ def _moved_magnet(config: LearnerConfig, state: TrainState, params: Any) -> tupl
 
 
 class LookaheadState(NamedTuple):
-    """The optimiser state with Lookahead on: Adam's, and the slow params (kept there, not in TrainState, so a
-    checkpoint of a run without Lookahead has the shape it always had)."""
+    """The optimiser state with Lookahead on: Adam's, the slow params (kept there, not in TrainState, so a
+    checkpoint of a run without Lookahead has the shape it always had) and, with lookahead_average, the mean of
+    the params over the interval's updates so far (else ())."""
 
     inner: Any
     slow: Any
+    mean: Any = ()
 
 
 def _optimizer_state(config: LearnerConfig, params: Any) -> Any:
     """A fresh optimiser state for `params`: Adam's, wrapped with the slow params when Lookahead is on."""
     inner = _optimizer(config).init(params)
-    return LookaheadState(inner, jax.tree.map(jnp.copy, params)) if config.lookahead_interval > 0 else inner
+    if not config.lookahead_interval > 0:
+        return inner
+    mean = jax.tree.map(jnp.copy, params) if config.lookahead_average else ()
+    return LookaheadState(inner, jax.tree.map(jnp.copy, params), mean)
 
 
-def _lookahead(config: LearnerConfig, step: jax.Array, params: Any, opt_state: Any, slow: Any) -> tuple[Any, Any]:
+def _lookahead(config: LearnerConfig, step: jax.Array, params: Any, opt_state: Any,
+               lookahead: LookaheadState) -> tuple[Any, Any]:
     """(params, opt_state) after update `step` produced `params` and Adam's `opt_state`: every lookahead_interval
-    updates the params and the slow ones both become slow + lookahead_rate * (params - slow); between those, the
-    params as they are and the slow ones kept."""
+    updates the params and the slow ones both become slow + lookahead_rate * (target - slow), the target being
+    the params (or, with lookahead_average, their mean over the interval's updates); between those, the params
+    as they are and the slow ones kept."""
     if not config.lookahead_interval > 0:
         return params, opt_state
-    sync = (step + 1) % config.lookahead_interval == 0
-    stepped = optax.incremental_update(params, slow, config.lookahead_rate)
+    slow, mean = lookahead.slow, lookahead.mean
+    position = step % config.lookahead_interval  # 0 at the interval's first update
+    if config.lookahead_average:
+        weight = 1.0 / (position + 1).astype(jnp.float32)
+        mean = jax.tree.map(lambda m, p: m + weight.astype(m.dtype) * (p - m), mean, params)
+    sync = position == config.lookahead_interval - 1
+    stepped = optax.incremental_update(mean if config.lookahead_average else params, slow, config.lookahead_rate)
     slow = jax.tree.map(lambda new, old: jnp.where(sync, new, old), stepped, slow)
-    return jax.tree.map(lambda new, fast: jnp.where(sync, new, fast), stepped, params), LookaheadState(opt_state, slow)
+    params = jax.tree.map(lambda new, fast: jnp.where(sync, new, fast), stepped, params)
+    return params, LookaheadState(opt_state, slow, mean)
 
 
 def _update(config: LearnerConfig, network: Network, state: TrainState, batch: Unroll,
             seconds: Any = 0.0, scales: Scales = Scales()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One update: a gradient step, or `epochs` passes of minibatch steps; see `make_update`."""
     anneal = schedule(config, state.step, seconds, scales)
-    slow = state.opt_state.slow if config.lookahead_interval > 0 else ()
+    lookahead = state.opt_state if config.lookahead_interval > 0 else None
     if config.lookahead_interval > 0:
         state = state._replace(opt_state=state.opt_state.inner)
     targets = _fixed_targets(config, network, state.params, batch, anneal, state.magnet)
@@ -612,7 +635,7 @@ def _update(config: LearnerConfig, network: Network, state: TrainState, batch: U
     else:
         params, opt_state, rng, metrics = _epochs(config, network, state, anneal, batch, targets)
     magnet, target = _moved_magnet(config, state, params)
-    params, opt_state = _lookahead(config, state.step, params, opt_state, slow)
+    params, opt_state = _lookahead(config, state.step, params, opt_state, lookahead)
     behaviour_version = batch.policy_version[:, :-1].astype(jnp.float32)
     metrics = dict(metrics, policy_lag=jnp.mean(state.step.astype(jnp.float32) - behaviour_version),
                    anneal_progress=anneal.progress, entropy_cost=anneal.entropy_cost)
