@@ -1,6 +1,8 @@
-"""Population-based training: the selection maths by hand (bottom and top, the confidence bound, the perturbation,
-a round's plan), the league service over a real SQLite file (rounds at check-ins, the copy handed out once, the
-standings, everything back after a restart), the answer over gRPC, and two real hosts where one copies the other."""
+"""Population-based training: the selection maths by hand (bottom and top, the opponents every member met, the worst
+case and its Wilson bounds, the perturbation, a round's plan on a rock-paper-scissors-like table where the average
+and the worst case rank the members differently), the league service over a real SQLite file (rounds at check-ins,
+the copy handed out once, the standings, everything back after a restart), the answer over gRPC, and two real hosts
+where one copies the other."""
 
 import dataclasses
 import math
@@ -50,15 +52,25 @@ def test_split_takes_the_lowest_and_highest_share():
     assert pbt.split(["solo"], [0.9], 0.25) == ([], [])
 
 
-def test_difference_bound_is_the_gap_less_z_standard_errors():
-    # 0.7 over 100 against 0.4 over 100: sqrt(0.21/100 + 0.24/100) = 0.067082; 0.3 - 1.96 x 0.067082 = 0.168519
-    assert pbt.difference_bound(Tally(70, 0, 100), Tally(40, 0, 100), 1.96) == pytest.approx(0.168519, abs=1e-6)
-    # 0.55 against 0.45 over 100 each: sqrt(2 x 0.2475 / 100) = 0.070356; 0.1 - 0.137898 < 0: not significant
-    assert pbt.difference_bound(Tally(55, 0, 100), Tally(45, 0, 100), 1.96) == pytest.approx(-0.037898, abs=1e-6)
-    # draws count half: (10 + 20/2) / 40 = 0.5; z = 0 leaves the plain difference
-    assert Tally(10, 20, 40).score == 0.5
-    assert pbt.difference_bound(Tally(30, 0, 40), Tally(10, 20, 40), 0.0) == pytest.approx(0.25)
-    assert pbt.difference_bound(Tally(), Tally(40, 0, 100), 1.96) == -math.inf  # no games: never significant
+def test_common_opponents_are_those_every_member_met_often_enough():
+    tallies = {"a": {"r:1": Tally(50, 0, 100), "x:1": Tally(25, 0, 50)},
+               "b": {"r:1": Tally(60, 0, 120), "x:1": Tally(50, 0, 100), "y:1": Tally(9, 0, 200)}}
+    assert pbt.common_opponents(tallies, min_games=100) == ["r:1"]  # x: a met it 50 times; y: a never
+    assert pbt.common_opponents(tallies, min_games=50) == ["r:1", "x:1"]
+    assert pbt.common_opponents({}, min_games=1) == []
+
+
+def test_worst_case_is_the_lowest_score_with_wilson_bounds():
+    # Wilson at z = 1.96, n = 100: denominator 1 + 3.8416/100 = 1.038416.
+    #   p = 0.2: centre (0.2 + 0.019208) / 1.038416 = 0.211098, half 1.96 sqrt(0.0016 + 0.00009604) / 1.038416
+    #   = 0.077733: [0.133366, 0.288831]. p = 0.9: [0.825633, 0.944771].
+    mine = {"p:1": Tally(90, 0, 100), "r:1": Tally(90, 0, 100), "s:1": Tally(20, 0, 100)}
+    worst = pbt.worst_case(mine, ["p:1", "r:1", "s:1"], 1.96)
+    assert (worst.score, worst.opponent) == (pytest.approx(0.2), "s:1")
+    assert (worst.low, worst.high) == (pytest.approx(0.133366, abs=1e-6), pytest.approx(0.288831, abs=1e-6))
+    assert pbt.worst_case(mine, ["p:1", "r:1"], 1.96).opponent == "p:1"  # a tie: the first opponent given
+    with pytest.raises(ValueError, match="at least one opponent"):
+        pbt.worst_case(mine, [], 1.96)
 
 
 def test_perturb_multiplies_each_setting_by_one_factor():
@@ -77,30 +89,62 @@ def test_initial_settings_member_zero_keeps_the_recipe():
     assert all(0.5 <= getattr(drawn, n) <= 2.0 for n in pbt.SETTINGS) and drawn != PbtSettings()
 
 
-def test_a_round_copies_only_a_significantly_better_member_with_a_snapshot():
-    same = PbtSettings()
-    view = RoundInput(
+def _rps_round() -> RoundInput:
+    """Four members against rock-, paper- and scissors-like snapshots, 100 games each (a also met x:1 50 times).
+
+    member  r:1  p:1  s:1  x:1 | average (all games)  worst case (r, p, s)
+    a       .9   .9   .2   .5  | 225/350 = .643       .2 (s:1)     sharp: beats two, loses to the third
+    b       .6   .6   .6       | .6                   .6 (p:1)     steady
+    c       .7   .5   .4       | .533                 .4 (s:1)
+    d       .5   .5   .5       | .5                   .5 (p:1)
+    By the average a is the best and d the worst; by the worst case b is the best and a the worst."""
+    def met(r, p, s):
+        return {"r:1": Tally(r, 0, 100), "p:1": Tally(p, 0, 100), "s:1": Tally(s, 0, 100)}
+    return RoundInput(
         round=1, members=["a", "b", "c", "d"],
-        tallies={"a": Tally(40, 0, 100), "b": Tally(60, 0, 100), "c": Tally(50, 0, 100), "d": Tally(70, 0, 100)},
-        settings={"a": same, "b": same, "c": same, "d": PbtSettings(1.0, 1.0, 2.0)},
+        tallies={"a": dict(met(90, 90, 20), **{"x:1": Tally(25, 0, 50)}), "b": met(60, 60, 60), "c": met(70, 50, 40),
+                 "d": met(50, 50, 50)},
+        settings={"a": PbtSettings(), "b": PbtSettings(1.0, 1.0, 2.0), "c": PbtSettings(), "d": PbtSettings()},
         latest={"a": "a:000010", "b": "b:000010", "c": "c:000010", "d": "d:000010"})
-    rows = pbt.plan_round(view, 0.25, 1.96, (0.8, 1.2), Coins(0, 0, 1, 0))  # top member d, then x0.8 x1.2 x0.8
+
+
+def test_a_round_ranks_by_the_worst_case_not_the_average():
+    view = _rps_round()
+    averages = [sum(t.wins for t in view.tallies[m].values()) / sum(t.games for t in view.tallies[m].values())
+                for m in view.members]
+    assert pbt.split(view.members, averages, 0.25) == (["d"], ["a"])  # the average would copy the sharp a into d
+    rows = pbt.plan_round(view, 0.25, 1.96, (0.8, 1.2), Coins(0, 0, 1, 0), min_games=100)  # top b; x0.8 x1.2 x0.8
     assert [(r.member, r.kind) for r in rows] == [("a", EXPLOIT), ("b", KEPT), ("c", KEPT), ("d", KEPT)]
     exploit = rows[0]
-    assert (exploit.source, exploit.source_key) == ("d", "d:000010")
-    assert dataclasses.astuple(exploit.new) == pytest.approx((0.8, 1.2, 1.6)) and exploit.old == same
-    assert exploit.evidence["bound"] == pytest.approx(0.168519, abs=1e-6)
-    assert rows[1].evidence["why"] == "not in the bottom share"
+    assert (exploit.source, exploit.source_key) == ("b", "b:000010")
+    assert dataclasses.astuple(exploit.new) == pytest.approx((0.8, 1.2, 1.6)) and exploit.old == PbtSettings()
+    e = exploit.evidence
+    # b's lower bound: min over r, p, s of Wilson's low at .6 over 100 = (0.619208 - 0.094300) / ... = 0.502001;
+    # a's upper bound: min(0.944771, 0.944771, 0.288831); the gap's bound 0.502001 - 0.288831 = 0.213170
+    assert (e["score"], e["opponent"], e["source_score"], e["source_opponent"]) == (
+        pytest.approx(0.2), "s:1", pytest.approx(0.6), "p:1")
+    assert e["source_low"] == pytest.approx(0.502001, abs=1e-6) and e["high"] == pytest.approx(0.288831, abs=1e-6)
+    assert e["bound"] == pytest.approx(0.213170, abs=1e-6)
+    assert (e["games"], e["mean"], e["opponents"]) == (350, pytest.approx(225 / 350), 3)  # x:1 is not common
+    assert rows[1].evidence["why"] == "not in the bottom share" and rows[1].evidence["score"] == pytest.approx(0.6)
+    assert "worst case 0.200 (against s:1, at most 0.289) under b's 0.600 (at least 0.502)" in exploit.text()
 
-    close = dataclasses.replace(view, tallies=dict(view.tallies, a=Tally(55, 0, 100), d=Tally(65, 0, 100),
-                                                   b=Tally(60, 0, 100), c=Tally(60, 0, 100)))
-    assert "not better with confidence" in pbt.plan_round(close, 0.25, 1.96, (0.8, 1.2), Coins(0))[0].evidence["why"]
-    unsaved = dataclasses.replace(view, latest=dict(view.latest, d=""))
-    assert "no snapshot to copy" in pbt.plan_round(unsaved, 0.25, 1.96, (0.8, 1.2), Coins(0))[0].evidence["why"]
+
+def test_a_round_keeps_members_the_games_cannot_tell_apart():
+    view = _rps_round()
+    close = dataclasses.replace(view, tallies=dict(view.tallies, a=dict(view.tallies["b"]), c=dict(view.tallies["d"])))
+    rows = pbt.plan_round(close, 0.25, 1.96, (0.8, 1.2), Coins(0), min_games=100)  # d (.5, after c) bottom, a (.6) top
+    assert [r.kind for r in rows] == [KEPT] * 4 and "a not better with confidence" in rows[3].evidence["why"]
+    assert rows[3].evidence["bound"] == pytest.approx(0.502001 - 0.596170, abs=1e-6)  # Wilson's low at .6, high at .5
+    unsaved = dataclasses.replace(view, latest=dict(view.latest, b=""))
+    assert "no snapshot to copy" in pbt.plan_round(unsaved, 0.25, 1.96, (0.8, 1.2), Coins(0), min_games=100)[0].evidence["why"]
+    rare = pbt.plan_round(view, 0.25, 1.96, (0.8, 1.2), Coins(), min_games=101)  # nobody met anyone 101 times
+    assert all(r.kind == KEPT and r.evidence["why"] == "no opponent every member met 101 times this round" for r in rare)
 
 
 def test_league_config_refuses_bad_pbt_settings():
-    for field, value in (("pbt_interval", -1), ("pbt_share", 0.6), ("pbt_z", -1.0), ("pbt_perturb", 1.0)):
+    for field, value in (("pbt_interval", -1), ("pbt_share", 0.6), ("pbt_z", -1.0), ("pbt_perturb", 1.0),
+                         ("pbt_min_games", 0)):
         with pytest.raises(ValueError, match=field):
             LeagueConfig(**{field: value})
 
@@ -113,8 +157,14 @@ def _results(player: str, opponent: str, wins: int, losses: int) -> list[MatchRe
     return [MatchResult(str(uuid.uuid4()), player, opponent, o, 1) for o in outcomes]
 
 
+def _against_both(player: str, wins: int, losses: int) -> list[MatchResult]:
+    """`player`'s live params against each member's first snapshot, with these wins and losses each."""
+    return _results(player, "main:000000", wins, losses) + _results(player, "main-1:000000", wins, losses)
+
+
 def _two_members(path, **config) -> League:
-    league = League(LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=5, pbt_interval=10, **config), path)
+    league = League(LeagueConfig(mode=Mode.SELF_PLAY, snapshot_interval_steps=5, pbt_interval=10, pbt_min_games=50,
+                                 **config), path)
     for name in ("main", "main-1"):
         league.register_player(name, Role.MAIN)
         assert league.check_in(name, 0).snapshot
@@ -127,7 +177,7 @@ def test_league_holds_a_round_hands_the_copy_out_once_and_replays_it(tmp_path):
     league = _two_members(path)
     assert [(r.member, r.kind, r.new) for r in league.pbt_history()] == [
         ("main", INIT, PbtSettings()), ("main-1", INIT, pbt.initial_settings(1, np.random.default_rng([0, 1])))]
-    league.report_results(_results("main-1", "main:000000", 80, 20) + _results("main", "main-1:000000", 30, 70))
+    league.report_results(_against_both("main-1", 80, 20) + _against_both("main", 30, 70))
     first = league.check_in("main", 10)  # main-1 is still at 0 updates: no round yet
     assert first.pbt == PbtAnswer(1.0, 1.0, 1.0) and len(league.pbt_history()) == 2
     assert league.check_in("main-1", 10).pbt.copy_from == ""  # the round: main-1 is the top member
@@ -154,7 +204,7 @@ def test_league_holds_a_round_hands_the_copy_out_once_and_replays_it(tmp_path):
 def test_an_undelivered_copy_survives_a_restart(tmp_path):
     path = str(tmp_path / "league.sqlite")
     league = _two_members(path)
-    league.report_results(_results("main-1", "main:000000", 90, 10) + _results("main", "main-1:000000", 10, 90))
+    league.report_results(_against_both("main-1", 90, 10) + _against_both("main", 10, 90))
     league.check_in("main", 10)
     league.check_in("main-1", 10)  # the round, decided while main's host is away
     league.close()
@@ -218,7 +268,7 @@ def test_two_hosts_one_copies_the_others_snapshot(tmp_path):
         wait_for(lambda: all(league.snapshots(n) for n in hosts), what="a snapshot of each host")
         # the evidence: b beats the population, a loses to it (self-play rates nothing here)
         first = {n: league.snapshots(n)[0].key for n in hosts}
-        league.report_results(_results("b", first["a"], 200, 0) + _results("a", first["b"], 0, 200))
+        league.report_results([r for key in first.values() for r in _results("b", key, 100, 0) + _results("a", key, 0, 100)])
         wait_for(lambda: spy.installed, timeout=60, what="a's copy of b's snapshot")
         exploit = next(r for r in league.pbt_history() if r.kind == EXPLOIT)
         assert (exploit.member, exploit.source) == ("a", "b") and exploit.round == 1

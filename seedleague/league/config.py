@@ -79,13 +79,15 @@ class LeagueConfig:
     league_exploiter_reset_prob: float = 0.25
 
     # Population-based training (seedleague.league.pbt, docs/pbt.md) over the learning players of role main:
-    # a round every this many learner updates of each (0: off); the bottom `pbt_share` of members, ranked by their
-    # round's score against the population, copy a top-share member's newest snapshot and settings when the
-    # lower bound of the score gap, `pbt_z` standard errors below it, is above 0, then perturb each setting by a
-    # factor 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2; TLeague the same).
+    # a round every this many learner updates of each (0: off). Members are ranked by their round's worst case:
+    # their lowest score against an opponent every member met at least `pbt_min_games` times in the round. The
+    # bottom `pbt_share` copy a top-share member's newest snapshot and settings when the top member's worst case
+    # is above theirs with confidence (Wilson bounds, `pbt_z`), then perturb each setting by a factor
+    # 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2; TLeague the same).
     pbt_interval: int = 0
     pbt_share: float = 0.25  # PBT: the bottom and the top share of the members (TLeague: the better quarter)
-    pbt_z: float = 1.96  # PBT: standard errors below the score gap its lower bound lies (1.96: 97.5% one-sided)
+    pbt_z: float = 1.96  # PBT: the Wilson bounds' standard errors (1.96: each bound one-sided 97.5%)
+    pbt_min_games: int = 100  # PBT: a member's games against an opponent, in a round, for it to count in the worst case
     pbt_perturb: float = 0.2  # PBT: each copied setting is multiplied by 1 - this or 1 + this (Jaderberg: 0.8 / 1.2)
 
     # The gRPC service's request rate limit, per client connection (token bucket): RESOURCE_EXHAUSTED beyond
@@ -192,6 +194,9 @@ def _count_problems(config: LeagueConfig) -> list[str]:
                         f"got {config.pbt_share}")
     if not (math.isfinite(config.pbt_z) and config.pbt_z >= 0):
         problems.append(f"pbt_z must be a finite number >= 0 (standard errors; 1.96: 97.5% one-sided), got {config.pbt_z}")
+    if not (isinstance(config.pbt_min_games, int) and config.pbt_min_games >= 1):
+        problems.append(f"pbt_min_games must be a whole number of games >= 1 (a member's games against an opponent "
+                        f"in a round for it to count in the worst case), got {config.pbt_min_games!r}")
     if not 0 < config.pbt_perturb < 1:
         problems.append(f"pbt_perturb must be in (0, 1) (factors 1 - p and 1 + p; 0.2: x0.8 or x1.2), "
                         f"got {config.pbt_perturb}")

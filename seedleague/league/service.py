@@ -255,7 +255,7 @@ class League:
             view = state.round_input(latest)
             config = self.config
             rows = pbt.plan_round(view, config.pbt_share, config.pbt_z, (1 - config.pbt_perturb, 1 + config.pbt_perturb),
-                                  np.random.default_rng([config.seed, 1, view.round]))
+                                  np.random.default_rng([config.seed, 1, view.round]), config.pbt_min_games)
             _stored(store.add_pbt_rows, rows)
             for row in rows:
                 state.apply(row)
