@@ -18,10 +18,10 @@ What a round ranks by: a member's *worst case* over the population, the lowest o
 round. In a two-player zero-sum game what matters is how much the best response takes from a policy; against
 the population the best response is the opponent that scores most against it, so the worst case is the
 policy's exploitability restricted to the population (PSRO's restricted game, Lanctot et al. 2017, "A Unified
-Game-Theoretic Approach to Multiagent Reinforcement Learning"). The average over the opponents met, which this
-module used first, rewards a sharp policy that beats most of a population and loses to a few (Balduzzi et al.
-2018, "Re-evaluating Evaluation": an average over a population is skewed by what the population holds); so
-does the payoff against the population's Nash mixture, Balduzzi et al.'s Nash averaging, under which every
+Game-Theoretic Approach to Multiagent Reinforcement Learning"). The average over the opponents met rewards a
+sharp policy that beats most of a population and loses to a few (Balduzzi et al. 2018, "Re-evaluating
+Evaluation": an average over a population is skewed by what the population holds); the payoff against the
+population's Nash mixture, Balduzzi et al.'s Nash averaging, does not tell them apart either: under it every
 pure strategy of rock-paper-scissors ties with the uniform mixture. Each member of the bottom `share` picks a
 member of the top share at random and copies its newest snapshot (params, optimiser state, magnet, param
 average) and its settings, perturbed, only if the two worst cases are apart with confidence: the top member's
