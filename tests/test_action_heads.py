@@ -1,5 +1,6 @@
 """Action heads: log-probabilities and entropies by hand, and the squashed and clipped laws checked numerically."""
 
+import functools
 import math
 
 import jax
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from seedleague.rl.action_heads import (ActionHeads, Categorical, ClippedGaussian, SquashedGaussian,
-                                        log_one_minus_tanh_squared)
+                                        log_one_minus_tanh_squared, sample_legal)
 from seedleague.rl.structured_spec import ActionSpec, ContinuousHead, DiscreteHead
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
@@ -44,6 +45,46 @@ def test_categorical_head_by_hand(maybe_jit):
                                                 jax.random.key(0)))
     assert set(np.unique(samples)) == {0, 2}
     assert abs(np.mean(samples == 0) - 0.75) < 0.03
+
+
+@MAYBE_JIT
+def test_sample_legal_never_draws_an_illegal_action(maybe_jit):
+    # Row 0: the illegal actions 0 and 2 have the largest logits; legal 1 and 3 have equal ones, so 1/2 each.
+    # Row 1: one legal action, far below the illegal ones: always it.
+    logits = np.array([[10.0, 0.0, 20.0, 0.0], [30.0, 30.0, -50.0, 30.0]], np.float32)
+    legal = np.array([[False, True, False, True], [False, False, True, False]])
+    samples = np.asarray(maybe_jit(sample_legal)(np.tile(logits, (2000, 1, 1)), np.tile(legal, (2000, 1, 1)),
+                                                 jax.random.key(1)))
+    assert samples.dtype == np.int32 and samples.shape == (2000, 2)
+    assert set(np.unique(samples[:, 0])) == {1, 3}
+    assert abs(np.mean(samples[:, 0] == 1) - 0.5) < 0.05
+    assert set(np.unique(samples[:, 1])) == {2}
+
+
+@MAYBE_JIT
+def test_sample_legal_greedy_takes_the_legal_argmax(maybe_jit):
+    greedy = maybe_jit(functools.partial(sample_legal, greedy=True))
+    legal = np.array([False, True, True, True])
+    assert int(greedy(np.array([5.0, 1.0, 3.0, 2.0], np.float32), legal, None)) == 2  # 5.0 is illegal
+    assert int(greedy(np.array([5.0, 1.0, 3.0, 3.0], np.float32), legal, None)) == 2  # a tie: the lower index
+
+
+def test_every_discrete_sampler_draws_what_sample_legal_draws():
+    """The categorical head and its mode are sample_legal, key for key; and sample_legal keeps the stream the
+    host's v1 pass drew before it was the one function (categorical over logits with illegal ones at the
+    dtype's minimum), so a seeded run acts as it did."""
+    head = Categorical(MOVE)
+    logits = np.asarray(jax.random.normal(jax.random.key(7), (64, 4)), np.float32)
+    legal = np.asarray(jax.random.bernoulli(jax.random.key(8), 0.6, (64, 4))) | (np.arange(4) == 3)
+    for seed in range(5):
+        key = jax.random.key(seed)
+        drawn = np.asarray(sample_legal(logits, legal, key))
+        np.testing.assert_array_equal(np.asarray(head.sample(logits, legal, key)), drawn)
+        before = jax.random.categorical(key, np.where(legal, logits, np.finfo(np.float32).min))
+        np.testing.assert_array_equal(drawn, np.asarray(before))
+        assert legal[np.arange(64), drawn].all()
+    np.testing.assert_array_equal(np.asarray(head.mode(logits, legal)),
+                                  np.asarray(sample_legal(logits, legal, None, greedy=True)))
 
 
 @MAYBE_JIT

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.host.transfers import Transfers
+from seedleague.rl.action_heads import sample_legal
 from seedleague.rl.networks import Network
 from seedleague.rl.structured_network import StructuredNetwork
 from seedleague.rl.structured_network import act as structured_act
@@ -61,9 +62,7 @@ def _sample(network: Network | StructuredNetwork, params, observation, first, co
     logits = logits[:, 0]
     if explore:
         logits = explored_logits(logits, legal_mask, explore)
-    masked = jnp.where(legal_mask, logits, jnp.finfo(logits.dtype).min)
-    action = jnp.argmax(masked, -1) if greedy else jax.random.categorical(rng, masked)
-    return action.astype(jnp.int32), logits, core_state
+    return sample_legal(logits, legal_mask, rng, greedy), logits, core_state
 
 
 # The forward passes, each `(on_device, inputs, **settings) -> (outputs, rng)` for `Transfers.call`: `on_device`

@@ -9,6 +9,7 @@ entropy and KL. Pure functions of arrays:
     action = heads.sample(params, legal, rng)        # {"move": int32 [...], "aim": float32 [..., 2]}
     log_pi = heads.log_prob(params, action, legal)   # [...]: the sum over heads
     entropy = heads.entropy(params, legal)           # [...]: the sum over heads
+    action = sample_legal(logits, legal_mask, rng)   # one discrete head from its logits and mask: int32 [...]
 
 `legal` maps a discrete head's name to its bool mask [..., n]; a head missing from
 it (or `legal=None`) has every action legal. The heads of one action are
@@ -75,6 +76,16 @@ def log_one_minus_tanh_squared(u: jax.Array) -> jax.Array:
     return 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
 
 
+def sample_legal(logits: jax.Array, legal: jax.Array, rng: Optional[jax.Array], greedy: bool = False) -> jax.Array:
+    """int32 actions [...] from logits [..., A] and a bool mask `legal` [..., A] (True where legal): drawn from
+    the softmax over the legal actions with `rng`, or, greedy, the legal argmax (lowest index on ties; `rng`
+    unused). An illegal action is never chosen while its row has a legal one. The one sampling step of every
+    discrete policy: `Categorical.sample` and `mode` here, and seedleague.host.policy's v1 forward pass."""
+    masked = jnp.where(legal, logits, jnp.finfo(logits.dtype).min)
+    action = jnp.argmax(masked, axis=-1) if greedy else jax.random.categorical(rng, masked)
+    return action.astype(jnp.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class Categorical:
     """A discrete head: softmax over the legal actions of `num_params` = n logits."""
@@ -98,12 +109,10 @@ class Categorical:
         return losses.masked_kl(logits, other_logits, self._legal(logits, legal))
 
     def sample(self, logits, legal, rng) -> jax.Array:
-        masked = jnp.where(self._legal(logits, legal), logits, jnp.finfo(logits.dtype).min)
-        return jax.random.categorical(rng, masked).astype(jnp.int32)
+        return sample_legal(logits, self._legal(logits, legal), rng)
 
     def mode(self, logits, legal=None) -> jax.Array:
-        masked = jnp.where(self._legal(logits, legal), logits, jnp.finfo(logits.dtype).min)
-        return jnp.argmax(masked, axis=-1).astype(jnp.int32)
+        return sample_legal(logits, self._legal(logits, legal), None, greedy=True)
 
 
 @dataclasses.dataclass(frozen=True)
