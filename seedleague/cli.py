@@ -22,7 +22,7 @@ from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode, Role
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import StructuredEnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.storage import StorageError, check_writable
 from seedleague.tools import check_worker, fake_host
@@ -232,7 +232,7 @@ def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
     return commands * count if len(commands) == 1 else commands
 
 
-def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, EnvSpec]:
+def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, StructuredEnvSpec]:
     """The preset for the game the first worker declares (seedleague.launch.probe), or ValueError: `train
     --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
     from seedleague.launch import probe
@@ -245,12 +245,7 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Env
         spec = probe.probe_spec(workers, bind_host, os.path.join(args.run_dir, "logs"), security)
     else:
         spec, args.address = probe.await_spec(args.address, security)
-    if isinstance(spec, EnvSpec):
-        print(f"the worker's game: {spec.env_name!r}, observation {list(spec.observation_shape)} "
-              f"{spec.observation_dtype}, {spec.num_actions} actions, {spec.num_seats} seat(s), {spec.num_envs} envs",
-              flush=True)
-    else:  # protocol v2: every named tensor and head
-        print(f"the worker's game: {describe_spec(spec)}", flush=True)
+    print(f"the worker's game: {describe_spec(spec)}", flush=True)
     return presets.preset_for_spec(spec), spec
 
 

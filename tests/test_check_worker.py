@@ -62,8 +62,8 @@ def test_well_behaved_broken_worker_passes_with_address_from_the_environment():
 @pytest.mark.parametrize(
     "fault, check, evidence",
     [
-        ("wrong-shape", cw.OBSERVATIONS, "step 4 of session fake-0: INVALID_ARGUMENT: observation has shape (2, 1, 4)"),
-        ("bad-mask", cw.LEGAL_MASKS, "step 4 of session fake-0: INVALID_ARGUMENT: legal_mask has no legal action"),
+        ("wrong-shape", cw.OBSERVATIONS, "step 4 of session fake-0: INVALID_ARGUMENT: observation/observation has shape (2, 1, 4)"),
+        ("bad-mask", cw.LEGAL_MASKS, "step 4 of session fake-0: INVALID_ARGUMENT: legal_mask of head 'action' has no legal action"),
         ("no-reconnect", cw.RECONNECT, "exited with code 1"),
         ("low-bound", cw.RETURN_BOUND, "beyond the declared return_bound 2"),
     ],
@@ -120,7 +120,7 @@ def test_fake_host_logs_violations_and_session_summaries_and_exits_zero_on_sigte
         worker = subprocess.Popen([*BROKEN, "--address", address, "--fault", "bad-mask"], stderr=subprocess.DEVNULL)
         assert "broken-counter" in _line_with(lines, "opened by")
         violation = _line_with(lines, "VIOLATION")
-        assert "step 4" in violation and "legal_mask has no legal action for acting env 0 seat 0" in violation
+        assert "step 4" in violation and "legal_mask of head 'action' has no legal action for acting env 0 seat 0" in violation
         assert "4 steps" in _line_with(lines, "closed")
         assert worker.wait(10) == 2
         host.send_signal(signal.SIGTERM)

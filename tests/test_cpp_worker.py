@@ -32,7 +32,7 @@ from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
 from seedleague.protocol.specs_v2 import (ActionSpec, DiscreteHead, ObservationSpec, StructuredActionBatch,
-                                          StructuredEnvSpec, TensorSpec)
+                                          StructuredEnvSpec, TensorSpec, v1_of_structured)
 from seedleague import checkpoint_meta, progress
 from seedleague.api import PolicySpec, load_trained
 from seedleague.cli import main
@@ -157,7 +157,8 @@ def test_a_host_without_v2_gets_protocol_1(worker_binary):
         result = run_worker(server.address, "--max-steps", "80")
     assert result.returncode == 0 and "80 env steps" in result.stderr, result.stderr
     assert "no protocol 2 service (UNIMPLEMENTED); speaking protocol 1" in result.stderr, result.stderr
-    assert [s.spec for s in backend.sessions] == [EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True, 1.0)]
+    assert [(s.protocol_version, v1_of_structured(s.spec)) for s in backend.sessions] == [
+        (1, EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True, 1.0))]
     assert "0 reconnects" in result.stderr and not backend.violations
 
 

@@ -23,6 +23,7 @@ from seedleague.host.sessions import Session, SessionLimits, check_spec
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, check_step, zero_step
+from seedleague.protocol.specs_v2 import structured_of_v1
 from seedleague.v1 import env_pb2 as pb
 
 EXAMPLES = int(os.environ.get("SEEDLEAGUE_FUZZ_EXAMPLES", "150"))
@@ -164,7 +165,7 @@ def test_handshake_spec_is_valid_within_limits_or_refused(message):
     assert spec.num_envs >= 1 and spec.num_seats >= 1 and spec.num_actions >= 1
     assert all(d >= 1 for d in spec.observation_shape) and len(spec.observation_shape) <= MAX_RANK - 2
     limits = SessionLimits()
-    ok, error = attempt(check_spec, spec, limits)
+    ok, error = attempt(check_spec, structured_of_v1(spec), limits)
     if not ok:
         assert error.code == "RESOURCE_EXHAUSTED"
         return
@@ -178,7 +179,7 @@ def test_handshake_with_a_2_to_the_40_observation_is_refused_before_anything_is_
     message.observation.shape[:] = [1 << 20, 1 << 20]
     message.action.num_actions = 2
     with pytest.raises(ProtocolError) as error:
-        check_spec(codec.decode_spec(message), SessionLimits())
+        check_spec(codec.decode_named_spec(message), SessionLimits())
     assert error.value.code == "RESOURCE_EXHAUSTED" and "max_observation_elements" in error.value.message
 
 

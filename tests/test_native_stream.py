@@ -86,7 +86,8 @@ def test_the_native_stream_sends_what_grpcio_sends_and_is_answered_alike():
         recorded[mode] = backend.steps
     for off, on in zip(recorded["off"], recorded["on"], strict=True):
         assert off.sequence == on.sequence
-        for field in ("observation", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(off.observation["observation"], on.observation["observation"])
+        for field in ("reward", "terminated", "truncated"):
             np.testing.assert_array_equal(getattr(off, field), getattr(on, field))
 
 

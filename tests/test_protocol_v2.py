@@ -192,6 +192,23 @@ def test_host_refuses_another_version_on_the_v2_service(server):
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "version 1" in error.value.details()
 
 
+def test_a_session_streams_on_the_service_it_handshook_on(server):
+    """The servicer, the only code that knows a session's protocol version, holds its stream to that version:
+    a v1 session's steps on the v2 service are refused (FAILED_PRECONDITION: handshake again) even when they
+    name v1's tensor and head, and nothing of them reaches the backend."""
+    from seedleague.protocol import codec
+    from seedleague.v1 import env_pb2_grpc as grpc_v1
+    v1_spec = EnvSpec("v1", (3,), np.float32, 4, num_envs=2)
+    with grpc.insecure_channel(server.address) as channel:
+        reply = grpc_v1.EnvServiceStub(channel).Handshake(codec.encode_handshake(v1_spec, "raw"))
+        step = zero_structured_step(structured_of_v1(v1_spec), reply.session_id, 0)
+        error = _raw_stream(channel, step)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert "opened with protocol version 1 but streams version 2" in error.details()
+    (session,) = server.backend.sessions
+    assert session.protocol_version == 1 and session.steps == 0 and not session.streaming
+
+
 def test_v1_and_v2_workers_share_one_host(server):
     v1 = WorkerClient(ClientConfig(server.address), EnvSpec("v1", (3,), np.float32, 4, num_envs=2))
     v2 = StructuredWorkerClient(ClientConfig(server.address), SPEC)
@@ -229,7 +246,7 @@ def test_a_v1_shaped_v2_worker_falls_back_to_v1_on_a_host_without_v2():
             structured.connect()
         structured.close()
     assert client.protocol_version == 1 and actions["act"].shape == (2, 1)
-    assert isinstance(backend.sessions[0].spec, EnvSpec) and len(backend.sessions) == 1
+    assert backend.sessions[0].protocol_version == 1 and len(backend.sessions) == 1
     assert refused.value.code == "UNIMPLEMENTED"
 
 

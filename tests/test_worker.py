@@ -26,6 +26,7 @@ from seedleague.protocol.client import (
     classify_rpc_error,
 )
 from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import v1_of_structured
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import wait_for
@@ -113,7 +114,8 @@ def test_client_steps_in_lockstep(stream):
     assert client.policy_version == 7
     session = backend.sessions[0]
     assert session.steps == 10 and session.worker_name == "test" and backend.violations == []
-    assert session.last_step.observation.shape == (3, 1, 4) and session.last_step.observation.dtype == np.float32
+    observation = session.last_step.observation["observation"]  # a v1 step, as the host sees it: one named tensor
+    assert observation.shape == (3, 1, 4) and observation.dtype == np.float32
 
 
 def test_client_rejects_wrong_input_shape_locally():
@@ -261,8 +263,9 @@ class _CartPoleChecks:
         if acted is None:
             return  # First message of the stream: first observations, flags ignored.
         where, reward, ended = f"step {step.sequence}", step.reward[:, 0], step.terminated | step.truncated
-        cart, pole = step.observation[:, 0, 0], step.observation[:, 0, 2]
-        fresh = np.abs(step.observation[:, 0]).max(axis=-1) <= 0.05
+        observation = step.observation["observation"]
+        cart, pole = observation[:, 0, 0], observation[:, 0, 2]
+        fresh = np.abs(observation[:, 0]).max(axis=-1) <= 0.05
         if not (reward[acted] == 1.0).all():
             self.problems.append(f"{where}: CartPole reward other than 1 after an action: {reward}")
         if not (reward[~acted] == 0.0).all() or (ended & ~acted).any():
@@ -287,7 +290,7 @@ def test_gym_worker_process_steps_cartpole(vector):
         code, output = _finish(worker)
     assert code == 0, output
     (session,) = backend.sessions
-    assert session.spec == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
+    assert v1_of_structured(session.spec) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
     assert session.steps == 300 and backend.violations == [] and checks.problems == []
     assert session.episodes >= 40  # Random CartPole episodes last ~22 steps: 2400 env steps.
     assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
@@ -409,9 +412,10 @@ def test_gym_worker_process_atari_observations():
         code, output = _finish(worker, timeout_s=60)
     assert code == 0, output
     (session,) = backend.sessions
-    assert session.spec.observation_shape == (84, 84, 4) and session.spec.observation_dtype == np.uint8
-    assert session.spec.num_actions == 6 and session.steps == 5 and "native vector env" in output
-    observation = session.last_step.observation
+    spec = v1_of_structured(session.spec)
+    assert spec.observation_shape == (84, 84, 4) and spec.observation_dtype == np.uint8
+    assert spec.num_actions == 6 and session.steps == 5 and "native vector env" in output
+    observation = session.last_step.observation["observation"]
     assert observation.shape == (2, 1, 84, 84, 4) and observation.dtype == np.uint8 and observation.any()
 
 

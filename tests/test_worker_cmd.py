@@ -43,7 +43,7 @@ def test_a_worker_command_trains_a_league_with_the_game_recipe_until_ctrl_c(tmp_
     rest, _ = run.communicate(timeout=60)
     output = "".join(seen) + rest
     assert run.returncode == 0, output[-4000:]
-    assert "2 seat(s)" in output  # the spec, read from the first worker's handshake, was shown
+    assert "32 envs x 2 seats" in output  # the spec, read from the first worker's handshake, was shown
     result = summary(run_dir)
     assert result["reason"] == "interrupted", output[-4000:]
     assert result["worker_restarts"] == 0
@@ -151,6 +151,7 @@ def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect(
     from seedleague.launch.probe import await_spec
     from seedleague.protocol import codec
     from seedleague.protocol.channel import channel_options
+    from seedleague.protocol.specs_v2 import structured_of_v1
     from seedleague.v1 import env_pb2_grpc
     from test_e2e import free_port
 
@@ -164,4 +165,4 @@ def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect(
             env_pb2_grpc.EnvServiceStub(channel).Handshake(codec.encode_handshake(spec, "remote"), timeout=30)
     assert answer.value.code() == grpc.StatusCode.UNAVAILABLE  # "reconnect": the real host takes the same port next
     waiting.join(timeout=30)
-    assert got["result"] == (spec, address)
+    assert got["result"] == (structured_of_v1(spec), address)  # as the host sees every spec: named

@@ -34,9 +34,9 @@ from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
+from seedleague.protocol.specs import ActionBatch, EnvSpec
 from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
-                                          check_structured_step, check_version, v1_model_of)
+                                          check_structured_step, v1_model_of)
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -91,12 +91,11 @@ class Host:
 
     # -- EnvBackend ---------------------------------------------------------------------------
 
-    def open_session(self, spec: EnvSpec | StructuredEnvSpec, worker_name: str) -> str:
-        """A v2 spec of one tensor and one discrete head runs on the v1 model (its session keeps the v2 spec as
-        `wire_spec`, whose teams seat league games)."""
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+        """A spec of one tensor and one discrete head (every v1 worker's) runs on the flat model, the others on
+        the named network; the session keeps the worker's spec as `wire_spec`, whose teams seat league games."""
         wire_spec = spec
-        if isinstance(spec, StructuredEnvSpec):
-            spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
+        spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
         if spec.num_agents > self.config.batcher.max_batch_size:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,
@@ -140,25 +139,20 @@ class Host:
     def attach(self, session_id: str) -> None:
         self.sessions.attach(session_id)
 
-    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
+    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
         session = self.sessions.get(step.session_id)
         if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
             raise ProtocolError(INVALID_ARGUMENT, session.refusal)
         wire = session.wire_spec
-        check_version(wire, step)
-        if isinstance(step, StructuredStepBatch):  # protocol v2: nothing of a refused step goes further
-            check_structured_step(wire, step)
-            structured.record_episode_stats(self.metrics, step)
-            agents = session.flatten(step if session.structured else structured.as_v1_step(step, wire))
-            structured.attach_final_v1(agents, step, wire)
-        else:
-            check_step(session.spec, step)
-            agents = session.flatten(step)
+        check_structured_step(wire, step)  # nothing of a refused step goes further
+        structured.record_episode_stats(self.metrics, step)
+        agents = session.flatten(step if session.structured else structured.as_v1_step(step, wire))
+        structured.attach_final_v1(agents, step, wire)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.batcher.submit(Request(size=session.num_agents, payload=PendingStep(agents, step.sequence, future, loop)))
         answer = await future
-        return structured.as_structured_actions(answer, wire) if isinstance(wire, StructuredEnvSpec) else answer
+        return structured.as_structured_actions(answer, wire)
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self.sessions.close(session_id)

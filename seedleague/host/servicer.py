@@ -4,8 +4,11 @@ The backend is any object with the `EnvBackend` methods: the training host
 (learning, or serving a checkpoint with `learn=False`) and the fake host (random
 actions) all plug in here, so every one of them speaks the protocol through this
 one code path. It serves seedleague.v1.EnvService and seedleague.v2.EnvService
-on the same server; a session's version is that of the service it handshook on,
-and its stream must use the same service (the backend keeps the session's spec).
+on the same server. Backends see one representation, v2's named tensors and heads
+(`specs_v2`): a v1 session's spec, steps and answers pass through v1's adapter in
+`codec` (one tensor "observation", one head "action"). A session's version is that
+of the service it handshook on, and its stream must use the same service; the
+servicer, which alone knows the service, holds sessions to it.
 
 Hostile input stops here too: bytes that are no valid message get
 INVALID_ARGUMENT, a spec over the backend's `SessionLimits` is refused before
@@ -27,7 +30,7 @@ import grpc
 from seedleague.host.sessions import SessionLimits, check_spec
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs import PROTOCOL_VERSION
 from seedleague.protocol.specs_v2 import PROTOCOL_VERSION_V2, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
 from seedleague.v1 import env_pb2
 from seedleague.v2 import env_pb2 as env_pb2_v2
@@ -51,10 +54,12 @@ class _Version:
     encode_actions: Callable[[Any], Any]
 
 
-_V1 = _Version(PROTOCOL_VERSION, SERVICE_NAME, env_pb2, codec.decode_spec, codec.decode_step, codec.encode_actions)
+_V1 = _Version(PROTOCOL_VERSION, SERVICE_NAME, env_pb2, codec.decode_named_spec, codec.decode_named_step,
+               codec.encode_named_actions)
 _V2 = _Version(PROTOCOL_VERSION_V2, SERVICE_NAME_V2, env_pb2_v2, codec_v2.decode_spec, codec_v2.decode_step,
                codec_v2.encode_actions)
 MAX_WORKER_NAME_CHARS = 256  # longer worker names are cut (they only appear in logs)
+MAX_UNSTREAMED_SESSIONS = 4096  # handshaken sessions whose version the servicer remembers until their stream opens
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 
 T = TypeVar("T")
@@ -64,19 +69,19 @@ class EnvBackend(Protocol):
     """What the servicer needs from a host. Raise ProtocolError to refuse input.
 
     A backend with `config.limits` (a SessionLimits, as the training host has) is held to those
-    limits; any other to the default SessionLimits."""
+    limits; any other to the default SessionLimits. A backend with an `opened_on(session_id, version)`
+    method (the fake hosts, which report it) is told each session's protocol version after its handshake."""
 
     max_message_bytes: int
 
-    def open_session(self, spec: EnvSpec | StructuredEnvSpec, worker_name: str) -> str:
-        """Check `spec` (a v1 or v2 one) against the model and return a new session id."""
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+        """Check `spec` against the model and return a new session id."""
 
     def attach(self, session_id: str) -> None:
         """Bind a stream to a session; unknown or already-streaming ids are refused."""
 
-    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
-        """Check `step`, choose actions for it and record the transition (a v2 session's steps are
-        StructuredStepBatch, answered with a StructuredActionBatch)."""
+    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+        """Check `step`, choose actions for it (one array per head) and record the transition."""
 
     def close_session(self, session_id: str, reason: str) -> None:
         """Forget the session; its partial trajectories are dropped."""
@@ -89,6 +94,7 @@ class EnvServicer:
         self._backend = backend
         self._draining = False  # set by drain: each stream ends with UNAVAILABLE at its next message
         self._open_streams = 0
+        self._versions: dict[str, int] = {}  # session id -> protocol version it handshook on, until it streams
         limits = getattr(getattr(backend, "config", None), "limits", None)
         self._limits = limits if isinstance(limits, SessionLimits) else SessionLimits()
 
@@ -136,6 +142,9 @@ class EnvServicer:
             spec = version.decode_spec(request.spec)
             check_spec(spec, self._limits)
             session_id = self._backend.open_session(spec, worker_name)
+            self._remember(session_id, version.number)
+            if hasattr(self._backend, "opened_on"):
+                self._backend.opened_on(session_id, version.number)
         except ProtocolError as error:
             details = codec.clip(error.message)
             log.warning("refused handshake from %r: %s", worker_name, details)
@@ -163,6 +172,7 @@ class EnvServicer:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping; reconnect to its next run")
                 step = version.decode_step(codec.check_parsed(message))
                 if session_id is None:
+                    self._check_version(step.session_id, version.number)
                     self._backend.attach(step.session_id)
                     session_id = step.session_id
                 elif step.session_id != session_id:
@@ -184,6 +194,19 @@ class EnvServicer:
             self._open_streams -= 1
             if session_id is not None:
                 self._backend.close_session(session_id, reason)
+
+    def _remember(self, session_id: str, version: int) -> None:
+        if len(self._versions) >= MAX_UNSTREAMED_SESSIONS:  # the oldest never streamed: the backend expires it
+            del self._versions[next(iter(self._versions))]
+        self._versions[session_id] = version
+
+    def _check_version(self, session_id: str, version: int) -> None:
+        """Refuse (FAILED_PRECONDITION: handshake again) a stream on one version's service for a session
+        handshaken on the other's."""
+        opened = self._versions.pop(session_id, version)
+        if opened != version:
+            raise ProtocolError(FAILED_PRECONDITION, f"session was opened with protocol version {opened} but "
+                                f"streams version {version}: handshake and stream on the same version's service")
 
     async def drain(self, timeout_s: float) -> None:
         """End every open stream with UNAVAILABLE at its worker's next message (a worker reconnects on it),

@@ -55,43 +55,23 @@ class SessionLimits:
             raise ValueError("bad session limits: " + "; ".join(problems))
 
 
-def check_spec(spec: "EnvSpec | StructuredEnvSpec", limits: SessionLimits) -> None:
+def check_spec(spec: StructuredEnvSpec, limits: SessionLimits) -> None:
     """Refuse with RESOURCE_EXHAUSTED, before a model is built for it, a spec with too many actions or too
-    large an observation (e.g. 2^40 elements). Env and worker counts are checked when the session opens
-    (`SessionRegistry.open`), message sizes by gRPC. A v2 spec's limits are over all its tensors and heads."""
-    if isinstance(spec, StructuredEnvSpec):
-        _check_structured_spec(spec, limits)
-        return
-    if spec.num_actions > limits.max_num_actions:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"worker declares {spec.num_actions} actions; this host allows at most {limits.max_num_actions} "
-            "(SessionLimits.max_num_actions)",
-        )
-    elements = math.prod(spec.observation_shape)
-    if elements > limits.max_observation_elements:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"worker declares observations of shape {spec.observation_shape} ({elements} elements); this host "
-            f"allows at most {limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
-        )
-
-
-def _check_structured_spec(spec: StructuredEnvSpec, limits: SessionLimits) -> None:
-    """`check_spec` for v2: the heads' action counts and continuous dimensions, summed, and the observation's
-    elements over every named tensor."""
+    large an observation (e.g. 2^40 elements): the heads' action counts and continuous dimensions, summed,
+    and the elements of every named tensor, summed. Env and worker counts are checked when the session opens
+    (`SessionRegistry.open`), message sizes by gRPC."""
     outputs = sum(h.num_actions if isinstance(h, DiscreteHead) else h.size for h in spec.action.heads)
     if outputs > limits.max_num_actions:
         raise ProtocolError(
             RESOURCE_EXHAUSTED,
-            f"worker declares action heads with {outputs} actions and continuous dimensions in all; this host allows "
+            f"worker declares {outputs} actions (all heads' actions and continuous dimensions); this host allows "
             f"at most {limits.max_num_actions} (SessionLimits.max_num_actions)",
         )
     elements = sum(math.prod(shape) for shape, _ in spec.observation.arrays().values())
     if elements > limits.max_observation_elements:
         raise ProtocolError(
             RESOURCE_EXHAUSTED,
-            f"worker declares observation tensors of {elements} elements in all; this host allows at most "
+            f"worker declares observations of {elements} elements in all tensors; this host allows at most "
             f"{limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
         )
 

@@ -1,10 +1,11 @@
-"""What the host does differently for protocol v2 sessions, kept out of the wiring in host.py.
+"""The host's named steps (every session's, whatever its protocol version) on the model they need, kept out of
+the wiring in host.py.
 
-A v2 session whose spec is v1-shaped (one unmasked tensor, one discrete head;
-`specs_v2.v1_model_of`) runs on the v1 model and data path (its teams seat league
-games, seedleague.host.seating): `as_v1_step` and
-`as_structured_actions` translate at the edge, so such a worker costs what a v1
-worker costs. Any other v2 spec builds the structured network: `batch_inputs`
+A session whose spec is v1-shaped (one unmasked tensor, one discrete head; every v1
+worker's, and v2 ones of that shape: `specs_v2.v1_model_of`) runs on the flat model
+and data path (its teams seat league games, seedleague.host.seating): `as_v1_step`
+and `as_structured_actions` translate at the edge without copies. Any other spec
+builds the structured (named) network: `batch_inputs`
 concatenates a batch's named tensors and legal masks, `split_actions` cuts the
 answer back into [E, S, ...] per head; `record_episode_stats` logs the episode
 statistics a worker declares. In a league both kinds seat, score and report games

@@ -2,8 +2,9 @@
 
 `seedleague train --worker-cmd CMD`, and `seedleague host` with no --env, know nothing
 of the game until a worker says what it is. A probe server reads the first handshake
-(the `EnvSpec`) and answers UNAVAILABLE ("the host is starting"); the run's settings
-then come from that spec (`presets.preset_for_spec`).
+(its spec, named tensors and heads whatever the worker's protocol version) and answers
+UNAVAILABLE ("the host is starting"); the run's settings then come from that spec
+(`presets.preset_for_spec`).
 
     spec = probe_spec(workers, "127.0.0.1", log_dir, security)   # train: start worker 0, read, stop it
     spec, address = await_spec("0.0.0.0:50051", security)        # host: wait for a worker from anywhere
@@ -29,7 +30,7 @@ from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol.errors import FAILED_PRECONDITION, UNAVAILABLE, ProtocolError
-from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
 from seedleague.security import ServerSecurity
 from seedleague.launch import ADDRESS_ENV
 
@@ -50,11 +51,11 @@ class SpecProbe:
     max_message_bytes = PROBE_MAX_MESSAGE_BYTES
 
     def __init__(self):
-        self.spec: EnvSpec | None = None
+        self.spec: StructuredEnvSpec | None = None
         self.worker_name = ""
         self.received = threading.Event()
 
-    def open_session(self, spec: EnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
         if self.spec is None:
             self.spec, self.worker_name = spec, worker_name
             self.received.set()
@@ -64,7 +65,7 @@ class SpecProbe:
     def attach(self, session_id: str) -> None:
         raise ProtocolError(FAILED_PRECONDITION, "the host is starting: handshake again")
 
-    async def step(self, step: StepBatch) -> ActionBatch:
+    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
         raise ProtocolError(FAILED_PRECONDITION, "the host is starting: handshake again")
 
     def close_session(self, session_id: str, reason: str) -> None:
@@ -89,7 +90,7 @@ def _quiet_servicer():
         servicer_log.removeFilter(quiet)
 
 
-def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tuple[EnvSpec, str]:
+def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tuple[StructuredEnvSpec, str]:
     """Serve the probe on `address` until a worker handshakes; (its spec, `address` with the bound port).
 
     Waits as long as it takes (Ctrl-C raises KeyboardInterrupt); the host then serves on the same port."""
@@ -106,7 +107,7 @@ def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tup
 
 
 def probe_spec(workers: WorkerSpec, bind_host: str, log_dir: str, security: ServerSecurity = ServerSecurity(),
-               timeout_s: float = 60.0) -> EnvSpec:
+               timeout_s: float = 60.0) -> StructuredEnvSpec:
     """Start worker 0 of `workers` against a probe on `bind_host` (a free port); its handshake's spec.
 
     Raises WorkerRefused if the worker exits first (status 2: it refuses its game) or sends no
@@ -134,7 +135,7 @@ def _sigterm_interrupts():
 
 
 def _first_handshake(workers: WorkerSpec, server: ThreadedServer, backend: SpecProbe, log_dir: str,
-                     security: ServerSecurity, timeout_s: float) -> EnvSpec:
+                     security: ServerSecurity, timeout_s: float) -> StructuredEnvSpec:
     first = WorkerProcesses(dataclasses.replace(workers, count=1, max_restarts=0), server.address, log_dir, security)
     try:
         first.start()

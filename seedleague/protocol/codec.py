@@ -1,6 +1,11 @@
 """With `codec_v2` (protocol v2's messages, built on the tensor functions here), the only module that
 converts between protobuf messages and numpy/dataclasses.
 
+The host side sees one representation, v2's named tensors and heads: `decode_named_spec`,
+`decode_named_step` and `encode_named_actions` are protocol v1 as an adapter onto it (one tensor
+named "observation", one discrete head named "action"; no copy of any array). The worker side
+(`seedleague.protocol.client`) still builds and reads v1's own dataclasses with the functions below them.
+
 Tensors travel as dtype + shape + raw little-endian C-order bytes. Decoding
 checks structure only (known dtype, rank, non-negative dims, byte count, size
 limit) and allocates nothing before the checks pass; `specs.check_step` checks
@@ -22,6 +27,8 @@ from google.protobuf.message import DecodeError
 
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
+from seedleague.protocol.specs_v2 import (V1_ACTION, V1_OBSERVATION, StructuredActionBatch, StructuredEnvSpec,
+                                          StructuredStepBatch, structured_of_v1)
 from seedleague.v1 import env_pb2 as pb
 
 _DTYPES = {
@@ -201,6 +208,51 @@ def decode_actions(message: pb.ActionBatch) -> ActionBatch:
         action=decode_tensor(message.action, "action"),
         policy_version=message.policy_version,
     )
+
+
+# --- protocol v1 as an adapter onto the named representation (the host side) -----------------------
+
+
+def decode_named_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
+    """A v1 EnvSpec message as the named spec it is: one tensor "observation", one discrete head "action"."""
+    return structured_of_v1(decode_spec(message))
+
+
+def decode_named_step(message: pb.StepBatch) -> StructuredStepBatch:
+    """A v1 StepBatch message as a named step ({"observation": x}, {"action": mask} when sent, no final
+    observations); structural checks only (the session's spec checks the rest: specs_v2.check_structured_step)."""
+    if not message.HasField("observation"):
+        raise ProtocolError(INVALID_ARGUMENT, "step batch has no observation tensor", "observation")
+    for field in ("reward", "terminated", "truncated"):
+        if not message.HasField(field):
+            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor", field)
+    return StructuredStepBatch(
+        session_id=message.session_id,
+        sequence=message.sequence,
+        observation={V1_OBSERVATION: decode_tensor(message.observation, "observation")},
+        reward=decode_tensor(message.reward, "reward"),
+        terminated=decode_tensor(message.terminated, "terminated"),
+        truncated=decode_tensor(message.truncated, "truncated"),
+        legal_mask={V1_ACTION: decode_tensor(message.legal_mask, "legal_mask")}
+        if message.HasField("legal_mask") else {},
+        acting=decode_tensor(message.acting, "acting") if message.HasField("acting") else None,
+        final_observation=None,  # v1 carries none: the learner bootstraps a truncated episode from V(s_t)
+    )
+
+
+def encode_named_step(step: StructuredStepBatch) -> pb.StepBatch:
+    """A named step of a v1-shaped spec as the v1 StepBatch message a v1 worker sends (its one tensor and mask)."""
+    (observation,) = step.observation.values()
+    legal_mask = next(iter(step.legal_mask.values()), None)
+    return encode_step(StepBatch(step.session_id, step.sequence, observation, step.reward, step.terminated,
+                                 step.truncated, legal_mask, step.acting))
+
+
+def encode_named_actions(actions: StructuredActionBatch) -> pb.ActionBatch:
+    """The host's named answer to a v1 session (its one head, "action") as a v1 ActionBatch message."""
+    message = pb.ActionBatch(sequence=actions.sequence, policy_version=actions.policy_version)
+    encode_tensor(np.asarray(actions.action[V1_ACTION], np.int32), message.action)
+    return message
 
 
 # --- hostile input ---------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""Protocol version 2 as plain dataclasses: a structured env spec, one step each way, and their checks.
+"""The one representation of a worker's envs on the host side: named observation tensors and action heads.
 
-This file owns what a v2 session's messages must hold (proto/seedleague/v2/env.proto).
+This file owns what a session's messages must hold, whichever protocol version carries them: v2's
+messages (proto/seedleague/v2/env.proto) as they are, v1's as one tensor "observation" and one
+discrete head "action" (seedleague.protocol.codec's adapter). Every backend of the servicer sees
+only these types.
 A `StructuredEnvSpec` names its observation tensors and action heads with the
 learner's own spec types (seedleague.rl.structured_spec, numpy only), so the host
 builds its network from it as it is:
@@ -17,11 +20,12 @@ case `structured_of_v1(spec)`; `v1_of_structured` goes back when it can.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+import functools
+from typing import Optional
 
 import numpy as np
 
-from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
+from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite, return_bound_problem
 from seedleague.rl.structured_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
                                            V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
@@ -97,8 +101,15 @@ class StructuredEnvSpec:
         """Team of each seat (every seat its own team when the spec gives none)."""
         return self.seat_team or tuple(range(self.num_seats))
 
+    @functools.cached_property
+    def observation_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """`observation.arrays()`, computed once: every step is checked against it."""
+        return self.observation.arrays()
 
-AnySpec = Union[EnvSpec, StructuredEnvSpec]
+    @functools.cached_property
+    def masked_heads(self) -> tuple[DiscreteHead, ...]:
+        """The discrete heads that declare a legal mask, computed once."""
+        return tuple(h for h in self.action.discrete if h.has_legal_mask)
 
 
 def structured_of_v1(spec: EnvSpec) -> StructuredEnvSpec:
@@ -143,7 +154,9 @@ class StructuredStepBatch:
     truncated: np.ndarray  # [E] bool
     legal_mask: dict = dataclasses.field(default_factory=dict)  # {discrete head with a mask: [E, S, n] bool}
     acting: Optional[np.ndarray] = None  # [E, S] bool
-    final_observation: dict = dataclasses.field(default_factory=dict)  # {key: [K, S, *shape]}, K truncated envs
+    # {key: [K, S, *shape]} for the K truncated envs; None: a v1 step, whose protocol carries none (the learner
+    # then stands V(s_t) in for V(s_final), seedleague.rl.losses.rewards_and_discounts)
+    final_observation: Optional[dict] = dataclasses.field(default_factory=dict)
     episode_stats: dict = dataclasses.field(default_factory=dict)  # {stat: [E, S] float32}
 
     def bootstrapped(self) -> np.ndarray:
@@ -175,9 +188,10 @@ def zero_structured_step(spec: StructuredEnvSpec, session_id: str = "", sequence
     )
 
 
-def _expect_names(field: str, got: dict, expected: list[str]) -> None:
+def _expect_names(field: str, got: dict, expected) -> None:
     if len(got) == len(expected) and all(k in got for k in expected):
         return
+    expected = list(expected)
     missing, extra = [k for k in expected if k not in got], sorted(k for k in got if k not in expected)
     if missing:
         raise ProtocolError(INVALID_ARGUMENT, f"{field} tensor {missing[0]!r} is missing (the spec declares "
@@ -188,18 +202,20 @@ def _expect_names(field: str, got: dict, expected: list[str]) -> None:
 
 
 def _expect_arrays(field: str, arrays: dict, spec: StructuredEnvSpec, leading: tuple[int, ...]) -> None:
-    expected = spec.observation.arrays()
-    _expect_names(field, arrays, list(expected))
+    expected = spec.observation_arrays
+    _expect_names(field, arrays, expected)
     for key, (shape, dtype) in expected.items():
         _expect(f"{field}/{key}", arrays[key], leading + shape, dtype)
         _expect_finite(f"{field}/{key}", arrays[key])
 
 
 def _check_legal(spec: StructuredEnvSpec, step: StructuredStepBatch, agents: tuple[int, int]) -> None:
-    masked = [h for h in spec.action.discrete if h.has_legal_mask]
-    _expect_names("legal_mask", step.legal_mask, [h.name for h in masked])
+    masked = spec.masked_heads
     if not masked:
+        if step.legal_mask:
+            _expect_names("legal_mask", step.legal_mask, ())
         return
+    _expect_names("legal_mask", step.legal_mask, [h.name for h in masked])
     acting = step.acting if step.acting is not None else np.ones(agents, bool)
     for head in masked:
         mask = step.legal_mask[head.name]
@@ -209,6 +225,17 @@ def _check_legal(spec: StructuredEnvSpec, step: StructuredStepBatch, agents: tup
             env, seat = np.argwhere(stuck)[0].tolist()
             raise ProtocolError(INVALID_ARGUMENT, f"legal_mask of head {head.name!r} has no legal action for acting "
                                 f"env {env} seat {seat}", f"legal_mask/{head.name}")
+
+
+def _check_final(spec: StructuredEnvSpec, step: StructuredStepBatch) -> None:
+    """The final observations of exactly the envs truncated and not terminated, each fitting the spec."""
+    count = int(np.count_nonzero(step.bootstrapped()))
+    if count:
+        _expect_arrays("final_observation", step.final_observation, spec, (count, spec.num_seats))
+    elif step.final_observation:
+        name = next(iter(step.final_observation))
+        raise ProtocolError(INVALID_ARGUMENT, f"final_observation tensor {name!r} sent but no env is truncated "
+                            "(and not terminated) in this step", f"final_observation/{name}")
 
 
 def check_structured_step(spec: StructuredEnvSpec, step: StructuredStepBatch) -> None:
@@ -223,14 +250,9 @@ def check_structured_step(spec: StructuredEnvSpec, step: StructuredStepBatch) ->
     if step.acting is not None:
         _expect("acting", step.acting, agents, np.dtype(bool))
     _check_legal(spec, step, agents)
-    count = int(step.bootstrapped().sum())
-    if count:
-        _expect_arrays("final_observation", step.final_observation, spec, (count, spec.num_seats))
-    elif step.final_observation:
-        name = next(iter(step.final_observation))
-        raise ProtocolError(INVALID_ARGUMENT, f"final_observation tensor {name!r} sent but no env is truncated "
-                            "(and not terminated) in this step", f"final_observation/{name}")
-    _expect_names("episode_stats", step.episode_stats, list(spec.episode_stats))
+    if step.final_observation is not None:  # None: a v1 step (its protocol has no final observations)
+        _check_final(spec, step)
+    _expect_names("episode_stats", step.episode_stats, spec.episode_stats)
     for name in spec.episode_stats:
         _expect(f"episode_stats/{name}", step.episode_stats[name], agents, np.dtype(np.float32))
         _expect_finite(f"episode_stats/{name}", step.episode_stats[name])
@@ -275,15 +297,6 @@ def check_structured_actions(spec: StructuredEnvSpec, action: dict, acting: Opti
         _check_head(head, np.asarray(action[head.name]), agents, acting, (legal_mask or {}).get(head.name))
 
 
-def check_version(spec: AnySpec, step) -> None:
-    """Refuse (FAILED_PRECONDITION: handshake again) a step whose protocol version is not its session's: a
-    session handshaken on one version's service streaming on the other's."""
-    if isinstance(spec, StructuredEnvSpec) != isinstance(step, StructuredStepBatch):
-        theirs, mine = (2, 1) if isinstance(step, StructuredStepBatch) else (1, 2)
-        raise ProtocolError(FAILED_PRECONDITION, f"session was opened with protocol version {mine} but streams "
-                            f"version {theirs}: handshake and stream on the same version's service")
-
-
 def random_structured_actions(rng: np.random.Generator, spec: StructuredEnvSpec, legal_mask: dict) -> dict:
     """Uniform actions for every head: legal discrete actions, continuous ones uniform in the Box."""
     agents = (spec.num_envs, spec.num_seats)
@@ -301,5 +314,5 @@ def random_structured_actions(rng: np.random.Generator, spec: StructuredEnvSpec,
 
 __all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
            "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "StructuredEnvSpec", "StructuredStepBatch",
-           "StructuredActionBatch", "AnySpec", "structured_of_v1", "v1_of_structured", "v1_model_of", "zero_structured_step",
-           "check_structured_step", "check_structured_actions", "check_version", "random_structured_actions"]
+           "StructuredActionBatch", "structured_of_v1", "v1_of_structured", "v1_model_of", "zero_structured_step",
+           "check_structured_step", "check_structured_actions", "random_structured_actions"]

@@ -26,9 +26,9 @@ import numpy as np
 
 from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import ActionBatch, EnvSpec, StepBatch, check_step
-from seedleague.protocol.specs_v2 import (AnySpec, StructuredActionBatch, StructuredEnvSpec, check_structured_step,
-                                          check_version, random_structured_actions, v1_model_of)
+from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
+                                          check_structured_step, random_structured_actions, v1_model_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,15 +65,16 @@ class FakeSession:
     """What the fake host knows about one session. Counters cover its one stream."""
 
     session_id: str
-    spec: AnySpec  # a v1 EnvSpec or a v2 StructuredEnvSpec
+    spec: StructuredEnvSpec  # as the worker declared it (a v1 worker's: one tensor "observation", one head "action")
     worker_name: str
     history: int
+    protocol_version: int = 0  # the version of the service it handshook on (0 until the servicer says)
     streaming: bool = False
     closed: Optional[str] = None  # the close reason, once closed
     steps: int = 0  # StepBatch messages accepted
     episodes: int = 0  # episodes ended (terminated or truncated), over all envs
     largest_return: float = 0.0  # the largest absolute return of one seat in any ended episode
-    last_step: Optional[StepBatch] = dataclasses.field(default=None, repr=False)
+    last_step: Optional[StructuredStepBatch] = dataclasses.field(default=None, repr=False)
     episode_returns: collections.deque = dataclasses.field(init=False, repr=False)  # per-seat return tuples
     episode_lengths: collections.deque = dataclasses.field(init=False, repr=False)  # actions per episode
 
@@ -88,7 +89,7 @@ class FakeSession:
     def env_steps(self) -> int:
         return self.steps * self.spec.num_envs
 
-    def record(self, step: StepBatch) -> None:
+    def record(self, step: StructuredStepBatch) -> None:
         """Account one accepted step; the first step of a stream only carries first observations."""
         if self.steps > 0:
             self._return += step.reward
@@ -106,7 +107,8 @@ class FakeSession:
 
 
 def random_legal_actions(rng: np.random.Generator, spec: EnvSpec, legal_mask: Optional[np.ndarray]) -> np.ndarray:
-    """[E, S] int32, uniform over the legal actions of each (env, seat); 0 where none is legal."""
+    """[E, S] int32, uniform over the legal actions of each (env, seat); 0 where none is legal. For tests that
+    step a v1 game (`envs.worker_loop.VectorGame`) directly."""
     shape = (spec.num_envs, spec.num_seats)
     if legal_mask is None:
         return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
@@ -120,7 +122,7 @@ class FakeBackend:
     def __init__(
         self,
         config: FakeHostConfig = FakeHostConfig(),
-        on_step: Optional[Callable[[FakeSession, StepBatch], None]] = None,
+        on_step: Optional[Callable[[FakeSession, StructuredStepBatch], None]] = None,
     ):
         self.config = config
         self.max_message_bytes = config.max_message_bytes
@@ -137,12 +139,20 @@ class FakeBackend:
         with self._lock:
             return list(self._sessions.values())
 
-    def open_session(self, spec: AnySpec, worker_name: str) -> str:
+    def session(self, session_id: str) -> Optional[FakeSession]:
+        """The session of that id, if ever opened."""
+        return self._sessions.get(session_id)
+
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
         self._check_spec(spec)
         session_id = f"fake-{next(self._ids)}"
         with self._lock:
             self._sessions[session_id] = FakeSession(session_id, spec, worker_name, self.config.history)
         return session_id
+
+    def opened_on(self, session_id: str, version: int) -> None:
+        """The servicer's word on the protocol version a session handshook on (what a fake host reports)."""
+        self._sessions[session_id].protocol_version = version
 
     def attach(self, session_id: str) -> None:
         session = self._sessions.get(session_id)
@@ -154,27 +164,20 @@ class FakeBackend:
             self._refuse(session_id, FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
         session.streaming = True
 
-    async def step(self, step):
-        """A v1 StepBatch answered with an ActionBatch; a v2 one (StructuredStepBatch) with a
-        StructuredActionBatch of uniform actions for every head."""
+    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+        """Uniform legal actions for every head of the session's spec."""
         session = self._sessions[step.session_id]
         if step.sequence != session.steps:
             self._refuse(session.session_id, INVALID_ARGUMENT, f"sequence {step.sequence}, expected {session.steps}")
-        structured = isinstance(session.spec, StructuredEnvSpec)
         try:
-            check_version(session.spec, step)
-            (check_structured_step if structured else check_step)(session.spec, step)
+            check_structured_step(session.spec, step)
         except ProtocolError as error:
             self._refuse(session.session_id, error.code, error.message, error.field)
         session.record(step)
         if self._on_step is not None:
             self._on_step(session, step)
-        version = self.config.policy_version
-        if structured:
-            action = random_structured_actions(self._rng, session.spec, step.legal_mask)
-            return StructuredActionBatch(sequence=step.sequence, action=action, policy_version=version)
-        action = random_legal_actions(self._rng, session.spec, step.legal_mask)
-        return ActionBatch(sequence=step.sequence, action=action, policy_version=version)
+        action = random_structured_actions(self._rng, session.spec, step.legal_mask)
+        return StructuredActionBatch(sequence=step.sequence, action=action, policy_version=self.config.policy_version)
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self._sessions.get(session_id)
@@ -182,7 +185,7 @@ class FakeBackend:
             session.closed = reason
             session.streaming = False
 
-    def _check_spec(self, spec: AnySpec) -> None:
+    def _check_spec(self, spec: StructuredEnvSpec) -> None:
         config = self.config
         with self._lock:
             open_sessions = sum(1 for s in self._sessions.values() if s.closed is None)
@@ -190,7 +193,7 @@ class FakeBackend:
             check_capacity(spec, config.limits, open_sessions)
         except ProtocolError as error:
             self._refuse("handshake", error.code, error.message, error.field)
-        if isinstance(spec, StructuredEnvSpec) and (config.observation_shape is not None or config.num_actions):
+        if config.observation_shape is not None or config.num_actions:
             v1 = v1_model_of(spec)  # as the host: one tensor and one discrete head (with any stats or teams) fit v1
             if v1 is None:
                 self._refuse("handshake", FAILED_PRECONDITION, "the model takes one observation tensor and one "

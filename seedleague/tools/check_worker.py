@@ -38,8 +38,7 @@ from seedleague.host import results
 from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from seedleague.launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, ActionBatch, StepBatch
-from seedleague.protocol.specs_v2 import AnySpec, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
@@ -114,7 +113,7 @@ class Report:
     """What `check_worker` found: the spec the worker declared, one result per check, its output tail."""
 
     command: tuple[str, ...]
-    spec: Optional[AnySpec]  # v1 or v2
+    spec: Optional[StructuredEnvSpec]  # as the worker declared it
     results: tuple[CheckResult, ...]
     worker_output: tuple[str, ...]
 
@@ -183,7 +182,7 @@ class CheckingBackend(FakeBackend):
         with self._found_lock:
             return [v for v in self.found if v.check == check]
 
-    def open_session(self, spec: AnySpec, worker_name: str) -> str:
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
         try:
             return super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -197,7 +196,7 @@ class CheckingBackend(FakeBackend):
             self.add(Violation(session_id, 0, error.code, error.message, error.field))
             raise
 
-    async def step(self, step: StepBatch | StructuredStepBatch) -> ActionBatch | StructuredActionBatch:
+    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
         try:
             check_message_size(self, step)
             actions = await super().step(step)
@@ -330,7 +329,8 @@ def _check_handshake(backend: CheckingBackend, why: str) -> CheckResult:
     if sessions:
         session = sessions[0]
         return CheckResult(
-            HANDSHAKE, "PASS", f"protocol v{2 if isinstance(session.spec, StructuredEnvSpec) else PROTOCOL_VERSION}, session {session.session_id} for {describe_spec(session.spec)}"
+            HANDSHAKE, "PASS", f"protocol v{session.protocol_version}, session {session.session_id} for "
+            f"{describe_spec(session.spec)}"
         )
     if refused:
         return CheckResult(HANDSHAKE, "FAIL", f"refused {refused[0].message}")

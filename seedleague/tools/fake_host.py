@@ -27,8 +27,9 @@ from seedleague.grpc_server import ThreadedServer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import PROTOCOL_VERSION, StepBatch
-from seedleague.protocol.specs_v2 import PROTOCOL_VERSION_V2, AnySpec, DiscreteHead, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.specs import PROTOCOL_VERSION
+from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, DiscreteHead, StructuredEnvSpec, StructuredStepBatch,
+                                          v1_of_structured)
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
 from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
 
@@ -41,7 +42,16 @@ TRANSPORT_HEADROOM = 64 * 2**20
 MAX_TRANSPORT_BYTES = 2**31 - 1  # gRPC's largest message-size setting
 
 
-def _describe_structured(spec: StructuredEnvSpec) -> str:
+def describe_spec(spec: StructuredEnvSpec) -> str:
+    """One line: name, observation dtype/shape, actions, envs x seats, legal masks, a declared return bound; a spec
+    that only protocol v2 can say (several tensors or heads, a continuous head, stats, teams): every tensor and head,
+    marked "(protocol v2)"."""
+    v1 = v1_of_structured(spec)
+    if v1 is not None:
+        shape = "x".join(str(d) for d in v1.observation_shape) or "scalar"
+        return (f"{v1.env_name!r}: observation {v1.observation_dtype.name}[{shape}], {v1.num_actions} actions, "
+                f"{v1.num_envs} envs x {v1.num_seats} seats, legal masks {'yes' if v1.has_legal_mask else 'no'}"
+                + (f", return bound {v1.return_bound:g}" if v1.return_bound else ""))
     tensors = ", ".join(f"{t.name} {t.dtype.name}[{'x'.join(map(str, t.shape))}]{' masked' if t.masked else ''}"
                         for t in spec.observation.tensors)
     heads = ", ".join(f"{h.name} discrete({h.num_actions}{', legal mask' if h.has_legal_mask else ''})"
@@ -52,19 +62,6 @@ def _describe_structured(spec: StructuredEnvSpec) -> str:
         f", return bound {spec.return_bound:g}" if spec.return_bound else "")
     return (f"{spec.env_name!r} (protocol v2): observation {{{tensors}}}, action {{{heads}}}, "
             f"{spec.num_envs} envs x {spec.num_seats} seats{extras}")
-
-
-def describe_spec(spec: AnySpec) -> str:
-    """One line: name, observation dtype/shape, actions, envs x seats, legal masks, a declared return bound (v2: every
-    tensor and head)."""
-    if isinstance(spec, StructuredEnvSpec):
-        return _describe_structured(spec)
-    shape = "x".join(str(d) for d in spec.observation_shape) or "scalar"
-    return (
-        f"{spec.env_name!r}: observation {spec.observation_dtype.name}[{shape}], {spec.num_actions} actions, "
-        f"{spec.num_envs} envs x {spec.num_seats} seats, legal masks {'yes' if spec.has_legal_mask else 'no'}"
-        + (f", return bound {spec.return_bound:g}" if spec.return_bound else "")
-    )
 
 
 def say(message: str) -> None:
@@ -84,7 +81,7 @@ def describe_session(session: FakeSession) -> str:
 class LoggingFakeBackend(FakeBackend):
     """FakeBackend that prints sessions opening and closing and every refused message as it happens."""
 
-    def open_session(self, spec: AnySpec, worker_name: str) -> str:
+    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
         try:
             session_id = super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -100,7 +97,7 @@ class LoggingFakeBackend(FakeBackend):
             say(f"VIOLATION stream of session {session_id!r}: {error.code}: {error.message}")
             raise
 
-    async def step(self, step: StepBatch | StructuredStepBatch):
+    async def step(self, step: StructuredStepBatch):
         try:
             check_message_size(self, step)
             return await super().step(step)
@@ -115,10 +112,13 @@ class LoggingFakeBackend(FakeBackend):
             say(f"session {session_id} closed ({reason}): {describe_session(session)}")
 
 
-def check_message_size(backend: FakeBackend, step: StepBatch | StructuredStepBatch) -> None:
+def check_message_size(backend: FakeBackend, step: StructuredStepBatch) -> None:
     """Refuse (and record in `backend.violations`) a StepBatch larger than the limit the handshake reply announced,
-    its size as re-encoded. A backend served by `FakeHostServer` calls this first in its `step`."""
-    size = (codec_v2 if isinstance(step, StructuredStepBatch) else codec).encode_step(step).ByteSize()
+    its size as re-encoded: as the v1 message a spec v1 can say (one tensor, one discrete head, no stats or
+    teams) travels in, else as v2's. A backend served by `FakeHostServer` calls this first in its `step`."""
+    session = backend.session(step.session_id)
+    v1 = session is not None and v1_of_structured(session.spec) is not None and not step.final_observation
+    size = (codec.encode_named_step(step) if v1 else codec_v2.encode_step(step)).ByteSize()
     if size > backend.max_message_bytes:
         message = (f"StepBatch of {size} bytes is larger than this host accepts ({backend.max_message_bytes} bytes, "
                    "max_message_bytes in the handshake reply): step fewer envs per message")
