@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from seedleague import cli
-from seedleague.league import tables
+from seedleague.league import pbt, tables
 from seedleague.league.client import LeagueClient
 from seedleague.league.config import LeagueConfig
 from seedleague.league.page import PAGE_READY, LeaguePage, PageConfig, WallClock, thinned
@@ -132,6 +132,30 @@ def test_anchors_and_humans_are_shown_apart_from_the_learners(tmp_path):
     roles = {row["key"]: row["role"] for row in state["standings"]}
     assert roles["uniform"] == "anchor" and roles["human"] == "human"
     assert {"uniform", "human"} <= set(state["payoff"]["keys"]) and "uniform" in state["wall"]["elo"]
+
+
+def test_the_standings_show_each_pbt_members_current_settings(tmp_path):
+    config = LeagueConfig(mode=Mode.PFSP, payoff_decay=1.0, min_games=0, snapshot_interval_steps=5, pbt_interval=10,
+                          pbt_min_games=20)
+    league = League(config, str(tmp_path / "league.sqlite"))
+    for name in ("main", "main-1"):
+        league.register_player(name, Role.MAIN)
+        league.check_in(name, 0)
+        league.add_snapshot(name, 0, f"/pool/{name}/0")
+    first = ("main:000000", "main-1:000000")
+    league.report_results([result("main-1", key, 1.0) for key in first for _ in range(30)]
+                          + [result("main", key, 0.0) for key in first for _ in range(30)])
+    league.check_in("main", 10)
+    league.check_in("main-1", 10)  # the round: main copies main-1, its settings perturbed
+    copied = next(row for row in league.pbt_history() if row.kind == pbt.EXPLOIT)
+    assert (copied.member, copied.source_key) == ("main", "main-1:000000") and copied.new != copied.old
+    with LeaguePage(league, PageConfig(sample_every_s=3600), token=TOKEN, say=lambda line: None) as served:
+        state = json.loads(get(served, "/api/state", AUTH)[2])
+    league.close()
+    shown = {row["key"]: row["pbt"] for row in state["standings"]}
+    assert shown["main"] == f"{copied.new.text()}, copied main-1:000000 at round 1"  # its current settings
+    assert shown["main-1"] == pbt.initial_settings(1, np.random.default_rng([0, 1])).text()  # as it joined
+    assert shown["main:000000"] == shown["main-1:000000"] == ""  # snapshots are not members
 
 
 def test_the_page_links_to_a_play_page_while_one_serves(tmp_path):
@@ -404,13 +428,14 @@ def _page_results(url: str) -> int:
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (make chromium, or apt-get install chromium)")
 def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
     write_run_files(tmp_path)  # the hosts' progress, evaluations and best responses beside the league
-    proc, address, url = _start_serve(str(tmp_path / "league"), *PFSP_FLAGS)
+    proc, address, url = _start_serve(str(tmp_path / "league"), *PFSP_FLAGS, "--pbt-interval", "1000")
     client = LeagueClient(address, ClientSecurity(token=TOKEN))
     try:
         fill(client)
         wait_for(lambda: _page_results(url) == 8, 30, "the page's data to count 8 results")
         first = _rendered(_dump(url + "?token=" + TOKEN, str(tmp_path / "chromium")))
         assert first["results"] == 8 and first["standings"] == 6 and "main:000100" in first["text"]
+        assert "alpha x1.00 lr x1.00 kl x1.00" in first["text"]  # main, a PBT member: its settings' column
         assert first["heatmap"] == 6 and first["curve"] > 0 and first["steps"] == 4
         # snapshots over env steps (the hosts' progress files), the evaluations' and best responses' curves
         assert first["steps_axis"] == "env" and first["exploit"] == 6 and first["responses"] == 5

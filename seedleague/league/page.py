@@ -149,7 +149,8 @@ def league_snapshot(league: League, config: PageConfig) -> dict:
         mode=league.config.mode.value,
         results=league.results_counted(),
         standings=[dict(key=s.key, role=s.role.value, elo=round(s.elo, 1), games=round(s.games, 2),
-                        win_rate=round(s.win_rate, 3), mu=round(s.trueskill_mu, 2), sigma=round(s.trueskill_sigma, 2))
+                        win_rate=round(s.win_rate, 3), mu=round(s.trueskill_mu, 2), sigma=round(s.trueskill_sigma, 2),
+                        pbt=s.pbt)  # a PBT member's settings and newest copy (docs/pbt.md); "" for everyone else
                    for s in board.rows],
         standings_notes=board.notes(),
         players=[dict(name=p.name, role=p.role.value, learner_step=p.learner_step, snapshots=p.snapshots,

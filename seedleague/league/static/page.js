@@ -39,7 +39,7 @@ function standings(state) {
   fill(document.querySelector("#standings tbody"), state.standings.map((s, i) => [
     [String(i + 1)], [s.key, "text"], [s.role, "text"], [s.elo.toFixed(1)],
     [`${s.mu.toFixed(1)} [${(s.mu - 2 * s.sigma).toFixed(1)}, ${(s.mu + 2 * s.sigma).toFixed(1)}]`],
-    [s.games.toFixed(1)], [s.win_rate.toFixed(3)],
+    [s.games.toFixed(1)], [s.win_rate.toFixed(3)], [s.pbt || "", "text"],
   ]), state.standings.map((s) => (FIXED.has(s.role) ? `fixed ${s.role}` : "")));
   document.getElementById("standings-notes").textContent = state.standings_notes.join("; ");
   const top = state.standings.slice(0, 20).reverse();
