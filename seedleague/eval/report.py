@@ -18,11 +18,9 @@ matplotlib Figures with the Agg canvas, never through pyplot's global state.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from seedleague.artifacts.load import load_snapshot
 from seedleague.eval.curve import as_eval_history, snapshot_curve
@@ -30,6 +28,9 @@ from seedleague.eval.heatmap_keys import NASH, KeySubset, pick_keys
 from seedleague.eval.measure import is_poker, pool_keys, read_history
 from seedleague.league.tables import rated_first
 from seedleague.league.types import PayoffMatrix, Role, Standing
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ANNOTATE_UP_TO = 12  # payoff cells carry their value when the matrix has at most this many keys
 LEGEND_UP_TO = 12  # rating curves named in the legend (best final Elo first)
@@ -49,8 +50,17 @@ def leaderboard_markdown(standings: Sequence[Standing], top: Optional[int] = Non
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + " (all rows: leaderboard.md)\n" if notes else "")
 
 
-def _save(fig: Figure, path: str) -> str:
+def _figure(**kwargs) -> Figure:
+    """A matplotlib Figure on the Agg canvas (no pyplot state); `kwargs` go to Figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional-heavy: matplotlib loads only to plot
+    from matplotlib.figure import Figure  # optional-heavy: as above
+
+    fig = Figure(**kwargs)
     FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: str) -> str:
     fig.savefig(path, dpi=100, bbox_inches="tight")
     return path
 
@@ -68,7 +78,7 @@ def payoff_heatmap(payoff: PayoffMatrix, path: str, subset: Optional[KeySubset] 
     labels = [payoff.keys[i] + (" *" if NASH in subset.reasons.get(i, ()) else "") for i in shown]
     k = len(shown)
     side = min(4 + 0.45 * k, 24)
-    fig = Figure(figsize=(side + 1.5, side))
+    fig = _figure(figsize=(side + 1.5, side))
     ax = fig.add_subplot()
     ax.patch.set_facecolor("white")
     ax.patch.set_hatch("///")
@@ -93,7 +103,7 @@ def ratings_plot(elo_history: dict[str, list[tuple[int, float]]], path: str) -> 
     curves = {key: points for key, points in elo_history.items() if points}
     if not curves:
         return None
-    fig = Figure(figsize=(9, 5))
+    fig = _figure(figsize=(9, 5))
     ax = fig.add_subplot()
     order = sorted(curves, key=lambda key: -curves[key][-1][1])
     for rank, key in enumerate(order):
@@ -136,7 +146,7 @@ def exploitability_plot(eval_history: Sequence[dict], path: str) -> Optional[str
     first = min((p["time"] or 0.0) for p in points)
     seconds = lambda p: p["wall_s"] if use_wall else (p["time"] or 0.0) - first
     with_steps = any(p["env_steps"] is not None for p in points)
-    fig = Figure(figsize=(11 if with_steps else 6, 4.5), layout="constrained")
+    fig = _figure(figsize=(11 if with_steps else 6, 4.5), layout="constrained")
     axes = fig.subplots(1, 2 if with_steps else 1, squeeze=False, sharey=True)[0]
     for name, ps in series.items():
         ps = sorted(ps, key=seconds)

@@ -13,7 +13,6 @@ win-rate matrix.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linprog
 
 
 def solve_zero_sum(payoff: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -39,6 +38,8 @@ def _maximin(a: np.ndarray) -> tuple[np.ndarray, float]:
     Variables [x_1..x_M, v]: maximise v subject to v - sum_i x_i a[i, j] <= 0 for
     every column j, sum_i x_i = 1, x >= 0, v free.
     """
+    from scipy.optimize import linprog  # optional-heavy: scipy.optimize loads only when an LP is solved
+
     m, n = a.shape
     c = np.zeros(m + 1)
     c[-1] = -1.0  # linprog minimises; minimise -v
