@@ -512,22 +512,24 @@ def _league_rows(run_dir: str) -> int:
     return rows
 
 
-def _resume_continues(logs, run_dir: str, newest_good: int, budget: int = 15, stop_when=None,
-                      run_args: tuple = KUHN_RUN) -> _Run:
-    """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it and stops cleanly,
-    at the end of its budget or, once `stop_when(run)`, by SIGTERM; every result the league acknowledged to it is
-    stored (none doubled) and no snapshot of it is refused."""
+def _trained_past(run_dir: str, step: int):
+    """A stop_when for _resume_continues: the resumed run saved a checkpoint after `step` and the league acknowledged
+    results to it (what the checks after its stop need; waiting for a budget to run out would add only time)."""
+    return lambda run: run.acknowledged() > 0 and _steps(os.path.join(run_dir, "checkpoints"))[-1] > step
+
+
+def _resume_continues(logs, run_dir: str, newest_good: int, stop_when=None, run_args: tuple = KUHN_RUN) -> _Run:
+    """`--resume` on `run_dir`: it says it continues from checkpoint `newest_good`, trains past it and stops cleanly
+    by SIGTERM once `stop_when(run)` (default: `_trained_past(run_dir, newest_good)`); every result the league
+    acknowledged to it is stored (none doubled) and no snapshot of it is refused."""
+    stop_when = stop_when or _trained_past(run_dir, newest_good)
     rows_before = _league_rows(run_dir) if os.path.exists(os.path.join(run_dir, "league", "league.sqlite")) else 0
-    run = _Run(logs, "resumed", *run_args, "--resume", "--run-dir", run_dir, "--max-seconds",
-               str(600 if stop_when else budget))
-    started = run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
+    run = _Run(logs, "resumed", *run_args, "--resume", "--run-dir", run_dir, "--max-seconds", "600")
+    run.wait_for(lambda: "resumed from checkpoint" in run.stdout(), "resume line")
     assert f"resumed from checkpoint {newest_good}:" in run.stdout(), run.stdout()
-    if stop_when:
-        run.wait_for(lambda: stop_when(run), "the event to stop at")
-        run.process.send_signal(signal.SIGTERM)
-        done = run.exit_within(GRACE_S)
-    else:
-        done = run.exit_within(budget + GRACE_S + START_S - (time.monotonic() - started))
+    run.wait_for(lambda: stop_when(run), "the event to stop at")
+    run.process.send_signal(signal.SIGTERM)
+    done = run.exit_within(GRACE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "must increase" not in done.stderr
     with open(os.path.join(run_dir, "summary.json")) as f:
