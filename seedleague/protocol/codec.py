@@ -175,24 +175,31 @@ def encode_step(step: StepBatch) -> pb.StepBatch:
     return message
 
 
-def decode_step(message: pb.StepBatch) -> StepBatch:
-    """StepBatch message -> StepBatch; structural checks only (see specs.check_step)."""
+OUTCOMES = ("reward", "terminated", "truncated")  # the tensors every step batch carries, in v1 and v2 alike
 
-    def optional(field: str) -> Optional[np.ndarray]:
-        return decode_tensor(getattr(message, field), field) if message.HasField(field) else None
 
-    for field in ("observation", "reward", "terminated", "truncated"):
+def required_tensors(message: Any, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The tensor `fields` of a step batch message (v1 or v2), decoded; a ProtocolError names the first one
+    missing."""
+    for field in fields:
         if not message.HasField(field):
             raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor", field)
+    return {field: decode_tensor(getattr(message, field), field) for field in fields}
+
+
+def optional_tensor(message: Any, field: str) -> Optional[np.ndarray]:
+    """The tensor `field` of a message, decoded, or None when it was not sent."""
+    return decode_tensor(getattr(message, field), field) if message.HasField(field) else None
+
+
+def decode_step(message: pb.StepBatch) -> StepBatch:
+    """StepBatch message -> StepBatch; structural checks only (see specs.check_step)."""
     return StepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
-        observation=decode_tensor(message.observation, "observation"),
-        reward=decode_tensor(message.reward, "reward"),
-        terminated=decode_tensor(message.terminated, "terminated"),
-        truncated=decode_tensor(message.truncated, "truncated"),
-        legal_mask=optional("legal_mask"),
-        acting=optional("acting"),
+        **required_tensors(message, ("observation",) + OUTCOMES),
+        legal_mask=optional_tensor(message, "legal_mask"),
+        acting=optional_tensor(message, "acting"),
     )
 
 
@@ -221,21 +228,15 @@ def decode_named_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
 def decode_named_step(message: pb.StepBatch) -> StructuredStepBatch:
     """A v1 StepBatch message as a named step ({"observation": x}, {"action": mask} when sent, no final
     observations); structural checks only (the session's spec checks the rest: specs_v2.check_structured_step)."""
-    if not message.HasField("observation"):
-        raise ProtocolError(INVALID_ARGUMENT, "step batch has no observation tensor", "observation")
-    for field in ("reward", "terminated", "truncated"):
-        if not message.HasField(field):
-            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor", field)
+    tensors = required_tensors(message, ("observation",) + OUTCOMES)
     return StructuredStepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
-        observation={V1_OBSERVATION: decode_tensor(message.observation, "observation")},
-        reward=decode_tensor(message.reward, "reward"),
-        terminated=decode_tensor(message.terminated, "terminated"),
-        truncated=decode_tensor(message.truncated, "truncated"),
+        observation={V1_OBSERVATION: tensors.pop("observation")},
+        **tensors,
         legal_mask={V1_ACTION: decode_tensor(message.legal_mask, "legal_mask")}
         if message.HasField("legal_mask") else {},
-        acting=decode_tensor(message.acting, "acting") if message.HasField("acting") else None,
+        acting=optional_tensor(message, "acting"),
         final_observation=None,  # v1 carries none: the learner bootstraps a truncated episode from V(s_t)
     )
 

@@ -14,7 +14,8 @@ from typing import Iterable
 
 import numpy as np
 
-from seedleague.protocol.codec import MAX_NAME_CHARS, clip, decode_tensor, dtype_to_enum, encode_tensor, enum_to_dtype
+from seedleague.protocol.codec import (MAX_NAME_CHARS, OUTCOMES, clip, decode_tensor, dtype_to_enum, encode_tensor,
+                                       enum_to_dtype, optional_tensor, required_tensors)
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK
 from seedleague.protocol.specs_v2 import (MAX_NAME_LENGTH, MAX_NAMED, PROTOCOL_VERSION_V2, ActionSpec,
@@ -135,18 +136,14 @@ def encode_step(step: StructuredStepBatch) -> pb.StepBatch:
 
 def decode_step(message: pb.StepBatch) -> StructuredStepBatch:
     """StepBatch message -> StructuredStepBatch; structural checks only (see specs_v2.check_structured_step)."""
-    for field in ("reward", "terminated", "truncated"):
-        if not message.HasField(field):
-            raise ProtocolError(INVALID_ARGUMENT, f"step batch has no {field} tensor", field)
+    outcomes = required_tensors(message, OUTCOMES)
     return StructuredStepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
         observation=_decode_named("observation", message.observation),
-        reward=decode_tensor(message.reward, "reward"),
-        terminated=decode_tensor(message.terminated, "terminated"),
-        truncated=decode_tensor(message.truncated, "truncated"),
+        **outcomes,
         legal_mask=_decode_named("legal_mask", message.legal_mask),
-        acting=decode_tensor(message.acting, "acting") if message.HasField("acting") else None,
+        acting=optional_tensor(message, "acting"),
         final_observation=_decode_named("final_observation", message.final_observation),
         episode_stats=_decode_named("episode_stats", message.episode_stats),
     )
