@@ -412,8 +412,12 @@ def _averaged(config: LearnerConfig, average: Any, step: jax.Array, progress: ja
         take = take | (progress >= 1.0 - config.average_tail)
     count = average.count + take.astype(jnp.int32)
     weight = jnp.where(take, 1.0 / jnp.maximum(count, 1), 0.0)
-    mean = jax.tree.map(lambda a, p: a + (weight * (p - a)).astype(a.dtype), average.params, params)
-    return ParamAverage(mean, count)
+    return ParamAverage(_toward(average.params, params, weight), count)
+
+
+def _toward(mean: Any, params: Any, weight: jax.Array) -> Any:
+    """`mean` moved `weight` of the way to `params`, in the mean's dtypes: a running mean's step, 1 / count."""
+    return jax.tree.map(lambda m, p: m + (weight * (p - m)).astype(m.dtype), mean, params)
 
 
 def _loss_inputs(network: Network | StructuredNetwork, outputs: Any, values: jax.Array,
@@ -611,8 +615,7 @@ def _lookahead(config: LearnerConfig, step: jax.Array, params: Any, opt_state: A
     slow, mean = lookahead.slow, lookahead.mean
     position = step % config.lookahead_interval  # 0 at the interval's first update
     if config.lookahead_average:
-        weight = 1.0 / (position + 1).astype(jnp.float32)
-        mean = jax.tree.map(lambda m, p: m + weight.astype(m.dtype) * (p - m), mean, params)
+        mean = _toward(mean, params, 1.0 / (position + 1).astype(jnp.float32))
     sync = position == config.lookahead_interval - 1
     stepped = optax.incremental_update(mean if config.lookahead_average else params, slow, config.lookahead_rate)
     slow = jax.tree.map(lambda new, old: jnp.where(sync, new, old), stepped, slow)
