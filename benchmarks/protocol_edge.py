@@ -8,7 +8,7 @@ are the same for both versions:
 - the worker: the SDK's `step` (seedleague.protocol.client / client_v2) building, checking and
   serialising the StepBatch, then parsing, decoding and checking the host's ActionBatch;
 - the host: parsing and decoding the StepBatch, checking it against the spec, for v2 the
-  translation of a v1-shaped session onto the v1 model (seedleague.host.structured), and
+  translation of a v1-shaped session onto the v1 model (seedleague.host.named), and
   encoding and serialising the answer.
 The client's stream is replaced by the host's half, in the same thread, so one loop runs both.
 Each repeat times `--messages` messages of each version, alternating v1 and v2; the table gives
@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 
-from seedleague.host import structured
+from seedleague.host import named
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.client import ClientConfig, WorkerClient
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import ActionBatch, EnvSpec, check_step
-from seedleague.protocol.specs_v2 import check_structured_step, structured_of_v1
+from seedleague.protocol.named import check_named_step, named_of_v1
 from seedleague.v1 import env_pb2 as pb1
 from seedleague.v2 import env_pb2 as pb2
 
@@ -46,9 +46,9 @@ def host_v1(spec: EnvSpec, actions: np.ndarray):
 def host_v2(spec, actions: np.ndarray):
     def answer(message):
         step = codec_v2.decode_step(pb2.StepBatch.FromString(message.SerializeToString()))
-        check_structured_step(spec, step)
-        v1 = structured.as_v1_step(step, spec)
-        reply = codec_v2.encode_actions(structured.as_structured_actions(ActionBatch(v1.sequence, actions, 0), spec))
+        check_named_step(spec, step)
+        v1 = named.as_v1_step(step, spec)
+        reply = codec_v2.encode_actions(named.as_named_actions(ActionBatch(v1.sequence, actions, 0), spec))
         return pb2.ActionBatch.FromString(reply.SerializeToString())
     return answer
 
@@ -70,10 +70,10 @@ def wired(client: WorkerClient, host) -> WorkerClient:
 
 def measure(envs: int, messages: int, repeats: int) -> dict:
     spec = EnvSpec("CartPole-v1", (4,), np.float32, 2, envs)
-    spec2 = structured_of_v1(spec)
+    spec2 = named_of_v1(spec)
     actions = np.zeros((envs, 1), np.int32)
     v1 = wired(WorkerClient(ClientConfig("127.0.0.1:1"), spec), host_v1(spec, actions))
-    v2 = wired(StructuredWorkerClient(ClientConfig("127.0.0.1:1"), spec2), host_v2(spec2, actions))
+    v2 = wired(NamedWorkerClient(ClientConfig("127.0.0.1:1"), spec2), host_v2(spec2, actions))
     observation, reward, ended = np.zeros((envs, 4), np.float32), np.zeros(envs, np.float32), np.zeros(envs, bool)
     name = spec2.observation.tensors[0].name
     steps = {1: lambda: v1.step(observation, reward, ended, ended),

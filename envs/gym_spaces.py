@@ -1,8 +1,8 @@
 """Gymnasium spaces as protocol v2 specs: named observation tensors from a Box or Dict observation space, action
 heads from Discrete, MultiDiscrete, Box, Tuple and Dict action spaces, and the conversions each step needs.
 
-    spaces = StructuredSpaces.of("Pendulum-v1", envs)      # or None: a Box + Discrete env speaks v1 unchanged
-    spaces.spec                                            # StructuredEnvSpec: "observation" float32[3], head
+    spaces = NamedSpaces.of("Pendulum-v1", envs)      # or None: a Box + Discrete env speaks v1 unchanged
+    spaces.spec                                            # NamedEnvSpec: "observation" float32[3], head
                                                            #   "action" continuous [-2, 2]
     spaces.observation(obs)                                # {name: [E, 1, ...]}
     spaces.env_action({"action": a})                       # what envs.step takes, a: [E, 1, 1]
@@ -27,8 +27,8 @@ import numpy as np
 from envs.gym_vector import UnsupportedEnv
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec)
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
@@ -117,16 +117,16 @@ def _action_leaf(env_id: str, space: gym.Space, name: str) -> _ActionLeaf:
                          "of them")
 
 
-class StructuredSpaces:
+class NamedSpaces:
     """A vector env's spaces as a protocol v2 spec, and the per-step conversions (module docstring)."""
 
-    def __init__(self, spec: StructuredEnvSpec, leaves: list[_ObservationLeaf], decode: Callable[[dict], Any]):
+    def __init__(self, spec: NamedEnvSpec, leaves: list[_ObservationLeaf], decode: Callable[[dict], Any]):
         self.spec = spec
         self._leaves = leaves
         self._decode = decode
 
     @classmethod
-    def of(cls, env_id: str, envs: gym.vector.VectorEnv, force: bool = False) -> Optional["StructuredSpaces"]:
+    def of(cls, env_id: str, envs: gym.vector.VectorEnv, force: bool = False) -> Optional["NamedSpaces"]:
         """None for a Box observation with a Discrete action (v1 carries those unchanged) unless `force`; else the
         v2 spaces. Raises UnsupportedEnv for spaces neither version carries."""
         observation_space, action_space = envs.single_observation_space, envs.single_action_space
@@ -136,7 +136,7 @@ class StructuredSpaces:
         leaves = _observation_leaves(env_id, observation_space, ())
         heads, decode = _action_leaf(env_id, action_space, "action")
         try:
-            spec = StructuredEnvSpec(env_id, ObservationSpec(tuple(leaf.spec for leaf in leaves)),
+            spec = NamedEnvSpec(env_id, ObservationSpec(tuple(leaf.spec for leaf in leaves)),
                                      ActionSpec(tuple(heads)), envs.num_envs)
         except (ProtocolError, ValueError) as error:
             raise UnsupportedEnv(f"{env_id}: {getattr(error, 'message', error)}") from None

@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
-from envs.gym_spaces import StructuredSpaces, protocol_dtype
+from envs.gym_spaces import NamedSpaces, protocol_dtype
 from envs.gym_vector import VECTOR_MODES, UnsupportedEnv, VectorChoice, autoreset_mode, make_vector_env
 from envs.worker_loop import (
     GameStep,
@@ -126,7 +126,7 @@ class GymVectorGame:
         2 speaks v2 always (a v1-shaped v2 spec, e.g. to measure the v2 path's cost)."""
         self.envs = envs
         self.choice = choice
-        self.spaces = StructuredSpaces.of(env_id, envs, force=protocol == 2)  # None: speaks v1
+        self.spaces = NamedSpaces.of(env_id, envs, force=protocol == 2)  # None: speaks v1
         self.spec = env_spec(env_id, envs) if self.spaces is None else self.spaces.spec
         self.autoreset = autoreset_mode(envs)
         num_envs = envs.num_envs
@@ -148,7 +148,7 @@ class GymVectorGame:
         """Apply `actions` [E, 1] (protocol v2: {head: [E, 1, ...]}); ended envs restart as the autoreset mode
         allows (module docstring)."""
         if self.spaces is not None:
-            return self._step_structured(actions)
+            return self._step_named(actions)
         actions = seat_actions(actions, self.spec)
         chosen = actions[:, 0]
         if self._acting is not None:  # a restarting env ignores its action: keep it in range all the same
@@ -165,7 +165,7 @@ class GymVectorGame:
             np.logical_not(ended, out=self._acting[:, 0])
         return self._game_step(observation, reward, terminated, truncated)
 
-    def _step_structured(self, actions: dict) -> GameStep:
+    def _step_named(self, actions: dict) -> GameStep:
         """`step` for v2 spaces; a truncated episode's final observation goes with the step that reports it."""
         observation, reward, terminated, truncated, info = self.envs.step(self.spaces.env_action(actions))
         ended = terminated | truncated

@@ -37,8 +37,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from envs.worker_loop import EnvPerSlot, GameStep
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec)
 
 log = logging.getLogger("envs.pettingzoo_parallel")
 
@@ -122,7 +122,7 @@ class ParallelVectorGame(EnvPerSlot):
         self.team_names, seat_team = _numbered(teams)
         self._seat_team = np.asarray(seat_team)
         stats = tuple(f"return_{team}" for team in self.team_names) if len(self.team_names) > 1 else ()
-        self.spec = StructuredEnvSpec(env_name, ObservationSpec((TensorSpec(OBSERVATION, (width,), np.float32),)),
+        self.spec = NamedEnvSpec(env_name, ObservationSpec((TensorSpec(OBSERVATION, (width,), np.float32),)),
                                       ActionSpec((head,)), num_envs=num_envs, num_seats=len(agents),
                                       episode_stats=stats, seat_team=tuple(seat_team))
         agents_shape = (num_envs, len(agents))

@@ -1,5 +1,5 @@
 """Shootout: a two-seat game on protocol v2 with a Dict observation and a hybrid action, the example of
-structured league play (several named tensors and action heads, trained in the league).
+league play with several named tensors and action heads (trained in the league).
 
     python -m envs.shootout_worker --address 127.0.0.1:50051 --num-envs 64
     seedleague train --worker-cmd 'python -m envs.shootout_worker --address {address} --seed {seed}' --max-seconds 300
@@ -27,8 +27,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from envs.worker_loop import GameStep, fixed_game_main
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec)
 
 log = logging.getLogger("envs.shootout_worker")
 
@@ -38,10 +38,10 @@ MAX_STEPS = 12
 HIT_DISTANCE = 0.5
 
 
-def shootout_spec(num_envs: int) -> StructuredEnvSpec:
+def shootout_spec(num_envs: int) -> NamedEnvSpec:
     observation = ObservationSpec((TensorSpec("state", (3,), np.float32), TensorSpec("lanes", (3, LANES, 1), np.uint8)))
     action = ActionSpec((DiscreteHead("lane", LANES), ContinuousHead("aim", (-1.0,), (1.0,))))
-    return StructuredEnvSpec("shootout", observation, action, num_envs=num_envs, num_seats=2)
+    return NamedEnvSpec("shootout", observation, action, num_envs=num_envs, num_seats=2)
 
 
 class ShootoutGame:

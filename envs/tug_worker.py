@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from envs.worker_loop import GameStep, fixed_game_main
-from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
+from seedleague.protocol.named import ActionSpec, DiscreteHead, ObservationSpec, NamedEnvSpec, TensorSpec
 
 log = logging.getLogger("envs.tug_worker")
 
@@ -36,8 +36,8 @@ SEAT_TEAM = (0, 0, 1, 1)
 _SIDE = np.array([1.0, 1.0, -1.0, -1.0], np.float32)  # +knot is team 0's side
 
 
-def tug_spec(num_envs: int) -> StructuredEnvSpec:
-    return StructuredEnvSpec("tug-2v2", ObservationSpec((TensorSpec("observation", (1 + CUES,), np.float32),)),
+def tug_spec(num_envs: int) -> NamedEnvSpec:
+    return NamedEnvSpec("tug-2v2", ObservationSpec((TensorSpec("observation", (1 + CUES,), np.float32),)),
                              ActionSpec((DiscreteHead("action", CUES),)), num_envs=num_envs, num_seats=4,
                              seat_team=SEAT_TEAM)
 

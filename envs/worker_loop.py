@@ -34,9 +34,9 @@ import numpy as np
 
 from seedleague.protocol import native_stream
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.security import add_security_flags, client_security_from_args
 
 log = logging.getLogger("envs.worker_loop")
@@ -65,7 +65,7 @@ class GameStep:
     truncated: np.ndarray  # [E] bool: the episode was cut off; likewise
     legal_mask: Optional[np.ndarray] = None  # [E, S, A] bool, when the spec declares has_legal_mask
     acting: Optional[np.ndarray] = None  # [E, S] bool: the seats whose action is applied
-    # Protocol v2 games (spec a StructuredEnvSpec): `observation` and `legal_mask` are dicts over the spec's names,
+    # Protocol v2 games (spec a NamedEnvSpec): `observation` and `legal_mask` are dicts over the spec's names,
     # and these may be set: the truncated envs' final observations {name: [K, S, ...]} and episode stats.
     final_observation: Optional[dict] = None
     episode_stats: Optional[dict] = None
@@ -105,7 +105,7 @@ class VectorGame(Protocol):
     the next `reset` or `step`: copy them to keep them.
     """
 
-    spec: EnvSpec  # or a StructuredEnvSpec: the game then speaks protocol v2
+    spec: EnvSpec  # or a NamedEnvSpec: the game then speaks protocol v2
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes in every env (rewards and flags zero); `seed` reseeds the game's randomness."""
@@ -146,8 +146,8 @@ def run_game_worker(
 ) -> WorkerStats:
     """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
     stop = stop if stop is not None else threading.Event()
-    structured = isinstance(game.spec, StructuredEnvSpec)
-    client = (StructuredWorkerClient if structured else WorkerClient)(config.client, game.spec)
+    named = isinstance(game.spec, NamedEnvSpec)
+    client = (NamedWorkerClient if named else WorkerClient)(config.client, game.spec)
 
     def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
         _run_game_session(game, client, stop, stats, seed, backoff, config, logger)
@@ -227,9 +227,9 @@ def _run_game_session(
     step = game.reset(seed)
     rate = RateLog(config.log_interval_s, stats.env_steps, logger)
     num_envs = game.spec.num_envs
-    structured = isinstance(client, StructuredWorkerClient)
+    named = isinstance(client, NamedWorkerClient)
     while not stop.is_set() and not budget_spent(config.max_steps, stats):
-        if structured:
+        if named:
             actions = client.step(step.observation, step.reward, step.terminated, step.truncated, step.legal_mask,
                                   step.acting, step.final_observation, step.episode_stats)
         else:

@@ -31,10 +31,10 @@ from seedleague.artifacts.load import (NoParamAverageError, checkpoint_steps, lo
                                        load_snapshot, param_average_count)
 from seedleague.artifacts.mixture import PolicyMixture, mixture_weights, seat_mixture_weights
 from seedleague.artifacts.policy import Policy, PolicySpec, RecurrentPolicyError, Rng, recurrent_error
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.artifacts.named import NamedPolicy
 
 __all__ = ["NoParamAverageError", "Policy", "PolicyMixture", "PolicySpec", "RecurrentPolicyError", "Rng",
-           "StructuredPolicy", "checkpoint_steps", "load_average_policy", "load_policies", "load_policy",
+           "NamedPolicy", "checkpoint_steps", "load_average_policy", "load_policies", "load_policy",
            "load_snapshot", "load_trained", "mixture_weights", "param_average_count", "recurrent_error",
            "seat_mixture_weights"]
 

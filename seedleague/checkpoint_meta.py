@@ -20,7 +20,7 @@ import numpy as np
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, StructuredEnvSpec,
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, NamedEnvSpec,
                                           TensorSpec)
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
@@ -40,9 +40,9 @@ def _head_from_json(data: dict):
     return ContinuousHead(data["name"], tuple(data["low"]), tuple(data["high"]))
 
 
-def spec_to_json(spec: "EnvSpec | StructuredEnvSpec") -> dict:
+def spec_to_json(spec: "EnvSpec | NamedEnvSpec") -> dict:
     """A spec as JSON; a protocol v2 spec records its named tensors and heads (and "protocol": 2)."""
-    if isinstance(spec, StructuredEnvSpec):
+    if isinstance(spec, NamedEnvSpec):
         return dict(protocol=2, env_name=spec.env_name, episode_stats=list(spec.episode_stats),
                     seat_team=list(spec.seat_team),
                     observation=[dict(name=t.name, shape=list(t.shape), dtype=t.dtype.str, masked=t.masked)
@@ -52,12 +52,12 @@ def spec_to_json(spec: "EnvSpec | StructuredEnvSpec") -> dict:
                 observation_dtype=spec.observation_dtype.str, num_actions=spec.num_actions)
 
 
-def spec_from_json(data: dict) -> "EnvSpec | StructuredEnvSpec":
+def spec_from_json(data: dict) -> "EnvSpec | NamedEnvSpec":
     if data.get("protocol") == 2:
         observation = ObservationSpec(tuple(TensorSpec(t["name"], tuple(t["shape"]), np.dtype(t["dtype"]), t["masked"])
                                             for t in data["observation"]))
         action = ActionSpec(tuple(_head_from_json(h) for h in data["action"]))
-        return StructuredEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
+        return NamedEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
                                  tuple(data["episode_stats"]), tuple(data["seat_team"]))
     return EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
                    data["num_actions"], 1)
@@ -85,7 +85,7 @@ def learner_from_json(data: dict, source: str = "?") -> LearnerConfig:
 class CheckpointMeta:
     """A checkpoint's meta: the spec, the configs its state was built with, and the run's counters."""
 
-    spec: "EnvSpec | StructuredEnvSpec"  # a protocol v2 run's spec is structured
+    spec: "EnvSpec | NamedEnvSpec"  # a protocol v2 run's spec is named
     network: Optional[NetworkConfig] = None  # None: the checkpoint predates recording it
     learner: Optional[LearnerConfig] = None
     env_steps: int = 0

@@ -22,7 +22,7 @@ from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode, Role
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.storage import StorageError, check_writable
 from seedleague.tools import check_worker, fake_host
@@ -232,7 +232,7 @@ def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
     return commands * count if len(commands) == 1 else commands
 
 
-def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, StructuredEnvSpec]:
+def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, NamedEnvSpec]:
     """The preset for the game the first worker declares (seedleague.launch.probe), or ValueError: `train
     --worker-cmd` starts that worker; `host` without --env waits for one to connect."""
     from seedleague.launch import probe

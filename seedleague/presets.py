@@ -20,7 +20,7 @@ from seedleague.league.types import UNIFORM_ANCHOR, Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import ContinuousHead, StructuredEnvSpec, v1_model_of
+from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, v1_model_of
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -50,10 +50,10 @@ def is_multiplayer(env_id: str) -> bool:
     return env_id.startswith(("openspiel:", "pettingzoo:")) and not env_id.startswith("pettingzoo:mpe/")
 
 
-def plays_in_league(spec: "EnvSpec | StructuredEnvSpec") -> bool:
+def plays_in_league(spec: "EnvSpec | NamedEnvSpec") -> bool:
     """Whether a worker's spec is a game of two or more teams (a league game; every seat its own team unless a
     protocol v2 spec groups them). One team of several seats is a cooperative game: one policy plays every seat."""
-    if isinstance(spec, StructuredEnvSpec):
+    if isinstance(spec, NamedEnvSpec):
         return len(set(spec.teams)) >= 2
     return spec.num_seats >= 2
 
@@ -121,12 +121,12 @@ def _continuous_control() -> Preset:
     )
 
 
-def has_continuous_actions(spec: "EnvSpec | StructuredEnvSpec") -> bool:
+def has_continuous_actions(spec: "EnvSpec | NamedEnvSpec") -> bool:
     """Whether a spec's action has a continuous head (a protocol v2 spec with a float Box)."""
-    return isinstance(spec, StructuredEnvSpec) and any(isinstance(h, ContinuousHead) for h in spec.action.heads)
+    return isinstance(spec, NamedEnvSpec) and any(isinstance(h, ContinuousHead) for h in spec.action.heads)
 
 
-def _gym_spec(env_id: str) -> "EnvSpec | StructuredEnvSpec | None":
+def _gym_spec(env_id: str) -> "EnvSpec | NamedEnvSpec | None":
     """The spec a gym worker declares for `env_id` (one env made to read its spaces), or None when gymnasium cannot
     make it here (the worker then says why)."""
     try:
@@ -332,7 +332,7 @@ def _pettingzoo_game(game: str) -> Preset:
     return shared_seats(spec) if game.startswith("mpe/") else preset_for_spec(spec)
 
 
-def shared_seats(spec: "EnvSpec | StructuredEnvSpec") -> Preset:
+def shared_seats(spec: "EnvSpec | NamedEnvSpec") -> Preset:
     """A game trained outside a league, one policy learning at every seat (parameter sharing): the single-agent
     settings of its action, continuous control for a continuous head, else classic control."""
     return _continuous_control() if has_continuous_actions(spec) else _classic_control()
@@ -351,7 +351,7 @@ def step_bytes(spec: EnvSpec) -> int:
     """The tensor bytes of one StepBatch for `spec` (observation, reward, flags, legal mask, acting): a lower
     bound on its message size."""
     agents = spec.num_agents
-    if isinstance(spec, StructuredEnvSpec):  # every named tensor and legal mask, and acting
+    if isinstance(spec, NamedEnvSpec):  # every named tensor and legal mask, and acting
         observation = sum(agents * int(np.prod(shape)) * np.dtype(dtype).itemsize
                           for shape, dtype in spec.observation.arrays().values())
         masks = sum(agents * h.num_actions for h in spec.action.discrete if h.has_legal_mask)
@@ -387,9 +387,9 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
     cooperative game): `shared_seats`, no league. A league game's rewards are learnt times
     `scale_for_bound(spec.return_bound)`: scaled into [-1, 1] where the worker declares a bound above PAYOFF_RANGE."""
-    if isinstance(spec, StructuredEnvSpec) and spec.num_seats >= 2 and not plays_in_league(spec):
+    if isinstance(spec, NamedEnvSpec) and spec.num_seats >= 2 and not plays_in_league(spec):
         return shared_seats(spec)
-    if isinstance(spec, StructuredEnvSpec):
+    if isinstance(spec, NamedEnvSpec):
         if v1_model_of(spec) is None:
             if spec.num_seats >= 2:
                 game = _game(board=False, reward_scale=scale_for_bound(spec.return_bound))

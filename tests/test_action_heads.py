@@ -10,7 +10,7 @@ import pytest
 
 from seedleague.rl.action_heads import (ActionHeads, Categorical, ClippedGaussian, SquashedGaussian,
                                         log_one_minus_tanh_squared, sample_legal)
-from seedleague.rl.structured_spec import ActionSpec, ContinuousHead, DiscreteHead
+from seedleague.rl.named_spec import ActionSpec, ContinuousHead, DiscreteHead
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
 MOVE = DiscreteHead("move", 4, has_legal_mask=True)

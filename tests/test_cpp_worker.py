@@ -31,8 +31,8 @@ from seedleague.grpc_server import ThreadedServer
 from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague.protocol.specs_v2 import (ActionSpec, DiscreteHead, ObservationSpec, StructuredActionBatch,
-                                          StructuredEnvSpec, TensorSpec, v1_of_structured)
+from seedleague.protocol.named import (ActionSpec, DiscreteHead, ObservationSpec, NamedActionBatch,
+                                          NamedEnvSpec, TensorSpec, v1_of_named)
 from seedleague import checkpoint_meta, progress
 from seedleague.api import PolicySpec, load_trained
 from seedleague.cli import main
@@ -64,7 +64,7 @@ def worker_binary():
 
 
 # What the worker declares on protocol v2: exactly v1's game, named, with teams and stats.
-SPEC_V2 = StructuredEnvSpec(
+SPEC_V2 = NamedEnvSpec(
     "ConnectFour-cpp", ObservationSpec((TensorSpec("board", (2, 6, 7), np.float32),)),
     ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),)), num_envs=8, num_seats=2,
     episode_stats=("win", "moves"), seat_team=(0, 1), return_bound=1.0)
@@ -87,7 +87,7 @@ class Recorder(FakeBackend):
     async def step(self, step):
         actions = await super().step(step)
         self.steps.append(step)
-        if self._answer is not None and isinstance(actions, StructuredActionBatch):
+        if self._answer is not None and isinstance(actions, NamedActionBatch):
             actions.action = self._answer(step, actions.action)
         return actions
 
@@ -157,7 +157,7 @@ def test_a_host_without_v2_gets_protocol_1(worker_binary):
         result = run_worker(server.address, "--max-steps", "80")
     assert result.returncode == 0 and "80 env steps" in result.stderr, result.stderr
     assert "no protocol 2 service (UNIMPLEMENTED); speaking protocol 1" in result.stderr, result.stderr
-    assert [(s.protocol_version, v1_of_structured(s.spec)) for s in backend.sessions] == [
+    assert [(s.protocol_version, v1_of_named(s.spec)) for s in backend.sessions] == [
         (1, EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 8, 2, True, 1.0))]
     assert "0 reconnects" in result.stderr and not backend.violations
 
@@ -204,7 +204,7 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     assert worker_alive_after_host, logs
     assert worker_rc == 0, logs
     assert f"protocol {1 if protocol else 2})" in worker_log.read_text(), logs  # "connected to ... (..., protocol N)"
-    # Either way the host runs the game on its v1 model (one tensor, one discrete head: specs_v2.v1_model_of):
+    # Either way the host runs the game on its v1 model (one tensor, one discrete head: protocol.named.v1_model_of):
     # its checkpoints record the v1 spec, and the run's output is a v1 policy.
     spec = checkpoint_meta.read(str(run_dir / "checkpoints")).spec
     assert isinstance(spec, EnvSpec) and (spec.observation_shape, spec.num_actions) == ((2, 6, 7), 7), spec

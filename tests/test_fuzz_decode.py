@@ -23,7 +23,7 @@ from seedleague.host.sessions import Session, SessionLimits, check_spec
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, check_step, zero_step
-from seedleague.protocol.specs_v2 import structured_of_v1
+from seedleague.protocol.named import named_of_v1
 from seedleague.v1 import env_pb2 as pb
 
 EXAMPLES = int(os.environ.get("SEEDLEAGUE_FUZZ_EXAMPLES", "150"))
@@ -165,7 +165,7 @@ def test_handshake_spec_is_valid_within_limits_or_refused(message):
     assert spec.num_envs >= 1 and spec.num_seats >= 1 and spec.num_actions >= 1
     assert all(d >= 1 for d in spec.observation_shape) and len(spec.observation_shape) <= MAX_RANK - 2
     limits = SessionLimits()
-    ok, error = attempt(check_spec, structured_of_v1(spec), limits)
+    ok, error = attempt(check_spec, named_of_v1(spec), limits)
     if not ok:
         assert error.code == "RESOURCE_EXHAUSTED"
         return

@@ -1,5 +1,5 @@
 """Property-based fuzzing of protocol v2's decode paths: the EnvSpec, StepBatch decoding with
-`check_structured_step`, and raw bytes parsed as each v2 message.
+`check_named_step`, and raw bytes parsed as each v2 message.
 
 The property, as for v1 (tests/test_fuzz_decode.py): hostile input gives either a decoded value or a
 ProtocolError whose code names a gRPC status, never another exception.
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from seedleague.host.sessions import SessionLimits, check_spec
 from seedleague.protocol import codec, codec_v2
-from seedleague.protocol.specs_v2 import check_structured_step
+from seedleague.protocol.named import check_named_step
 from seedleague.v2 import env_pb2 as pb
 from test_fuzz_decode import DIMS, DTYPE_ENUMS, FLOATS, FUZZ, INT32, attempt, tensors
 from test_protocol_v2 import SPEC, _step
@@ -68,7 +68,7 @@ def test_any_v2_step_against_a_spec_is_accepted_or_refused_with_a_status(data):
         message.truncated.CopyFrom(_v2(data.draw(tensors())))
     ok, step = attempt(codec_v2.decode_step, message)
     if ok:
-        attempt(check_structured_step, SPEC, step)
+        attempt(check_named_step, SPEC, step)
 
 
 @FUZZ

@@ -6,7 +6,7 @@ import pytest
 
 from seedleague.host.replay import Replay, ReplayConfig
 from test_replay import rows
-from test_transfers import structured_host_server  # noqa: F401 (a fixture)
+from test_transfers import named_host_server  # noqa: F401 (a fixture)
 
 
 @pytest.mark.gpu
@@ -41,8 +41,8 @@ def test_a_learning_host_on_the_gpu_copies_only_explicitly_both_ways(host_server
 
 
 @pytest.mark.gpu
-def test_a_structured_learning_host_on_the_gpu_copies_only_explicitly_both_ways(structured_host_server):
+def test_a_named_learning_host_on_the_gpu_copies_only_explicitly_both_ways(named_host_server):
     """The protocol v2 path (dict observations, a discrete and a continuous head) likewise."""
     from test_transfers import trains_without_an_implicit_copy
 
-    trains_without_an_implicit_copy(*structured_host_server, "jax_transfer_guard")
+    trains_without_an_implicit_copy(*named_host_server, "jax_transfer_guard")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from seedleague.testing import move_fire
-from envs.gym_spaces import StructuredSpaces
+from envs.gym_spaces import NamedSpaces
 from envs.gym_vector import UnsupportedEnv
 from envs.gym_worker import WorkerConfig, make_gym_game, run_worker
 from envs.worker_loop import GameWorkerConfig, run_game_worker
@@ -22,7 +22,7 @@ from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import ContinuousHead, DiscreteHead, StructuredEnvSpec
+from seedleague.protocol.named import ContinuousHead, DiscreteHead, NamedEnvSpec
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 
@@ -36,7 +36,7 @@ def test_action_spaces_become_named_heads_and_back():
     box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     action = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.Box(-2.0, 2.0, (2, 1), np.float32),
                                gym.spaces.MultiDiscrete([2, 4])))
-    spaces = StructuredSpaces.of("t", _vector(box, action))
+    spaces = NamedSpaces.of("t", _vector(box, action))
     heads = spaces.spec.action.heads
     assert heads == (DiscreteHead("action_0", 3), ContinuousHead("action_1", (-2.0, -2.0), (2.0, 2.0)),
                      DiscreteHead("action_2_0", 2), DiscreteHead("action_2_1", 4))
@@ -55,12 +55,12 @@ def test_dict_observations_become_named_tensors_and_bad_spaces_say_what_to_do():
     game.close()
     assert [t.name for t in game.spec.observation.tensors] == ["agent", "target"]
     assert [h.name for h in game.spec.action.heads] == ["fire", "move"]  # gymnasium's Dict sorts its keys
-    assert StructuredSpaces.of("cartpole", _vector(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))) is None
+    assert NamedSpaces.of("cartpole", _vector(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))) is None
     unbounded = _vector(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-np.inf, np.inf, (1,), np.float32))
     with pytest.raises(UnsupportedEnv, match="ClipAction or RescaleAction"):
-        StructuredSpaces.of("unbounded", unbounded)
+        NamedSpaces.of("unbounded", unbounded)
     with pytest.raises(UnsupportedEnv, match="FlattenObservation"):
-        StructuredSpaces.of("text", _vector(gym.spaces.Text(5), gym.spaces.Discrete(2)))
+        NamedSpaces.of("text", _vector(gym.spaces.Text(5), gym.spaces.Discrete(2)))
 
 
 @pytest.mark.parametrize("vector", ["sync", "async"])
@@ -73,7 +73,7 @@ def test_pendulum_speaks_v2_and_sends_the_final_observation_of_every_truncated_e
         run_worker(config)
     assert not backend.violations  # the fake host refuses a truncation without its final observation
     session = backend.sessions[0]
-    assert isinstance(session.spec, StructuredEnvSpec) and session.episodes == 2
+    assert isinstance(session.spec, NamedEnvSpec) and session.episodes == 2
     ends = [step for step in received if step.truncated.any()]
     assert len(ends) == 1 and ends[0].final_observation["observation"].shape == (2, 1, 3)
     # The final observation is the state the last action led to, not the next episode's first.
@@ -85,7 +85,7 @@ def test_protocol_2_forces_a_v1_shaped_v2_spec_which_the_host_runs_on_the_v1_mod
     with ServerThread(host) as server:
         game = make_gym_game("CartPole-v1", 4, "native", protocol=2)
         try:
-            assert isinstance(game.spec, StructuredEnvSpec)
+            assert isinstance(game.spec, NamedEnvSpec)
             run = GameWorkerConfig(ClientConfig(server.address), max_steps=4 * 600)
             stats = run_game_worker(game, run)
         finally:

@@ -367,24 +367,24 @@ def test_seating_with_teams_gives_the_learner_every_seat_of_one_team():
     assert seating.learner_team.tolist() == [0 if row[0] else 1 for row in learning]
 
 
-@pytest.mark.parametrize("structured", [False, True], ids=["v1-shaped", "two-tensors-hybrid-action"])
-def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_learner_team(league_host, structured):
+@pytest.mark.parametrize("named", [False, True], ids=["v1-shaped", "two-tensors-hybrid-action"])
+def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_learner_team(league_host, named):
     """A v1-shaped v2 spec runs on the v1 model; one of two named tensors and a discrete plus a continuous head on
-    the structured network: teams seat, score and report the same way for both."""
+    the named network: teams seat, score and report the same way for both."""
     from seedleague.protocol.client import ClientConfig
-    from seedleague.protocol.client_v2 import StructuredWorkerClient
-    from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                              StructuredEnvSpec, TensorSpec)
+    from seedleague.protocol.client_v2 import NamedWorkerClient
+    from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                              NamedEnvSpec, TensorSpec)
 
     league = FakeLeague(opponents=["p:000000"])
     host, server = league_host(league)
     tensors, heads = (TensorSpec("obs", (2,), np.float32),), (DiscreteHead("act", 2),)
-    if structured:
+    if named:
         tensors += (TensorSpec("clock", (1,), np.float32),)
         heads += (ContinuousHead("u", (-1.0,), (1.0,)),)
-    spec = StructuredEnvSpec("2v2 duel", ObservationSpec(tensors), ActionSpec(heads), num_envs=NUM_ENVS, num_seats=4,
+    spec = NamedEnvSpec("2v2 duel", ObservationSpec(tensors), ActionSpec(heads), num_envs=NUM_ENVS, num_seats=4,
                              seat_team=(0, 0, 1, 1))
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     observation = {t.name: np.zeros((NUM_ENVS, 4) + t.shape, np.float32) for t in tensors}
     try:
@@ -402,7 +402,7 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
         client.close()
     assert wait_for(lambda: len(league.results) >= 30)
     assert {r.outcome for r in league.results.values()} == {0.0, 1.0}  # the learner played both teams
-    if structured:
+    if named:
         assert host.pipeline.spec == spec and host._opponent_table.writes >= 1  # the snapshot acted on the device
     else:
         assert host.pipeline.spec == EnvSpec("2v2 duel", (2,), np.float32, 2, NUM_ENVS, num_seats=4)  # the v1 model

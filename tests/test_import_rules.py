@@ -130,7 +130,7 @@ def test_the_circle_finder_finds_circles_and_reads_marks():
               "def g():\n    from seedleague.api import Policy\n")
     edges = _edges("seedleague.x", PACKAGE / "x.py", source, MODULES)
     assert edges == {"seedleague", "seedleague.output", "seedleague.api"}
-    assert {"seedleague.artifacts.policy", "seedleague.artifacts"} <= GRAPH["seedleague.artifacts.structured"]
+    assert {"seedleague.artifacts.policy", "seedleague.artifacts"} <= GRAPH["seedleague.artifacts.named"]
 
 
 def test_the_modules_of_the_package_import_each_other_in_no_circle():

@@ -35,7 +35,7 @@ from seedleague.protocol import codec
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague.protocol.specs_v2 import structured_of_v1
+from seedleague.protocol.named import named_of_v1
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2 as pb
@@ -98,11 +98,11 @@ def test_limits_are_validated_with_a_message_saying_what_to_change():
 
 def test_handshake_limits_on_actions_and_observation_size():
     limits = SessionLimits(max_num_actions=8, max_observation_elements=100)
-    check_spec(structured_of_v1(EnvSpec("ok", (10, 10), np.uint8, 8, 1)), limits)
+    check_spec(named_of_v1(EnvSpec("ok", (10, 10), np.uint8, 8, 1)), limits)
     for spec, words in [(EnvSpec("a", (3,), np.float32, 9, 1), "max_num_actions"),
                         (EnvSpec("o", (10, 11), np.uint8, 2, 1), "max_observation_elements")]:
         with pytest.raises(ProtocolError, match=words) as error:
-            check_spec(structured_of_v1(spec), limits)
+            check_spec(named_of_v1(spec), limits)
         assert error.value.code == "RESOURCE_EXHAUSTED"
 
 

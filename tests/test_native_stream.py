@@ -24,9 +24,9 @@ import pytest
 from seedleague.host.servicer import EnvServicer
 from seedleague.protocol import native_stream
 from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
+from seedleague.protocol.named import ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, NamedEnvSpec, TensorSpec
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
@@ -50,7 +50,7 @@ def library():
 
 def _client(address: str, mode: str, spec=SPEC, security: ClientSecurity = ClientSecurity()) -> WorkerClient:
     config = ClientConfig(address, worker_name="test", native_stream=mode, security=security)
-    return (StructuredWorkerClient if isinstance(spec, StructuredEnvSpec) else WorkerClient)(config, spec)
+    return (NamedWorkerClient if isinstance(spec, NamedEnvSpec) else WorkerClient)(config, spec)
 
 
 def _step_inputs(seed: int):
@@ -149,8 +149,8 @@ def test_a_host_that_ends_the_stream_without_answering_is_a_lost_connection():
 
 
 def test_protocol_v2_steps_through_the_native_stream():
-    spec = StructuredEnvSpec(
-        "structured", ObservationSpec((TensorSpec("grid", (2, 3), np.float32), TensorSpec("flags", (2,), np.int32))),
+    spec = NamedEnvSpec(
+        "named", ObservationSpec((TensorSpec("grid", (2, 3), np.float32), TensorSpec("flags", (2,), np.int32))),
         ActionSpec((DiscreteHead("move", 4, has_legal_mask=True), ContinuousHead("aim", (-1.0, -1.0), (1.0, 1.0)))), num_envs=3)
     backend = FakeBackend()
     with ServerThread(backend) as server:

@@ -15,7 +15,7 @@ from seedleague.games.openspiel import encode, load_game, observation_shape, sho
 from envs.openspiel_worker import OpenSpielVectorGame
 from envs.worker_loop import ILLEGAL_LOG_EVERY
 from seedleague.testing.fakes import random_legal_actions
-from seedleague.protocol.specs_v2 import v1_of_structured
+from seedleague.protocol.named import v1_of_named
 from seedleague.tools import check_worker as cw
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -182,7 +182,7 @@ def _worker(game: str, num_envs: int) -> list[str]:
 def test_worker_passes_every_check(game, shape, actions):
     report = cw.check_worker(_worker(game, 4), FAST)
     assert report.passed, report.format()
-    spec = v1_of_structured(report.spec)  # the fake host keeps the named spec; these games are v1's
+    spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions) == (f"openspiel:{game}", shape, actions)
     assert (spec.num_envs, spec.num_seats, spec.has_legal_mask) == (4, 2, True)
 

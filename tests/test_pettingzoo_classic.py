@@ -15,7 +15,7 @@ import pytest
 from envs.pettingzoo_classic import ClassicVectorGame, available_games
 from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
 from seedleague.testing.fakes import random_legal_actions
-from seedleague.protocol.specs_v2 import v1_of_structured
+from seedleague.protocol.named import v1_of_named
 from seedleague.tools import check_worker as cw
 from test_e2e import SEEDLEAGUE, run_cli, summary
 
@@ -108,7 +108,7 @@ def test_tictactoe_worker_passes_every_check():
                "classic/tictactoe_v3", "--num-envs", "4", "--backoff-initial", "0.05", "--backoff-max", "0.3"]
     report = cw.check_worker(command, cw.CheckConfig(steps=40, timeout_s=30.0, shutdown_timeout_s=5.0))
     assert report.passed, report.format()
-    spec = v1_of_structured(report.spec)  # the fake host keeps the named spec; these games are v1's
+    spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions, spec.num_seats, spec.has_legal_mask) == (
         "pettingzoo:classic/tictactoe_v3", (2, 3, 3), 9, 2, True)
 

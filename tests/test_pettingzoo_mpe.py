@@ -17,7 +17,7 @@ import pytest
 from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
 from seedleague import presets
 from seedleague.api import load_policy
-from seedleague.protocol.specs_v2 import ContinuousHead, DiscreteHead, check_structured_step, StructuredStepBatch
+from seedleague.protocol.named import ContinuousHead, DiscreteHead, check_named_step, NamedStepBatch
 from seedleague.tools import check_worker as cw
 from test_e2e import SEEDLEAGUE, run_cli, summary
 
@@ -35,9 +35,9 @@ def reference_envs(module_name: str, num_envs: int, seed: int, **kwargs):
     return envs, first
 
 
-def as_structured(step, spec) -> StructuredStepBatch:
+def as_named(step, spec) -> NamedStepBatch:
     """The GameStep as the message the host checks (a copy)."""
-    return StructuredStepBatch("s", 1, {k: v.copy() for k, v in step.observation.items()}, step.reward.copy(),
+    return NamedStepBatch("s", 1, {k: v.copy() for k, v in step.observation.items()}, step.reward.copy(),
                                step.terminated.copy(), step.truncated.copy(),
                                {k: v.copy() for k, v in (step.legal_mask or {}).items()}, None,
                                {k: v.copy() for k, v in (step.final_observation or {}).items()},
@@ -60,7 +60,7 @@ def test_a_cooperative_game_is_one_team_and_steps_as_the_env_itself():
     for t in range(30):  # max_cycles 25: the 25th step truncates, sends its last observations and restarts
         actions = rng.integers(5, size=(2, 3)).astype(np.int32)
         step = game.step({"action": actions})
-        check_structured_step(spec, as_structured(step, spec))
+        check_named_step(spec, as_named(step, spec))
         expected = [env.step({a: int(actions[e, s]) for s, a in enumerate(agents)}) for e, env in enumerate(envs)]
         for e, (obs, rew, _, trunc, _) in enumerate(expected):
             assert step.reward[e].tolist() == pytest.approx([rew[a] for a in agents])
@@ -91,7 +91,7 @@ def test_an_adversarial_game_has_two_teams_padded_observations_roles_and_team_re
     for t in range(4):
         actions = rng.integers(5, size=(1, 4)).astype(np.int32)
         step = game.step({"action": actions})
-        check_structured_step(spec, as_structured(step, spec))
+        check_named_step(spec, as_named(step, spec))
         _, rewards, _, _, _ = envs[0].step({a: int(actions[0, s]) for s, a in enumerate(agents)})
         assert step.reward[0].tolist() == pytest.approx([rewards[a] for a in agents])
         returns += step.reward[0]

@@ -14,7 +14,7 @@ import pytest
 
 from envs import pettingzoo_worker as pzw
 from envs.pettingzoo_worker import FRAME_SKIP, PettingZooVectorGame
-from seedleague.protocol.specs_v2 import v1_of_structured
+from seedleague.protocol.named import v1_of_named
 from seedleague.tools import check_worker as cw
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -152,7 +152,7 @@ def test_pong_worker_passes_every_check():
     ]
     report = cw.check_worker(command, cw.CheckConfig(steps=20, timeout_s=30.0, shutdown_timeout_s=5.0))
     assert report.passed, report.format()
-    spec = v1_of_structured(report.spec)  # the fake host keeps the named spec; these games are v1's
+    spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions, spec.num_seats) == ("pettingzoo:pong_v3", (84, 84, 4), 6, 2)
     assert "ended at step 10" in report.result(cw.EPISODES).detail
 

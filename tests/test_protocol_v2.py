@@ -15,19 +15,19 @@ from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol import codec_v2
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol.client import ClientConfig, HostRefused, WorkerClient
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec, check_structured_actions,
-                                          check_structured_step, structured_of_v1, v1_model_of, v1_of_structured,
-                                          zero_structured_step)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec, check_named_actions,
+                                          check_named_step, named_of_v1, v1_model_of, v1_of_named,
+                                          zero_named_step)
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2 as pb
 from seedleague.v2 import env_pb2_grpc
 
-SPEC = StructuredEnvSpec(
+SPEC = NamedEnvSpec(
     "hybrid",
     ObservationSpec((TensorSpec("vector", (5,), np.float32), TensorSpec("screen", (6, 6, 2), np.uint8),
                      TensorSpec("entities", (4, 3), np.float32, masked=True))),
@@ -37,8 +37,8 @@ SPEC = StructuredEnvSpec(
 )
 
 
-def _step(sequence: int = 0, session_id: str = "s") -> "codec_v2.StructuredStepBatch":
-    step = zero_structured_step(SPEC, session_id, sequence)
+def _step(sequence: int = 0, session_id: str = "s") -> "codec_v2.NamedStepBatch":
+    step = zero_named_step(SPEC, session_id, sequence)
     rng = np.random.default_rng(sequence)
     step.observation["vector"] = rng.normal(size=(3, 2, 5)).astype(np.float32)
     step.observation["entities/mask"][:, :, 2:] = False
@@ -54,7 +54,7 @@ def test_codec_round_trip_keeps_every_field():
     step.final_observation = {k: v[1:2] if v.dtype == bool else v[1:2] + 1 for k, v in step.observation.items()}
     step.episode_stats["win"][1] = 1.0
     back = codec_v2.decode_step(pb.StepBatch.FromString(codec_v2.encode_step(step).SerializeToString()))
-    check_structured_step(SPEC, back)
+    check_named_step(SPEC, back)
     for field in ("observation", "legal_mask", "final_observation", "episode_stats"):
         got, want = getattr(back, field), getattr(step, field)
         assert sorted(got) == sorted(want)
@@ -83,7 +83,7 @@ def test_bad_steps_are_refused_naming_the_tensor(mutate, field, words):
     step = _step()
     mutate(step)
     with pytest.raises(ProtocolError) as error:
-        check_structured_step(SPEC, step)
+        check_named_step(SPEC, step)
     assert error.value.code == "INVALID_ARGUMENT" and error.value.field == field
     assert words in error.value.message and field.split("/", 1)[1] in error.value.message
 
@@ -100,10 +100,10 @@ def test_bad_actions_are_refused_naming_the_head(mutate, words):
     action = {"move": np.ones((3, 2), np.int32), "fire": np.zeros((3, 2), np.int32),
               "aim": np.zeros((3, 2, 2), np.float32) + np.array([0.0, 1.0], np.float32)}
     legal = _step().legal_mask
-    check_structured_actions(SPEC, dict(action), None, legal)
+    check_named_actions(SPEC, dict(action), None, legal)
     mutate(action)
     with pytest.raises(ProtocolError) as error:
-        check_structured_actions(SPEC, action, None, legal)
+        check_named_actions(SPEC, action, None, legal)
     assert error.value.code == "INVALID_ARGUMENT" and words in error.value.message
 
 
@@ -130,9 +130,9 @@ def test_the_return_bound_crosses_the_wire_and_both_spec_versions():
     bounded = dataclasses.replace(SPEC, return_bound=1200.0)
     assert codec_v2.decode_spec(pb.EnvSpec.FromString(codec_v2.encode_spec(bounded).SerializeToString())) == bounded
     v1 = EnvSpec("poker", (7,), np.float32, 3, 4, num_seats=2, has_legal_mask=True, return_bound=1200.0)
-    assert structured_of_v1(v1).return_bound == 1200.0
-    assert v1_of_structured(structured_of_v1(v1)) == v1
-    assert v1_model_of(structured_of_v1(v1)) == v1
+    assert named_of_v1(v1).return_bound == 1200.0
+    assert v1_of_named(named_of_v1(v1)) == v1
+    assert v1_model_of(named_of_v1(v1)) == v1
 
 
 @pytest.fixture
@@ -141,8 +141,8 @@ def server():
         yield server
 
 
-def test_client_steps_a_structured_game_against_the_fake_host(server):
-    client = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+def test_client_steps_a_named_game_against_the_fake_host(server):
+    client = NamedWorkerClient(ClientConfig(server.address), SPEC)
     client.connect()
     try:
         for sequence in range(4):
@@ -201,7 +201,7 @@ def test_a_session_streams_on_the_service_it_handshook_on(server):
     v1_spec = EnvSpec("v1", (3,), np.float32, 4, num_envs=2)
     with grpc.insecure_channel(server.address) as channel:
         reply = grpc_v1.EnvServiceStub(channel).Handshake(codec.encode_handshake(v1_spec, "raw"))
-        step = zero_structured_step(structured_of_v1(v1_spec), reply.session_id, 0)
+        step = zero_named_step(named_of_v1(v1_spec), reply.session_id, 0)
         error = _raw_stream(channel, step)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
     assert "opened with protocol version 1 but streams version 2" in error.details()
@@ -211,7 +211,7 @@ def test_a_session_streams_on_the_service_it_handshook_on(server):
 
 def test_v1_and_v2_workers_share_one_host(server):
     v1 = WorkerClient(ClientConfig(server.address), EnvSpec("v1", (3,), np.float32, 4, num_envs=2))
-    v2 = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+    v2 = NamedWorkerClient(ClientConfig(server.address), SPEC)
     v1.connect()
     v2.connect()
     try:
@@ -231,20 +231,20 @@ def test_a_v1_shaped_v2_worker_falls_back_to_v1_on_a_host_without_v2():
     servicer = EnvServicer(backend)
     only_v1 = lambda server: server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         SERVICE_NAME, _v1_handlers(servicer)),))
-    spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+    spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((DiscreteHead("act", 4),)), num_envs=2)
     with ThreadedServer("127.0.0.1:0", lambda: [only_v1], [SERVICE_NAME], 2**20) as server:
-        client = StructuredWorkerClient(ClientConfig(server.address), spec)
+        client = NamedWorkerClient(ClientConfig(server.address), spec)
         client.connect()
         try:
             actions = client.step({"obs": np.zeros((2, 3), np.float32)}, np.zeros(2), np.zeros(2, bool),
                                   np.zeros(2, bool))
         finally:
             client.close()
-        structured = StructuredWorkerClient(ClientConfig(server.address), SPEC)
+        named = NamedWorkerClient(ClientConfig(server.address), SPEC)
         with pytest.raises(HostRefused) as refused:  # no v1 form: give up, with the host's answer
-            structured.connect()
-        structured.close()
+            named.connect()
+        named.close()
     assert client.protocol_version == 1 and actions["act"].shape == (2, 1)
     assert backend.sessions[0].protocol_version == 1 and len(backend.sessions) == 1
     assert refused.value.code == "UNIMPLEMENTED"
@@ -278,15 +278,15 @@ def test_bytes_that_are_no_v2_message_and_an_oversized_spec_are_refused_with_inv
 
 
 def test_a_v1_shaped_spec_is_v1_unless_it_declares_stats_or_teams_of_several_seats():
-    from seedleague.protocol.specs_v2 import v1_of_structured
+    from seedleague.protocol.named import v1_of_named
 
     observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
     action = ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),))
-    two = StructuredEnvSpec("g", observation, action, num_envs=2, num_seats=2)
-    assert v1_of_structured(two) == EnvSpec("g", (3,), np.float32, 4, 2, 2, has_legal_mask=True)
-    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, seat_team=(0, 1))) is not None
-    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 4, seat_team=(0, 0, 1, 1))) is None
-    assert v1_of_structured(StructuredEnvSpec("g", observation, action, 2, 2, episode_stats=("win",))) is None
+    two = NamedEnvSpec("g", observation, action, num_envs=2, num_seats=2)
+    assert v1_of_named(two) == EnvSpec("g", (3,), np.float32, 4, 2, 2, has_legal_mask=True)
+    assert v1_of_named(NamedEnvSpec("g", observation, action, 2, 2, seat_team=(0, 1))) is not None
+    assert v1_of_named(NamedEnvSpec("g", observation, action, 2, 4, seat_team=(0, 0, 1, 1))) is None
+    assert v1_of_named(NamedEnvSpec("g", observation, action, 2, 2, episode_stats=("win",))) is None
 
 
 def test_a_fake_host_with_a_model_shape_takes_a_v1_shaped_spec_with_stats_and_teams_as_the_host_does():
@@ -296,12 +296,12 @@ def test_a_fake_host_with_a_model_shape_takes_a_v1_shaped_spec_with_stats_and_te
     board = ObservationSpec((TensorSpec("board", (2, 6, 7), np.float32),))
     column = ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),))
     backend = FakeBackend(FakeHostConfig(observation_shape=(2, 6, 7), num_actions=7))
-    with_stats = StructuredEnvSpec("c4", board, column, 2, 2, episode_stats=("win",), seat_team=(0, 1))
-    assert backend.open_session(with_stats, "w")  # the host runs it on the v1 model (specs_v2.v1_model_of)
+    with_stats = NamedEnvSpec("c4", board, column, 2, 2, episode_stats=("win",), seat_team=(0, 1))
+    assert backend.open_session(with_stats, "w")  # the host runs it on the v1 model (protocol.named.v1_model_of)
     two_heads = ActionSpec(column.heads + (DiscreteHead("pass", 2),))
     with pytest.raises(ProtocolError) as refused:
-        backend.open_session(StructuredEnvSpec("c4", board, two_heads, 2, 2), "w")
+        backend.open_session(NamedEnvSpec("c4", board, two_heads, 2, 2), "w")
     assert refused.value.code == FAILED_PRECONDITION and "1 tensors and 2 heads" in refused.value.message
     with pytest.raises(ProtocolError) as refused:
-        backend.open_session(StructuredEnvSpec("c4", board, ActionSpec((DiscreteHead("column", 6),)), 2, 2), "w")
+        backend.open_session(NamedEnvSpec("c4", board, ActionSpec((DiscreteHead("column", 6),)), 2, 2), "w")
     assert "6 actions do not fit the model's 7" in refused.value.message

@@ -15,7 +15,7 @@ from seedleague.protocol.channel import channel_options
 from seedleague.host.servicer import SERVICE_NAME
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague.protocol.specs_v2 import structured_of_v1
+from seedleague.protocol.named import named_of_v1
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2 as pb
@@ -82,7 +82,7 @@ def test_handshake_opens_a_session(stub, backend):
     assert reply.session_id and reply.protocol_version == 1
     assert reply.max_message_bytes == backend.max_message_bytes
     (session,) = backend.sessions
-    assert session.spec == structured_of_v1(SPEC) and session.worker_name == "test-worker"  # v1, named
+    assert session.spec == named_of_v1(SPEC) and session.worker_name == "test-worker"  # v1, named
 
 
 def test_protocol_version_mismatch_is_failed_precondition(stub):

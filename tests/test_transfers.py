@@ -16,10 +16,10 @@ from seedleague.host.policy import InferencePolicy, stack_params
 from seedleague.host.replay import Replay, ReplayConfig
 from seedleague.host.transfers import TransferCounts, Transfers
 from seedleague.protocol.client import ClientConfig
-from seedleague.protocol.client_v2 import StructuredWorkerClient
-from seedleague.protocol.specs_v2 import zero_structured_step
+from seedleague.protocol.client_v2 import NamedWorkerClient
+from seedleague.protocol.named import zero_named_step
 from seedleague.rl.networks import NetworkConfig, make_network
-from seedleague.rl.structured_network import StructuredNetwork
+from seedleague.rl.named_network import NamedNetwork
 from test_replay import rows
 
 
@@ -151,15 +151,15 @@ def test_a_learning_host_trains_without_an_implicit_copy(host_server):
     trains_without_an_implicit_copy(*host_server, "jax_transfer_guard_host_to_device")
 
 
-def test_a_structured_learning_host_trains_without_an_implicit_copy(structured_host_server):
-    trains_without_an_implicit_copy(*structured_host_server, "jax_transfer_guard_host_to_device")
-    assert isinstance(structured_host_server[0].pipeline.network, StructuredNetwork)  # the v2 path ran
+def test_a_named_learning_host_trains_without_an_implicit_copy(named_host_server):
+    trains_without_an_implicit_copy(*named_host_server, "jax_transfer_guard_host_to_device")
+    assert isinstance(named_host_server[0].pipeline.network, NamedNetwork)  # the v2 path ran
 
 
 @pytest.fixture
-def structured_host_server():
-    """(host, server) for the protocol v2 host of tests/test_host_structured.py (named tensors, two heads)."""
-    from test_host_structured import CONFIG
+def named_host_server():
+    """(host, server) for the protocol v2 host of tests/test_host_named.py (named tensors, two heads)."""
+    from test_host_named import CONFIG
 
     yield from serve_host(CONFIG)
 
@@ -170,13 +170,13 @@ def _vector_worker(address: str):
     return (lambda: worker.step().HasField("action")), worker.close
 
 
-def _structured_worker(address: str):
+def _named_worker(address: str):
     """A protocol v2 worker (dict observations, a discrete and a continuous head), as _vector_worker."""
-    from test_host_structured import SPEC
+    from test_host_named import SPEC
 
-    client = StructuredWorkerClient(ClientConfig(address, connect_timeout_s=60), SPEC)
+    client = NamedWorkerClient(ClientConfig(address, connect_timeout_s=60), SPEC)
     client.connect()
-    step = zero_structured_step(SPEC)
+    step = zero_named_step(SPEC)
 
     def act() -> bool:
         actions = client.step(step.observation, np.ones((SPEC.num_envs, 1)), np.zeros(SPEC.num_envs, bool),
@@ -188,10 +188,10 @@ def _structured_worker(address: str):
 
 def trains_without_an_implicit_copy(host, server, guard: str) -> None:
     """A worker steps a learning host until it has made 3 updates, all under the transfer guard `guard`.
-    The worker speaks the host's protocol: v2 where the host was built for a structured spec."""
-    from test_host_structured import CONFIG as STRUCTURED
+    The worker speaks the host's protocol: v2 where the host was built for a named spec."""
+    from test_host_named import CONFIG as NAMED
 
-    connect = _structured_worker if host.config is STRUCTURED else _vector_worker
+    connect = _named_worker if host.config is NAMED else _vector_worker
     step, close = connect(server.address)
     step()  # the first handshake and step build the model (outside the guard)
     learner = host.pipeline.learner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.tug_worker import CUES, SEAT_TEAM, TugGame, play_against_random
-from seedleague.protocol.specs_v2 import v1_model_of
+from seedleague.protocol.named import v1_model_of
 
 
 def test_a_team_wins_by_pulling_on_its_cues_and_rewards_are_per_team_and_zero_sum():

@@ -26,7 +26,7 @@ from seedleague.protocol.client import (
     classify_rpc_error,
 )
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import v1_of_structured
+from seedleague.protocol.named import v1_of_named
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import wait_for
@@ -290,7 +290,7 @@ def test_gym_worker_process_steps_cartpole(vector):
         code, output = _finish(worker)
     assert code == 0, output
     (session,) = backend.sessions
-    assert v1_of_structured(session.spec) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
+    assert v1_of_named(session.spec) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
     assert session.steps == 300 and backend.violations == [] and checks.problems == []
     assert session.episodes >= 40  # Random CartPole episodes last ~22 steps: 2400 env steps.
     assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
@@ -412,7 +412,7 @@ def test_gym_worker_process_atari_observations():
         code, output = _finish(worker, timeout_s=60)
     assert code == 0, output
     (session,) = backend.sessions
-    spec = v1_of_structured(session.spec)
+    spec = v1_of_named(session.spec)
     assert spec.observation_shape == (84, 84, 4) and spec.observation_dtype == np.uint8
     assert spec.num_actions == 6 and session.steps == 5 and "native vector env" in output
     observation = session.last_step.observation["observation"]

@@ -105,16 +105,16 @@ def test_the_preset_comes_from_the_spec_alone():
 
 
 def test_protocol_v2_specs_get_the_continuous_control_preset_for_a_box_head_and_v1_settings_when_v1_shaped():
-    from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                              StructuredEnvSpec, TensorSpec)
+    from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                              NamedEnvSpec, TensorSpec)
 
     observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
-    box = StructuredEnvSpec("any name", observation, ActionSpec((ContinuousHead("u", (-2.0,), (2.0,)),)), 8)
+    box = NamedEnvSpec("any name", observation, ActionSpec((ContinuousHead("u", (-2.0,), (2.0,)),)), 8)
     assert presets.preset_for_spec(box).host == presets.preset_for("Pendulum-v1").host  # by its spaces, not name
     assert presets.preset_for_spec(box).host.learner.epochs == 10
-    v1_shaped = StructuredEnvSpec("x", observation, ActionSpec((DiscreteHead("a", 2),)), 8, num_seats=2)
+    v1_shaped = NamedEnvSpec("x", observation, ActionSpec((DiscreteHead("a", 2),)), 8, num_seats=2)
     assert presets.preset_for_spec(v1_shaped).host.learner == presets.GAME_RECIPE  # a v1 game, in the league
-    hybrid = StructuredEnvSpec("x", ObservationSpec(observation.tensors + (TensorSpec("image", (4, 4, 1), np.uint8),)),
+    hybrid = NamedEnvSpec("x", ObservationSpec(observation.tensors + (TensorSpec("image", (4, 4, 1), np.uint8),)),
                                ActionSpec((DiscreteHead("a", 2), ContinuousHead("u", (-1.0,), (1.0,)))), 8,
                                num_seats=2)
     game, kuhn = presets.preset_for_spec(hybrid), presets.preset_for("openspiel:kuhn_poker")
@@ -151,7 +151,7 @@ def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect(
     from seedleague.launch.probe import await_spec
     from seedleague.protocol import codec
     from seedleague.protocol.channel import channel_options
-    from seedleague.protocol.specs_v2 import structured_of_v1
+    from seedleague.protocol.named import named_of_v1
     from seedleague.v1 import env_pb2_grpc
     from test_e2e import free_port
 
@@ -165,4 +165,4 @@ def test_a_host_without_env_waits_for_any_worker_and_sends_it_back_to_reconnect(
             env_pb2_grpc.EnvServiceStub(channel).Handshake(codec.encode_handshake(spec, "remote"), timeout=30)
     assert answer.value.code() == grpc.StatusCode.UNAVAILABLE  # "reconnect": the real host takes the same port next
     waiting.join(timeout=30)
-    assert got["result"] == (structured_of_v1(spec), address)  # as the host sees every spec: named
+    assert got["result"] == (named_of_v1(spec), address)  # as the host sees every spec: named

@@ -3,7 +3,7 @@
     networks.py     the network a spec and a NetworkConfig build (what a host trains, what a policy answers with)
     policy.py       PolicySpec, Policy (one network over one observation array) and `sample_legal`, the one
                     function that samples a legal action from a policy's probabilities
-    structured.py   StructuredPolicy: a protocol v2 network (named observations, one action per head)
+    named.py        NamedPolicy: a protocol v2 network (named observations, one action per head)
     mixture.py      PolicyMixture and its weights: a strategy over whole games, one member per episode
     load.py         reading policies out of checkpoints and league snapshots (orbax through seedleague.checkpoint,
                     the one module that restores checkpoints)

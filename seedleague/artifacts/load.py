@@ -1,7 +1,7 @@
 """Reading policies out of checkpoints: the learner's `checkpoints/`, a model-pool player directory
 (`<run>/pool/<player>`, a league snapshot per step) or a Checkpointer directory, local or in object storage.
 
-    policy = load_policy("runs/kuhn")                      # newest learner checkpoint: a Policy or StructuredPolicy
+    policy = load_policy("runs/kuhn")                      # newest learner checkpoint: a Policy or NamedPolicy
     policy = load_policy("runs/leduc", average=True)       # its running mean of the params
     policy = load_snapshot("runs/kuhn", "main:000512")     # a league snapshot
     policies = load_policies("runs/kuhn/pool/main", [10, 20])   # many steps, the directory listed once
@@ -24,9 +24,9 @@ import jax
 import numpy as np
 
 from seedleague import checkpoint, object_store
-from seedleague.artifacts.networks import shared_network, structured_network_for
+from seedleague.artifacts.networks import shared_network, named_network_for
 from seedleague.artifacts.policy import Policy, PolicySpec, recurrent_error
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import CHECKSUM_KEY, PARTS_KEY, DamagedCheckpoint, non_finite_leaves, state_checksum
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.league.model_pool import player_dir_of
@@ -145,7 +145,7 @@ def load_policy(path: str, step: Optional[int] = None, seed: int = 0, average: b
     directory, or a model-pool player directory (`<run>/pool/<player>`).
 
     A run with a protocol v2 spec (named observations, several action heads) gives a
-    `seedleague.artifacts.structured.StructuredPolicy` (dicts in, one action per head out).
+    `seedleague.artifacts.named.NamedPolicy` (dicts in, one action per head out).
 
     step: which checkpoint step (learner step) to load; None loads the newest.
     seed: seeds the policy's own sampling generator (see `Policy.act`).
@@ -233,8 +233,8 @@ def _load_verified(manager: Any, directory: str, step: int, seed: int, average: 
         params = _restore_params(manager, step, templates, json.dumps([meta.get("network"), meta["spec"]], sort_keys=True))
         _verify_part(recorded, "params", params, source)
     if not isinstance(spec, PolicySpec):  # a protocol v2 run: named observations, one action per head
-        _check_params(source, structured_network_for(config, spec), params)
-        return StructuredPolicy(config, params, spec, step=step, meta=meta, source=source, seed=seed)
+        _check_params(source, named_network_for(config, spec), params)
+        return NamedPolicy(config, params, spec, step=step, meta=meta, source=source, seed=seed)
     network = shared_network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
     _check_params(source, network, params)
     return Policy(config, params, spec, step=step, meta=meta, source=source, seed=seed)

@@ -1,8 +1,8 @@
-"""The network a spec and a NetworkConfig build: v1's one-array network or the structured (protocol v2) one.
+"""The network a spec and a NetworkConfig build: v1's one-array network or the named (protocol v2) one.
 
     network = build(config, spec)                             # what a host trains for `spec` (a fresh object)
     network = shared_network(config, shape, dtype, actions)   # one per architecture: loaded policies share compiles
-    network = structured_network_for(config, spec)            # likewise for a protocol v2 spec
+    network = named_network_for(config, spec)            # likewise for a protocol v2 spec
 """
 
 from __future__ import annotations
@@ -14,28 +14,28 @@ from typing import Union
 import numpy as np
 
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl.encoders import encoder_kind
 from seedleague.rl.networks import Network, NetworkConfig, make_network
-from seedleague.rl.structured_network import StructuredNetwork, StructuredNetworkConfig, make_structured_network
-from seedleague.rl.structured_spec import is_v1_shaped
+from seedleague.rl.named_network import NamedNetwork, NamedNetworkConfig, make_named_network
+from seedleague.rl.named_spec import is_v1_shaped
 
 
-def structured_torso(network: NetworkConfig, spec: StructuredEnvSpec) -> NetworkConfig:
-    """The network config a structured spec builds with: torso "mlp" (the classic-control settings) is what "auto"
+def named_torso(network: NetworkConfig, spec: NamedEnvSpec) -> NetworkConfig:
+    """The network config a named spec builds with: torso "mlp" (the classic-control settings) is what "auto"
     picks for every vector tensor, so a spec of vectors only takes it as "auto"; any other torso is left for
-    make_structured_network to refuse with what to change."""
+    make_named_network to refuse with what to change."""
     vectors = all(encoder_kind(t) == "vector" for t in spec.observation.tensors)
     if network.torso == "mlp" and vectors and not is_v1_shaped(spec.observation, spec.action):
         return dataclasses.replace(network, torso="auto")
     return network
 
 
-def build(config: NetworkConfig, spec: Union[EnvSpec, StructuredEnvSpec]) -> Union[Network, StructuredNetwork]:
-    """v1's network for a v1 spec; the structured network (one encoder per named tensor, one head per action head)
+def build(config: NetworkConfig, spec: Union[EnvSpec, NamedEnvSpec]) -> Union[Network, NamedNetwork]:
+    """v1's network for a v1 spec; the named network (one encoder per named tensor, one head per action head)
     for a protocol v2 spec."""
-    if isinstance(spec, StructuredEnvSpec):
-        return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec)),
+    if isinstance(spec, NamedEnvSpec):
+        return make_named_network(NamedNetworkConfig(network=named_torso(config, spec)),
                                        spec.observation, spec.action)
     return make_network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
 
@@ -48,9 +48,9 @@ def shared_network(config: NetworkConfig, observation_shape: tuple[int, ...], ob
 
 
 @functools.lru_cache(maxsize=32)
-def structured_network_for(config: NetworkConfig, spec: StructuredEnvSpec,
-                           continuous: str = "squashed") -> StructuredNetwork:
+def named_network_for(config: NetworkConfig, spec: NamedEnvSpec,
+                           continuous: str = "squashed") -> NamedNetwork:
     """The network a host built for `spec` with `config` (`build`'s choice), one per architecture; `continuous`
-    picks the Gaussian of continuous heads (StructuredNetworkConfig.continuous; hosts build "squashed")."""
-    return make_structured_network(StructuredNetworkConfig(network=structured_torso(config, spec),
+    picks the Gaussian of continuous heads (NamedNetworkConfig.continuous; hosts build "squashed")."""
+    return make_named_network(NamedNetworkConfig(network=named_torso(config, spec),
                                                            continuous=continuous), spec.observation, spec.action)

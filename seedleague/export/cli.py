@@ -13,7 +13,7 @@ takes one input per named observation tensor (and entity and legal masks) and an
 head. Recurrent (LSTM) policies are refused.
 
 This file owns choosing what to export and where its files go; seedleague.export.onnx_policy (v1)
-and seedleague.export.onnx_structured (v2) own the graphs and what their sidecars say. See
+and seedleague.export.onnx_named (v2) own the graphs and what their sidecars say. See
 docs/export.md.
 """
 
@@ -26,9 +26,9 @@ import sys
 from seedleague import output
 from seedleague.artifacts.load import checkpoint_dir, checkpoint_steps
 from seedleague.artifacts.policy import RecurrentPolicyError
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
-from seedleague.export import onnx_policy, onnx_structured
+from seedleague.export import onnx_policy, onnx_named
 from seedleague.league.types import parse_key
 
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
@@ -71,7 +71,7 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
 
     Raises ExportError (a ValueError) for a bad format, --out or snapshot key, FileNotFoundError
     for a missing run directory, snapshot or output, RecurrentPolicyError for an LSTM policy and
-    onnx_structured.UnsupportedPolicyError (a ValueError) for a protocol v2 network it cannot write."""
+    onnx_named.UnsupportedPolicyError (a ValueError) for a protocol v2 network it cannot write."""
     _check_out(out, format)
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"no such run directory: {run_dir!r}: pass --run-dir the directory a `seedleague "
@@ -122,12 +122,12 @@ def _snapshot(run_dir: str, key: str) -> output.Output:
 
 
 def _writer(policy):
-    """The module that writes `policy`'s graph: onnx_structured for a protocol v2 StructuredPolicy, else onnx_policy."""
-    return onnx_structured if isinstance(policy, StructuredPolicy) else onnx_policy
+    """The module that writes `policy`'s graph: onnx_named for a protocol v2 NamedPolicy, else onnx_policy."""
+    return onnx_named if isinstance(policy, NamedPolicy) else onnx_policy
 
 
 def _load(member: output.Member, snapshot: str | None):
-    """The member's Policy or StructuredPolicy; a recurrent one is refused, saying what export supports."""
+    """The member's Policy or NamedPolicy; a recurrent one is refused, saying what export supports."""
     try:
         return member.load()
     except RecurrentPolicyError:

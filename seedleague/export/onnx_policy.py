@@ -18,7 +18,7 @@ mask)` and `Policy.value(obs)`. Usage:
     write(policy, "policy.onnx")          # both files (policy.onnx.json), atomically; returns the sidecar
 
 What every exported graph shares (opset, batch dimension, the quiet tracer, the sidecar's tensor list,
-atomic writes) is defined here once; seedleague.export.onnx_structured builds protocol v2 policies' graphs
+atomic writes) is defined here once; seedleague.export.onnx_named builds protocol v2 policies' graphs
 with it.
 """
 

@@ -35,7 +35,7 @@ class UnsupportedGame(ValueError):
 class GameFamily(Protocol):
     def worker_command(self, game: str, num_envs: int) -> tuple[str, ...]: ...
 
-    def spec(self, game: str) -> Any: ...  # EnvSpec | StructuredEnvSpec | None
+    def spec(self, game: str) -> Any: ...  # EnvSpec | NamedEnvSpec | None
 
     def main(self, argv: Sequence[str]) -> int: ...
 

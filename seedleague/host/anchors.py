@@ -24,7 +24,7 @@ from seedleague import output
 from seedleague.host.exploit import uniform_params
 from seedleague.league.types import UNIFORM_ANCHOR, LeagueAPI
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _output_params(path: str) -> tuple[Any, Any]:
                  path, len(trained.members), resolved.members[heaviest].key)
         trained = trained.members[heaviest]
     spec = trained.spec
-    if not isinstance(spec, StructuredEnvSpec):
+    if not isinstance(spec, NamedEnvSpec):
         spec = EnvSpec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions, 1)
     return trained.params, spec
 

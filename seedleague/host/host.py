@@ -21,7 +21,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host import episodes, inference, restore, structured
+from seedleague.host import episodes, inference, restore, named
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
@@ -35,8 +35,8 @@ from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import ActionBatch, EnvSpec
-from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
-                                          check_structured_step, v1_model_of)
+from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
+                                          check_named_step, v1_model_of)
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -91,7 +91,7 @@ class Host:
 
     # -- EnvBackend ---------------------------------------------------------------------------
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         """A spec of one tensor and one discrete head (every v1 worker's) runs on the flat model, the others on
         the named network; the session keeps the worker's spec as `wire_spec`, whose teams seat league games."""
         wire_spec = spec
@@ -102,8 +102,8 @@ class Host:
                 f"worker declares {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents; one forward "
                 f"pass holds at most {self.config.batcher.max_batch_size} (batcher.max_batch_size)",
             )
-        if isinstance(spec, StructuredEnvSpec) and self.config.explore:
-            raise ProtocolError(FAILED_PRECONDITION, f"{spec.env_name} needs the structured network (several tensors "
+        if isinstance(spec, NamedEnvSpec) and self.config.explore:
+            raise ProtocolError(FAILED_PRECONDITION, f"{spec.env_name} needs the named network (several tensors "
                                 "or heads), which has no exploration mixture: start the host with --explore 0")
         if self._league_api is not None and spec.num_seats < 2:
             raise ProtocolError(FAILED_PRECONDITION, f"this host plays in a league, which needs a game with 2 or more "
@@ -139,20 +139,20 @@ class Host:
     def attach(self, session_id: str) -> None:
         self.sessions.attach(session_id)
 
-    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+    async def step(self, step: NamedStepBatch) -> NamedActionBatch:
         session = self.sessions.get(step.session_id)
         if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
             raise ProtocolError(INVALID_ARGUMENT, session.refusal)
         wire = session.wire_spec
-        check_structured_step(wire, step)  # nothing of a refused step goes further
-        structured.record_episode_stats(self.metrics, step)
-        agents = session.flatten(step if session.structured else structured.as_v1_step(step, wire))
-        structured.attach_final_v1(agents, step, wire)
+        check_named_step(wire, step)  # nothing of a refused step goes further
+        named.record_episode_stats(self.metrics, step)
+        agents = session.flatten(step if session.named else named.as_v1_step(step, wire))
+        named.attach_final_v1(agents, step, wire)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.batcher.submit(Request(size=session.num_agents, payload=PendingStep(agents, step.sequence, future, loop)))
         answer = await future
-        return structured.as_structured_actions(answer, wire)
+        return named.as_named_actions(answer, wire)
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self.sessions.close(session_id)
@@ -216,8 +216,8 @@ class Host:
         agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
             episodes.end_and_seat(step, self.pipeline, self.config.league.player, self.metrics)
-        if isinstance(pipeline.spec, StructuredEnvSpec):
-            observation, legal = structured.batch_inputs(pipeline.spec, agents)
+        if isinstance(pipeline.spec, NamedEnvSpec):
+            observation, legal = named.batch_inputs(pipeline.spec, agents)
         else:
             observation = np.concatenate([a.observation for a in agents])
             legal = np.concatenate([a.session.every_action if a.legal_mask is None else a.legal_mask for a in agents])
@@ -236,7 +236,7 @@ class Host:
             offset += request.size
             self._record(step, _take(out.action, rows), _take(out.logits, rows), _take(out.core_state, rows),
                          out.policy_version)
-            action = structured.split_actions(out.action, rows, step.session.spec.num_envs, step.session.spec.num_seats)
+            action = named.split_actions(out.action, rows, step.session.spec.num_envs, step.session.spec.num_seats)
             answers.append((request.payload, ActionBatch(request.payload.sequence, action, out.policy_version), None))
         answer_all(answers)  # one wake-up of the event loop for the whole batch, not one per request
 
@@ -270,7 +270,7 @@ class Host:
         reward = np.where(ends, step.reward, 0.0).astype(np.float32)
         terminated, truncated = step.terminated & ends, step.truncated & ends
         if step.final_observation is not None:  # protocol v2: bootstrap truncated episodes from their final state
-            reward, terminated, truncated = structured.bootstrap(
+            reward, terminated, truncated = named.bootstrap(
                 step, reward, terminated, truncated, ends, before, self.pipeline.policy.values,
                 self.config.batcher.bucket, self.config.learner.discount)
         complete = session.unrolls.add(

@@ -7,7 +7,7 @@ with its snapshot's params, padded to the batcher's bucket sizes so each size co
 
 A batch without opponents is one `InferencePolicy.act`; one with opponents is one jitted call over the
 learner's rows and the opponents' rows together (seedleague.host.opponents.OpponentTable). For a
-structured network (protocol v2) observation and legal are dicts of [N, ...] arrays, and so are the
+named network (protocol v2) observation and legal are dicts of [N, ...] arrays, and so are the
 actions and logits (behaviour params) returned, one per head.
 """
 
@@ -65,7 +65,7 @@ def act_padded(policy: InferencePolicy, bucket: Callable[[int], int], observatio
     """The learner's params on `len(first)` rows padded to `bucket(len(first))` (one compile per bucket)."""
     count = len(first)
     size = bucket(count)
-    if isinstance(observation, dict):  # a structured network: dicts of named tensors, heads and legal masks
+    if isinstance(observation, dict):  # a named network: dicts of named tensors, heads and legal masks
         out = policy.act(pad_dict(observation, size, None), pad(first, size, True),
                          jax.tree.map(lambda x: pad(x, size), core), pad_dict(legal, size, True))
         cut = lambda tree: jax.tree.map(lambda x: x[:count], tree)

@@ -7,7 +7,7 @@ into [K, W] inputs for the K opponents seated in it. Only a snapshot new to the 
 to the device (written into a free slot); the forward pass gathers the K slots it needs on
 the device, inside the same jitted call that also acts for the learner's rows, so a batch with
 opponents costs one call over the learner's rows and K x W opponent rows, however often the set
-of opponents changes. A structured network's (protocol v2) observations, legal masks, actions and
+of opponents changes. A named network's (protocol v2) observations, legal masks, actions and
 behaviour params are dicts of such arrays and go the same way:
 
     table = OpponentTable()

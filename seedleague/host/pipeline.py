@@ -30,8 +30,8 @@ from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI, parse_key
 from seedleague.metrics import Metrics
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
-from seedleague.host.unroll_store import structured_rows
+from seedleague.protocol.named import NamedEnvSpec
+from seedleague.host.unroll_store import named_rows
 from seedleague.rl import sharding
 from seedleague.rl.learner import init_train_state, make_sharded_update
 from seedleague.rl.types import Unroll
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 class Pipeline:
     """Network, policy, replay and learner built for one env spec (and the league link or served mixture)."""
 
-    spec: "EnvSpec | StructuredEnvSpec"  # a protocol v2 spec builds the structured network
+    spec: "EnvSpec | NamedEnvSpec"  # a protocol v2 spec builds the named network
     network: Any
     policy: InferencePolicy
     replay: Optional[Replay]  # None when the host does not learn
@@ -60,7 +60,7 @@ class Pipeline:
                 return source
         return None
 
-    def fits(self, spec: "EnvSpec | StructuredEnvSpec") -> Optional[str]:
+    def fits(self, spec: "EnvSpec | NamedEnvSpec") -> Optional[str]:
         """None if `spec` can be served by this pipeline, else what differs."""
         return spec_difference(spec, self.spec)
 
@@ -72,21 +72,21 @@ class Pipeline:
             self.learner.stop()
 
 
-def spec_difference(spec: "EnvSpec | StructuredEnvSpec", mine: "EnvSpec | StructuredEnvSpec") -> Optional[str]:
+def spec_difference(spec: "EnvSpec | NamedEnvSpec", mine: "EnvSpec | NamedEnvSpec") -> Optional[str]:
     """None if a model built for `mine` can act on `spec`, else what differs."""
-    if isinstance(spec, StructuredEnvSpec) or isinstance(mine, StructuredEnvSpec):
-        return _structured_fits(spec, mine)
+    if isinstance(spec, NamedEnvSpec) or isinstance(mine, NamedEnvSpec):
+        return _named_fits(spec, mine)
     for name in ("observation_shape", "observation_dtype", "num_actions"):
         if getattr(spec, name) != getattr(mine, name):
             return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
     return None
 
 
-def _structured_fits(spec: Any, mine: Any) -> Optional[str]:
+def _named_fits(spec: Any, mine: Any) -> Optional[str]:
     """`Pipeline.fits` where either spec is a protocol v2 one: same named tensors and heads."""
     if type(spec) is not type(mine):
-        return (f"the worker speaks protocol {2 if isinstance(spec, StructuredEnvSpec) else 1}, the host's model was "
-                f"built for a protocol {2 if isinstance(mine, StructuredEnvSpec) else 1} spec")
+        return (f"the worker speaks protocol {2 if isinstance(spec, NamedEnvSpec) else 1}, the host's model was "
+                f"built for a protocol {2 if isinstance(mine, NamedEnvSpec) else 1} spec")
     if spec.observation != mine.observation:
         return f"observation is {spec.observation} but the host's model was built for {mine.observation}"
     if spec.action != mine.action:
@@ -107,7 +107,7 @@ class Services:
     target: Optional[ExploitTarget] = None  # the frozen output a best response trains against
 
 
-def build_network(config: HostConfig, spec: "EnvSpec | StructuredEnvSpec") -> Any:
+def build_network(config: HostConfig, spec: "EnvSpec | NamedEnvSpec") -> Any:
     """The network the host trains for `spec` (seedleague.artifacts.networks.build)."""
     return networks.build(config.network, spec)
 
@@ -139,7 +139,7 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvS
         learner.start()
     if learner is not None and services.league_api is not None:
         pipeline.league = _start_league_link(config, pipeline, services)
-    if isinstance(spec, StructuredEnvSpec):
+    if isinstance(spec, NamedEnvSpec):
         log.info("built model for %s: observation %s, action %s; %s", spec.env_name, spec.observation, spec.action,
                  layout.describe())
     else:
@@ -187,9 +187,9 @@ def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Service
     return link
 
 
-def _example_unroll(spec: "EnvSpec | StructuredEnvSpec", unroll_length: int, network: Any) -> Any:
-    if isinstance(spec, StructuredEnvSpec):
-        return structured_rows(1, unroll_length, spec.observation, network.heads, network.initial_state(1))
+def _example_unroll(spec: "EnvSpec | NamedEnvSpec", unroll_length: int, network: Any) -> Any:
+    if isinstance(spec, NamedEnvSpec):
+        return named_rows(1, unroll_length, spec.observation, network.heads, network.initial_state(1))
     rows = (1, unroll_length + 1)
     return Unroll(
         observation=np.zeros(rows + spec.observation_shape, spec.observation_dtype),

@@ -3,7 +3,7 @@
 `InferencePolicy.act` runs one forward pass over a padded batch of agents and
 samples legal actions; `act_stacked` does the same for K policies of the same
 network at once (a league's opponent snapshots, params stacked by `stack_params`). A
-structured network (protocol v2) acts with dicts: one observation array per named tensor,
+named network (protocol v2) acts with dicts: one observation array per named tensor,
 one action and one set of behaviour params per head, in every one of these passes (its league
 opponents' too); `values` gives V(s) for bootstrapping.
 The learner publishes new params with `publish`; the next forward pass picks them
@@ -26,15 +26,15 @@ import numpy as np
 from seedleague.host.transfers import Transfers
 from seedleague.rl.action_heads import sample_legal
 from seedleague.rl.networks import Network
-from seedleague.rl.structured_network import StructuredNetwork
-from seedleague.rl.structured_network import act as structured_act
+from seedleague.rl.named_network import NamedNetwork
+from seedleague.rl.named_network import act as named_act
 
 
 class Actions(NamedTuple):
     """What one forward pass returns, as numpy arrays over the padded batch."""
 
-    action: Any  # [N] int32 (a structured network: {head: [N] int32 or [N, d] float32})
-    logits: Any  # [N, A] float32, before legal masking (structured: the behaviour params {head: [N, P]})
+    action: Any  # [N] int32 (a named network: {head: [N] int32 or [N, d] float32})
+    logits: Any  # [N, A] float32, before legal masking (named: the behaviour params {head: [N, P]})
     core_state: Any  # pytree of [N, ...]
     policy_version: int
 
@@ -52,12 +52,12 @@ def explored_logits(logits: jax.Array, legal_mask: jax.Array, explore: float) ->
     return jnp.where(legal_mask, jnp.log(jnp.where(legal_mask, mixture, 1.0)), logits)
 
 
-def _sample(network: Network | StructuredNetwork, params, observation, first, core_state, legal_mask, rng,
+def _sample(network: Network | NamedNetwork, params, observation, first, core_state, legal_mask, rng,
             greedy: bool, explore: float = 0.0):
-    """Actions, behaviour logits (params) and the next core state of one step of N agents. A structured network
-    takes and gives dicts (seedleague.rl.structured_network.act) and has no exploration mixture."""
-    if isinstance(network, StructuredNetwork):
-        return structured_act(network, params, observation, first, core_state, legal_mask, rng, greedy)
+    """Actions, behaviour logits (params) and the next core state of one step of N agents. A named network
+    takes and gives dicts (seedleague.rl.named_network.act) and has no exploration mixture."""
+    if isinstance(network, NamedNetwork):
+        return named_act(network, params, observation, first, core_state, legal_mask, rng, greedy)
     logits, _, core_state = network.apply(params, observation[:, None], first[:, None], core_state)
     logits = logits[:, 0]
     if explore:
@@ -116,7 +116,7 @@ def _act_with_table(on_device, inputs, network: Network, greedy: bool = False, e
     return (learner, _sample_slots(network, table, slots, *table_inputs, table_rng, greedy)), rng
 
 
-def _values(on_device, inputs, network: Network | StructuredNetwork):
+def _values(on_device, inputs, network: Network | NamedNetwork):
     """V(s) [N] of one step of N agents (observation [N, ...] or a dict of them) from `core_state`; no key."""
     params, = on_device
     observation, first, core_state = inputs
@@ -181,7 +181,7 @@ class InferencePolicy:
             greedy = greedy or self.learner_greedy
         else:
             version, explore = self._version, 0.0
-        if isinstance(self.network, StructuredNetwork):  # protocol v2: dicts in and out; no exploration mixture
+        if isinstance(self.network, NamedNetwork):  # protocol v2: dicts in and out; no exploration mixture
             explore = 0.0
         outputs, self._rng = self.transfers.call(
             _act, (params, self._rng), (observation, first, core_state, legal_mask),

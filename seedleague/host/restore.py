@@ -28,7 +28,7 @@ from seedleague.host.exploit import ExploitTarget
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.pipeline import build_network
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl.learner import init_train_state
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Restored:
     """A train state to build the pipeline from, the config it needs, and the run's counters so far."""
 
     config: HostConfig  # with the network (and learner) config the state was saved with
-    spec: "EnvSpec | StructuredEnvSpec"
+    spec: "EnvSpec | NamedEnvSpec"
     state: Any
     meta: dict = dataclasses.field(default_factory=dict)  # the checkpoint's counters; empty when serving an output
     note: str = ""  # damaged checkpoints passed over on the way to this one, for the console
@@ -111,7 +111,7 @@ def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, Exploit
     source = output.OutputConfig(config.exploit_source, output.recorded(run_dir).player) if named else None
     resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
     if uniform:  # the run's own network with its policy heads zeroed: the game's uniform random policy
-        if isinstance(spec, StructuredEnvSpec) and len(spec.action.discrete) < len(spec.action.heads):
+        if isinstance(spec, NamedEnvSpec) and len(spec.action.discrete) < len(spec.action.heads):
             raise ValueError(f"--output {exploit.UNIFORM}: {spec.env_name}'s continuous action heads have no uniform "
                              "policy; exploit one of the run's outputs instead")
         mixture = ServedMixture([exploit.UNIFORM], [1.0], [exploit.uniform_params(first.params)],
@@ -129,7 +129,7 @@ def _output_networks(run_dir: str, source: Any, seed: int, device: Any):
     trained = resolved.load(seed)
     members = trained.members if resolved.kind == "mixture" else [trained]
     first = members[0]
-    if isinstance(first.spec, StructuredEnvSpec):  # a protocol v2 run: its named tensors and heads, as recorded
+    if isinstance(first.spec, NamedEnvSpec):  # a protocol v2 run: its named tensors and heads, as recorded
         spec = first.spec
     else:
         spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,

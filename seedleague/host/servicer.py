@@ -5,7 +5,7 @@ The backend is any object with the `EnvBackend` methods: the training host
 actions) all plug in here, so every one of them speaks the protocol through this
 one code path. It serves seedleague.v1.EnvService and seedleague.v2.EnvService
 on the same server. Backends see one representation, v2's named tensors and heads
-(`specs_v2`): a v1 session's spec, steps and answers pass through v1's adapter in
+(`seedleague.protocol.named`): a v1 session's spec, steps and answers pass through v1's adapter in
 `codec` (one tensor "observation", one head "action"). A session's version is that
 of the service it handshook on, and its stream must use the same service; the
 servicer, which alone knows the service, holds sessions to it.
@@ -31,7 +31,7 @@ from seedleague.host.sessions import SessionLimits, check_spec
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION
-from seedleague.protocol.specs_v2 import PROTOCOL_VERSION_V2, StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.named import PROTOCOL_VERSION_V2, NamedActionBatch, NamedEnvSpec, NamedStepBatch
 from seedleague.v1 import env_pb2
 from seedleague.v2 import env_pb2 as env_pb2_v2
 
@@ -74,13 +74,13 @@ class EnvBackend(Protocol):
 
     max_message_bytes: int
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         """Check `spec` against the model and return a new session id."""
 
     def attach(self, session_id: str) -> None:
         """Bind a stream to a session; unknown or already-streaming ids are refused."""
 
-    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+    async def step(self, step: NamedStepBatch) -> NamedActionBatch:
         """Check `step`, choose actions for it (one array per head) and record the transition."""
 
     def close_session(self, session_id: str, reason: str) -> None:

@@ -24,7 +24,7 @@ from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec, StepBatch
-from seedleague.protocol.specs_v2 import DiscreteHead, StructuredEnvSpec
+from seedleague.protocol.named import DiscreteHead, NamedEnvSpec
 
 
 _COUNTS = ("max_workers", "max_envs_per_worker", "max_num_actions", "max_observation_elements")
@@ -55,7 +55,7 @@ class SessionLimits:
             raise ValueError("bad session limits: " + "; ".join(problems))
 
 
-def check_spec(spec: StructuredEnvSpec, limits: SessionLimits) -> None:
+def check_spec(spec: NamedEnvSpec, limits: SessionLimits) -> None:
     """Refuse with RESOURCE_EXHAUSTED, before a model is built for it, a spec with too many actions or too
     large an observation (e.g. 2^40 elements): the heads' action counts and continuous dimensions, summed,
     and the elements of every named tensor, summed. Env and worker counts are checked when the session opens
@@ -106,7 +106,7 @@ class AgentStep:
     learning: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's actions continue
     opponents: Optional[np.ndarray] = None  # [N] object: snapshot key acting for each row, None = learner
     # Protocol v2: the final observations of the episodes this step truncated, {key: [M, *shape]}, and the agent
-    # rows [M] they belong to (None: none sent). With a structured spec `observation` and `legal_mask` are dicts.
+    # rows [M] they belong to (None: none sent). With a named spec `observation` and `legal_mask` are dicts.
     final_observation: Optional[dict] = None
     final_rows: Optional[np.ndarray] = None
 
@@ -117,14 +117,14 @@ class Session:
     def __init__(
         self,
         session_id: str,
-        spec: "EnvSpec | StructuredEnvSpec",
+        spec: "EnvSpec | NamedEnvSpec",
         worker_name: str,
         unroll_length: int,
         initial_state: Callable[[int], Any],
         seating: Optional[Seating] = None,
         heads: Any = None,
     ):
-        """`heads` (the network's seedleague.rl.action_heads.ActionHeads) is needed with a StructuredEnvSpec."""
+        """`heads` (the network's seedleague.rl.action_heads.ActionHeads) is needed with a NamedEnvSpec."""
         self.id = session_id
         self.seating = seating  # who plays which seat, for league play; None: the learner plays every seat
         self.spec = spec
@@ -140,9 +140,9 @@ class Session:
         self.has_core_state = bool(jax.tree.leaves(self.initial_core))  # a recurrent network's; none for a feed-forward one
         self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
         self.wire_spec = spec  # the spec the worker declared (a v1-shaped v2 spec runs as the v1 `spec`)
-        self.structured = isinstance(spec, StructuredEnvSpec)
-        if unroll_length and self.structured:
-            self.unrolls = UnrollStore.structured(self.num_agents, unroll_length, spec.observation, heads,
+        self.named = isinstance(spec, NamedEnvSpec)
+        if unroll_length and self.named:
+            self.unrolls = UnrollStore.named(self.num_agents, unroll_length, spec.observation, heads,
                                                   initial_state(self.num_agents))
         elif unroll_length:
             self.unrolls = UnrollStore(
@@ -153,7 +153,7 @@ class Session:
         # Shared read-only masks, so no step builds its own: every agent (`acting` of a step that sends none, and
         # every row the learner's without a league) and, for a v1 spec without legal masks, every action legal.
         self.every_agent = _read_only(np.ones(self.num_agents, bool))
-        self.every_action = None if self.structured or spec.has_legal_mask else _read_only(
+        self.every_action = None if self.named or spec.has_legal_mask else _read_only(
             np.ones((self.num_agents, spec.num_actions), bool))
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
@@ -171,8 +171,8 @@ class Session:
             terminated = step.terminated if seats == 1 else np.repeat(step.terminated, seats)
             truncated = step.truncated if seats == 1 else np.repeat(step.truncated, seats)
             first, reward = terminated | truncated, step.reward.reshape(n)
-        if self.structured:
-            return self._flatten_structured(step, first, reward, terminated, truncated, fresh)
+        if self.named:
+            return self._flatten_named(step, first, reward, terminated, truncated, fresh)
         return AgentStep(
             session=self,
             observation=step.observation.reshape((n,) + self.spec.observation_shape),
@@ -184,7 +184,7 @@ class Session:
             legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
         )
 
-    def _flatten_structured(self, step, first, reward, terminated, truncated, fresh: bool) -> AgentStep:
+    def _flatten_named(self, step, first, reward, terminated, truncated, fresh: bool) -> AgentStep:
         """`flatten` for a v2 step: each named tensor and legal mask to [N, ...]; final observations to the agent
         rows of the truncated envs (none on the stream's first step, which ends no episode)."""
         n, seats = self.num_agents, self.spec.num_seats

@@ -11,7 +11,7 @@ partial ever leaves this object, so a worker that disappears mid-unroll leaves
 nothing half-written in replay.
 
 A protocol v2 session with named tensors and several action heads keeps its rows as a
-`StructuredUnroll` (`UnrollStore.structured`): the observation, action, behaviour
+`NamedUnroll` (`UnrollStore.named`): the observation, action, behaviour
 params and legal masks are then dicts of such columns, written the same way.
 """
 
@@ -23,15 +23,15 @@ import jax
 import numpy as np
 
 from seedleague.rl.action_heads import ActionHeads
-from seedleague.rl.structured_spec import DiscreteHead, ObservationSpec
-from seedleague.rl.types import StructuredUnroll, Unroll
+from seedleague.rl.named_spec import DiscreteHead, ObservationSpec
+from seedleague.rl.types import NamedUnroll, Unroll
 
-# The columns that are dicts in a StructuredUnroll (one array per tensor or head), and the one named differently.
-_BEHAVIOUR = {Unroll: "behaviour_logits", StructuredUnroll: "behaviour_params"}
+# The columns that are dicts in a NamedUnroll (one array per tensor or head), and the one named differently.
+_BEHAVIOUR = {Unroll: "behaviour_logits", NamedUnroll: "behaviour_params"}
 
 
 def _put(column: Any, index: tuple, value: Any) -> None:
-    """column[index] = value, for one array or a dict of them (a structured column and its values by key)."""
+    """column[index] = value, for one array or a dict of them (a named column and its values by key)."""
     if isinstance(column, dict):
         for key, target in column.items():
             target[index] = value[key] if isinstance(value, dict) else value
@@ -48,12 +48,12 @@ def _copy_row(column: Any, done: np.ndarray, last: int) -> None:
         target[done, 0] = target[done, last]
 
 
-def structured_rows(num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
-                    initial_core_state: Any) -> StructuredUnroll:
-    """Zeroed StructuredUnroll rows [num_agents, T+1, ...] for one observation spec and action heads."""
+def named_rows(num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
+                    initial_core_state: Any) -> NamedUnroll:
+    """Zeroed NamedUnroll rows [num_agents, T+1, ...] for one observation spec and action heads."""
     rows = (num_agents, unroll_length + 1)
     spec = heads.spec
-    return StructuredUnroll(
+    return NamedUnroll(
         observation={k: np.zeros(rows + shape, dtype) for k, (shape, dtype) in observation_spec.arrays().items()},
         first=np.zeros(rows, bool),
         action={h.name: np.zeros(rows, np.int32) if isinstance(h, DiscreteHead) else np.zeros(rows + (h.size,),
@@ -96,12 +96,12 @@ class UnrollStore:
         ))
 
     @classmethod
-    def structured(cls, num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
+    def named(cls, num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
                    initial_core_state: Any) -> "UnrollStore":
-        """A store of StructuredUnroll rows: `add` then takes dicts for observation, action, logits, legal_mask."""
+        """A store of NamedUnroll rows: `add` then takes dicts for observation, action, logits, legal_mask."""
         store = cls.__new__(cls)
         store._init(num_agents, unroll_length,
-                    structured_rows(num_agents, unroll_length, observation_spec, heads, initial_core_state))
+                    named_rows(num_agents, unroll_length, observation_spec, heads, initial_core_state))
         return store
 
     def _init(self, num_agents: int, unroll_length: int, rows: Any) -> None:
@@ -123,14 +123,14 @@ class UnrollStore:
         reward: np.ndarray,  # [N] float32, reward since the agent's last step
         terminated: np.ndarray,  # [N] bool
         truncated: np.ndarray,  # [N] bool
-        observation: Any,  # [N, *obs] (structured: {key: [N, *shape]})
+        observation: Any,  # [N, *obs] (named: {key: [N, *shape]})
         first: np.ndarray,  # [N] bool
-        action: Any,  # [N] int32 (structured: {head: [N] int32 or [N, d] float32})
-        logits: Any,  # [N, A] float32 (structured: the behaviour params {head: [N, P]})
-        legal_mask: Any,  # [N, A] bool or None (structured: {head: [N, n]} or None)
+        action: Any,  # [N] int32 (named: {head: [N] int32 or [N, d] float32})
+        logits: Any,  # [N, A] float32 (named: the behaviour params {head: [N, P]})
+        legal_mask: Any,  # [N, A] bool or None (named: {head: [N, n]} or None)
         policy_version: int,
         core_state: Any,  # pytree of [N, ...]: state before this step
-    ) -> Optional[Unroll | StructuredUnroll]:
+    ) -> Optional[Unroll | NamedUnroll]:
         """Record one step of every agent; return the unrolls it completed, if any."""
         self._pending_reward += reward
         self._pending_terminated |= terminated

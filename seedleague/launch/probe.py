@@ -30,7 +30,7 @@ from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol.errors import FAILED_PRECONDITION, UNAVAILABLE, ProtocolError
-from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch
 from seedleague.security import ServerSecurity
 from seedleague.launch import ADDRESS_ENV
 
@@ -51,11 +51,11 @@ class SpecProbe:
     max_message_bytes = PROBE_MAX_MESSAGE_BYTES
 
     def __init__(self):
-        self.spec: StructuredEnvSpec | None = None
+        self.spec: NamedEnvSpec | None = None
         self.worker_name = ""
         self.received = threading.Event()
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         if self.spec is None:
             self.spec, self.worker_name = spec, worker_name
             self.received.set()
@@ -65,7 +65,7 @@ class SpecProbe:
     def attach(self, session_id: str) -> None:
         raise ProtocolError(FAILED_PRECONDITION, "the host is starting: handshake again")
 
-    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+    async def step(self, step: NamedStepBatch) -> NamedActionBatch:
         raise ProtocolError(FAILED_PRECONDITION, "the host is starting: handshake again")
 
     def close_session(self, session_id: str, reason: str) -> None:
@@ -90,7 +90,7 @@ def _quiet_servicer():
         servicer_log.removeFilter(quiet)
 
 
-def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tuple[StructuredEnvSpec, str]:
+def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tuple[NamedEnvSpec, str]:
     """Serve the probe on `address` until a worker handshakes; (its spec, `address` with the bound port).
 
     Waits as long as it takes (Ctrl-C raises KeyboardInterrupt); the host then serves on the same port."""
@@ -107,7 +107,7 @@ def await_spec(address: str, security: ServerSecurity = ServerSecurity()) -> tup
 
 
 def probe_spec(workers: WorkerSpec, bind_host: str, log_dir: str, security: ServerSecurity = ServerSecurity(),
-               timeout_s: float = 60.0) -> StructuredEnvSpec:
+               timeout_s: float = 60.0) -> NamedEnvSpec:
     """Start worker 0 of `workers` against a probe on `bind_host` (a free port); its handshake's spec.
 
     Raises WorkerRefused if the worker exits first (status 2: it refuses its game) or sends no
@@ -135,7 +135,7 @@ def _sigterm_interrupts():
 
 
 def _first_handshake(workers: WorkerSpec, server: ThreadedServer, backend: SpecProbe, log_dir: str,
-                     security: ServerSecurity, timeout_s: float) -> StructuredEnvSpec:
+                     security: ServerSecurity, timeout_s: float) -> NamedEnvSpec:
     first = WorkerProcesses(dataclasses.replace(workers, count=1, max_restarts=0), server.address, log_dir, security)
     try:
         first.start()

@@ -346,7 +346,7 @@ class WorkerClient:
         except grpc.FutureCancelledError:
             raise ConnectionLost("connect cancelled: client closed") from None
 
-    # What differs between the protocol versions' clients (StructuredWorkerClient sets v2's): the service stub,
+    # What differs between the protocol versions' clients (NamedWorkerClient sets v2's): the service stub,
     # the version and its service's name in refusals, the handshake request and the largest step's size.
     _STUB = env_pb2_grpc.EnvServiceStub
     _STREAM_METHOD = f"/{env_pb2.DESCRIPTOR.services_by_name['EnvService'].full_name}/Stream"

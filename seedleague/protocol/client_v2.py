@@ -1,7 +1,7 @@
 """The worker-side SDK for protocol v2: named observation tensors in, one action per named head out.
 
-    spec = StructuredEnvSpec("mygame", ObservationSpec(...), ActionSpec(...), num_envs=8)
-    client = StructuredWorkerClient(ClientConfig(address="127.0.0.1:50051"), spec)
+    spec = NamedEnvSpec("mygame", ObservationSpec(...), ActionSpec(...), num_envs=8)
+    client = NamedWorkerClient(ClientConfig(address="127.0.0.1:50051"), spec)
     client.connect()
     actions = client.step({"vector": v, "screen": s}, reward, terminated, truncated,
                           final_observation={...})     # {"move": [E, S] int32, "aim": [E, S, d] float32}
@@ -25,9 +25,9 @@ from seedleague.protocol import codec_v2
 from seedleague.protocol.codec import encode_tensor
 from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient, _Slot
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
-from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, StructuredEnvSpec,
-                                          StructuredStepBatch, check_structured_actions, v1_of_structured,
-                                          zero_structured_step)
+from seedleague.protocol.named import (PROTOCOL_VERSION_V2, NamedEnvSpec,
+                                          NamedStepBatch, check_named_actions, v1_of_named,
+                                          zero_named_step)
 from seedleague.v2 import env_pb2, env_pb2_grpc
 
 
@@ -42,13 +42,13 @@ def _with_seats(name: str, array, shape: tuple[int, ...], dtype, seatless_ok: bo
     return array.astype(dtype, copy=False)
 
 
-class StructuredWorkerClient(WorkerClient):
+class NamedWorkerClient(WorkerClient):
     """One v2 worker's session with a host (see the module docstring). Thread-safety as WorkerClient."""
 
-    def __init__(self, config: ClientConfig, spec: StructuredEnvSpec):
+    def __init__(self, config: ClientConfig, spec: NamedEnvSpec):
         super().__init__(config, spec)
         self.protocol_version = PROTOCOL_VERSION_V2  # 1 after falling back to a host without v2
-        self._v1_spec = v1_of_structured(spec)
+        self._v1_spec = v1_of_named(spec)
         self._v1: Optional[WorkerClient] = None
 
     @staticmethod
@@ -107,7 +107,7 @@ class StructuredWorkerClient(WorkerClient):
         message, acting, legal = self._encode(observation, reward, terminated, truncated, legal_mask or {}, acting,
                                               final_observation or {}, episode_stats or {})
         reply = self._exchange(stream, message)
-        actions = self._check_structured_reply(reply, acting, legal)
+        actions = self._check_named_reply(reply, acting, legal)
         self._sequence += 1
         self.policy_version = reply.policy_version
         return actions
@@ -155,14 +155,14 @@ class StructuredWorkerClient(WorkerClient):
                                    for k, (s, d) in arrays.items()}, message.final_observation)
         return message, acting, legal
 
-    def _check_structured_reply(self, reply: env_pb2.ActionBatch, acting: Optional[np.ndarray], legal: dict) -> dict:
+    def _check_named_reply(self, reply: env_pb2.ActionBatch, acting: Optional[np.ndarray], legal: dict) -> dict:
         """The reply's actions, or ConnectionLost (after dropping the stream) if the host answered nonsense."""
         try:
             if reply.sequence != self._sequence:
                 raise ProtocolError(FAILED_PRECONDITION, f"host answered sequence {reply.sequence} to step "
                                     f"{self._sequence}")
             actions = codec_v2.decode_actions(reply).action
-            check_structured_actions(self.spec, actions, acting, legal)
+            check_named_actions(self.spec, actions, acting, legal)
         except ProtocolError as error:
             self._teardown()
             raise ConnectionLost(f"bad answer from host: {error.message}") from None
@@ -191,11 +191,11 @@ class StructuredWorkerClient(WorkerClient):
 
     def _set_template(self, session_id: str) -> None:
         """The message each step copies: every named tensor's dtype and shape set, no data."""
-        self._template = _without_data(codec_v2.encode_step(zero_structured_step(self.spec, session_id)))
+        self._template = _without_data(codec_v2.encode_step(zero_named_step(self.spec, session_id)))
 
-    def _largest_step(self, session_id: str) -> StructuredStepBatch:
+    def _largest_step(self, session_id: str) -> NamedStepBatch:
         """A step with every optional part present: acting, and every env truncated (final observations)."""
-        step = zero_structured_step(self.spec, session_id, acting=True)
+        step = zero_named_step(self.spec, session_id, acting=True)
         step.truncated[:] = True
         step.final_observation = dict(step.observation)
         return step

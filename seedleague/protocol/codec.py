@@ -27,8 +27,8 @@ from google.protobuf.message import DecodeError
 
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
-from seedleague.protocol.specs_v2 import (V1_ACTION, V1_OBSERVATION, StructuredActionBatch, StructuredEnvSpec,
-                                          StructuredStepBatch, structured_of_v1)
+from seedleague.protocol.named import (V1_ACTION, V1_OBSERVATION, NamedActionBatch, NamedEnvSpec,
+                                          NamedStepBatch, named_of_v1)
 from seedleague.v1 import env_pb2 as pb
 
 _DTYPES = {
@@ -220,16 +220,16 @@ def decode_actions(message: pb.ActionBatch) -> ActionBatch:
 # --- protocol v1 as an adapter onto the named representation (the host side) -----------------------
 
 
-def decode_named_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
+def decode_named_spec(message: pb.EnvSpec) -> NamedEnvSpec:
     """A v1 EnvSpec message as the named spec it is: one tensor "observation", one discrete head "action"."""
-    return structured_of_v1(decode_spec(message))
+    return named_of_v1(decode_spec(message))
 
 
-def decode_named_step(message: pb.StepBatch) -> StructuredStepBatch:
+def decode_named_step(message: pb.StepBatch) -> NamedStepBatch:
     """A v1 StepBatch message as a named step ({"observation": x}, {"action": mask} when sent, no final
-    observations); structural checks only (the session's spec checks the rest: specs_v2.check_structured_step)."""
+    observations); structural checks only (the session's spec checks the rest: protocol.named.check_named_step)."""
     tensors = required_tensors(message, ("observation",) + OUTCOMES)
-    return StructuredStepBatch(
+    return NamedStepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
         observation={V1_OBSERVATION: tensors.pop("observation")},
@@ -241,7 +241,7 @@ def decode_named_step(message: pb.StepBatch) -> StructuredStepBatch:
     )
 
 
-def encode_named_step(step: StructuredStepBatch) -> pb.StepBatch:
+def encode_named_step(step: NamedStepBatch) -> pb.StepBatch:
     """A named step of a v1-shaped spec as the v1 StepBatch message a v1 worker sends (its one tensor and mask)."""
     (observation,) = step.observation.values()
     legal_mask = next(iter(step.legal_mask.values()), None)
@@ -249,7 +249,7 @@ def encode_named_step(step: StructuredStepBatch) -> pb.StepBatch:
                                  step.truncated, legal_mask, step.acting))
 
 
-def encode_named_actions(actions: StructuredActionBatch) -> pb.ActionBatch:
+def encode_named_actions(actions: NamedActionBatch) -> pb.ActionBatch:
     """The host's named answer to a v1 session (its one head, "action") as a v1 ActionBatch message."""
     message = pb.ActionBatch(sequence=actions.sequence, policy_version=actions.policy_version)
     encode_tensor(np.asarray(actions.action[V1_ACTION], np.int32), message.action)

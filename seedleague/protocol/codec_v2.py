@@ -1,9 +1,9 @@
-"""The v2 half of the codec: seedleague.v2 messages <-> the dataclasses of `specs_v2`.
+"""The v2 half of the codec: seedleague.v2 messages <-> the dataclasses of `protocol/named.py`.
 
 Tensors use v1's encoding (`codec.encode_tensor` / `codec.decode_tensor`: the
 DType values are the same). Decoding checks structure (names well-formed and not
 repeated, each tensor decodable, spec values valid) and raises ProtocolError
-naming the tensor or head; `specs_v2.check_structured_step` checks meaning
+naming the tensor or head; `protocol.named.check_named_step` checks meaning
 against the session's spec. Like `codec`, the only module that sees these
 protobuf types.
 """
@@ -18,16 +18,16 @@ from seedleague.protocol.codec import (MAX_NAME_CHARS, OUTCOMES, clip, decode_te
                                        enum_to_dtype, optional_tensor, required_tensors)
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK
-from seedleague.protocol.specs_v2 import (MAX_NAME_LENGTH, MAX_NAMED, PROTOCOL_VERSION_V2, ActionSpec,
-                                          ContinuousHead, DiscreteHead, ObservationSpec, StructuredActionBatch,
-                                          StructuredEnvSpec, StructuredStepBatch, TensorSpec)
+from seedleague.protocol.named import (MAX_NAME_LENGTH, MAX_NAMED, PROTOCOL_VERSION_V2, ActionSpec,
+                                          ContinuousHead, DiscreteHead, ObservationSpec, NamedActionBatch,
+                                          NamedEnvSpec, NamedStepBatch, TensorSpec)
 from seedleague.v2 import env_pb2 as pb
 
 
 # --- specs -----------------------------------------------------------------------------------------
 
 
-def encode_spec(spec: StructuredEnvSpec) -> pb.EnvSpec:
+def encode_spec(spec: NamedEnvSpec) -> pb.EnvSpec:
     message = pb.EnvSpec(env_name=spec.env_name, num_envs=spec.num_envs, num_seats=spec.num_seats,
                          episode_stats=list(spec.episode_stats), seat_team=list(spec.seat_team),
                          return_bound=spec.return_bound)
@@ -70,8 +70,8 @@ def _head(message: pb.ActionHeadSpec):
     raise ValueError(f"action head {message.name!r} is neither discrete nor continuous (set one of them)")
 
 
-def decode_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
-    """EnvSpec message -> StructuredEnvSpec, or ProtocolError(INVALID_ARGUMENT) saying what is wrong with it."""
+def decode_spec(message: pb.EnvSpec) -> NamedEnvSpec:
+    """EnvSpec message -> NamedEnvSpec, or ProtocolError(INVALID_ARGUMENT) saying what is wrong with it."""
     _check_counts(message)
     name = message.env_name
     if len(name) > MAX_NAME_CHARS or not name.isprintable():
@@ -89,11 +89,11 @@ def decode_spec(message: pb.EnvSpec) -> StructuredEnvSpec:
         action = ActionSpec(tuple(_head(h) for h in message.action))
     except ValueError as error:
         raise ProtocolError(INVALID_ARGUMENT, f"bad env spec: {error}") from None
-    return StructuredEnvSpec(name, observation, action, message.num_envs, message.num_seats,
+    return NamedEnvSpec(name, observation, action, message.num_envs, message.num_seats,
                              tuple(message.episode_stats), tuple(message.seat_team), message.return_bound)
 
 
-def encode_handshake(spec: StructuredEnvSpec, worker_name: str,
+def encode_handshake(spec: NamedEnvSpec, worker_name: str,
                      version: int = PROTOCOL_VERSION_V2) -> pb.HandshakeRequest:
     return pb.HandshakeRequest(protocol_version=version, spec=encode_spec(spec), worker_name=worker_name)
 
@@ -120,7 +120,7 @@ def _decode_named(field: str, items: Iterable[pb.NamedTensor]) -> dict:
     return out
 
 
-def encode_step(step: StructuredStepBatch) -> pb.StepBatch:
+def encode_step(step: NamedStepBatch) -> pb.StepBatch:
     message = pb.StepBatch(session_id=step.session_id, sequence=step.sequence)
     encode_named(step.observation, message.observation)
     encode_tensor(np.asarray(step.reward, np.float32), message.reward)
@@ -134,10 +134,10 @@ def encode_step(step: StructuredStepBatch) -> pb.StepBatch:
     return message
 
 
-def decode_step(message: pb.StepBatch) -> StructuredStepBatch:
-    """StepBatch message -> StructuredStepBatch; structural checks only (see specs_v2.check_structured_step)."""
+def decode_step(message: pb.StepBatch) -> NamedStepBatch:
+    """StepBatch message -> NamedStepBatch; structural checks only (see protocol.named.check_named_step)."""
     outcomes = required_tensors(message, OUTCOMES)
-    return StructuredStepBatch(
+    return NamedStepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
         observation=_decode_named("observation", message.observation),
@@ -149,7 +149,7 @@ def decode_step(message: pb.StepBatch) -> StructuredStepBatch:
     )
 
 
-def encode_actions(actions: StructuredActionBatch) -> pb.ActionBatch:
+def encode_actions(actions: NamedActionBatch) -> pb.ActionBatch:
     """Each head in its wire dtype: integer arrays as INT32 (discrete heads), float ones as FLOAT32."""
     message = pb.ActionBatch(sequence=actions.sequence, policy_version=actions.policy_version)
     for name, array in actions.action.items():
@@ -159,6 +159,6 @@ def encode_actions(actions: StructuredActionBatch) -> pb.ActionBatch:
     return message
 
 
-def decode_actions(message: pb.ActionBatch) -> StructuredActionBatch:
-    return StructuredActionBatch(sequence=message.sequence, action=_decode_named("action", message.action),
+def decode_actions(message: pb.ActionBatch) -> NamedActionBatch:
+    return NamedActionBatch(sequence=message.sequence, action=_decode_named("action", message.action),
                                  policy_version=message.policy_version)

@@ -44,7 +44,7 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from seedleague.rl import losses
-from seedleague.rl.structured_spec import ActionSpec, ContinuousHead, DiscreteHead
+from seedleague.rl.named_spec import ActionSpec, ContinuousHead, DiscreteHead
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 # A squashed action within this of a bound is read as tanh(u) = +-(1 - _SQUASH_EPS) (|u| <= 7.25):

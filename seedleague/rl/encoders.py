@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from seedleague.rl.networks import (_BOARD_CONVS, _MIN_VALID_SIDE, _NATURE_CONVS, _dense_layers,
                                     _hidden_init, _to_float)
-from seedleague.rl.structured_spec import ObservationSpec, TensorSpec, mask_key
+from seedleague.rl.named_spec import ObservationSpec, TensorSpec, mask_key
 
 
 def encoder_kind(tensor: TensorSpec) -> str:

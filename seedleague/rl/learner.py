@@ -14,10 +14,10 @@ serves for inference:
 `make_sharded_update(config, network, mesh)` is the same update, data-parallel
 over the devices of a mesh (seedleague.rl.sharding).
 
-A structured network (named observations, several action heads;
-seedleague.rl.structured_network) trains the same way on a `StructuredUnroll`:
+A named network (named observations, several action heads;
+seedleague.rl.named_network) trains the same way on a `NamedUnroll`:
 the losses see the joint log-probabilities, entropies and KLs of its heads
-(seedleague.rl.structured_losses).
+(seedleague.rl.named_losses).
 
 `state.step` is the policy version: the number of updates applied to the params.
 Actors tag their unrolls with the version that acted, so `policy_lag` in the
@@ -36,11 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seedleague.rl import losses, sharding, structured_losses, xla_cpu
+from seedleague.rl import losses, sharding, named_losses, xla_cpu
 from seedleague.rl.networks import Network
-from seedleague.rl.structured_network import StructuredNetwork
-from seedleague.rl.structured_spec import is_v1_shaped
-from seedleague.rl.types import StructuredUnroll, Unroll
+from seedleague.rl.named_network import NamedNetwork
+from seedleague.rl.named_spec import is_v1_shaped
+from seedleague.rl.types import NamedUnroll, Unroll
 
 _LOSSES = ("vtrace", "ppo", "mmd")
 
@@ -420,22 +420,22 @@ def _toward(mean: Any, params: Any, weight: jax.Array) -> Any:
     return jax.tree.map(lambda m, p: m + (weight * (p - m)).astype(m.dtype), mean, params)
 
 
-def _loss_inputs(network: Network | StructuredNetwork, outputs: Any, values: jax.Array,
-                 batch: Unroll | StructuredUnroll, config: LearnerConfig) -> losses.LossInputs:
-    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `StructuredUnroll`. Rewards
+def _loss_inputs(network: Network | NamedNetwork, outputs: Any, values: jax.Array,
+                 batch: Unroll | NamedUnroll, config: LearnerConfig) -> losses.LossInputs:
+    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `NamedUnroll`. Rewards
     are multiplied by `config.reward_scale` first, so values and returns are learnt in its units."""
     if config.reward_scale != 1.0:
         batch = batch._replace(reward=batch.reward * config.reward_scale)
-    if isinstance(batch, StructuredUnroll):
-        return structured_losses.structured_loss_inputs(network.heads, outputs, values, batch, config.discount)
+    if isinstance(batch, NamedUnroll):
+        return named_losses.named_loss_inputs(network.heads, outputs, values, batch, config.discount)
     return losses.loss_inputs(outputs, values, batch, config.discount)
 
 
-def _magnet_kl_rows(network: Network | StructuredNetwork, outputs: Any, magnet_outputs: Any,
-                    batch: Unroll | StructuredUnroll) -> jax.Array:
+def _magnet_kl_rows(network: Network | NamedNetwork, outputs: Any, magnet_outputs: Any,
+                    batch: Unroll | NamedUnroll) -> jax.Array:
     """KL(pi || magnet) at every row of the unroll, [B, T+1] (no gradient into the magnet)."""
     magnet_outputs = jax.lax.stop_gradient(magnet_outputs)
-    if isinstance(batch, StructuredUnroll):
+    if isinstance(batch, NamedUnroll):
         return network.heads.kl(outputs, magnet_outputs, batch.legal_mask)
     return losses.masked_kl(outputs, magnet_outputs, batch.legal_mask)
 
@@ -457,8 +457,8 @@ def _in_returns(config: LearnerConfig, inputs: losses.LossInputs, kl_rows: jax.A
     return losses.magnet_rewards(inputs, config.magnet_cost * scale, kl_rows[:, 1:])
 
 
-def _magnet_terms(config: LearnerConfig, network: Network | StructuredNetwork, outputs: Any, magnet: Any,
-                  batch: Unroll | StructuredUnroll, inputs: losses.LossInputs,
+def _magnet_terms(config: LearnerConfig, network: Network | NamedNetwork, outputs: Any, magnet: Any,
+                  batch: Unroll | NamedUnroll, inputs: losses.LossInputs,
                   anneal: Anneal) -> tuple[losses.LossInputs, jax.Array]:
     """(inputs, mean KL(pi || magnet) over rows 0..T-1): the inputs carry the magnet's KL in their
     rewards when `magnet_in_returns`."""
@@ -469,8 +469,8 @@ def _magnet_terms(config: LearnerConfig, network: Network | StructuredNetwork, o
     return inputs, jnp.mean(kl_rows[:, :-1])
 
 
-def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, params: Any,
-                   batch: Unroll | StructuredUnroll, anneal: Anneal,
+def _fixed_targets(config: LearnerConfig, network: Network | NamedNetwork, params: Any,
+                   batch: Unroll | NamedUnroll, anneal: Anneal,
                    magnet: Any = ()) -> Optional[losses.PPOTargets]:
     """PPO's advantages and value targets under `params` (the update's starting ones) when
     `fixed_targets` holds them over the epochs; None: each minibatch recomputes its own."""
@@ -485,7 +485,7 @@ def _fixed_targets(config: LearnerConfig, network: Network | StructuredNetwork, 
                               entropy_in_returns=config.entropy_in_returns)
 
 
-def _loss(config: LearnerConfig, network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll,
+def _loss(config: LearnerConfig, network: Network | NamedNetwork, params: Any, batch: Unroll | NamedUnroll,
           anneal: Anneal, magnet: Any, targets: Optional[losses.PPOTargets] = None):
     """Scalar loss and its metrics for one batch under `params`, at `anneal`."""
     logits, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
@@ -553,7 +553,7 @@ def _epochs(config: LearnerConfig, network: Network, state: TrainState, anneal: 
     return params, opt_state, rng, jax.tree.map(jnp.mean, metrics)
 
 
-def _convolves(network: Network | StructuredNetwork, params: Any, batch: Unroll | StructuredUnroll) -> bool:
+def _convolves(network: Network | NamedNetwork, params: Any, batch: Unroll | NamedUnroll) -> bool:
     """Whether the network's forward pass has a convolution. XLA:CPU runs a convolution inside a loop
     several times slower than the same convolution outside one (benchmarks/README.md, "Convolutions inside the
     minibatch loop"), so on CPU the minibatch steps of such a network are unrolled, at the cost of a longer
@@ -675,15 +675,15 @@ def make_update(
     return _jit_update(config, network)
 
 
-def _check_network(config: LearnerConfig, network: Network | StructuredNetwork) -> None:
+def _check_network(config: LearnerConfig, network: Network | NamedNetwork) -> None:
     """Refuse settings the network's action spec cannot support."""
-    if (config.neurd_bound is not None and isinstance(network, StructuredNetwork)
+    if (config.neurd_bound is not None and isinstance(network, NamedNetwork)
             and not is_v1_shaped(network.observation_spec, network.heads.spec)):
         raise ValueError("neurd_bound (NeuRD) is defined for a single discrete action head; this network has heads "
                          f"{[h.name for h in network.heads.spec.heads]}: leave neurd_bound unset")
 
 
-def _jit_update(config: LearnerConfig, network: Network | StructuredNetwork, **jit_settings: Any) -> Callable:
+def _jit_update(config: LearnerConfig, network: Network | NamedNetwork, **jit_settings: Any) -> Callable:
     """`_update` jitted as `update(state, batch, seconds=0.0)`: seconds is always passed as a float32 scalar, so
     both forms share one compile (and a sharded jit sees all three inputs); a `seconds` already on the device
     (the host's learner loop copies it there) is passed as it is. Called on its own with a network that

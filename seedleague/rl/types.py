@@ -28,8 +28,8 @@ class Unroll(NamedTuple):
     core_state: Any  # pytree of [B, ...]: recurrent state before row 0 (() without a core)
 
 
-class StructuredUnroll(NamedTuple):
-    """`Unroll` for structured specs (seedleague.rl.structured_spec): the same rows, with a dict where v1 has
+class NamedUnroll(NamedTuple):
+    """`Unroll` for named specs (seedleague.rl.named_spec): the same rows, with a dict where v1 has
     the one observation, action, behaviour logits or legal mask."""
 
     observation: dict  # {key: [B, T+1, *shape]} over ObservationSpec.arrays() (entity masks included)

@@ -51,7 +51,7 @@ def _takes_library_fusions_off() -> bool:
 def jit_choosing_fusions(fn: Callable, static_argnames: Sequence[str] = ()) -> Callable:
     """`jax.jit(fn, static_argnames=...)` that, at its first call for each value of the static arguments (a network,
     a flag), traces `fn` once and compiles it with `library_fusions_off` where it convolves, with XLA's defaults
-    where it does not: for the forward passes outside the host (`seedleague.api`, `seedleague.structured_policy`),
+    where it does not: for the forward passes outside the host (`seedleague.api`, `seedleague.artifacts`),
     which the host's `Transfers` and the learner's update already choose for themselves."""
     static_argnames = tuple(static_argnames)
     signature = inspect.signature(fn)

@@ -27,8 +27,8 @@ import numpy as np
 from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import (StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch,
-                                          check_structured_step, random_structured_actions, v1_model_of)
+from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
+                                          check_named_step, random_named_actions, v1_model_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ class FakeSession:
     """What the fake host knows about one session. Counters cover its one stream."""
 
     session_id: str
-    spec: StructuredEnvSpec  # as the worker declared it (a v1 worker's: one tensor "observation", one head "action")
+    spec: NamedEnvSpec  # as the worker declared it (a v1 worker's: one tensor "observation", one head "action")
     worker_name: str
     history: int
     protocol_version: int = 0  # the version of the service it handshook on (0 until the servicer says)
@@ -74,7 +74,7 @@ class FakeSession:
     steps: int = 0  # StepBatch messages accepted
     episodes: int = 0  # episodes ended (terminated or truncated), over all envs
     largest_return: float = 0.0  # the largest absolute return of one seat in any ended episode
-    last_step: Optional[StructuredStepBatch] = dataclasses.field(default=None, repr=False)
+    last_step: Optional[NamedStepBatch] = dataclasses.field(default=None, repr=False)
     episode_returns: collections.deque = dataclasses.field(init=False, repr=False)  # per-seat return tuples
     episode_lengths: collections.deque = dataclasses.field(init=False, repr=False)  # actions per episode
 
@@ -89,7 +89,7 @@ class FakeSession:
     def env_steps(self) -> int:
         return self.steps * self.spec.num_envs
 
-    def record(self, step: StructuredStepBatch) -> None:
+    def record(self, step: NamedStepBatch) -> None:
         """Account one accepted step; the first step of a stream only carries first observations."""
         if self.steps > 0:
             self._return += step.reward
@@ -122,7 +122,7 @@ class FakeBackend:
     def __init__(
         self,
         config: FakeHostConfig = FakeHostConfig(),
-        on_step: Optional[Callable[[FakeSession, StructuredStepBatch], None]] = None,
+        on_step: Optional[Callable[[FakeSession, NamedStepBatch], None]] = None,
     ):
         self.config = config
         self.max_message_bytes = config.max_message_bytes
@@ -143,7 +143,7 @@ class FakeBackend:
         """The session of that id, if ever opened."""
         return self._sessions.get(session_id)
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         self._check_spec(spec)
         session_id = f"fake-{next(self._ids)}"
         with self._lock:
@@ -164,20 +164,20 @@ class FakeBackend:
             self._refuse(session_id, FAILED_PRECONDITION, f"session {session_id!r} already has a stream")
         session.streaming = True
 
-    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+    async def step(self, step: NamedStepBatch) -> NamedActionBatch:
         """Uniform legal actions for every head of the session's spec."""
         session = self._sessions[step.session_id]
         if step.sequence != session.steps:
             self._refuse(session.session_id, INVALID_ARGUMENT, f"sequence {step.sequence}, expected {session.steps}")
         try:
-            check_structured_step(session.spec, step)
+            check_named_step(session.spec, step)
         except ProtocolError as error:
             self._refuse(session.session_id, error.code, error.message, error.field)
         session.record(step)
         if self._on_step is not None:
             self._on_step(session, step)
-        action = random_structured_actions(self._rng, session.spec, step.legal_mask)
-        return StructuredActionBatch(sequence=step.sequence, action=action, policy_version=self.config.policy_version)
+        action = random_named_actions(self._rng, session.spec, step.legal_mask)
+        return NamedActionBatch(sequence=step.sequence, action=action, policy_version=self.config.policy_version)
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self._sessions.get(session_id)
@@ -185,7 +185,7 @@ class FakeBackend:
             session.closed = reason
             session.streaming = False
 
-    def _check_spec(self, spec: StructuredEnvSpec) -> None:
+    def _check_spec(self, spec: NamedEnvSpec) -> None:
         config = self.config
         with self._lock:
             open_sessions = sum(1 for s in self._sessions.values() if s.closed is None)

@@ -38,7 +38,7 @@ from seedleague.host import results
 from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
 from seedleague.launch.child import Child, ChildExited, ChildNotReady
 from seedleague.protocol.errors import ProtocolError
-from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.tools.fake_host import FakeHostServer, check_message_size, describe_spec
 
@@ -113,7 +113,7 @@ class Report:
     """What `check_worker` found: the spec the worker declared, one result per check, its output tail."""
 
     command: tuple[str, ...]
-    spec: Optional[StructuredEnvSpec]  # as the worker declared it
+    spec: Optional[NamedEnvSpec]  # as the worker declared it
     results: tuple[CheckResult, ...]
     worker_output: tuple[str, ...]
 
@@ -182,7 +182,7 @@ class CheckingBackend(FakeBackend):
         with self._found_lock:
             return [v for v in self.found if v.check == check]
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         try:
             return super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -196,7 +196,7 @@ class CheckingBackend(FakeBackend):
             self.add(Violation(session_id, 0, error.code, error.message, error.field))
             raise
 
-    async def step(self, step: StructuredStepBatch) -> StructuredActionBatch:
+    async def step(self, step: NamedStepBatch) -> NamedActionBatch:
         try:
             check_message_size(self, step)
             actions = await super().step(step)

@@ -28,8 +28,8 @@ from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION
-from seedleague.protocol.specs_v2 import (PROTOCOL_VERSION_V2, DiscreteHead, StructuredEnvSpec, StructuredStepBatch,
-                                          v1_of_structured)
+from seedleague.protocol.named import (PROTOCOL_VERSION_V2, DiscreteHead, NamedEnvSpec, NamedStepBatch,
+                                          v1_of_named)
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
 from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
 
@@ -42,11 +42,11 @@ TRANSPORT_HEADROOM = 64 * 2**20
 MAX_TRANSPORT_BYTES = 2**31 - 1  # gRPC's largest message-size setting
 
 
-def describe_spec(spec: StructuredEnvSpec) -> str:
+def describe_spec(spec: NamedEnvSpec) -> str:
     """One line: name, observation dtype/shape, actions, envs x seats, legal masks, a declared return bound; a spec
     that only protocol v2 can say (several tensors or heads, a continuous head, stats, teams): every tensor and head,
     marked "(protocol v2)"."""
-    v1 = v1_of_structured(spec)
+    v1 = v1_of_named(spec)
     if v1 is not None:
         shape = "x".join(str(d) for d in v1.observation_shape) or "scalar"
         return (f"{v1.env_name!r}: observation {v1.observation_dtype.name}[{shape}], {v1.num_actions} actions, "
@@ -81,7 +81,7 @@ def describe_session(session: FakeSession) -> str:
 class LoggingFakeBackend(FakeBackend):
     """FakeBackend that prints sessions opening and closing and every refused message as it happens."""
 
-    def open_session(self, spec: StructuredEnvSpec, worker_name: str) -> str:
+    def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         try:
             session_id = super().open_session(spec, worker_name)
         except ProtocolError as error:
@@ -97,7 +97,7 @@ class LoggingFakeBackend(FakeBackend):
             say(f"VIOLATION stream of session {session_id!r}: {error.code}: {error.message}")
             raise
 
-    async def step(self, step: StructuredStepBatch):
+    async def step(self, step: NamedStepBatch):
         try:
             check_message_size(self, step)
             return await super().step(step)
@@ -112,12 +112,12 @@ class LoggingFakeBackend(FakeBackend):
             say(f"session {session_id} closed ({reason}): {describe_session(session)}")
 
 
-def check_message_size(backend: FakeBackend, step: StructuredStepBatch) -> None:
+def check_message_size(backend: FakeBackend, step: NamedStepBatch) -> None:
     """Refuse (and record in `backend.violations`) a StepBatch larger than the limit the handshake reply announced,
     its size as re-encoded: as the v1 message a spec v1 can say (one tensor, one discrete head, no stats or
     teams) travels in, else as v2's. A backend served by `FakeHostServer` calls this first in its `step`."""
     session = backend.session(step.session_id)
-    v1 = session is not None and v1_of_structured(session.spec) is not None and not step.final_observation
+    v1 = session is not None and v1_of_named(session.spec) is not None and not step.final_observation
     size = (codec.encode_named_step(step) if v1 else codec_v2.encode_step(step)).ByteSize()
     if size > backend.max_message_bytes:
         message = (f"StepBatch of {size} bytes is larger than this host accepts ({backend.max_message_bytes} bytes, "

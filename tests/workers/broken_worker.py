@@ -14,7 +14,7 @@ connection and exits 0 on SIGTERM. Each fault breaks exactly one rule:
   missing-tensor  (protocol 2 only) from step 4, the "progress" observation tensor is left out
   low-bound     declares a return bound of 2, which its episodes exceed
 
-With `--protocol 2` it speaks protocol v2 through StructuredWorkerClient: the same
+With `--protocol 2` it speaks protocol v2 through NamedWorkerClient: the same
 game with two named observation tensors ("progress" float32[3], "flags" uint8[2])
 and the action as one discrete head "act" with a legal mask.
 """
@@ -33,16 +33,16 @@ from typing import Optional, Sequence
 import numpy as np
 
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import ActionSpec, DiscreteHead, ObservationSpec, StructuredEnvSpec, TensorSpec
+from seedleague.protocol.named import ActionSpec, DiscreteHead, ObservationSpec, NamedEnvSpec, TensorSpec
 
 FAULTS = ("none", "wrong-shape", "bad-mask", "no-reconnect", "missing-tensor", "low-bound")
 FAULT_FROM_STEP = 4
 SPEC = EnvSpec("broken-counter", (3,), np.float32, num_actions=2, num_envs=2, num_seats=1, has_legal_mask=True,
                return_bound=14.0)
 
-SPEC_V2 = StructuredEnvSpec(
+SPEC_V2 = NamedEnvSpec(
     "broken-counter-v2", ObservationSpec((TensorSpec("progress", (3,), np.float32), TensorSpec("flags", (2,), np.uint8))),
     ActionSpec((DiscreteHead("act", 2, has_legal_mask=True),)), num_envs=2)
 
@@ -91,8 +91,8 @@ class SloppyClient(WorkerClient):
             message.observation.data = np.zeros(shape, "<f4").tobytes()
 
 
-class SloppyStructuredClient(StructuredWorkerClient):
-    """A StructuredWorkerClient that can be made to leave the "progress" tensor out of its messages."""
+class SloppyNamedClient(NamedWorkerClient):
+    """A NamedWorkerClient that can be made to leave the "progress" tensor out of its messages."""
 
     wrong_shape = False
     drop_tensor = False
@@ -132,7 +132,7 @@ def serve(address: str, fault: str, stop: threading.Event, protocol: int = 1) ->
     """Connect and step; reconnect after lost connections (unless the fault says not to)."""
     config = ClientConfig(address, worker_name=f"broken-{fault}", backoff_initial_s=0.05, backoff_max_s=0.5)
     spec = dataclasses.replace(SPEC, return_bound=2.0) if fault == "low-bound" else SPEC
-    client = SloppyClient(config, spec) if protocol == 1 else SloppyStructuredClient(config, SPEC_V2)
+    client = SloppyClient(config, spec) if protocol == 1 else SloppyNamedClient(config, SPEC_V2)
     watcher = threading.Thread(target=lambda: (stop.wait(), client.close()), daemon=True)
     watcher.start()
     try:

@@ -1,4 +1,4 @@
-"""The structured network: specs, encoder choice, a Dict-like spec end to end, entity masks, v1 exactly."""
+"""The named network: specs, encoder choice, a Dict-like spec end to end, entity masks, v1 exactly."""
 
 import jax
 import jax.numpy as jnp
@@ -8,12 +8,12 @@ import pytest
 from seedleague.rl import losses
 from seedleague.rl.encoders import encoder_kind, image_layout
 from seedleague.rl.networks import NetworkConfig, make_network, squash_beyond_unit
-from seedleague.rl.structured_losses import structured_loss_inputs
-from seedleague.rl.structured_network import (StructuredNetworkConfig, act, all_legal, check_observation,
-                                              make_structured_network)
-from seedleague.rl.structured_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
+from seedleague.rl.named_losses import named_loss_inputs
+from seedleague.rl.named_network import (NamedNetworkConfig, act, all_legal, check_observation,
+                                              make_named_network)
+from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
                                            mask_key, v1_specs)
-from seedleague.rl.types import StructuredUnroll
+from seedleague.rl.types import NamedUnroll
 
 OBSERVATION_SPEC = ObservationSpec((
     TensorSpec("vector", (5,), np.float32),
@@ -30,7 +30,7 @@ B, ROWS = 2, 4
 @pytest.fixture(scope="module")
 def dict_network():
     """Built once per module: each network compiles its init once."""
-    network = make_structured_network(StructuredNetworkConfig(NetworkConfig(hidden_sizes=(32,)),
+    network = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(32,)),
                                                               entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
     return network, network.init(jax.random.key(0))
 
@@ -59,7 +59,7 @@ def _batch(network, params, seed=0):
     action = network.heads.sample(outputs, legal, jax.random.key(seed))
     terminated = np.zeros((B, ROWS), bool)
     terminated[1, 1] = True
-    return StructuredUnroll(
+    return NamedUnroll(
         observation=observation, first=first, action=action, behaviour_params=outputs, legal_mask=legal,
         reward=np.random.default_rng(seed).normal(size=(B, ROWS)).astype(np.float32), terminated=terminated,
         truncated=np.zeros((B, ROWS), bool), policy_version=np.zeros((B, ROWS), np.int32), core_state=())
@@ -88,7 +88,7 @@ def test_dict_spec_loss_has_finite_gradients(dict_network):
 
     def loss(p):
         outputs, values, _ = network.apply(p, batch.observation, batch.first, batch.core_state)
-        inputs = structured_loss_inputs(network.heads, outputs, values, batch, discount=0.99)
+        inputs = named_loss_inputs(network.heads, outputs, values, batch, discount=0.99)
         return losses.ppo_loss(inputs)[0]
 
     value, grads = jax.jit(jax.value_and_grad(loss))(params)
@@ -126,15 +126,15 @@ def test_v1_spec_builds_the_v1_network_exactly():
     config = NetworkConfig(hidden_sizes=(16,))
     v1 = make_network(config, (3,), np.float32, 4)
     observation_spec, action_spec = v1_specs((3,), np.float32, 4, has_legal_mask=True)
-    structured = make_structured_network(StructuredNetworkConfig(config), observation_spec, action_spec)
+    named = make_named_network(NamedNetworkConfig(config), observation_spec, action_spec)
     params = v1.init(jax.random.key(1))
-    assert jax.tree.structure(structured.init(jax.random.key(1))) == jax.tree.structure(params)
+    assert jax.tree.structure(named.init(jax.random.key(1))) == jax.tree.structure(params)
     obs = np.random.default_rng(0).normal(size=(2, 3, 3)).astype(np.float32)
     first = np.zeros((2, 3), bool)
     logits, value, _ = v1.apply(params, obs, first, ())
-    outputs, structured_value, _ = structured.apply(params, {"observation": obs}, first, ())
+    outputs, named_value, _ = named.apply(params, {"observation": obs}, first, ())
     np.testing.assert_array_equal(outputs["action"], logits)
-    np.testing.assert_array_equal(structured_value, value)
+    np.testing.assert_array_equal(named_value, value)
 
 
 def test_apply_names_the_tensor_that_does_not_fit(dict_network):
@@ -155,8 +155,8 @@ def test_apply_names_the_tensor_that_does_not_fit(dict_network):
     (lambda: DiscreteHead("d", 0), "num_actions"),
     (lambda: ActionSpec((DiscreteHead("d", 2), DiscreteHead("d", 3))), "unique"),
     (lambda: ObservationSpec(()), "at least one tensor"),
-    (lambda: StructuredNetworkConfig(continuous="beta"), "'squashed' or 'clipped'"),
-    (lambda: make_structured_network(StructuredNetworkConfig(NetworkConfig(torso="mlp")), OBSERVATION_SPEC,
+    (lambda: NamedNetworkConfig(continuous="beta"), "'squashed' or 'clipped'"),
+    (lambda: make_named_network(NamedNetworkConfig(NetworkConfig(torso="mlp")), OBSERVATION_SPEC,
                                      ACTION_SPEC), "use torso='auto'"),
 ])
 def test_bad_specs_say_what_to_change(make, match):
@@ -186,7 +186,7 @@ def test_act_samples_legal_actions_in_the_box_and_greedy_takes_the_modes(dict_ne
 
 def test_squash_inputs_logs_every_float_tensor_beyond_unit_range_and_leaves_frames_alone(dict_network):
     network, params = dict_network
-    squashing = make_structured_network(StructuredNetworkConfig(NetworkConfig(hidden_sizes=(32,), squash_inputs=True),
+    squashing = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(32,), squash_inputs=True),
                                                                 entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
     large = _observation()
     large["vector"] = large["vector"] * 500.0

@@ -1,7 +1,7 @@
-"""League play with a structured spec (protocol v2: several named observation tensors, a discrete and a
-continuous action head): opponent snapshots of the structured network act for their seats in one stacked
+"""League play with a named spec (protocol v2: several named observation tensors, a discrete and a
+continuous action head): opponent snapshots of the named network act for their seats in one stacked
 pass, and a two-seat game (envs.shootout_worker) trains through the host over a real socket in the league
-mode its preset picks, its games against snapshots rated, its snapshots and output loaded as structured
+mode its preset picks, its games against snapshots rated, its snapshots and output loaded as named
 policies."""
 
 import dataclasses
@@ -22,9 +22,9 @@ from seedleague.host.league_link import LeagueLinkConfig
 from seedleague.league.service import League
 from seedleague.metrics import Metrics
 from seedleague.protocol.client import ClientConfig
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.rl.networks import NetworkConfig
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.artifacts.named import NamedPolicy
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import SMALL_HOST, stopped_output, wait_for
@@ -46,22 +46,22 @@ def link_config(run_dir: str, address: str) -> LeagueLinkConfig:
                             report_interval_s=0.1, check_in_interval_s=0.1, prefetch=16)
 
 
-def test_the_preset_of_a_two_seat_structured_game_is_the_game_recipe_in_the_league():
+def test_the_preset_of_a_two_seat_named_game_is_the_game_recipe_in_the_league():
     kuhn = presets.preset_for("openspiel:kuhn_poker")
     assert PRESET.host.learner == presets.GAME_RECIPE and PRESET.league == kuhn.league and PRESET.output == kuhn.output
     assert PRESET.league.mode == presets.Mode.PSRO and PRESET.host.network.torso == "auto"
 
 
-def test_every_structured_snapshot_in_a_batch_acts_with_its_own_params_in_one_stacked_pass(tmp_path):
+def test_every_named_snapshot_in_a_batch_acts_with_its_own_params_in_one_stacked_pass(tmp_path):
     """Rows of four snapshots, the learner and an uncached opponent: each row's actions come from its own
     snapshot's params (the behaviour params of both heads equal those of that snapshot acting alone), every
     snapshot's params cross to the device once, and the uncached opponent plays as the learner."""
     run_dir = str(tmp_path)
     host = Host(dataclasses.replace(HOST, league=link_config(run_dir, "fake")), Metrics(), league=FakeLeague())
     server = ServerThread(host).start()
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     try:
-        client.connect()  # builds the structured pipeline
+        client.connect()  # builds the named pipeline
         policy = host.pipeline.policy
         live, _ = policy.current()
 
@@ -138,16 +138,16 @@ def test_a_two_seat_dict_observation_hybrid_action_game_trains_in_the_league_aga
     keys = [s.key for s in league.snapshots("main")]
     league.close()
 
-    snapshot = load_snapshot(run_dir, keys[-1])  # restored from the model pool as the structured network
-    assert isinstance(snapshot, StructuredPolicy) and snapshot.spec.observation == SPEC.observation
+    snapshot = load_snapshot(run_dir, keys[-1])  # restored from the model pool as the named network
+    assert isinstance(snapshot, NamedPolicy) and snapshot.spec.observation == SPEC.observation
     trained = load_trained(run_dir)  # the preset's output: param average, or the final params
-    assert isinstance(trained, StructuredPolicy) and trained.spec.action == SPEC.action
+    assert isinstance(trained, NamedPolicy) and trained.spec.action == SPEC.action
     for policy in (snapshot, trained):
         wins, draws, losses = play_against_random(policy.act, 16)
         assert wins + draws + losses == 16
     output.record(run_dir, output.OutputConfig("league_nash"))
     mixture = load_trained(run_dir)  # the Nash mixture over the rated snapshots
-    assert isinstance(mixture, PolicyMixture) and all(isinstance(m, StructuredPolicy) for m in mixture.members)
+    assert isinstance(mixture, PolicyMixture) and all(isinstance(m, NamedPolicy) for m in mixture.members)
     action = mixture.draw().act({name: x[0, 0] for name, x in ShootoutGame(1).reset(0).observation.items()})
     assert set(action) == {"lane", "aim"} and action["aim"].shape == (1,)
     serving = dataclasses.replace(HOST, learn=False, serve_output=run_dir)  # what `seedleague serve` restores

@@ -2,14 +2,14 @@
 the wiring in host.py.
 
 A session whose spec is v1-shaped (one unmasked tensor, one discrete head; every v1
-worker's, and v2 ones of that shape: `specs_v2.v1_model_of`) runs on the flat model
+worker's, and v2 ones of that shape: `protocol.named.v1_model_of`) runs on the flat model
 and data path (its teams seat league games, seedleague.host.seating): `as_v1_step`
-and `as_structured_actions` translate at the edge without copies. Any other spec
-builds the structured (named) network: `batch_inputs`
+and `as_named_actions` translate at the edge without copies. Any other spec
+builds the named network: `batch_inputs`
 concatenates a batch's named tensors and legal masks, `split_actions` cuts the
 answer back into [E, S, ...] per head; `record_episode_stats` logs the episode
 statistics a worker declares. In a league both kinds seat, score and report games
-as v1 does (seedleague.host.seating, results), and a structured network's opponent
+as v1 does (seedleague.host.seating, results), and a named network's opponent
 snapshots act in the same stacked pass over these dicts (seedleague.host.opponents).
 For both, `bootstrap` folds the value of a truncated episode's final observation
 into its last reward:
@@ -31,23 +31,23 @@ import numpy as np
 from seedleague.buckets import pad
 from seedleague.host.sessions import AgentStep
 from seedleague.protocol.specs import ActionBatch, StepBatch
-from seedleague.protocol.specs_v2 import StructuredActionBatch, StructuredEnvSpec, StructuredStepBatch
+from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch
 
 
-def as_v1_step(step: StructuredStepBatch, spec: StructuredEnvSpec) -> StepBatch:
+def as_v1_step(step: NamedStepBatch, spec: NamedEnvSpec) -> StepBatch:
     """A checked v2 step of a v1-shaped spec as the v1 step it is (no copies)."""
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return StepBatch(step.session_id, step.sequence, step.observation[tensor.name], step.reward, step.terminated,
                      step.truncated, step.legal_mask.get(head.name), step.acting)
 
 
-def final_rows(step: StructuredStepBatch, num_seats: int) -> np.ndarray:
+def final_rows(step: NamedStepBatch, num_seats: int) -> np.ndarray:
     """The agent rows (env-major, seat-minor) of the final observations a v2 step carries."""
     envs = np.flatnonzero(step.bootstrapped())
     return (envs[:, None] * num_seats + np.arange(num_seats)).reshape(-1)
 
 
-def attach_final_v1(agents: AgentStep, step: StructuredStepBatch, spec: StructuredEnvSpec) -> None:
+def attach_final_v1(agents: AgentStep, step: NamedStepBatch, spec: NamedEnvSpec) -> None:
     """Give a v1-shaped session's flattened step the final observations of its v2 message, [M, *shape]."""
     if step.final_observation and agents.final_observation is None:
         rows = final_rows(step, spec.num_seats)
@@ -55,14 +55,14 @@ def attach_final_v1(agents: AgentStep, step: StructuredStepBatch, spec: Structur
         agents.final_observation, agents.final_rows = array.reshape((len(rows),) + array.shape[2:]), rows
 
 
-def as_structured_actions(answer: ActionBatch, spec: StructuredEnvSpec) -> StructuredActionBatch:
-    """The host's answer to a v2 step: a v1-shaped session's one action under its head's name; a structured
+def as_named_actions(answer: ActionBatch, spec: NamedEnvSpec) -> NamedActionBatch:
+    """The host's answer to a v2 step: a v1-shaped session's one action under its head's name; a named
     session's dict as it is."""
     action = answer.action if isinstance(answer.action, dict) else {spec.action.heads[0].name: answer.action}
-    return StructuredActionBatch(answer.sequence, action, answer.policy_version)
+    return NamedActionBatch(answer.sequence, action, answer.policy_version)
 
 
-def record_episode_stats(metrics: Any, step: StructuredStepBatch) -> None:
+def record_episode_stats(metrics: Any, step: NamedStepBatch) -> None:
     """Each declared stat of every episode `step` ends, per seat, as a running mean "episode_stats/<name>" (the
     progress line and TensorBoard). The first step of a stream ends no episode."""
     if not step.episode_stats or step.sequence == 0:
@@ -74,8 +74,8 @@ def record_episode_stats(metrics: Any, step: StructuredStepBatch) -> None:
                 metrics.record(**{f"episode_stats/{name}": float(value)})
 
 
-def batch_inputs(spec: StructuredEnvSpec, agents: list[AgentStep]) -> tuple[dict, dict]:
-    """The named observations {key: [N, ...]} and legal masks {head: [N, n]} of a batch of structured steps."""
+def batch_inputs(spec: NamedEnvSpec, agents: list[AgentStep]) -> tuple[dict, dict]:
+    """The named observations {key: [N, ...]} and legal masks {head: [N, n]} of a batch of named steps."""
     observation = {key: np.concatenate([a.observation[key] for a in agents]) for key in spec.observation.arrays()}
     legal = {}
     for head in spec.action.discrete:
@@ -85,7 +85,7 @@ def batch_inputs(spec: StructuredEnvSpec, agents: list[AgentStep]) -> tuple[dict
 
 
 def split_actions(action: Any, rows: slice, num_envs: int, num_seats: int) -> Any:
-    """One request's rows of a batch's actions as [E, S, ...] (a dict per head for a structured network)."""
+    """One request's rows of a batch's actions as [E, S, ...] (a dict per head for a named network)."""
     if isinstance(action, dict):
         return {k: v[rows].reshape((num_envs, num_seats) + v.shape[1:]) for k, v in action.items()}
     return action[rows].reshape(num_envs, num_seats)

@@ -1,6 +1,6 @@
-"""Structured observation and action specs: named tensors in, named action heads out.
+"""Named observation and action specs: named tensors in, named action heads out.
 
-This file owns what a structured (protocol v2) agent sees and does, as the learner
+This file owns what a named (protocol v2) agent sees and does, as the learner
 needs to know it: an `ObservationSpec` is a tuple of named tensors, an `ActionSpec`
 a tuple of named heads, each discrete (n actions, optional legal mask) or
 continuous (a float32 Box with finite low/high bounds). v1's spec, one observation
@@ -176,7 +176,7 @@ V1_ACTION = "action"
 
 def v1_specs(observation_shape: tuple[int, ...], observation_dtype, num_actions: int,
              has_legal_mask: bool = False) -> tuple[ObservationSpec, ActionSpec]:
-    """v1's spec (one observation tensor, one discrete action) as structured specs: one tensor named
+    """v1's spec (one observation tensor, one discrete action) as named specs: one tensor named
     "observation", one discrete head named "action" (`is_v1_shaped` holds for the result)."""
     return (ObservationSpec((TensorSpec(V1_OBSERVATION, observation_shape, observation_dtype),)),
             ActionSpec((DiscreteHead(V1_ACTION, int(num_actions), has_legal_mask),)))

@@ -1,9 +1,9 @@
-"""The actor-critic network for structured specs: named observations in, one output per action head.
+"""The actor-critic network for named specs: named observations in, one output per action head.
 
-This file owns the model for protocol v2's specs (seedleague.rl.structured_spec).
+This file owns the model for protocol v2's specs (seedleague.rl.named_spec).
 Like `seedleague.rl.networks` it hands out pure functions and holds no params:
 
-    network = make_structured_network(StructuredNetworkConfig(), observation_spec, action_spec)
+    network = make_named_network(NamedNetworkConfig(), observation_spec, action_spec)
     params = network.init(jax.random.key(0))
     core = network.initial_state(batch_size)
     outputs, value, core = network.apply(params, observation, first, core)
@@ -34,12 +34,12 @@ from seedleague.rl.action_heads import ActionHeads
 from seedleague.rl.encoders import ObservationEncoders, encoder_kind
 from seedleague.rl.networks import (CoreState, NetworkConfig, Params, _initial_state, _ScannedLSTM,
                                     make_network)
-from seedleague.rl.structured_spec import ActionSpec, ObservationSpec, is_v1_shaped
+from seedleague.rl.named_spec import ActionSpec, ObservationSpec, is_v1_shaped
 
 
 @dataclasses.dataclass(frozen=True)
-class StructuredNetworkConfig:
-    """The structured network's shape.
+class NamedNetworkConfig:
+    """The named network's shape.
 
     network: torso sizes, LSTM core and torso sharing as for v1 (NetworkConfig);
         its `torso` must stay "auto" unless the spec is v1-shaped (each tensor's
@@ -65,10 +65,10 @@ class StructuredNetworkConfig:
             problems.append(f"entity_features ({self.entity_features}) must be a multiple of entity_heads "
                             f"({self.entity_heads})")
         if problems:
-            raise ValueError("bad StructuredNetworkConfig: " + "; ".join(problems))
+            raise ValueError("bad NamedNetworkConfig: " + "; ".join(problems))
 
 
-class StructuredNetwork(NamedTuple):
+class NamedNetwork(NamedTuple):
     """Pure functions of one model (see the module docstring), its action heads and observation spec."""
 
     init: Callable[[jax.Array], Params]
@@ -78,7 +78,7 @@ class StructuredNetwork(NamedTuple):
     observation_spec: ObservationSpec
 
 
-class _StructuredActorCritic(nn.Module):
+class _NamedActorCritic(nn.Module):
     """Encoders and torso over [B*T], optional LSTM over T, then one dense layer per head and the value."""
 
     observation_spec: ObservationSpec
@@ -128,13 +128,13 @@ def check_observation(observation_spec: ObservationSpec, observation: dict, firs
                              f"got shape {got}")
 
 
-def _init(module: _StructuredActorCritic, observation_spec: ObservationSpec, lstm_size: int,
+def _init(module: _NamedActorCritic, observation_spec: ObservationSpec, lstm_size: int,
           rng: jax.Array) -> Params:
     observation = observation_spec.zeros((1, 1))
     return module.init(rng, observation, jnp.ones((1, 1), bool), _initial_state(lstm_size, 1))
 
 
-def _apply(module: _StructuredActorCritic, observation_spec: ObservationSpec, params: Params, observation: dict,
+def _apply(module: _NamedActorCritic, observation_spec: ObservationSpec, params: Params, observation: dict,
            first: jax.Array, core_state: CoreState):
     first = jnp.asarray(first)
     check_observation(observation_spec, observation, first)
@@ -148,12 +148,12 @@ def _apply_v1(v1_apply: Callable, observation_name: str, head_name: str, observa
     return {head_name: logits}, value, core_state
 
 
-def _v1_network(config: StructuredNetworkConfig, observation_spec: ObservationSpec,
-                heads: ActionHeads) -> StructuredNetwork:
+def _v1_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
+                heads: ActionHeads) -> NamedNetwork:
     """v1's own network under the spec's names."""
     tensor, head = observation_spec.tensors[0], heads.spec.heads[0]
     v1 = make_network(config.network, tensor.shape, tensor.dtype, head.num_actions)
-    return StructuredNetwork(
+    return NamedNetwork(
         init=v1.init,
         apply=functools.partial(_apply_v1, v1.apply, tensor.name, head.name, observation_spec),
         initial_state=v1.initial_state,
@@ -162,9 +162,9 @@ def _v1_network(config: StructuredNetworkConfig, observation_spec: ObservationSp
     )
 
 
-def make_structured_network(config: StructuredNetworkConfig, observation_spec: ObservationSpec,
-                            action_spec: ActionSpec) -> StructuredNetwork:
-    """Build the actor-critic `StructuredNetwork` for one observation spec and action spec."""
+def make_named_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
+                            action_spec: ActionSpec) -> NamedNetwork:
+    """Build the actor-critic `NamedNetwork` for one observation spec and action spec."""
     heads = ActionHeads(action_spec, config.continuous)
     if is_v1_shaped(observation_spec, action_spec):
         return _v1_network(config, observation_spec, heads)
@@ -173,13 +173,13 @@ def make_structured_network(config: StructuredNetworkConfig, observation_spec: O
                          "with several named tensors (or a masked one) each tensor's encoder follows from its spec: "
                          "use torso='auto'")
     all_vectors = all(encoder_kind(t) == "vector" for t in observation_spec.tensors)
-    module = _StructuredActorCritic(
+    module = _NamedActorCritic(
         observation_spec=observation_spec, heads=heads, hidden_sizes=config.network.hidden_sizes,
         lstm_size=config.network.lstm_size,
         shared_torso=config.network.shares_torso("mlp" if all_vectors else "conv"),
         entity_features=config.entity_features, entity_heads=config.entity_heads,
         squash_inputs=config.network.squash_inputs)
-    return StructuredNetwork(
+    return NamedNetwork(
         init=jax.jit(functools.partial(_init, module, observation_spec, config.network.lstm_size)),
         apply=jax.jit(functools.partial(_apply, module, observation_spec)),
         initial_state=functools.partial(_initial_state, config.network.lstm_size),
@@ -188,7 +188,7 @@ def make_structured_network(config: StructuredNetworkConfig, observation_spec: O
     )
 
 
-def act(network: StructuredNetwork, params: Params, observation: dict, first: jax.Array, core_state: CoreState,
+def act(network: NamedNetwork, params: Params, observation: dict, first: jax.Array, core_state: CoreState,
         legal: dict, rng: jax.Array, greedy: bool = False) -> tuple[dict, dict, CoreState]:
     """One inference step for N agents (what seedleague.host.policy does for v1): observation {key: [N, *shape]},
     first [N], legal {discrete head: [N, n]} -> (actions {head: [N] or [N, d]}, the distribution params that

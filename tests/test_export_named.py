@@ -1,6 +1,6 @@
-"""`seedleague export` of protocol v2 (structured) policies: real checkpoints of a Dict-observation, hybrid-action
+"""`seedleague export` of protocol v2 (named) policies: real checkpoints of a Dict-observation, hybrid-action
 network (a vector, an entity list with its mask, discrete heads with and without a legal mask, a continuous head)
-exported through the CLI, run in onnxruntime and matched against the JAX StructuredPolicy for squashed and clipped
+exported through the CLI, run in onnxruntime and matched against the JAX NamedPolicy for squashed and clipped
 Gaussian heads; image tensors, v1-shaped v2 specs and mixtures export; recurrent policies, encoders the export
 does not know and a tensor named like the value output are refused by name."""
 
@@ -18,18 +18,18 @@ from seedleague import output
 from seedleague.api import load_snapshot, load_trained
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta, spec_to_json
-from seedleague.export import onnx_structured
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec)
+from seedleague.export import onnx_named
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec)
 from seedleague.rl.learner import LearnerConfig, init_train_state
 from seedleague.rl.networks import NetworkConfig
-from seedleague.artifacts.networks import structured_network_for
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.artifacts.networks import named_network_for
+from seedleague.artifacts.named import NamedPolicy
 from test_api import ROOT
 from test_export import export, refused
 
 NETWORK = NetworkConfig(hidden_sizes=(8,))
-SPEC = StructuredEnvSpec(
+SPEC = NamedEnvSpec(
     "move_and_fire", ObservationSpec((TensorSpec("vector", (3,), np.float32),
                                       TensorSpec("entities", (4, 2), np.float32, masked=True))),
     ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), ContinuousHead("aim", (-1.0, 0.0), (1.0, 2.0)),
@@ -41,12 +41,12 @@ OUTPUTS = ["move/logits", "move/masked_logits", "move/probabilities", "move/acti
 
 
 @functools.lru_cache(maxsize=None)
-def _initial_state(network: NetworkConfig, spec: StructuredEnvSpec):
+def _initial_state(network: NetworkConfig, spec: NamedEnvSpec):
     """The learner's real initial TrainState for `spec` (Adam state included), built once: compiles are slow."""
-    return init_train_state(LearnerConfig(), structured_network_for(network, spec), jax.random.key(0))
+    return init_train_state(LearnerConfig(), named_network_for(network, spec), jax.random.key(0))
 
 
-def save_structured_checkpoint(directory, spec=SPEC, step=1, seed=0, network=NETWORK, extra_meta=None):
+def save_named_checkpoint(directory, spec=SPEC, step=1, seed=0, network=NETWORK, extra_meta=None):
     """A real checkpoint as a host writes it for a protocol v2 run. The policy heads get O(1) random weights (a
     fresh network's are 100x smaller): logits differ by whole units, Gaussian means reach the Box's bounds and
     log_stds its clip, so every branch of the graph is exercised."""
@@ -101,7 +101,7 @@ def run_graph(session, spec, observation, legal):
 
 def assert_matches_policy(path, policy, seed=0):
     """The exported file answers what the JAX policy answers, at two batch sizes: greedy actions and values of
-    StructuredPolicy, each head's params of the network, probabilities that are the heads' own log-probabilities."""
+    NamedPolicy, each head's params of the network, probabilities that are the heads' own log-probabilities."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     spec, rng = policy.spec, np.random.default_rng(seed)
     for batch in (1, 7):
@@ -144,13 +144,13 @@ def assert_matches_policy(path, policy, seed=0):
     return out
 
 
-def test_a_structured_run_exports_through_the_cli_and_matches_the_policy(tmp_path, capsys):
+def test_a_named_run_exports_through_the_cli_and_matches_the_policy(tmp_path, capsys):
     run = tmp_path / "run"
-    save_structured_checkpoint(run / "checkpoints", step=3, seed=1)
+    save_named_checkpoint(run / "checkpoints", step=3, seed=1)
     assert export("--run-dir", run, "--format", "onnx", "--out", tmp_path / "policy.onnx") == 0
     assert f"wrote {tmp_path / 'policy.onnx'}" in capsys.readouterr().out
     policy = load_trained(str(run))
-    assert isinstance(policy, StructuredPolicy) and policy.network.heads.continuous == "squashed"
+    assert isinstance(policy, NamedPolicy) and policy.network.heads.continuous == "squashed"
     assert_matches_policy(tmp_path / "policy.onnx", policy)
     sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
     assert sidecar["inputs"] == [dict(name="vector", dtype="float32", shape=["B", 3]),
@@ -173,10 +173,10 @@ def test_a_structured_run_exports_through_the_cli_and_matches_the_policy(tmp_pat
 
 
 def test_a_clipped_gaussian_head_exports_and_matches_the_policy(tmp_path):
-    save_structured_checkpoint(tmp_path / "run" / "checkpoints", step=2, seed=2)
+    save_named_checkpoint(tmp_path / "run" / "checkpoints", step=2, seed=2)
     loaded = load_trained(str(tmp_path / "run"))
-    policy = StructuredPolicy(NETWORK, loaded.params, SPEC, step=2, source="clipped", continuous="clipped")
-    sidecar = onnx_structured.write(policy, str(tmp_path / "clipped.onnx"))
+    policy = NamedPolicy(NETWORK, loaded.params, SPEC, step=2, source="clipped", continuous="clipped")
+    sidecar = onnx_named.write(policy, str(tmp_path / "clipped.onnx"))
     out = assert_matches_policy(tmp_path / "clipped.onnx", policy, seed=2)
     at_bounds = (out["aim/action"] == SPEC.action.heads[1].low) | (out["aim/action"] == SPEC.action.heads[1].high)
     assert at_bounds.any() and not at_bounds.all()  # the clip acted, and not everywhere
@@ -186,14 +186,14 @@ def test_a_clipped_gaussian_head_exports_and_matches_the_policy(tmp_path):
 
 
 def test_an_image_tensor_and_a_v1_shaped_v2_spec_export(tmp_path):
-    image = StructuredEnvSpec("frames", ObservationSpec((TensorSpec("screen", (12, 12, 2), np.uint8),
+    image = NamedEnvSpec("frames", ObservationSpec((TensorSpec("screen", (12, 12, 2), np.uint8),
                                                          TensorSpec("speed", (2,), np.float64))),
                               ActionSpec((DiscreteHead("turn", 3), ContinuousHead("throttle", (0.0,), (1.0,)))), 1)
-    v1_shaped = StructuredEnvSpec("vector_only", ObservationSpec((TensorSpec("obs", (5,), np.float32),)),
+    v1_shaped = NamedEnvSpec("vector_only", ObservationSpec((TensorSpec("obs", (5,), np.float32),)),
                                   ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),)), 1)
     for spec in (image, v1_shaped):
         run = tmp_path / spec.env_name
-        save_structured_checkpoint(run / "checkpoints", spec=spec, seed=3)
+        save_named_checkpoint(run / "checkpoints", spec=spec, seed=3)
         assert export("--run-dir", run, "--out", tmp_path / f"{spec.env_name}.onnx") == 0
         assert_matches_policy(tmp_path / f"{spec.env_name}.onnx", load_trained(str(run)), seed=3)
     tensors = json.loads((tmp_path / "frames.onnx.json").read_text())["observation"]["tensors"]
@@ -204,10 +204,10 @@ def test_an_image_tensor_and_a_v1_shaped_v2_spec_export(tmp_path):
     assert [i["name"] for i in sidecar["inputs"]] == ["obs", "act/legal_mask"]
 
 
-def test_a_structured_mixture_writes_each_member_and_lists_their_heads(tmp_path):
+def test_a_named_mixture_writes_each_member_and_lists_their_heads(tmp_path):
     run = tmp_path / "run"
     for step in range(1, 7):
-        save_structured_checkpoint(run / "pool" / "main", step=step, seed=step)
+        save_named_checkpoint(run / "pool" / "main", step=step, seed=step)
     output.record(str(run), output.OutputConfig("average_policy"))  # the newest third: snapshots 5 and 6
     assert export("--run-dir", run, "--out", tmp_path / "policy.onnx") == 0
     index = json.loads((tmp_path / "policy.onnx.json").read_text())
@@ -218,20 +218,20 @@ def test_a_structured_mixture_writes_each_member_and_lists_their_heads(tmp_path)
         assert_matches_policy(tmp_path / f"policy.member{i}.onnx", load_snapshot(str(run), key), seed=i)
 
 
-def test_a_recurrent_structured_policy_is_refused_saying_what_is_supported(tmp_path, capsys):
+def test_a_recurrent_named_policy_is_refused_saying_what_is_supported(tmp_path, capsys):
     lstm = dataclasses.asdict(dataclasses.replace(NETWORK, lstm_size=4))
-    save_structured_checkpoint(tmp_path / "run" / "checkpoints", step=2, extra_meta=dict(network=lstm))
+    save_named_checkpoint(tmp_path / "run" / "checkpoints", step=2, extra_meta=dict(network=lstm))
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx")
     assert "has an LSTM core (network.lstm_size=4)" in err and "feed-forward policies only" in err
     assert "--network.lstm-size 0" in err and not (tmp_path / "p.onnx").exists()
 
 
 def test_an_encoder_the_export_does_not_know_is_refused_by_name(tmp_path, capsys, monkeypatch):
-    save_structured_checkpoint(tmp_path / "run" / "checkpoints")
+    save_named_checkpoint(tmp_path / "run" / "checkpoints")
     # A new encoder kind in seedleague.rl.encoders (here: the entity list read as a "graph") that the export has
     # no parity test for yet.
-    real = onnx_structured.encoder_kind
-    monkeypatch.setattr(onnx_structured, "encoder_kind", lambda t: "graph" if t.name == "entities" else real(t))
+    real = onnx_named.encoder_kind
+    monkeypatch.setattr(onnx_named, "encoder_kind", lambda t: "graph" if t.name == "entities" else real(t))
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx")
     assert "observation tensor 'entities' has a 'graph' encoder" in err
     assert "vector, image, entities" in err and "seedleague serve" in err and "EXPORTED_ENCODERS" in err
@@ -239,19 +239,19 @@ def test_an_encoder_the_export_does_not_know_is_refused_by_name(tmp_path, capsys
 
 
 def test_a_tensor_named_like_the_value_output_is_refused_by_name(tmp_path, capsys):
-    spec = StructuredEnvSpec("valued", ObservationSpec((TensorSpec("value", (2,), np.float32),)),
+    spec = NamedEnvSpec("valued", ObservationSpec((TensorSpec("value", (2,), np.float32),)),
                              ActionSpec((DiscreteHead("push", 2),)), 1)
-    save_structured_checkpoint(tmp_path / "run" / "checkpoints", spec=spec)
+    save_named_checkpoint(tmp_path / "run" / "checkpoints", spec=spec)
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx")
     assert "observation tensor 'value' has the name of the graph's value output" in err
     assert "rename the tensor in the worker's spec" in err and not (tmp_path / "p.onnx").exists()
 
 
-def test_the_docs_structured_python_example_runs(tmp_path, capsys, monkeypatch):
+def test_the_docs_named_python_example_runs(tmp_path, capsys, monkeypatch):
     text = open(os.path.join(ROOT, "docs", "export.md")).read()
     section = text[text.index("## Protocol v2 policies"):]
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    save_structured_checkpoint(tmp_path / "runs" / "move_and_fire" / "checkpoints", step=4, seed=4)
+    save_named_checkpoint(tmp_path / "runs" / "move_and_fire" / "checkpoints", step=4, seed=4)
     monkeypatch.chdir(tmp_path)  # the docs' paths are relative
     assert export("--run-dir", "runs/move_and_fire", "--out", "policy.onnx") == 0
     namespace = {}

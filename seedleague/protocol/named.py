@@ -4,17 +4,17 @@ This file owns what a session's messages must hold, whichever protocol version c
 messages (proto/seedleague/v2/env.proto) as they are, v1's as one tensor "observation" and one
 discrete head "action" (seedleague.protocol.codec's adapter). Every backend of the servicer sees
 only these types.
-A `StructuredEnvSpec` names its observation tensors and action heads with the
-learner's own spec types (seedleague.rl.structured_spec, numpy only), so the host
+A `NamedEnvSpec` names its observation tensors and action heads with the
+learner's own spec types (seedleague.rl.named_spec, numpy only), so the host
 builds its network from it as it is:
 
-    spec = StructuredEnvSpec("Pendulum-v1", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+    spec = NamedEnvSpec("Pendulum-v1", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=8)
-    check_structured_step(spec, step)                 # ProtocolError naming the tensor, or None
-    check_structured_actions(spec, action, acting)     # ProtocolError naming the head, or None
+    check_named_step(spec, step)                 # ProtocolError naming the tensor, or None
+    check_named_actions(spec, action, acting)     # ProtocolError naming the head, or None
 
 Every array is indexed [env, seat, ...] as in v1. A v1 `EnvSpec` is the special
-case `structured_of_v1(spec)`; `v1_of_structured` goes back when it can.
+case `named_of_v1(spec)`; `v1_of_named` goes back when it can.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite, return_bound_problem
-from seedleague.rl.structured_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
+from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
                                            V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
 
 PROTOCOL_VERSION_V2 = 2
@@ -35,7 +35,7 @@ MAX_NAMED = 256  # most observation tensors, action heads or episode stats in on
 MAX_NAME_LENGTH = 64  # longest tensor, head or stat name
 
 
-def _problems_of(spec: "StructuredEnvSpec") -> list[str]:
+def _problems_of(spec: "NamedEnvSpec") -> list[str]:
     problems = []
     for what, count in (("num_envs", spec.num_envs), ("num_seats", spec.num_seats)):
         if count < 1:
@@ -63,7 +63,7 @@ def _problems_of(spec: "StructuredEnvSpec") -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class StructuredEnvSpec:
+class NamedEnvSpec:
     """One v2 worker's envs: named observation tensors and action heads per agent, envs, seats, stats, teams."""
 
     env_name: str
@@ -112,15 +112,15 @@ class StructuredEnvSpec:
         return tuple(h for h in self.action.discrete if h.has_legal_mask)
 
 
-def structured_of_v1(spec: EnvSpec) -> StructuredEnvSpec:
+def named_of_v1(spec: EnvSpec) -> NamedEnvSpec:
     """A v1 spec as a v2 one: one tensor "observation", one discrete head "action"."""
     observation, action = v1_specs(spec.observation_shape, spec.observation_dtype, spec.num_actions,
                                    spec.has_legal_mask)
-    return StructuredEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats,
+    return NamedEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats,
                              return_bound=spec.return_bound)
 
 
-def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
+def v1_of_named(spec: NamedEnvSpec) -> Optional[EnvSpec]:
     """The v1 spec a v2 spec is, when it is v1-shaped (one unmasked tensor, one discrete head) and carries
     nothing v1 lacks (stats, teams of more than one seat); else None."""
     teams = spec.seat_team and spec.seat_team != tuple(range(spec.num_seats))  # one seat per team: v1's seats
@@ -131,10 +131,10 @@ def v1_of_structured(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
                    head.has_legal_mask, spec.return_bound)
 
 
-def v1_model_of(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
+def v1_model_of(spec: NamedEnvSpec) -> Optional[EnvSpec]:
     """The v1 spec whose model and data path serve a v2 spec of one unmasked tensor and one discrete head; its
     teams and episode stats (which v1's spec cannot say) the host reads from the v2 spec and steps. None: the
-    structured model."""
+    named model."""
     if not is_v1_shaped(spec.observation, spec.action):
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
@@ -143,7 +143,7 @@ def v1_model_of(spec: StructuredEnvSpec) -> Optional[EnvSpec]:
 
 
 @dataclasses.dataclass
-class StructuredStepBatch:
+class NamedStepBatch:
     """One step of all a v2 worker's envs, decoded: dicts where v1 has one tensor. See the v2 proto."""
 
     session_id: str
@@ -165,7 +165,7 @@ class StructuredStepBatch:
 
 
 @dataclasses.dataclass
-class StructuredActionBatch:
+class NamedActionBatch:
     """The host's answer to one v2 StepBatch: {head: [E, S] int32 or [E, S, d] float32}."""
 
     sequence: int
@@ -173,12 +173,12 @@ class StructuredActionBatch:
     policy_version: int
 
 
-def zero_structured_step(spec: StructuredEnvSpec, session_id: str = "", sequence: int = 0,
-                         acting: bool = False) -> StructuredStepBatch:
+def zero_named_step(spec: NamedEnvSpec, session_id: str = "", sequence: int = 0,
+                         acting: bool = False) -> NamedStepBatch:
     """A step that fits `spec` exactly: zero observations (every entity mask true), no episode ends, every
     action legal, zero stats, and (with `acting`) every seat acting. A template for clients and tests."""
     agents = (spec.num_envs, spec.num_seats)
-    return StructuredStepBatch(
+    return NamedStepBatch(
         session_id=session_id, sequence=sequence, observation=spec.observation.zeros(agents),
         reward=np.zeros(agents, np.float32), terminated=np.zeros(spec.num_envs, bool),
         truncated=np.zeros(spec.num_envs, bool),
@@ -201,7 +201,7 @@ def _expect_names(field: str, got: dict, expected) -> None:
                             f"{expected})", f"{field}/{extra[0]}")
 
 
-def _expect_arrays(field: str, arrays: dict, spec: StructuredEnvSpec, leading: tuple[int, ...]) -> None:
+def _expect_arrays(field: str, arrays: dict, spec: NamedEnvSpec, leading: tuple[int, ...]) -> None:
     expected = spec.observation_arrays
     _expect_names(field, arrays, expected)
     for key, (shape, dtype) in expected.items():
@@ -209,7 +209,7 @@ def _expect_arrays(field: str, arrays: dict, spec: StructuredEnvSpec, leading: t
         _expect_finite(f"{field}/{key}", arrays[key])
 
 
-def _check_legal(spec: StructuredEnvSpec, step: StructuredStepBatch, agents: tuple[int, int]) -> None:
+def _check_legal(spec: NamedEnvSpec, step: NamedStepBatch, agents: tuple[int, int]) -> None:
     masked = spec.masked_heads
     if not masked:
         if step.legal_mask:
@@ -227,7 +227,7 @@ def _check_legal(spec: StructuredEnvSpec, step: StructuredStepBatch, agents: tup
                                 f"env {env} seat {seat}", f"legal_mask/{head.name}")
 
 
-def _check_final(spec: StructuredEnvSpec, step: StructuredStepBatch) -> None:
+def _check_final(spec: NamedEnvSpec, step: NamedStepBatch) -> None:
     """The final observations of exactly the envs truncated and not terminated, each fitting the spec."""
     count = int(np.count_nonzero(step.bootstrapped()))
     if count:
@@ -238,7 +238,7 @@ def _check_final(spec: StructuredEnvSpec, step: StructuredStepBatch) -> None:
                             "(and not terminated) in this step", f"final_observation/{name}")
 
 
-def check_structured_step(spec: StructuredEnvSpec, step: StructuredStepBatch) -> None:
+def check_named_step(spec: NamedEnvSpec, step: NamedStepBatch) -> None:
     """Raise ProtocolError(INVALID_ARGUMENT), its message and `field` naming the tensor, unless `step` fits
     `spec` exactly: every named tensor present, none extra, dtypes, shapes, finite values, usable masks."""
     agents = (spec.num_envs, spec.num_seats)
@@ -281,7 +281,7 @@ def _check_head(head, action: np.ndarray, agents: tuple[int, int], acting: np.nd
                             f"[{list(head.low)}, {list(head.high)}]", field)
 
 
-def check_structured_actions(spec: StructuredEnvSpec, action: dict, acting: Optional[np.ndarray] = None,
+def check_named_actions(spec: NamedEnvSpec, action: dict, acting: Optional[np.ndarray] = None,
                              legal_mask: Optional[dict] = None) -> None:
     """Raise ProtocolError(INVALID_ARGUMENT) naming the head unless `action` holds one array per head of the
     spec, none extra, each of its dtype and shape, within bounds (discrete: [0, n) and legal; continuous: finite
@@ -297,7 +297,7 @@ def check_structured_actions(spec: StructuredEnvSpec, action: dict, acting: Opti
         _check_head(head, np.asarray(action[head.name]), agents, acting, (legal_mask or {}).get(head.name))
 
 
-def random_structured_actions(rng: np.random.Generator, spec: StructuredEnvSpec, legal_mask: dict) -> dict:
+def random_named_actions(rng: np.random.Generator, spec: NamedEnvSpec, legal_mask: dict) -> dict:
     """Uniform actions for every head: legal discrete actions, continuous ones uniform in the Box."""
     agents = (spec.num_envs, spec.num_seats)
     out = {}
@@ -313,6 +313,6 @@ def random_structured_actions(rng: np.random.Generator, spec: StructuredEnvSpec,
 
 
 __all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
-           "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "StructuredEnvSpec", "StructuredStepBatch",
-           "StructuredActionBatch", "structured_of_v1", "v1_of_structured", "v1_model_of", "zero_structured_step",
-           "check_structured_step", "check_structured_actions", "random_structured_actions"]
+           "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch",
+           "NamedActionBatch", "named_of_v1", "v1_of_named", "v1_model_of", "zero_named_step",
+           "check_named_step", "check_named_actions", "random_named_actions"]

@@ -1,7 +1,7 @@
 """A trained protocol v2 policy outside seedleague: named observations in, one action per head out.
 
 `seedleague.artifacts.load.load_policy` (and so `seedleague.api.load_trained`) returns a
-`StructuredPolicy` for a checkpoint whose meta records a protocol v2 spec:
+`NamedPolicy` for a checkpoint whose meta records a protocol v2 spec:
 
     policy = load_trained("runs/pendulum")
     policy.act({"observation": obs})              # {"action": float32 [B, 1]}, sampled
@@ -21,22 +21,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seedleague.artifacts.networks import structured_network_for
+from seedleague.artifacts.networks import named_network_for
 from seedleague.artifacts.policy import recurrent_error
 from seedleague.buckets import pad_dict, power_of_two
-from seedleague.protocol.specs_v2 import StructuredEnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import NetworkConfig
-from seedleague.rl.structured_network import StructuredNetwork, act, all_legal
+from seedleague.rl.named_network import NamedNetwork, act, all_legal
 
 
-def _act_rows(network: StructuredNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
+def _act_rows(network: NamedNetwork, params: Any, observation: dict, legal: dict, rng: jax.Array, greedy: bool):
     first = jnp.ones(next(iter(observation.values())).shape[:1], bool)
     action, _, _ = act(network, params, observation, first, (), legal, rng, greedy)
     return action
 
 
-def _value_rows(network: StructuredNetwork, params: Any, observation: dict):
+def _value_rows(network: NamedNetwork, params: Any, observation: dict):
     first = jnp.ones(next(iter(observation.values())).shape[:1] + (1,), bool)
     _, value, _ = network.apply(params, {k: x[:, None] for k, x in observation.items()}, first, ())
     return value[:, 0]
@@ -46,11 +46,11 @@ _act = xla_cpu.jit_choosing_fusions(_act_rows, static_argnames=("network", "gree
 _value = xla_cpu.jit_choosing_fusions(_value_rows, static_argnames=("network",))
 
 
-class StructuredPolicy:
-    """A feed-forward structured policy with its params: batched, jitted queries on dicts of numpy arrays.
+class NamedPolicy:
+    """A feed-forward named policy with its params: batched, jitted queries on dicts of numpy arrays.
     `continuous` is the Gaussian of its continuous heads: "squashed" (what hosts train) or "clipped"."""
 
-    def __init__(self, network_config: NetworkConfig, params: Any, spec: StructuredEnvSpec, step: int = 0,
+    def __init__(self, network_config: NetworkConfig, params: Any, spec: NamedEnvSpec, step: int = 0,
                  meta: Optional[dict] = None, source: str = "", seed: int = 0, continuous: str = "squashed"):
         if network_config.lstm_size:  # as Policy refuses a v1 one (load_policy refuses before reading params)
             raise recurrent_error(source, network_config.lstm_size)
@@ -59,12 +59,12 @@ class StructuredPolicy:
         self.meta = dict(meta or {})
         self.source = source
         self.network_config = network_config
-        self.network = structured_network_for(network_config, spec, continuous)
+        self.network = named_network_for(network_config, spec, continuous)
         self.params = jax.tree.map(jnp.asarray, params)
         self._rng = jax.random.key(seed)
 
     def __repr__(self) -> str:
-        return f"StructuredPolicy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
+        return f"NamedPolicy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
 
     def act(self, observation: dict, legal_mask: Optional[dict] = None, greedy: bool = False) -> dict:
         """{head: [B] int32 or [B, d] float32} (no batch axis for one unbatched observation)."""

@@ -1,5 +1,5 @@
 """Joint loss inputs over action heads: v1's numbers exactly for one discrete head, sums over heads otherwise,
-and the learner update on a structured batch."""
+and the learner update on a named batch."""
 
 import functools
 import math
@@ -12,11 +12,11 @@ from seedleague.rl import losses
 from seedleague.rl.action_heads import ActionHeads
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
 from seedleague.rl.networks import NetworkConfig, make_network
-from seedleague.rl.structured_losses import structured_loss_inputs, structured_unroll_from_v1
-from seedleague.rl.structured_network import StructuredNetworkConfig, make_structured_network
-from seedleague.rl.structured_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
+from seedleague.rl.named_losses import named_loss_inputs, named_unroll_from_v1
+from seedleague.rl.named_network import NamedNetworkConfig, make_named_network
+from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
                                            v1_specs)
-from seedleague.rl.types import StructuredUnroll, Unroll
+from seedleague.rl.types import NamedUnroll, Unroll
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
 NUM_ACTIONS = 3
@@ -55,18 +55,18 @@ def test_one_discrete_head_gives_v1s_numbers_exactly(loss, maybe_jit):
     def v1_path(logits, values, batch):
         return LOSSES[loss](losses.loss_inputs(logits, values, batch, 0.9))
 
-    def structured_path(logits, values, batch):
-        inputs = structured_loss_inputs(heads, {"action": logits}, values, structured_unroll_from_v1(batch), 0.9)
+    def named_path(logits, values, batch):
+        inputs = named_loss_inputs(heads, {"action": logits}, values, named_unroll_from_v1(batch), 0.9)
         return LOSSES[loss](inputs)
 
     v1_loss, v1_metrics = maybe_jit(v1_path)(logits, values, batch)
-    loss_value, metrics = maybe_jit(structured_path)(logits, values, batch)
+    loss_value, metrics = maybe_jit(named_path)(logits, values, batch)
     np.testing.assert_array_equal(loss_value, v1_loss)
     assert metrics.keys() == v1_metrics.keys()
     for name in metrics:
         np.testing.assert_array_equal(metrics[name], v1_metrics[name], err_msg=name)
     v1_grad = jax.grad(lambda x: v1_path(x, values, batch)[0])(logits)
-    grad = jax.grad(lambda x: structured_path(x, values, batch)[0])(logits)
+    grad = jax.grad(lambda x: named_path(x, values, batch)[0])(logits)
     np.testing.assert_array_equal(grad, v1_grad)
 
 
@@ -80,13 +80,13 @@ def test_two_heads_add_their_log_probabilities_entropies_and_kls(maybe_jit):
     outputs = {"move": np.log(np.array([[[0.25, 0.75], [0.5, 0.5]]], np.float32)),
                "aim": np.array([[[0.0, log_half], [0.0, log_half]]], np.float32)}
     behaviour = {"move": np.zeros((1, 2, 2), np.float32), "aim": np.array([[[0.5, log_half]] * 2], np.float32)}
-    batch = StructuredUnroll(
+    batch = NamedUnroll(
         observation={}, first=np.zeros((1, 2), bool), action={"move": np.array([[1, 0]], np.int32),
                                                             "aim": np.array([[[0.25], [0.0]]], np.float32)},
         behaviour_params=behaviour, legal_mask={}, reward=np.ones((1, 2), np.float32),
         terminated=np.array([[True, False]]), truncated=np.zeros((1, 2), bool),
         policy_version=np.zeros((1, 2), np.int32), core_state=())
-    inputs = maybe_jit(functools.partial(structured_loss_inputs, heads, discount=0.9))(
+    inputs = maybe_jit(functools.partial(named_loss_inputs, heads, discount=0.9))(
         outputs, np.zeros((1, 2), np.float32), batch=batch)
 
     def log_normal(x, mean, std):
@@ -105,8 +105,8 @@ def test_two_heads_add_their_log_probabilities_entropies_and_kls(maybe_jit):
 
 
 # Built once per module: each network compiles its init once.
-HYBRID = make_structured_network(
-    StructuredNetworkConfig(NetworkConfig(hidden_sizes=(16,)), entity_features=8),
+HYBRID = make_named_network(
+    NamedNetworkConfig(NetworkConfig(hidden_sizes=(16,)), entity_features=8),
     ObservationSpec((TensorSpec("vector", (3,), np.float32), TensorSpec("units", (4, 2), np.float32, masked=True))),
     ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), ContinuousHead("aim", low=(-2.0,), high=(2.0,)))))
 
@@ -123,13 +123,13 @@ def _hybrid_batch(network, params, batch=4, rows=5, seed=0):
     action = network.heads.sample(outputs, legal, jax.random.key(seed))
     # Rewarded for the "aim" close to 1 and for "move" 2: both heads must learn.
     reward = (2 * (np.asarray(action["move"]) == 2) - np.abs(np.asarray(action["aim"])[..., 0] - 1.0))
-    return StructuredUnroll(observation=observation, first=first, action=action, behaviour_params=outputs,
+    return NamedUnroll(observation=observation, first=first, action=action, behaviour_params=outputs,
                             legal_mask=legal, reward=reward.astype(np.float32), terminated=np.ones((batch, rows), bool),
                             truncated=np.zeros((batch, rows), bool), policy_version=np.zeros((batch, rows), np.int32),
                             core_state=())
 
 
-def test_learner_update_runs_on_a_structured_batch():
+def test_learner_update_runs_on_a_named_batch():
     # MMD is PPO's surrogate plus a KL to the behaviour; the magnet adds a KL to other params.
     config = LearnerConfig(loss="mmd", kl_cost=0.1, magnet_cost=0.1)
     state = init_train_state(config, HYBRID, jax.random.key(0))
@@ -141,15 +141,15 @@ def test_learner_update_runs_on_a_structured_batch():
     assert int(state.step) == 3 and {"magnet_kl", "entropy"} <= set(metrics)
 
 
-def test_learner_update_with_a_v1_shaped_structured_network_is_v1s_update():
+def test_learner_update_with_a_v1_shaped_named_network_is_v1s_update():
     config = LearnerConfig(loss="vtrace", minibatches=2)
     v1 = make_network(NetworkConfig(hidden_sizes=(16,)), (3,), np.float32, NUM_ACTIONS)
-    structured = make_structured_network(StructuredNetworkConfig(NetworkConfig(hidden_sizes=(16,))),
+    named = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(16,))),
                                          *v1_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True))
     batch = _v1_batch(batch=4)
     v1_state, v1_metrics = make_update(config, v1)(init_train_state(config, v1, jax.random.key(0)), batch)
-    state, metrics = make_update(config, structured)(init_train_state(config, structured, jax.random.key(0)),
-                                                     structured_unroll_from_v1(batch))
+    state, metrics = make_update(config, named)(init_train_state(config, named, jax.random.key(0)),
+                                                     named_unroll_from_v1(batch))
     for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(v1_state.params)):
         np.testing.assert_array_equal(x, y)
     for name in metrics:

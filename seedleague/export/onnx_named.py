@@ -1,6 +1,6 @@
-"""One feed-forward protocol v2 (structured) policy as an ONNX graph, and the JSON sidecar that says how to feed it.
+"""One feed-forward protocol v2 (named) policy as an ONNX graph, and the JSON sidecar that says how to feed it.
 
-The graph is the structured network of a `seedleague.artifacts.structured.StructuredPolicy`
+The graph is the named network of a `seedleague.artifacts.named.NamedPolicy`
 (named observation tensors in, one output per action head) traced by jax2onnx with its params
 baked in as constants, for any batch size B, under the names of the spec (names never hold "/"):
 
@@ -19,8 +19,8 @@ baked in as constants, for any batch size B, under the names of the spec (names 
                                                    "squashed" head, clip(centre + half * mean, low, high) for "clipped"
              value                 [B] float32     the value head
 
-These are the numbers `StructuredPolicy` computes: `act(observation, legal_mask, greedy=True)` is
-every head's action output and `value(observation)` the value (tests/test_export_structured.py
+These are the numbers `NamedPolicy` computes: `act(observation, legal_mask, greedy=True)` is
+every head's action output and `value(observation)` the value (tests/test_export_named.py
 checks them in onnxruntime). Usage:
 
     model = policy_model(policy)          # onnx.ModelProto; UnsupportedPolicyError names what cannot be exported
@@ -39,14 +39,14 @@ import numpy as np
 from seedleague.checkpoint_meta import spec_to_json
 from seedleague.export.onnx_policy import BATCH, OPSET, graph_tensors, input_scaling, quiet_exporter, write_exported
 from seedleague.rl.encoders import encoder_kind, image_layout
-from seedleague.rl.structured_spec import ContinuousHead, DiscreteHead, mask_key
-from seedleague.artifacts.structured import StructuredPolicy
+from seedleague.rl.named_spec import ContinuousHead, DiscreteHead, mask_key
+from seedleague.artifacts.named import NamedPolicy
 
 VALUE = "value"
 LEGAL_MASK_SUFFIX = "/legal_mask"
 DISCRETE_OUTPUTS = ("logits", "masked_logits", "probabilities", "action")  # masked_logits: with a legal mask only
 CONTINUOUS_OUTPUTS = ("mean", "log_std", "action")
-# The encoder kinds (seedleague.rl.encoders.encoder_kind) whose export tests/test_export_structured.py checks
+# The encoder kinds (seedleague.rl.encoders.encoder_kind) whose export tests/test_export_named.py checks
 # against the JAX network; a new kind joins once its parity is tested.
 EXPORTED_ENCODERS = ("vector", "image", "entities")
 # The sidecar entries every member of a mixture shares (seedleague.export.cli writes them once in its index).
@@ -63,7 +63,7 @@ _OUTPUT_MEANING = {
     "<head>/logits": "a discrete head's logits, unmasked",
     "<head>/masked_logits": "a discrete head's logits with illegal actions -inf (a head with a legal mask only)",
     "<head>/probabilities": "a discrete head's softmax over its legal actions",
-    "<head>/action": "the head's greedy action (StructuredPolicy.act(..., greedy=True)): a discrete head's legal "
+    "<head>/action": "the head's greedy action (NamedPolicy.act(..., greedy=True)): a discrete head's legal "
                      "argmax; a continuous head's mode mapped into its Box (see action.heads[].sample)",
     "<head>/mean": "a continuous head's Gaussian mean, in units of its Box (0 is the centre, +-1 the bounds)",
     "<head>/log_std": "a continuous head's Gaussian log standard deviation, clipped to [-5, 2], in units of its Box",
@@ -82,7 +82,7 @@ _LAYOUTS = {
 
 
 class UnsupportedPolicyError(ValueError):
-    """A structured policy the ONNX export cannot write; the message says why and what to use instead."""
+    """A named policy the ONNX export cannot write; the message says why and what to use instead."""
 
 
 def legal_mask_input(head: str) -> str:
@@ -90,7 +90,7 @@ def legal_mask_input(head: str) -> str:
     return head + LEGAL_MASK_SUFFIX
 
 
-def input_names(policy: StructuredPolicy) -> list[str]:
+def input_names(policy: NamedPolicy) -> list[str]:
     """The graph's inputs in order: the observation's arrays (entity masks included), then the legal masks."""
     legal = [legal_mask_input(h.name) for h in policy.spec.action.discrete if h.has_legal_mask]
     return list(policy.spec.observation.arrays()) + legal
@@ -103,12 +103,12 @@ def head_outputs(head) -> list[str]:
     return [f"{head.name}/{kind}" for kind in DISCRETE_OUTPUTS if head.has_legal_mask or kind != "masked_logits"]
 
 
-def output_names(policy: StructuredPolicy) -> list[str]:
+def output_names(policy: NamedPolicy) -> list[str]:
     """The graph's outputs in order: each head's (head_outputs), then the value."""
     return [name for head in policy.spec.action.heads for name in head_outputs(head)] + [VALUE]
 
 
-def check_exportable(policy: StructuredPolicy) -> None:
+def check_exportable(policy: NamedPolicy) -> None:
     """Raise UnsupportedPolicyError naming the tensor when an encoder is not one the export has been checked on,
     or an observation tensor is named like the value output."""
     where = f"{policy.source or 'this policy'} ({policy.spec.env_name})"
@@ -119,7 +119,7 @@ def check_exportable(policy: StructuredPolicy) -> None:
                 f"{where}: observation tensor {tensor.name!r} has a {kind!r} encoder, which seedleague export has "
                 f"not been checked on (it exports {', '.join(EXPORTED_ENCODERS)} encoders); use the policy through "
                 "seedleague.api.load_trained or `seedleague serve`, or add the encoder's ONNX parity test and list "
-                "it in seedleague.export.onnx_structured.EXPORTED_ENCODERS")
+                "it in seedleague.export.onnx_named.EXPORTED_ENCODERS")
         if tensor.name == VALUE:
             raise UnsupportedPolicyError(
                 f"{where}: observation tensor {VALUE!r} has the name of the graph's value output, and an ONNX graph "
@@ -127,7 +127,7 @@ def check_exportable(policy: StructuredPolicy) -> None:
                 "retrain), or use the policy through seedleague.api.load_trained or `seedleague serve`")
 
 
-def _forward(policy: StructuredPolicy, arrays: dict) -> list[jax.Array]:
+def _forward(policy: NamedPolicy, arrays: dict) -> list[jax.Array]:
     """What the graph computes, in output_names order: the network over one time step, then each head's outputs."""
     spec, network = policy.spec, policy.network
     observation = {key: arrays[key][:, None] for key in spec.observation.arrays()}
@@ -151,11 +151,11 @@ def _forward(policy: StructuredPolicy, arrays: dict) -> list[jax.Array]:
     return results + [value[:, 0]]
 
 
-def _encoders(policy: StructuredPolicy) -> str:
+def _encoders(policy: NamedPolicy) -> str:
     return ", ".join(f"{t.name!r}: {encoder_kind(t)}" for t in policy.spec.observation.tensors)
 
 
-def policy_model(policy: StructuredPolicy) -> Any:
+def policy_model(policy: NamedPolicy) -> Any:
     """The ONNX ModelProto of `policy` (inputs and outputs as in the module docstring), checked by onnx.
     Raises UnsupportedPolicyError for what check_exportable refuses or jax2onnx cannot convert."""
     import onnx  # optional-heavy: onnx and jax2onnx load only when a policy is exported
@@ -172,7 +172,7 @@ def policy_model(policy: StructuredPolicy) -> Any:
     try:
         with quiet_exporter():
             model = to_onnx(lambda *xs: _forward(policy, dict(zip(names, xs))), inputs,
-                            model_name="seedleague_structured_policy", opset=OPSET, input_names=names,
+                            model_name="seedleague_named_policy", opset=OPSET, input_names=names,
                             output_names=output_names(policy))
     except NotImplementedError as error:  # jax2onnx has no lowering for an operation the network uses
         raise UnsupportedPolicyError(
@@ -213,13 +213,13 @@ def _head(head, continuous: str) -> dict:
                 outputs=outputs, sample=_SAMPLE[continuous])
 
 
-def describe(policy: StructuredPolicy, model: Any) -> dict:
+def describe(policy: NamedPolicy, model: Any) -> dict:
     """The sidecar of `policy`'s exported `model`: inputs, outputs, observation tensors, action heads, spec, origin."""
     inputs = graph_tensors(model.graph.input)
     dtypes = {i["name"]: i["dtype"] for i in inputs}
     spec, continuous = policy.spec, policy.network.heads.continuous
-    encoding = ("the named tensors the env worker sends the host for this agent (seedleague.protocol.specs_v2."
-                "StructuredEnvSpec), one row per agent (env and seat) to act; actions are what the worker takes back "
+    encoding = ("the named tensors the env worker sends the host for this agent (seedleague.protocol.named."
+                "NamedEnvSpec), one row per agent (env and seat) to act; actions are what the worker takes back "
                 "for each head (a discrete head's index, a continuous head's float32 vector)")
     return dict(
         format="onnx", opset=OPSET, producer="seedleague", protocol=2, inputs=inputs,
@@ -235,7 +235,7 @@ def describe(policy: StructuredPolicy, model: Any) -> dict:
     )
 
 
-def write(policy: StructuredPolicy, path: str, extra: dict | None = None) -> dict:
+def write(policy: NamedPolicy, path: str, extra: dict | None = None) -> dict:
     """Write `policy` to `path` (.onnx) and its sidecar, with `extra` entries added, to `path`.json;
     returns the sidecar."""
     return write_exported(policy, path, extra, policy_model, describe)

@@ -1,4 +1,4 @@
-"""The training host with protocol v2 workers over a real socket: the structured network acts (one action per
+"""The training host with protocol v2 workers over a real socket: the named network acts (one action per
 head, legal and inside its Box), unrolls of named tensors reach the learner, truncated episodes bootstrap from
 their final observation, bad steps reach nothing, the checkpoint meta records the spec; a v1-shaped v2 worker
 runs on the v1 model."""
@@ -15,27 +15,27 @@ import pytest
 from conftest import serve_host
 
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host import structured
+from seedleague.host import named
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.host.sessions import AgentStep
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec_v2
 from seedleague.protocol.client import ClientConfig
-from seedleague.protocol.client_v2 import StructuredWorkerClient
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.specs_v2 import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          StructuredEnvSpec, TensorSpec, zero_structured_step)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
+                                          NamedEnvSpec, TensorSpec, zero_named_step)
 from seedleague.rl.networks import NetworkConfig
-from seedleague.rl.types import StructuredUnroll
+from seedleague.rl.types import NamedUnroll
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2_grpc
 
 CONFIG = HostConfig(unroll_length=4, batch_size=2, replay=ReplayConfig(capacity=64, error_buffer=10_000),
                     network=NetworkConfig(hidden_sizes=(8,)))
-SPEC = StructuredEnvSpec(
-    "structured", ObservationSpec((TensorSpec("vector", (3,), np.float32),
+SPEC = NamedEnvSpec(
+    "named", ObservationSpec((TensorSpec("vector", (3,), np.float32),
                                    TensorSpec("entities", (4, 2), np.float32, masked=True))),
     ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), ContinuousHead("aim", (-1.0, 0.0), (1.0, 2.0)))),
     num_envs=3)
@@ -55,13 +55,13 @@ def _wait(predicate, timeout_s: float = 60.0) -> bool:
     return predicate()
 
 
-def test_a_structured_worker_trains_with_one_legal_bounded_action_per_head(served):
+def test_a_named_worker_trains_with_one_legal_bounded_action_per_head(served):
     host, server = served
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     client.connect()
     inserted, insert = [], host.pipeline.replay.insert
     host.pipeline.replay.insert = lambda rows, timeout=None: inserted.append(rows) or insert(rows, timeout)
-    step = zero_structured_step(SPEC)
+    step = zero_named_step(SPEC)
     step.legal_mask["move"][:, :, 0] = False
     rng = np.random.default_rng(0)
     try:
@@ -77,13 +77,13 @@ def test_a_structured_worker_trains_with_one_legal_bounded_action_per_head(serve
     finally:
         client.close()
     batch = inserted[0]
-    assert isinstance(batch, StructuredUnroll) and sorted(batch.observation) == ["entities", "entities/mask", "vector"]
+    assert isinstance(batch, NamedUnroll) and sorted(batch.observation) == ["entities", "entities/mask", "vector"]
     assert batch.action["aim"].shape == (3, 5, 2) and batch.behaviour_params["aim"].shape == (3, 5, 4)
     # Every truncation arrived with its final observation: each became a termination with the bootstrap in its
     # reward (1 + gamma * V(final) != 1), and none is left for the learner's approximation.
-    rows = StructuredUnroll(*[np.concatenate([getattr(b, f) for b in inserted]) if f not in
+    rows = NamedUnroll(*[np.concatenate([getattr(b, f) for b in inserted]) if f not in
                               ("observation", "action", "behaviour_params", "legal_mask", "core_state") else None
-                              for f in StructuredUnroll._fields])
+                              for f in NamedUnroll._fields])
     assert not rows.truncated.any() and rows.terminated[:, :-1].sum() >= 1
     ends = rows.terminated[:, :-1]
     assert (rows.reward[:, :-1][ends] != 1.0).all() and (rows.reward[:, :-1][~ends] == 1.0).all()
@@ -96,7 +96,7 @@ def test_a_step_missing_a_tensor_is_refused_naming_it_and_nothing_reaches_replay
     with grpc.insecure_channel(server.address) as channel:
         stub = env_pb2_grpc.EnvServiceStub(channel)
         session = stub.Handshake(codec_v2.encode_handshake(SPEC, "raw"), timeout=60).session_id
-        step = zero_structured_step(SPEC, session)
+        step = zero_named_step(SPEC, session)
         step.observation.pop("entities/mask")
         call = stub.Stream(iter([codec_v2.encode_step(step)]), timeout=30)
         with pytest.raises(grpc.RpcError) as error:
@@ -107,9 +107,9 @@ def test_a_step_missing_a_tensor_is_refused_naming_it_and_nothing_reaches_replay
 
 def test_episode_stats_reach_the_metrics_as_running_means(served):
     host, server = served
-    spec = StructuredEnvSpec("stats", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+    spec = NamedEnvSpec("stats", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=2, episode_stats=("win",))
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     observation = {"obs": np.zeros((2, 3), np.float32)}
     try:
@@ -125,9 +125,9 @@ def test_episode_stats_reach_the_metrics_as_running_means(served):
 
 def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     host, server = served
-    spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+    spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     try:
         actions = client.step({"obs": np.zeros((2, 3), np.float32)}, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
@@ -139,9 +139,9 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
 
 def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served):
     host, server = served
-    spec = StructuredEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+    spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                              ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     inserted, insert = [], host.pipeline.replay.insert
     host.pipeline.replay.insert = lambda rows, timeout=None: inserted.append(rows) or insert(rows, timeout)
@@ -170,7 +170,7 @@ def test_bootstrap_adds_the_discounted_value_of_the_final_observation_by_hand():
         seen["rows"] = len(first)
         return np.array([5.0, 7.0, 0.0, 0.0], np.float32)[:len(first)]
 
-    reward, terminated, truncated = structured.bootstrap(
+    reward, terminated, truncated = named.bootstrap(
         agents, np.array([1.0, 2.0, 3.0], np.float32), np.zeros(3, bool), np.array([False, True, True]),
         learning=np.array([True, True, False]), core_before=(), values=values, bucket=lambda n: 4, discount=0.9)
     np.testing.assert_allclose(reward, [1.0, 2.0 + 0.9 * 5.0, 3.0])  # row 2 is not the learner's: unchanged
@@ -178,21 +178,21 @@ def test_bootstrap_adds_the_discounted_value_of_the_final_observation_by_hand():
     assert seen["rows"] == 4  # padded to the bucket
 
 
-def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
+def test_a_named_run_resumes_and_loads_as_a_named_policy(tmp_path):
     import dataclasses
 
     from seedleague.api import load_policy
     from seedleague.checkpoint import CheckpointConfig
-    from seedleague.artifacts.structured import StructuredPolicy
+    from seedleague.artifacts.named import NamedPolicy
 
     config = dataclasses.replace(CONFIG, checkpoint=CheckpointConfig(directory=str(tmp_path / "checkpoints"),
                                                                      interval_s=3600))
     host = Host(config, Metrics())
     server = ServerThread(host).start()
-    client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
+    client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
     try:
         client.connect()
-        step = zero_structured_step(SPEC)
+        step = zero_named_step(SPEC)
         for _ in range(12):
             client.step(step.observation, np.ones((3, 1)), np.zeros(3, bool), np.zeros(3, bool), step.legal_mask)
         assert _wait(lambda: host.pipeline.learner.step >= 1)
@@ -208,7 +208,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
         resumed.stop()
     serving = Host(dataclasses.replace(config, learn=False), Metrics(), resume=True)  # what `seedleague serve` runs
     with ServerThread(serving) as server:
-        client = StructuredWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
+        client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), SPEC)
         client.connect()
         try:
             served = client.step(step.observation, np.zeros((3, 1)), np.zeros(3, bool), np.zeros(3, bool),
@@ -218,7 +218,7 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
             serving.stop()
     assert client.policy_version == saved_step and served["aim"].shape == (3, 1, 2)
     policy = load_policy(str(tmp_path / "checkpoints"))
-    assert isinstance(policy, StructuredPolicy) and policy.step >= 1
+    assert isinstance(policy, NamedPolicy) and policy.step >= 1
     observation = {k: v[:, 0] for k, v in step.observation.items()}
     legal = {"move": np.array([[False, True, False]] * 3)}
     actions = policy.act(observation, legal)
@@ -228,17 +228,17 @@ def test_a_structured_run_resumes_and_loads_as_a_structured_policy(tmp_path):
     assert single["aim"].shape == (2,) and np.shape(policy.value(observation)) == (3,)
 
 
-def test_a_recurrent_structured_policy_is_refused_as_the_v1_api_refuses_one():
+def test_a_recurrent_named_policy_is_refused_as_the_v1_api_refuses_one():
     from seedleague.api import RecurrentPolicyError
     from seedleague.rl.networks import NetworkConfig
-    from seedleague.artifacts.structured import StructuredPolicy
+    from seedleague.artifacts.named import NamedPolicy
 
     with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):
-        StructuredPolicy(NetworkConfig(lstm_size=16), params={}, spec=SPEC, source="runs/x/7")
+        NamedPolicy(NetworkConfig(lstm_size=16), params={}, spec=SPEC, source="runs/x/7")
 
 
-def test_exploration_is_refused_for_a_structured_spec_rather_than_ignored():
-    # The exploration mixture is defined for one discrete head; a structured network would act without it.
+def test_exploration_is_refused_for_a_named_spec_rather_than_ignored():
+    # The exploration mixture is defined for one discrete head; a named network would act without it.
     host = Host(dataclasses.replace(CONFIG, explore=0.05), Metrics())
     try:
         with pytest.raises(ProtocolError, match="--explore 0") as refused:

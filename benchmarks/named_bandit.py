@@ -1,11 +1,11 @@
-"""A two-head contextual bandit for the structured learner: does it learn a discrete and a continuous head at once?
+"""A two-head contextual bandit for the named learner: does it learn a discrete and a continuous head at once?
 
 One observation of two named tensors (a vector and a masked entity list), one action of two heads ("move", 3
 choices; "aim", a Box [-2, 2]). Reward: 1 for move 2, minus |aim - tanh(vector[0])|, so the best aim depends on
 the observation; the best mean reward is 1. Every step is a one-step episode acted on by the current params
-(seedleague.rl.structured_network.act) and learned from by the learner's update, with no host in between:
+(seedleague.rl.named_network.act) and learned from by the learner's update, with no host in between:
 
-    .venv/bin/python -m benchmarks.structured_bandit --continuous squashed --loss ppo
+    .venv/bin/python -m benchmarks.named_bandit --continuous squashed --loss ppo
 
 Prints the mean reward, P(move = 2) and the mean |aim - target| of the acting batch every 50 updates.
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
 from seedleague.rl.networks import NetworkConfig
-from seedleague.rl.structured_network import StructuredNetworkConfig, act, make_structured_network
-from seedleague.rl.structured_spec import ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec
-from seedleague.rl.types import StructuredUnroll
+from seedleague.rl.named_network import NamedNetworkConfig, act, make_named_network
+from seedleague.rl.named_spec import ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec
+from seedleague.rl.types import NamedUnroll
 
 BATCH = 64
 
@@ -32,8 +32,8 @@ def _two_rows(x) -> np.ndarray:
     return np.stack([x, x], axis=1)
 
 
-def _unroll(observation, action, behaviour, legal, reward, version) -> StructuredUnroll:
-    return StructuredUnroll(
+def _unroll(observation, action, behaviour, legal, reward, version) -> NamedUnroll:
+    return NamedUnroll(
         observation={k: _two_rows(v) for k, v in observation.items()}, first=np.ones((BATCH, 2), bool),
         action={k: _two_rows(v) for k, v in action.items()},
         behaviour_params={k: _two_rows(v) for k, v in behaviour.items()},
@@ -49,8 +49,8 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    network = make_structured_network(
-        StructuredNetworkConfig(NetworkConfig(hidden_sizes=(32,)), continuous=args.continuous),
+    network = make_named_network(
+        NamedNetworkConfig(NetworkConfig(hidden_sizes=(32,)), continuous=args.continuous),
         ObservationSpec((TensorSpec("vector", (2,), np.float32), TensorSpec("units", (3, 2), np.float32, masked=True))),
         ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), ContinuousHead("aim", (-2.0,), (2.0,)))))
     config = LearnerConfig(loss=args.loss, kl_cost=0.1 if args.loss == "mmd" else 0.0, learning_rate=3e-3,

@@ -1,13 +1,13 @@
 """Loss inputs for composite actions: joint log-probabilities, entropies and KLs summed over heads.
 
-This file owns the step from a structured network's outputs and a
-`StructuredUnroll` to the `LossInputs` that V-trace, PPO and MMD
+This file owns the step from a named network's outputs and a
+`NamedUnroll` to the `LossInputs` that V-trace, PPO and MMD
 (seedleague.rl.losses) already take. The losses themselves do not change: their
 log pi, log mu, entropy and KL are those of the whole action, each a sum over the
 action's independent heads. With one discrete head the numbers are v1's exactly.
 
     outputs, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
-    inputs = structured_loss_inputs(network.heads, outputs, values, batch, discount=0.99)
+    inputs = named_loss_inputs(network.heads, outputs, values, batch, discount=0.99)
     loss, metrics = losses.vtrace_loss(inputs, lambda_=0.95)
 """
 
@@ -18,14 +18,14 @@ import jax.numpy as jnp
 
 from seedleague.rl import losses
 from seedleague.rl.action_heads import ActionHeads, Categorical
-from seedleague.rl.types import StructuredUnroll, Unroll
+from seedleague.rl.types import NamedUnroll, Unroll
 
 
 def _rows(tree: dict, rows: slice) -> dict:
     return {name: x[:, rows] for name, x in tree.items()}
 
 
-def _check(heads: ActionHeads, outputs: dict, values: jax.Array, batch: StructuredUnroll) -> None:
+def _check(heads: ActionHeads, outputs: dict, values: jax.Array, batch: NamedUnroll) -> None:
     if values.ndim != 2 or values.shape[1] < 2:
         raise ValueError(f"values must be [B, T+1] with T+1 >= 2 rows, got {values.shape}")
     if batch.first.shape != values.shape:
@@ -42,10 +42,10 @@ def _check(heads: ActionHeads, outputs: dict, values: jax.Array, batch: Structur
                 raise ValueError(f"{field}[{name!r}] must be [B, T+1, P] = {want}, got {tree[name].shape}")
 
 
-def structured_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batch: StructuredUnroll,
+def named_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batch: NamedUnroll,
                            discount: float) -> losses.LossInputs:
     """`losses.loss_inputs` for a composite action: outputs {head: [B, T+1, P]} and values [B, T+1] from
-    `StructuredNetwork.apply` over the batch; row T only supplies V(s_T).
+    `NamedNetwork.apply` over the batch; row T only supplies V(s_T).
 
     logit_tm1 (NeuRD's centred logit) is defined for a single discrete head only; otherwise it is NaN, and
     the learner refuses NeuRD for such specs.
@@ -73,11 +73,11 @@ def structured_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array,
     )
 
 
-def structured_unroll_from_v1(batch: Unroll, observation_name: str = "observation",
-                              head_name: str = "action") -> StructuredUnroll:
-    """A v1 `Unroll` as a `StructuredUnroll` of one observation tensor and one discrete head (the names of
-    `seedleague.rl.structured_spec.v1_specs`). No copies: the same arrays under the spec's names."""
-    return StructuredUnroll(
+def named_unroll_from_v1(batch: Unroll, observation_name: str = "observation",
+                              head_name: str = "action") -> NamedUnroll:
+    """A v1 `Unroll` as a `NamedUnroll` of one observation tensor and one discrete head (the names of
+    `seedleague.rl.named_spec.v1_specs`). No copies: the same arrays under the spec's names."""
+    return NamedUnroll(
         observation={observation_name: batch.observation},
         first=batch.first,
         action={head_name: batch.action},
