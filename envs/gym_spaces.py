@@ -137,7 +137,7 @@ class NamedSpaces:
         heads, decode = _action_leaf(env_id, action_space, "action")
         try:
             spec = NamedEnvSpec(env_id, ObservationSpec(tuple(leaf.spec for leaf in leaves)),
-                                     ActionSpec(tuple(heads)), envs.num_envs)
+                                ActionSpec(tuple(heads)), envs.num_envs)
         except (ProtocolError, ValueError) as error:
             raise UnsupportedEnv(f"{env_id}: {getattr(error, 'message', error)}") from None
         return cls(spec, leaves, decode)

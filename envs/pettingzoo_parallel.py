@@ -123,7 +123,7 @@ class ParallelVectorGame(EnvPerSlot):
         self._seat_team = np.asarray(seat_team)
         stats = tuple(f"return_{team}" for team in self.team_names) if len(self.team_names) > 1 else ()
         self.spec = NamedEnvSpec(env_name, ObservationSpec((TensorSpec(OBSERVATION, (width,), np.float32),)),
-                                      ActionSpec((head,)), num_envs=num_envs, num_seats=len(agents),
+                                 ActionSpec((head,)), num_envs=num_envs, num_seats=len(agents),
                                       episode_stats=stats, seat_team=tuple(seat_team))
         agents_shape = (num_envs, len(agents))
         self._out = GameStep(observation={OBSERVATION: np.zeros(agents_shape + (width,), np.float32)},

@@ -38,8 +38,8 @@ _SIDE = np.array([1.0, 1.0, -1.0, -1.0], np.float32)  # +knot is team 0's side
 
 def tug_spec(num_envs: int) -> NamedEnvSpec:
     return NamedEnvSpec("tug-2v2", ObservationSpec((TensorSpec("observation", (1 + CUES,), np.float32),)),
-                             ActionSpec((DiscreteHead("action", CUES),)), num_envs=num_envs, num_seats=4,
-                             seat_team=SEAT_TEAM)
+                        ActionSpec((DiscreteHead("action", CUES),)), num_envs=num_envs, num_seats=4,
+                        seat_team=SEAT_TEAM)
 
 
 class TugGame:

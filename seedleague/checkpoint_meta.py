@@ -58,7 +58,7 @@ def spec_from_json(data: dict) -> "EnvSpec | NamedEnvSpec":
                                             for t in data["observation"]))
         action = ActionSpec(tuple(_head_from_json(h) for h in data["action"]))
         return NamedEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
-                                 tuple(data["episode_stats"]), tuple(data["seat_team"]))
+                            tuple(data["episode_stats"]), tuple(data["seat_team"]))
     return EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
                    data["num_actions"], 1)
 

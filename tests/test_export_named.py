@@ -187,10 +187,10 @@ def test_a_clipped_gaussian_head_exports_and_matches_the_policy(tmp_path):
 
 def test_an_image_tensor_and_a_v1_shaped_v2_spec_export(tmp_path):
     image = NamedEnvSpec("frames", ObservationSpec((TensorSpec("screen", (12, 12, 2), np.uint8),
-                                                         TensorSpec("speed", (2,), np.float64))),
+                                                    TensorSpec("speed", (2,), np.float64))),
                               ActionSpec((DiscreteHead("turn", 3), ContinuousHead("throttle", (0.0,), (1.0,)))), 1)
     v1_shaped = NamedEnvSpec("vector_only", ObservationSpec((TensorSpec("obs", (5,), np.float32),)),
-                                  ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),)), 1)
+                             ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),)), 1)
     for spec in (image, v1_shaped):
         run = tmp_path / spec.env_name
         save_named_checkpoint(run / "checkpoints", spec=spec, seed=3)
@@ -240,7 +240,7 @@ def test_an_encoder_the_export_does_not_know_is_refused_by_name(tmp_path, capsys
 
 def test_a_tensor_named_like_the_value_output_is_refused_by_name(tmp_path, capsys):
     spec = NamedEnvSpec("valued", ObservationSpec((TensorSpec("value", (2,), np.float32),)),
-                             ActionSpec((DiscreteHead("push", 2),)), 1)
+                        ActionSpec((DiscreteHead("push", 2),)), 1)
     save_named_checkpoint(tmp_path / "run" / "checkpoints", spec=spec)
     err = refused(capsys, "--run-dir", tmp_path / "run", "--out", tmp_path / "p.onnx")
     assert "observation tensor 'value' has the name of the graph's value output" in err

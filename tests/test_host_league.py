@@ -383,7 +383,7 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
         tensors += (TensorSpec("clock", (1,), np.float32),)
         heads += (ContinuousHead("u", (-1.0,), (1.0,)),)
     spec = NamedEnvSpec("2v2 duel", ObservationSpec(tensors), ActionSpec(heads), num_envs=NUM_ENVS, num_seats=4,
-                             seat_team=(0, 0, 1, 1))
+                        seat_team=(0, 0, 1, 1))
     client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     observation = {t.name: np.zeros((NUM_ENVS, 4) + t.shape, np.float32) for t in tensors}

@@ -36,7 +36,7 @@ CONFIG = HostConfig(unroll_length=4, batch_size=2, replay=ReplayConfig(capacity=
                     network=NetworkConfig(hidden_sizes=(8,)))
 SPEC = NamedEnvSpec(
     "named", ObservationSpec((TensorSpec("vector", (3,), np.float32),
-                                   TensorSpec("entities", (4, 2), np.float32, masked=True))),
+                              TensorSpec("entities", (4, 2), np.float32, masked=True))),
     ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), ContinuousHead("aim", (-1.0, 0.0), (1.0, 2.0)))),
     num_envs=3)
 
@@ -82,8 +82,8 @@ def test_a_named_worker_trains_with_one_legal_bounded_action_per_head(served):
     # Every truncation arrived with its final observation: each became a termination with the bootstrap in its
     # reward (1 + gamma * V(final) != 1), and none is left for the learner's approximation.
     rows = NamedUnroll(*[np.concatenate([getattr(b, f) for b in inserted]) if f not in
-                              ("observation", "action", "behaviour_params", "legal_mask", "core_state") else None
-                              for f in NamedUnroll._fields])
+                         ("observation", "action", "behaviour_params", "legal_mask", "core_state") else None
+                         for f in NamedUnroll._fields])
     assert not rows.truncated.any() and rows.terminated[:, :-1].sum() >= 1
     ends = rows.terminated[:, :-1]
     assert (rows.reward[:, :-1][ends] != 1.0).all() and (rows.reward[:, :-1][~ends] == 1.0).all()
@@ -108,7 +108,7 @@ def test_a_step_missing_a_tensor_is_refused_naming_it_and_nothing_reaches_replay
 def test_episode_stats_reach_the_metrics_as_running_means(served):
     host, server = served
     spec = NamedEnvSpec("stats", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
-                             ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=2, episode_stats=("win",))
+                        ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=2, episode_stats=("win",))
     client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     observation = {"obs": np.zeros((2, 3), np.float32)}
@@ -126,7 +126,7 @@ def test_episode_stats_reach_the_metrics_as_running_means(served):
 def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     host, server = served
     spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
-                             ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
+                        ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
     client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     try:
@@ -140,7 +140,7 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
 def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served):
     host, server = served
     spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
-                             ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
+                        ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
     client = NamedWorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
     client.connect()
     inserted, insert = [], host.pipeline.replay.insert

@@ -15,7 +15,7 @@ from seedleague.rl.networks import NetworkConfig, make_network
 from seedleague.rl.named_losses import named_loss_inputs, named_unroll_from_v1
 from seedleague.rl.named_network import NamedNetworkConfig, make_named_network
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                           v1_specs)
+                                      v1_specs)
 from seedleague.rl.types import NamedUnroll, Unroll
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
@@ -124,7 +124,7 @@ def _hybrid_batch(network, params, batch=4, rows=5, seed=0):
     # Rewarded for the "aim" close to 1 and for "move" 2: both heads must learn.
     reward = (2 * (np.asarray(action["move"]) == 2) - np.abs(np.asarray(action["aim"])[..., 0] - 1.0))
     return NamedUnroll(observation=observation, first=first, action=action, behaviour_params=outputs,
-                            legal_mask=legal, reward=reward.astype(np.float32), terminated=np.ones((batch, rows), bool),
+                       legal_mask=legal, reward=reward.astype(np.float32), terminated=np.ones((batch, rows), bool),
                             truncated=np.zeros((batch, rows), bool), policy_version=np.zeros((batch, rows), np.int32),
                             core_state=())
 
@@ -145,11 +145,11 @@ def test_learner_update_with_a_v1_shaped_named_network_is_v1s_update():
     config = LearnerConfig(loss="vtrace", minibatches=2)
     v1 = make_network(NetworkConfig(hidden_sizes=(16,)), (3,), np.float32, NUM_ACTIONS)
     named = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(16,))),
-                                         *v1_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True))
+                               *v1_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True))
     batch = _v1_batch(batch=4)
     v1_state, v1_metrics = make_update(config, v1)(init_train_state(config, v1, jax.random.key(0)), batch)
     state, metrics = make_update(config, named)(init_train_state(config, named, jax.random.key(0)),
-                                                     named_unroll_from_v1(batch))
+                                                named_unroll_from_v1(batch))
     for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(v1_state.params)):
         np.testing.assert_array_equal(x, y)
     for name in metrics:

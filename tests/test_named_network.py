@@ -10,9 +10,9 @@ from seedleague.rl.encoders import encoder_kind, image_layout
 from seedleague.rl.networks import NetworkConfig, make_network, squash_beyond_unit
 from seedleague.rl.named_losses import named_loss_inputs
 from seedleague.rl.named_network import (NamedNetworkConfig, act, all_legal, check_observation,
-                                              make_named_network)
+                                         make_named_network)
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                           mask_key, v1_specs)
+                                      mask_key, v1_specs)
 from seedleague.rl.types import NamedUnroll
 
 OBSERVATION_SPEC = ObservationSpec((
@@ -31,7 +31,7 @@ B, ROWS = 2, 4
 def dict_network():
     """Built once per module: each network compiles its init once."""
     network = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(32,)),
-                                                              entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
+                                                    entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
     return network, network.init(jax.random.key(0))
 
 
@@ -157,7 +157,7 @@ def test_apply_names_the_tensor_that_does_not_fit(dict_network):
     (lambda: ObservationSpec(()), "at least one tensor"),
     (lambda: NamedNetworkConfig(continuous="beta"), "'squashed' or 'clipped'"),
     (lambda: make_named_network(NamedNetworkConfig(NetworkConfig(torso="mlp")), OBSERVATION_SPEC,
-                                     ACTION_SPEC), "use torso='auto'"),
+                                ACTION_SPEC), "use torso='auto'"),
 ])
 def test_bad_specs_say_what_to_change(make, match):
     with pytest.raises(ValueError, match=match):
@@ -187,7 +187,7 @@ def test_act_samples_legal_actions_in_the_box_and_greedy_takes_the_modes(dict_ne
 def test_squash_inputs_logs_every_float_tensor_beyond_unit_range_and_leaves_frames_alone(dict_network):
     network, params = dict_network
     squashing = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(32,), squash_inputs=True),
-                                                                entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
+                                                      entity_features=16), OBSERVATION_SPEC, ACTION_SPEC)
     large = _observation()
     large["vector"] = large["vector"] * 500.0
     large["entities"] = large["entities"] * 500.0

@@ -38,7 +38,7 @@ def reference_envs(module_name: str, num_envs: int, seed: int, **kwargs):
 def as_named(step, spec) -> NamedStepBatch:
     """The GameStep as the message the host checks (a copy)."""
     return NamedStepBatch("s", 1, {k: v.copy() for k, v in step.observation.items()}, step.reward.copy(),
-                               step.terminated.copy(), step.truncated.copy(),
+                          step.terminated.copy(), step.truncated.copy(),
                                {k: v.copy() for k, v in (step.legal_mask or {}).items()}, None,
                                {k: v.copy() for k, v in (step.final_observation or {}).items()},
                                {k: v.copy() for k, v in (step.episode_stats or {}).items()})

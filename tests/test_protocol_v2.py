@@ -232,7 +232,7 @@ def test_a_v1_shaped_v2_worker_falls_back_to_v1_on_a_host_without_v2():
     only_v1 = lambda server: server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         SERVICE_NAME, _v1_handlers(servicer)),))
     spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
-                             ActionSpec((DiscreteHead("act", 4),)), num_envs=2)
+                        ActionSpec((DiscreteHead("act", 4),)), num_envs=2)
     with ThreadedServer("127.0.0.1:0", lambda: [only_v1], [SERVICE_NAME], 2**20) as server:
         client = NamedWorkerClient(ClientConfig(server.address), spec)
         client.connect()

@@ -115,8 +115,8 @@ def test_protocol_v2_specs_get_the_continuous_control_preset_for_a_box_head_and_
     v1_shaped = NamedEnvSpec("x", observation, ActionSpec((DiscreteHead("a", 2),)), 8, num_seats=2)
     assert presets.preset_for_spec(v1_shaped).host.learner == presets.GAME_RECIPE  # a v1 game, in the league
     hybrid = NamedEnvSpec("x", ObservationSpec(observation.tensors + (TensorSpec("image", (4, 4, 1), np.uint8),)),
-                               ActionSpec((DiscreteHead("a", 2), ContinuousHead("u", (-1.0,), (1.0,)))), 8,
-                               num_seats=2)
+                          ActionSpec((DiscreteHead("a", 2), ContinuousHead("u", (-1.0,), (1.0,)))), 8,
+                          num_seats=2)
     game, kuhn = presets.preset_for_spec(hybrid), presets.preset_for("openspiel:kuhn_poker")
     assert game.host.learner == presets.GAME_RECIPE and (game.league, game.output) == (kuhn.league, kuhn.output)
     assert game.host.network.torso == "auto"  # one encoder per named tensor, the image's a conv

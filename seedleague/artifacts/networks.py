@@ -36,7 +36,7 @@ def build(config: NetworkConfig, spec: Union[EnvSpec, NamedEnvSpec]) -> Union[Ne
     for a protocol v2 spec."""
     if isinstance(spec, NamedEnvSpec):
         return make_named_network(NamedNetworkConfig(network=named_torso(config, spec)),
-                                       spec.observation, spec.action)
+                                  spec.observation, spec.action)
     return make_network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
 
 
@@ -49,8 +49,8 @@ def shared_network(config: NetworkConfig, observation_shape: tuple[int, ...], ob
 
 @functools.lru_cache(maxsize=32)
 def named_network_for(config: NetworkConfig, spec: NamedEnvSpec,
-                           continuous: str = "squashed") -> NamedNetwork:
+                      continuous: str = "squashed") -> NamedNetwork:
     """The network a host built for `spec` with `config` (`build`'s choice), one per architecture; `continuous`
     picks the Gaussian of continuous heads (NamedNetworkConfig.continuous; hosts build "squashed")."""
     return make_named_network(NamedNetworkConfig(network=named_torso(config, spec),
-                                                           continuous=continuous), spec.observation, spec.action)
+                                                 continuous=continuous), spec.observation, spec.action)

@@ -143,7 +143,7 @@ class Session:
         self.named = isinstance(spec, NamedEnvSpec)
         if unroll_length and self.named:
             self.unrolls = UnrollStore.named(self.num_agents, unroll_length, spec.observation, heads,
-                                                  initial_state(self.num_agents))
+                                             initial_state(self.num_agents))
         elif unroll_length:
             self.unrolls = UnrollStore(
                 self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,

@@ -49,7 +49,7 @@ def _copy_row(column: Any, done: np.ndarray, last: int) -> None:
 
 
 def named_rows(num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
-                    initial_core_state: Any) -> NamedUnroll:
+               initial_core_state: Any) -> NamedUnroll:
     """Zeroed NamedUnroll rows [num_agents, T+1, ...] for one observation spec and action heads."""
     rows = (num_agents, unroll_length + 1)
     spec = heads.spec
@@ -97,7 +97,7 @@ class UnrollStore:
 
     @classmethod
     def named(cls, num_agents: int, unroll_length: int, observation_spec: ObservationSpec, heads: ActionHeads,
-                   initial_core_state: Any) -> "UnrollStore":
+              initial_core_state: Any) -> "UnrollStore":
         """A store of NamedUnroll rows: `add` then takes dicts for observation, action, logits, legal_mask."""
         store = cls.__new__(cls)
         store._init(num_agents, unroll_length,

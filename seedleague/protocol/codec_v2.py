@@ -90,7 +90,7 @@ def decode_spec(message: pb.EnvSpec) -> NamedEnvSpec:
     except ValueError as error:
         raise ProtocolError(INVALID_ARGUMENT, f"bad env spec: {error}") from None
     return NamedEnvSpec(name, observation, action, message.num_envs, message.num_seats,
-                             tuple(message.episode_stats), tuple(message.seat_team), message.return_bound)
+                        tuple(message.episode_stats), tuple(message.seat_team), message.return_bound)
 
 
 def encode_handshake(spec: NamedEnvSpec, worker_name: str,
@@ -161,4 +161,4 @@ def encode_actions(actions: NamedActionBatch) -> pb.ActionBatch:
 
 def decode_actions(message: pb.ActionBatch) -> NamedActionBatch:
     return NamedActionBatch(sequence=message.sequence, action=_decode_named("action", message.action),
-                                 policy_version=message.policy_version)
+                            policy_version=message.policy_version)

@@ -9,7 +9,7 @@ learner's own spec types (seedleague.rl.named_spec, numpy only), so the host
 builds its network from it as it is:
 
     spec = NamedEnvSpec("Pendulum-v1", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
-                             ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=8)
+                        ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=8)
     check_named_step(spec, step)                 # ProtocolError naming the tensor, or None
     check_named_actions(spec, action, acting)     # ProtocolError naming the head, or None
 
@@ -28,7 +28,7 @@ import numpy as np
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite, return_bound_problem
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                           V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
+                                      V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
 
 PROTOCOL_VERSION_V2 = 2
 MAX_NAMED = 256  # most observation tensors, action heads or episode stats in one spec
@@ -117,7 +117,7 @@ def named_of_v1(spec: EnvSpec) -> NamedEnvSpec:
     observation, action = v1_specs(spec.observation_shape, spec.observation_dtype, spec.num_actions,
                                    spec.has_legal_mask)
     return NamedEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats,
-                             return_bound=spec.return_bound)
+                        return_bound=spec.return_bound)
 
 
 def v1_of_named(spec: NamedEnvSpec) -> Optional[EnvSpec]:
@@ -174,7 +174,7 @@ class NamedActionBatch:
 
 
 def zero_named_step(spec: NamedEnvSpec, session_id: str = "", sequence: int = 0,
-                         acting: bool = False) -> NamedStepBatch:
+                    acting: bool = False) -> NamedStepBatch:
     """A step that fits `spec` exactly: zero observations (every entity mask true), no episode ends, every
     action legal, zero stats, and (with `acting`) every seat acting. A template for clients and tests."""
     agents = (spec.num_envs, spec.num_seats)
@@ -282,7 +282,7 @@ def _check_head(head, action: np.ndarray, agents: tuple[int, int], acting: np.nd
 
 
 def check_named_actions(spec: NamedEnvSpec, action: dict, acting: Optional[np.ndarray] = None,
-                             legal_mask: Optional[dict] = None) -> None:
+                        legal_mask: Optional[dict] = None) -> None:
     """Raise ProtocolError(INVALID_ARGUMENT) naming the head unless `action` holds one array per head of the
     spec, none extra, each of its dtype and shape, within bounds (discrete: [0, n) and legal; continuous: finite
     and in [low, high]) at the acting seats."""

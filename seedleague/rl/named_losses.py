@@ -43,7 +43,7 @@ def _check(heads: ActionHeads, outputs: dict, values: jax.Array, batch: NamedUnr
 
 
 def named_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batch: NamedUnroll,
-                           discount: float) -> losses.LossInputs:
+                      discount: float) -> losses.LossInputs:
     """`losses.loss_inputs` for a composite action: outputs {head: [B, T+1, P]} and values [B, T+1] from
     `NamedNetwork.apply` over the batch; row T only supplies V(s_T).
 
@@ -74,7 +74,7 @@ def named_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batc
 
 
 def named_unroll_from_v1(batch: Unroll, observation_name: str = "observation",
-                              head_name: str = "action") -> NamedUnroll:
+                         head_name: str = "action") -> NamedUnroll:
     """A v1 `Unroll` as a `NamedUnroll` of one observation tensor and one discrete head (the names of
     `seedleague.rl.named_spec.v1_specs`). No copies: the same arrays under the spec's names."""
     return NamedUnroll(

@@ -163,7 +163,7 @@ def _v1_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
 
 
 def make_named_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
-                            action_spec: ActionSpec) -> NamedNetwork:
+                       action_spec: ActionSpec) -> NamedNetwork:
     """Build the actor-critic `NamedNetwork` for one observation spec and action spec."""
     heads = ActionHeads(action_spec, config.continuous)
     if is_v1_shaped(observation_spec, action_spec):
