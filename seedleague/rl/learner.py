@@ -105,6 +105,15 @@ class LearnerConfig:
         step per batch (no PPO epochs); with several epochs use less (PPO's usual
         3e-4 to 1e-3), and about 3e-4 for Atari-sized conv networks. eps 1e-5
         rather than 1e-8 keeps steps bounded when gradients are tiny.
+    adam_b1: Adam's first-moment decay (its momentum). 0.9 is the usual choice for a
+        fixed objective; in a game, where each player's gradient turns with the other's
+        policy, positive momentum spirals simultaneous play away from the equilibrium
+        (Gidel et al., "Negative momentum for improved game dynamics", AISTATS 2019), so
+        self-play's iterates circle instead of settling; 0 (RMSProp's step) removes it.
+    optimism: > 0 makes the step optimistic (Daskalakis, Ilyas, Syrgkanis & Zeng,
+        "Training GANs with optimism", ICLR 2018): u_t = -r_t - optimism * (r_t - r_{t-1}),
+        r_t Adam's normalised step; it anticipates the turn of the other player's
+        gradient, which gives last-iterate convergence in bilinear games.
     max_grad_norm: clip the global gradient norm to this (0.5 as in OpenAI
         baselines' and CleanRL's PPO); it bounds the step on outlier batches.
         None: no clipping (Adam alone scales the steps).
@@ -179,6 +188,8 @@ class LearnerConfig:
     loss: str = "vtrace"
     learning_rate: float = 2e-3
     adam_eps: float = 1e-5
+    adam_b1: float = 0.9
+    optimism: float = 0.0
     max_grad_norm: Optional[float] = 0.5
     discount: float = 0.99
     lambda_: float = 0.95
@@ -268,6 +279,10 @@ class LearnerConfig:
         if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
             problems.append(f"reward_scale must be a finite number > 0 (1: rewards as the env gives them), "
                             f"got {self.reward_scale}")
+        if not 0 <= self.adam_b1 < 1:
+            problems.append(f"adam_b1 must be in [0, 1) (0: no momentum), got {self.adam_b1}")
+        if not self.optimism >= 0:
+            problems.append(f"optimism must be >= 0 (0: Adam's plain step), got {self.optimism}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             problems.append(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
         for name in ("discount", "lambda_"):
@@ -380,9 +395,13 @@ def annealed(initial: float, final: Optional[float], progress: jax.Array) -> jax
 
 
 def _optimizer(config: LearnerConfig) -> optax.GradientTransformation:
-    """Adam at unit rate; `_gradient_step` scales its steps by the annealed learning rate."""
+    """Adam (optimistic with `optimism` > 0) at unit rate; `_gradient_step` scales its steps by the annealed
+    learning rate."""
     clip = optax.identity() if config.max_grad_norm is None else optax.clip_by_global_norm(config.max_grad_norm)
-    return optax.chain(clip, optax.adam(1.0, eps=config.adam_eps))  # same state either way: a run resumes with the other
+    if config.optimism > 0:  # its state also keeps the last step
+        return optax.chain(clip, optax.optimistic_adam(1.0, optimism=config.optimism, b1=config.adam_b1,
+                                                       eps=config.adam_eps, nesterov=False))
+    return optax.chain(clip, optax.adam(1.0, b1=config.adam_b1, eps=config.adam_eps))  # same state either way: a run resumes with the other
 
 
 def init_train_state(config: LearnerConfig, network: Network, rng: jax.Array) -> TrainState:
