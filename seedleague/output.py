@@ -18,6 +18,7 @@ keeps none); `average_policy` the uniform mixture of the newest third of the pla
 snapshots with the param average at half the weight (seedleague.api.load_average_policy);
 `league_nash` the Nash mixture over the player's snapshots, solved from the league's
 payoff table of win rates (PSRO's meta-strategy, seedleague.league.nash.league_nash).
+A population-based training run's output is its best member's (docs/pbt.md, "The run's output").
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from seedleague.artifacts.load import checkpoint_steps, param_average_count
 from seedleague.artifacts.run_output import (AVERAGE_FRACTION, FILE, MIXTURES, SOURCES, Member, Output, OutputConfig,
                                              choices_text, record, recorded)
 from seedleague.eval.output_selection import select, unmeasurable
-from seedleague.eval.run_league import league_of
+from seedleague.eval.run_league import league_of, pbt_output
 from seedleague.league.model_pool import ModelPool, player_dir_of, root_of
 from seedleague.league.nash import league_nash
 from seedleague.league.types import parse_key
@@ -54,6 +55,22 @@ def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"no such run directory: {run_dir!r}")
     config = config or recorded(run_dir)
+    best = pbt_output(run_dir, config.player) if config.source != "selected" else None
+    if best is None or best[0] == config.player:
+        note = f"population-based training: {best[0]} is the best member ({best[1]})" if best else ""
+        return _resolve(run_dir, config, note)
+    member = os.path.join(run_dir, "players", best[0])  # its host's run (seedleague.launch.league)
+    return _resolve(run_dir if config.source in MIXTURES else member, dataclasses.replace(config, player=best[0]),
+                    f"population-based training: the output is member {best[0]}'s, the best ({best[1]})")
+
+
+def _resolve(run_dir: str, config: OutputConfig, note: str) -> Output:
+    """`resolve` once the run (or PBT member) and its player are known; `note` joins the output's own note."""
+    out = _source(run_dir, config)
+    return dataclasses.replace(out, note="; ".join(n for n in (note, out.note) if n))
+
+
+def _source(run_dir: str, config: OutputConfig) -> Output:
     if config.source == "average_policy":
         return average_policy(run_dir, AVERAGE_FRACTION, config.player)
     if config.source == "league_nash":

@@ -13,18 +13,23 @@ import jax
 import numpy as np
 import pytest
 
+from seedleague import output
+from seedleague.api import load_trained
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLinkConfig
 from seedleague.host.pbt_member import PbtMember
 from seedleague.league import codec, pbt
 from seedleague.league.config import LeagueConfig
-from seedleague.league.pbt import EXPLOIT, INIT, KEPT, PbtSettings, RoundInput, Tally
+from seedleague.league.pbt import EXPLOIT, INIT, KEPT, LOOK, PbtSettings, RoundInput, Tally
+from seedleague.league.server import save_config
 from seedleague.league.service import League
 from seedleague.league.types import MatchResult, Mode, PbtAnswer, Role, SnapshotDecision
 from seedleague.metrics import Metrics
+from seedleague.output import OutputConfig, record
 from seedleague.rl.learner import Scales
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import SMALL_HOST, RawWorker, wait_for
+from tests.test_api import SMALL, save_checkpoint
 from tests.test_host_league import SPEC, duel_steps, play
 
 
@@ -60,17 +65,39 @@ def test_common_opponents_are_those_every_member_met_often_enough():
     assert pbt.common_opponents({}, min_games=1) == []
 
 
-def test_worst_case_is_the_lowest_score_with_wilson_bounds():
-    # Wilson at z = 1.96, n = 100: denominator 1 + 3.8416/100 = 1.038416.
-    #   p = 0.2: centre (0.2 + 0.019208) / 1.038416 = 0.211098, half 1.96 sqrt(0.0016 + 0.00009604) / 1.038416
-    #   = 0.077733: [0.133366, 0.288831]. p = 0.9: [0.825633, 0.944771].
+def test_worst_case_is_the_lowest_score():
     mine = {"p:1": Tally(90, 0, 100), "r:1": Tally(90, 0, 100), "s:1": Tally(20, 0, 100)}
-    worst = pbt.worst_case(mine, ["p:1", "r:1", "s:1"], 1.96)
-    assert (worst.score, worst.opponent) == (pytest.approx(0.2), "s:1")
-    assert (worst.low, worst.high) == (pytest.approx(0.133366, abs=1e-6), pytest.approx(0.288831, abs=1e-6))
-    assert pbt.worst_case(mine, ["p:1", "r:1"], 1.96).opponent == "p:1"  # a tie: the first opponent given
+    assert pbt.worst_case(mine, ["p:1", "r:1", "s:1"]) == pbt.WorstCase(pytest.approx(0.2), "s:1")
+    assert pbt.worst_case(mine, ["p:1", "r:1"]).opponent == "p:1"  # a tie: the first opponent given
     with pytest.raises(ValueError, match="at least one opponent"):
-        pbt.worst_case(mine, [], 1.96)
+        pbt.worst_case(mine, [])
+
+
+def test_two_proportion_z_by_hand():
+    # Agresti-Caffo: 59 of 98 -> 60 / 100 = 0.6, 39 of 98 -> 0.4; variance 0.24 / 100 + 0.24 / 100 = 0.0048;
+    # z = 0.2 / 0.0692820 = 2.886751
+    assert pbt.two_proportion_z(59, 98, 39, 98) == pytest.approx(2.886751, abs=1e-6)
+    assert pbt.two_proportion_z(39, 98, 59, 98) == pytest.approx(-2.886751, abs=1e-6)
+    # all won against all lost stays finite: (1/1 ... ) 11/12 against 1/12, variance 2 x (11/144) / 12
+    assert pbt.two_proportion_z(10, 10, 0, 10) == pytest.approx((10 / 12) / math.sqrt(2 * 11 / 144 / 12), abs=1e-9)
+
+
+def test_separation_takes_the_bottoms_best_choice_and_the_tops_weakest_opponent():
+    # top: r 0.6, s 0.7; bottom: r 0.4, s 0.8 (each after Agresti-Caffo, 100 games).
+    #   b = r: z(top r 0.6 vs 0.4) = 2.886751, z(top s 0.7 vs 0.4) = 0.3 / sqrt(0.0021 + 0.0024) = 4.472136 -> 2.886751
+    #   b = s: z(top r 0.6 vs 0.8) = -0.2 / sqrt(0.0024 + 0.0016) = -3.162278 -> -3.162278
+    top = {"r": Tally(59, 0, 98), "s": Tally(69, 0, 98)}
+    bottom = {"r": Tally(39, 0, 98), "s": Tally(79, 0, 98)}
+    gap = pbt.separation(top, bottom, ["r", "s"])
+    assert (gap.statistic, gap.top_opponent, gap.bottom_opponent) == (pytest.approx(2.886751, abs=1e-6), "r", "r")
+    half = {"r": Tally(48, 2, 98), "s": Tally(79, 0, 98)}  # a draw counts half: 49 of 98, as 49 wins
+    assert pbt.separation(top, half, ["r"]).statistic == pytest.approx(pbt.two_proportion_z(59, 98, 49, 98))
+
+
+def test_critical_z_splits_the_level_over_opponents_and_looks():
+    assert pbt.critical_z(0.05, 1, 1) == pytest.approx(1.644854, abs=1e-6)  # one-sided 5%
+    assert pbt.critical_z(0.05, 2, 5) == pytest.approx(2.575829, abs=1e-6)  # 0.05 / 10 = 0.5%
+    assert pbt.critical_z(0.05, 2, 20) == pytest.approx(3.023341, abs=1e-6)  # 0.05 / 40
 
 
 def test_perturb_multiplies_each_setting_by_one_factor():
@@ -89,7 +116,10 @@ def test_initial_settings_member_zero_keeps_the_recipe():
     assert all(0.5 <= getattr(drawn, n) <= 2.0 for n in pbt.SETTINGS) and drawn != PbtSettings()
 
 
-def _rps_round() -> RoundInput:
+TEST = pbt.Test(alpha=0.05, looks=5, min_games=100)
+
+
+def _rps_round(look: int = 1) -> RoundInput:
     """Four members against rock-, paper- and scissors-like snapshots, 100 games each (a also met x:1 50 times).
 
     member  r:1  p:1  s:1  x:1 | average (all games)  worst case (r, p, s)
@@ -105,7 +135,7 @@ def _rps_round() -> RoundInput:
         tallies={"a": dict(met(90, 90, 20), **{"x:1": Tally(25, 0, 50)}), "b": met(60, 60, 60), "c": met(70, 50, 40),
                  "d": met(50, 50, 50)},
         settings={"a": PbtSettings(), "b": PbtSettings(1.0, 1.0, 2.0), "c": PbtSettings(), "d": PbtSettings()},
-        latest={"a": "a:000010", "b": "b:000010", "c": "c:000010", "d": "d:000010"})
+        latest={"a": "a:000010", "b": "b:000010", "c": "c:000010", "d": "d:000010"}, look=look)
 
 
 def test_a_round_ranks_by_the_worst_case_not_the_average():
@@ -113,38 +143,66 @@ def test_a_round_ranks_by_the_worst_case_not_the_average():
     averages = [sum(t.wins for t in view.tallies[m].values()) / sum(t.games for t in view.tallies[m].values())
                 for m in view.members]
     assert pbt.split(view.members, averages, 0.25) == (["d"], ["a"])  # the average would copy the sharp a into d
-    rows = pbt.plan_round(view, 0.25, 1.96, (0.8, 1.2), Coins(0, 0, 1, 0), min_games=100)  # top b; x0.8 x1.2 x0.8
+    assert pbt.rank(view, 100)[0] == ["b", "d", "c", "a"]
+    rows = pbt.plan_round(view, TEST, 0.25, (0.8, 1.2), Coins(0, 0, 1, 0))  # top b; x0.8 x1.2 x0.8
     assert [(r.member, r.kind) for r in rows] == [("a", EXPLOIT), ("b", KEPT), ("c", KEPT), ("d", KEPT)]
     exploit = rows[0]
     assert (exploit.source, exploit.source_key) == ("b", "b:000010")
     assert dataclasses.astuple(exploit.new) == pytest.approx((0.8, 1.2, 1.6)) and exploit.old == PbtSettings()
     e = exploit.evidence
-    # b's lower bound: min over r, p, s of Wilson's low at .6 over 100 = (0.619208 - 0.094300) / ... = 0.502001;
-    # a's upper bound: min(0.944771, 0.944771, 0.288831); the gap's bound 0.502001 - 0.288831 = 0.213170
-    assert (e["score"], e["opponent"], e["source_score"], e["source_opponent"]) == (
-        pytest.approx(0.2), "s:1", pytest.approx(0.6), "p:1")
-    assert e["source_low"] == pytest.approx(0.502001, abs=1e-6) and e["high"] == pytest.approx(0.288831, abs=1e-6)
-    assert e["bound"] == pytest.approx(0.213170, abs=1e-6)
+    # b (.6 against each) against a's s:1 (.2), after Agresti-Caffo 61/102 and 21/102: 0.392157 / 0.062926 = 6.232066;
+    # a's other choices (.9) give negative z. Critical: Phi^-1(1 - 0.05 / (3 opponents x 5 looks)) = 2.713052
+    assert (e["score"], e["opponent"], e["source_score"], e["source_opponent"], e["rank"]) == (
+        pytest.approx(0.2), "s:1", pytest.approx(0.6), "p:1", 4)
+    assert e["statistic"] == pytest.approx(6.232066, abs=1e-6) and e["critical"] == pytest.approx(2.713052, abs=1e-6)
+    assert (e["at"], e["look"], e["looks"], e["alpha"]) == (["p:1", "s:1"], 1, 5, 0.05)
     assert (e["games"], e["mean"], e["opponents"]) == (350, pytest.approx(225 / 350), 3)  # x:1 is not common
-    assert rows[1].evidence["why"] == "not in the bottom share" and rows[1].evidence["score"] == pytest.approx(0.6)
-    assert "worst case 0.200 (against s:1, at most 0.289) under b's 0.600 (at least 0.502)" in exploit.text()
+    assert rows[1].evidence["why"] == "not in the bottom share" and rows[1].evidence["rank"] == 1
+    assert "worst case 0.200 (against s:1) under b's 0.600 (against p:1), z 6.23 > 2.71 at look 1 of 5" in exploit.text()
 
 
-def test_a_round_keeps_members_the_games_cannot_tell_apart():
-    view = _rps_round()
-    close = dataclasses.replace(view, tallies=dict(view.tallies, a=dict(view.tallies["b"]), c=dict(view.tallies["d"])))
-    rows = pbt.plan_round(close, 0.25, 1.96, (0.8, 1.2), Coins(0), min_games=100)  # d (.5, after c) bottom, a (.6) top
-    assert [r.kind for r in rows] == [KEPT] * 4 and "a not better with confidence" in rows[3].evidence["why"]
-    assert rows[3].evidence["bound"] == pytest.approx(0.502001 - 0.596170, abs=1e-6)  # Wilson's low at .6, high at .5
-    unsaved = dataclasses.replace(view, latest=dict(view.latest, b=""))
-    assert "no snapshot to copy" in pbt.plan_round(unsaved, 0.25, 1.96, (0.8, 1.2), Coins(0), min_games=100)[0].evidence["why"]
-    rare = pbt.plan_round(view, 0.25, 1.96, (0.8, 1.2), Coins(), min_games=101)  # nobody met anyone 101 times
+def _close_round(look: int) -> RoundInput:
+    """a (.5 against each) the bottom, b (.6) the top: z 1.413936 (61/102 against 51/102), under 2.71."""
+    view = _rps_round(look)
+    return dataclasses.replace(view, tallies=dict(view.tallies, a=dict(view.tallies["d"]), c=dict(view.tallies["d"])))
+
+
+def test_a_round_stays_open_until_the_evidence_separates_or_its_last_look():
+    rows = pbt.plan_round(_close_round(1), TEST, 0.25, (0.8, 1.2), Coins(0))  # d (.5, last in join order) vs b
+    assert [(r.kind, r.member, r.source) for r in rows] == [(LOOK, "d", "b")]
+    e = rows[0].evidence
+    assert e["statistic"] == pytest.approx(1.413936, abs=1e-6) and e["look"] == 1
+    assert e["why"] == "b not better with confidence (z 1.41 <= 2.71)" and "round 1 look 1: open" in rows[0].text()
+    last = pbt.plan_round(_close_round(5), TEST, 0.25, (0.8, 1.2), Coins(0))  # the cap: closes, nobody copies
+    assert [r.kind for r in last] == [KEPT] * 4 and last[3].evidence["look"] == 5
+    assert "b not better with confidence" in last[3].evidence["why"]
+    # the same games pass at 5 looks and not at 20: 6.23 against Phi^-1(1 - 0.05 / 60) = 3.14
+    assert pbt.plan_round(_rps_round(), pbt.Test(0.05, 20, 100), 0.25, (0.8, 1.2), Coins(0, 0, 0, 0))[0].kind == EXPLOIT
+    # one opponent, x 59 of 98 (bottom) against y 39 of 98: z 2.886751 passes Phi^-1(1 - 0.05 / 5) = 2.326348 at
+    # 5 looks and not Phi^-1(1 - 0.05 / 40) = 3.023341 at 40: waiting for evidence costs confidence per look
+    pair = RoundInput(2, ["x", "y"], {"x": {"o": Tally(39, 0, 98)}, "y": {"o": Tally(59, 0, 98)}},
+                      {"x": PbtSettings(), "y": PbtSettings()}, {"x": "x:1", "y": "y:1"})
+    assert pbt.plan_round(pair, pbt.Test(0.05, 5, 50), 0.25, (0.8, 1.2), Coins(0, 0, 0, 0))[0].kind == EXPLOIT
+    assert pbt.plan_round(pair, pbt.Test(0.05, 40, 50), 0.25, (0.8, 1.2), Coins(0))[0].kind == LOOK
+    unsaved = dataclasses.replace(_rps_round(), latest=dict(_rps_round().latest, b=""))
+    assert pbt.plan_round(unsaved, TEST, 0.25, (0.8, 1.2), Coins(0))[0].evidence["why"] == "b has no snapshot to copy yet"
+    rare = pbt.plan_round(_rps_round(5), pbt.Test(0.05, 5, 101), 0.25, (0.8, 1.2), Coins())  # nobody met anyone 101 times
     assert all(r.kind == KEPT and r.evidence["why"] == "no opponent every member met 101 times this round" for r in rare)
 
 
+def test_the_leader_is_the_best_member_by_the_same_evidence():
+    view = _rps_round()
+    assert pbt.leader(view, [], 100)[0] == "b" and "0.600 against p:1 over 3 opponents" in pbt.leader(view, [], 100)[1]
+    empty = dataclasses.replace(view, tallies={}, round=3)
+    rows = pbt.plan_round(view, TEST, 0.25, (0.8, 1.2), Coins(0, 0, 1, 0))
+    assert pbt.leader(empty, rows, 100) == (
+        "b", "best worst case at round 1: 0.600 against p:1 over 3 opponents every member met 100 times")
+    assert pbt.leader(empty, [], 100)[0] == "a"  # nothing ranked yet: the first member
+
+
 def test_league_config_refuses_bad_pbt_settings():
-    for field, value in (("pbt_interval", -1), ("pbt_share", 0.6), ("pbt_z", -1.0), ("pbt_perturb", 1.0),
-                         ("pbt_min_games", 0)):
+    for field, value in (("pbt_interval", -1), ("pbt_share", 0.6), ("pbt_alpha", 0.0), ("pbt_alpha", 1.0),
+                         ("pbt_looks", 0), ("pbt_perturb", 1.0), ("pbt_min_games", 0)):
         with pytest.raises(ValueError, match=field):
             LeagueConfig(**{field: value})
 
@@ -183,7 +241,8 @@ def test_league_holds_a_round_hands_the_copy_out_once_and_replays_it(tmp_path):
     assert league.check_in("main-1", 10).pbt.copy_from == ""  # the round: main-1 is the top member
     exploit = league.pbt_history()[2]
     assert (exploit.kind, exploit.member, exploit.source, exploit.source_key) == (EXPLOIT, "main", "main-1", "main-1:000000")
-    assert exploit.evidence["score"] == 0.3 and exploit.evidence["source_score"] == 0.8 and exploit.evidence["bound"] > 0
+    e = exploit.evidence
+    assert e["score"] == 0.3 and e["source_score"] == 0.8 and e["statistic"] > e["critical"] and e["look"] == 1
     answer = league.check_in("main", 11).pbt
     assert answer.copy_from == "main-1:000000" and "copied main-1:000000" in answer.note
     assert (answer.entropy_cost, answer.learning_rate, answer.kl_cost) == dataclasses.astuple(exploit.new)
@@ -210,6 +269,54 @@ def test_an_undelivered_copy_survives_a_restart(tmp_path):
     league.close()
     with League(league.config, path) as again:
         assert again.check_in("main", 10).pbt.copy_from == "main-1:000000"
+
+
+def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tmp_path):
+    path = str(tmp_path / "league.sqlite")
+    league = _two_members(path, pbt_looks=2)
+    league.report_results(_against_both("main-1", 52, 48) + _against_both("main", 48, 52))  # not apart: z 0.57
+    league.check_in("main", 10)
+    league.check_in("main-1", 10)  # look 1 of round 1: open
+    look = league.pbt_history()[-1]
+    assert (look.kind, look.round, look.member, look.source) == (LOOK, 1, "main", "main-1")
+    assert look.evidence["statistic"] < look.evidence["critical"] == pytest.approx(pbt.critical_z(0.05, 2, 2))
+    assert league.pbt_output("main") == ("main-1", "best worst case in the open round 1: 0.520 against main-1:000000 "
+                                                   "over 2 opponents every member met 50 times")
+    assert league.pbt_output("exploiter") is None
+    league.close()
+
+    again = League(league.config, path)  # the look and the round's games are back: the next look is at 20 updates
+    assert again.check_in("main", 19).pbt.copy_from == "" and again.pbt_history()[-1] == look
+    again.check_in("main-1", 20)
+    assert again.pbt_history()[-1] == look  # main at 19: not due
+    again.check_in("main", 20)  # look 2 = the cap: the round closes with the games of both looks, nobody copies
+    closing = again.pbt_history()[-2:]
+    assert [(r.kind, r.round) for r in closing] == [(KEPT, 1), (KEPT, 1)] and closing[0].evidence["games"] == 200
+    assert closing[1].evidence["rank"] == 1 and closing[0].evidence["look"] == 2
+    assert again.pbt_output("main")[0] == "main-1"  # the newest ranked round, once the open one has no games
+    again.close()
+
+
+def test_the_runs_output_is_the_best_members(tmp_path):
+    """A --pbt run's layout (seedleague.launch.league): main's checkpoints in the run, main-1's in players/main-1, the
+    league's database and saved config in league/. main-1 leads the open round, so the output is its checkpoint."""
+    run = tmp_path / "run"
+    (run / "league").mkdir(parents=True)
+    league = _two_members(str(run / "league" / "league.sqlite"))
+    save_config(league.config, str(run / "league"))
+    league.report_results(_against_both("main-1", 80, 20) + _against_both("main", 30, 70))
+    league.close()
+    save_checkpoint(run / "checkpoints", step=3, network=SMALL, seed=0)
+    best = save_checkpoint(run / "players" / "main-1" / "checkpoints", step=7, network=SMALL, seed=1)
+    record(str(run), OutputConfig("final"))
+    found = output.resolve(str(run))
+    assert [(m.path, m.step) for m in found.members] == [(str(run / "players" / "main-1"), 7)]
+    assert found.note.startswith("population-based training: the output is member main-1's, the best (best worst case "
+                                 "in the open round 1: 0.800 against main-1:000000")
+    trained = load_trained(str(run))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, trained.params),
+                 jax.tree.map(np.asarray, best.params))
+    assert output.resolve(str(run), OutputConfig("final", player="exploiter")).members[0].path == str(run)  # no member
 
 
 def test_the_pbt_answer_crosses_the_wire():

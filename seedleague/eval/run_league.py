@@ -21,3 +21,17 @@ def league_of(run_dir: str):
     if not os.path.exists(path):
         return None
     return League(load_config(os.path.dirname(path)), path)
+
+
+def pbt_output(run_dir: str, player: str):
+    """(member, why): the population-based training member that is the run's output in place of `player`, the
+    best by the league's own evidence (`League.pbt_output`, docs/pbt.md); None when the run trains no population
+    of `player` (read from the league's saved config first, so other runs do not replay their league)."""
+    directory = os.path.join(run_dir, "league")
+    if not os.path.exists(os.path.join(directory, "league.sqlite")) or load_config(directory).pbt_interval == 0:
+        return None
+    league = league_of(run_dir)
+    try:
+        return league.pbt_output(player)
+    finally:
+        league.close()

@@ -79,14 +79,16 @@ class LeagueConfig:
     league_exploiter_reset_prob: float = 0.25
 
     # Population-based training (seedleague.league.pbt, docs/pbt.md) over the learning players of role main:
-    # a round every this many learner updates of each (0: off). Members are ranked by their round's worst case:
-    # their lowest score against an opponent every member met at least `pbt_min_games` times in the round. The
-    # bottom `pbt_share` copy a top-share member's newest snapshot and settings when the top member's worst case
-    # is above theirs with confidence (Wilson bounds, `pbt_z`), then perturb each setting by a factor
-    # 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2; TLeague the same).
+    # the open round is looked at every this many learner updates of each member (0: off). Members are ranked by
+    # their round's worst case: their lowest score against an opponent every member met at least
+    # `pbt_min_games` times in the round. The round closes when a bottom-`pbt_share` member's drawn top member
+    # is better with confidence (a one-sided test at level `pbt_alpha`, split over the round's looks) or at its
+    # `pbt_looks`-th look; the bottom member then copies the top member's newest snapshot and settings and
+    # perturbs each setting by 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2).
     pbt_interval: int = 0
     pbt_share: float = 0.25  # PBT: the bottom and the top share of the members (TLeague: the better quarter)
-    pbt_z: float = 1.96  # PBT: the Wilson bounds' standard errors (1.96: each bound one-sided 97.5%)
+    pbt_alpha: float = 0.05  # PBT: the chance that a round copies a member that is not better (one-sided)
+    pbt_looks: int = 5  # PBT: the most looks at a round, pbt_interval updates apart: a round lasts at most this many
     pbt_min_games: int = 100  # PBT: a member's games against an opponent, in a round, for it to count in the worst case
     pbt_perturb: float = 0.2  # PBT: each copied setting is multiplied by 1 - this or 1 + this (Jaderberg: 0.8 / 1.2)
 
@@ -192,8 +194,12 @@ def _count_problems(config: LeagueConfig) -> list[str]:
     if not 0 < config.pbt_share <= 0.5:
         problems.append(f"pbt_share must be in (0, 0.5] (the bottom and the top share of the members), "
                         f"got {config.pbt_share}")
-    if not (math.isfinite(config.pbt_z) and config.pbt_z >= 0):
-        problems.append(f"pbt_z must be a finite number >= 0 (standard errors; 1.96: 97.5% one-sided), got {config.pbt_z}")
+    if not 0 < config.pbt_alpha < 1:
+        problems.append(f"pbt_alpha must be in (0, 1) (the chance a round copies a member that is not better; "
+                        f"0.05 is usual), got {config.pbt_alpha}")
+    if not (isinstance(config.pbt_looks, int) and config.pbt_looks >= 1):
+        problems.append(f"pbt_looks must be a whole number >= 1 (the most looks at a round, pbt_interval updates "
+                        f"apart), got {config.pbt_looks!r}")
     if not (isinstance(config.pbt_min_games, int) and config.pbt_min_games >= 1):
         problems.append(f"pbt_min_games must be a whole number of games >= 1 (a member's games against an opponent "
                         f"in a round for it to count in the worst case), got {config.pbt_min_games!r}")

@@ -2,35 +2,39 @@
 
     settings = initial_settings(index=1, rng=rng)               # member 0 keeps the recipe's values (all 1)
     opponents = common_opponents(tallies, min_games=100)         # met >= 100 times by every member this round
-    worst = worst_case(tallies["a"], opponents, z=1.96)          # a's lowest score over them, with its bounds
-    bottom, top = split(["a", "b", "c", "d"], [0.4, 0.6, 0.5, 0.7], share=0.25)   # (["a"], ["d"])
+    worst = worst_case(tallies["a"], opponents)                  # a's lowest score over them
+    gap = separation(tallies["d"], tallies["a"], opponents)      # z of "d's worst case is above a's"
+    rows = plan_round(view, Test(alpha=0.05, looks=5, min_games=100), 0.25, (0.8, 1.2), rng)
     new = perturb(settings, (0.8, 1.2), rng)                     # each multiplier x0.8 or x1.2
 
 Members are the league's learning players of role main (`LeagueConfig.pbt_interval` > 0). Each has settings:
 multipliers on the learner's entropy cost (MMD's alpha, its whole anneal), learning rate (likewise) and MMD's
-kl_cost, which the host passes to its update as traced values (`seedleague.rl.learner.Scales`). A *round* comes
-once every member's learner has made `pbt_interval` more updates (Jaderberg et al. 2017, "Population Based
-Training of Neural Networks": truncation selection, then perturb by 0.8 or 1.2; TLeague's mutable
-hyperparameters, Sun et al. 2020, do the same).
+kl_cost, which the host passes to its update as traced values (`seedleague.rl.learner.Scales`). Jaderberg et al.
+2017 ("Population Based Training of Neural Networks"; TLeague's mutable hyperparameters, Sun et al. 2020, do the
+same): exploit by truncation selection, or by "t-test selection", where a member copies another only when a
+test says the other is better, then explore by perturbing each setting by 0.8 or 1.2.
 
-What a round ranks by: a member's *worst case* over the population, the lowest of its scores, (wins + draws / 2)
-/ games, against each opponent (snapshot or anchor) that every member met at least `min_games` times in the
-round. In a two-player zero-sum game what matters is how much the best response takes from a policy; against
-the population the best response is the opponent that scores most against it, so the worst case is the
-policy's exploitability restricted to the population (PSRO's restricted game, Lanctot et al. 2017, "A Unified
-Game-Theoretic Approach to Multiagent Reinforcement Learning"). The average over the opponents met rewards a
-sharp policy that beats most of a population and loses to a few (Balduzzi et al. 2018, "Re-evaluating
-Evaluation": an average over a population is skewed by what the population holds); the payoff against the
-population's Nash mixture, Balduzzi et al.'s Nash averaging, does not tell them apart either: under it every
-pure strategy of rock-paper-scissors ties with the uniform mixture. Each member of the bottom `share` picks a
-member of the top share at random and copies its newest snapshot (params, optimiser state, magnet, param
-average) and its settings, perturbed, only if the two worst cases are apart with confidence: the top member's
-lower bound (the lowest Wilson lower bound over the opponents) above the bottom member's upper bound (the
-lowest Wilson upper bound), each at `z`.
+A round is looked at every `pbt_interval` learner updates of the slowest member; each look ranks the members by
+their *worst case* over the population, the lowest of their scores, (wins + draws / 2) / games, against each
+opponent (snapshot or anchor) that every member met at least `min_games` times in the round, and tests each
+bottom member against a top member it draws: is the top member's worst case above the bottom's with confidence
+(`separation`, a one-sided two-proportion test built from the per-opponent results, against `critical_z`)? The
+round closes when a test passes (the bottom member copies the top member's newest snapshot, params, optimiser
+state, magnet and param average, and its settings, perturbed) or at its last look, `looks`; otherwise it stays
+open and gathers more games. The level is split over the looks, so a round that waits for evidence does not
+copy more often by chance for waiting.
 
-`PbtState` holds the members' settings, the round's tallies and the history, and changes only by applying
-events (`PbtRow`), as `LeagueState` does; the service stores each row before applying it, so a restarted league
-replays to the same state. Pure functions of numbers and a numpy Generator; no SQL, no lock.
+Why the worst case: in a two-player zero-sum game what matters is how much the best response takes from a
+policy; against the population the best response is the opponent that scores most against it, so the worst case
+is the policy's exploitability restricted to the population (PSRO's restricted game, Lanctot et al. 2017). The
+average over the opponents met rewards a sharp policy that beats most of a population and loses to a few
+(Balduzzi et al. 2018, "Re-evaluating Evaluation").
+
+The run's output is the population's `leader`: the member best by the same worst case, in the open round when it
+has a common opponent, else in the newest ranked round. `PbtState` holds the members' settings, the round's
+tallies and the history, and changes only by applying events (`PbtRow`), as `LeagueState` does; the service
+stores each row before applying it, so a restarted league replays to the same state. Pure functions of numbers
+and a numpy Generator; no SQL, no lock.
 """
 
 from __future__ import annotations
@@ -38,14 +42,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
 
-from seedleague.league.payoff import wilson_interval
 
 SETTINGS = ("entropy_cost", "learning_rate", "kl_cost")  # the learner settings a member's multipliers scale
-INIT, EXPLOIT, KEPT = "init", "exploit", "kept"  # kinds of PbtRow
+INIT, EXPLOIT, KEPT, LOOK = "init", "exploit", "kept", "look"  # kinds of PbtRow
 INITIAL_RANGE = (0.5, 2.0)  # a new member's multipliers are drawn log-uniformly from this range (member 0: all 1)
 
 
@@ -89,9 +93,11 @@ class Tally:
 class PbtRow:
     """One stored PBT event. INIT: a member joined with `new` settings. EXPLOIT: at round `round` `member`
     copied `source`'s snapshot `source_key` and took `new` (perturbed from the source's); KEPT: a member of the
-    round that was not replaced (`evidence` says why). `evidence`: what decided, as `plan_round` measured it (the
-    member's games and average score, its worst case, the opponent of it and its bounds; the source's worst case
-    and lower bound; the bound on the gap and z)."""
+    closed round that was not replaced (`evidence` says why); LOOK: the open round was tested and stays open
+    (`member` the bottom member tested, `source` the top member). `evidence`: what decided, as `plan_round`
+    measured it (the member's games, average score, worst case and its opponent, its rank; for a bottom member
+    the source's worst case, the statistic and where it was weakest, the critical value, alpha, the look and the
+    round's last look)."""
 
     round: int
     member: str
@@ -110,9 +116,11 @@ class PbtRow:
         e = self.evidence
         if self.kind == EXPLOIT:
             return (f"round {self.round}: {self.member} copied {self.source_key} ({self.new.text()}): worst case "
-                    f"{e.get('score', 0):.3f} (against {e.get('opponent', '?')}, at most {e.get('high', 0):.3f}) under "
-                    f"{self.source}'s {e.get('source_score', 0):.3f} (at least {e.get('source_low', 0):.3f}), "
-                    f"gap >= {e.get('bound', 0):.3f}")
+                    f"{e.get('score', 0):.3f} (against {e.get('opponent', '?')}) under {self.source}'s "
+                    f"{e.get('source_score', 0):.3f} (against {e.get('source_opponent', '?')}), z {e.get('statistic', 0):.2f}"
+                    f" > {e.get('critical', 0):.2f} at look {e.get('look', 1)} of {e.get('looks', 1)}")
+        if self.kind == LOOK:
+            return f"round {self.round} look {e.get('look', 1)}: open ({e.get('why', '')})"
         return f"round {self.round}: {self.member} kept ({e.get('why', '')})"
 
     def evidence_json(self) -> str:
@@ -156,39 +164,88 @@ def common_opponents(tallies: dict[str, dict[str, Tally]], min_games: float) -> 
 
 @dataclasses.dataclass(frozen=True)
 class WorstCase:
-    """A member's lowest score over a set of opponents, and bounds on the lowest true score."""
+    """A member's lowest score over a set of opponents."""
 
     score: float  # min over the opponents of the measured score
     opponent: str  # the opponent it was measured against
-    low: float  # min over the opponents of the Wilson lower bound: below it with confidence
-    high: float  # min over the opponents of the Wilson upper bound: above it with confidence
 
 
-def worst_case(mine: dict[str, Tally], opponents: Sequence[str], z: float) -> WorstCase:
-    """The worst case of one member's tallies (opponent -> Tally) over `opponents` (non-empty, each tallied).
-
-    The true worst case min_o p_o lies below every p_o, so below min_o high_o, and above min_o low_o when every
-    opponent's interval holds (Wilson 1927's score interval, `payoff.wilson_interval`; not corrected for the
-    number of opponents)."""
+def worst_case(mine: dict[str, Tally], opponents: Sequence[str]) -> WorstCase:
+    """The lowest score of one member's tallies (opponent -> Tally) over `opponents` (non-empty, each tallied);
+    ties: the first opponent given."""
     if not opponents:
         raise ValueError("the worst case needs at least one opponent")
-    tallies = [mine[o] for o in opponents]
-    scores = np.array([t.score for t in tallies])
-    low, high = wilson_interval(scores, np.array([t.games for t in tallies]), z)
-    at = int(np.argmin(scores))  # ties: the first opponent in the order given
-    return WorstCase(float(scores[at]), opponents[at], float(low.min()), float(high.min()))
+    scores = [mine[o].score for o in opponents]
+    at = int(np.argmin(scores))
+    return WorstCase(float(scores[at]), opponents[at])
+
+
+def two_proportion_z(wins_a: float, games_a: float, wins_b: float, games_b: float) -> float:
+    """One-sided z statistic of p_a > p_b from two independent samples (wins may count draws as halves), with
+    Agresti and Caffo's adjustment (2000, "Simple and effective confidence intervals for proportions and
+    differences of proportions"): one win and one loss added to each sample, so 0 and 1 give a finite z."""
+    p_a, p_b = (wins_a + 1) / (games_a + 2), (wins_b + 1) / (games_b + 2)
+    return (p_a - p_b) / math.sqrt(p_a * (1 - p_a) / (games_a + 2) + p_b * (1 - p_b) / (games_b + 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class Separation:
+    """How far a top member's worst case is above a bottom member's: `statistic` = max over the bottom's
+    opponents b of min over the top's opponents o of z(top vs o, bottom vs b), at `top_opponent` (o) and
+    `bottom_opponent` (b)."""
+
+    statistic: float
+    top_opponent: str
+    bottom_opponent: str
+
+
+def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Sequence[str]) -> Separation:
+    """The test statistic of "the top member's worst case over `opponents` is above the bottom member's".
+
+    If the bottom's true score against some b is below the top's true score against every o, then min_o p_top,o >
+    p_bottom,b >= min_b p_bottom,b. So the round rejects "not better" when, for some b, every one-sided
+    two-proportion z(top vs o, bottom vs b) passes: an intersection-union test over o (Berger 1982: each at the
+    full level, no correction) and a union over the K choices of b (Bonferroni: level / K, `critical_z`)."""
+    best = None
+    for b in opponents:
+        mine = bottom[b]
+        z = [(two_proportion_z(top[o].wins + 0.5 * top[o].draws, top[o].games, mine.wins + 0.5 * mine.draws,
+                               mine.games), o) for o in opponents]
+        weakest = min(z)  # ties: the first opponent in order
+        if best is None or weakest[0] > best.statistic:
+            best = Separation(weakest[0], weakest[1], b)
+    if best is None:
+        raise ValueError("the separation needs at least one opponent")
+    return best
+
+
+def critical_z(alpha: float, opponents: int, looks: int) -> float:
+    """The statistic's critical value: one-sided level `alpha` split over the `opponents` choices of the
+    bottom's opponent and the round's `looks` (Bonferroni), z = Phi^-1(1 - alpha / (opponents x looks))."""
+    return NormalDist().inv_cdf(1 - alpha / (opponents * looks))
 
 
 @dataclasses.dataclass(frozen=True)
 class RoundInput:
-    """What a round reads: members in join order, their tallies (member -> opponent -> Tally) and settings, each
-    one's newest snapshot key."""
+    """What a look at the open round reads: members in join order, their tallies (member -> opponent -> Tally)
+    and settings, each one's newest snapshot key, and which look this is (1: the first, at `pbt_interval`
+    updates of every member into the round)."""
 
     round: int
     members: Sequence[str]
     tallies: dict
     settings: dict
     latest: dict  # member -> newest snapshot key ("" while it has none)
+    look: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Test:
+    """How a look decides: one-sided level `alpha` per bottom member, `looks` the most a round takes."""
+
+    alpha: float
+    looks: int
+    min_games: float
 
 
 def _measured(mine: dict[str, Tally], worst: Optional[WorstCase], count: int) -> dict:
@@ -197,55 +254,111 @@ def _measured(mine: dict[str, Tally], worst: Optional[WorstCase], count: int) ->
     mean = sum(t.wins + 0.5 * t.draws for t in mine.values()) / games if games else 0.5
     evidence = {"games": games, "mean": mean, "opponents": count}
     if worst is not None:
-        evidence.update(score=worst.score, opponent=worst.opponent, low=worst.low, high=worst.high)
+        evidence.update(score=worst.score, opponent=worst.opponent)
     return evidence
 
 
-def plan_round(view: RoundInput, share: float, z: float, factors: tuple[float, float], rng: np.random.Generator,
-               min_games: float) -> list[PbtRow]:
-    """One row per member: EXPLOIT for a bottom member whose drawn top member's worst case is above its own with
-    confidence (bound = the top's low - the bottom's high > 0) and who has a snapshot to copy, KEPT for every
-    other member (with why). Members are ranked by their worst case over `common_opponents(..., min_games)`."""
+def rank(view: RoundInput, min_games: float) -> tuple[list[str], dict[str, dict]]:
+    """The members best first by their worst case over `common_opponents(..., min_games)` (ties: join order;
+    none ranked without a common opponent), and each member's evidence (with "rank", 1 = best, when ranked)."""
     tallies = {m: view.tallies.get(m, {}) for m in view.members}
     opponents = common_opponents(tallies, min_games)
-    worst = {m: worst_case(tallies[m], opponents, z) for m in view.members} if opponents else {}
+    worst = {m: worst_case(tallies[m], opponents) for m in view.members} if opponents else {}
     evidence = {m: _measured(tallies[m], worst.get(m), len(opponents)) for m in view.members}
     if not opponents:
-        why = f"no opponent every member met {min_games:g} times this round"
-        return [PbtRow(view.round, m, KEPT, view.settings[m], view.settings[m], evidence=dict(evidence[m], why=why))
-                for m in view.members]
-    bottom, top = split(view.members, [worst[m].score for m in view.members], share)
+        return [], evidence
+    order = sorted(view.members, key=lambda m: (-worst[m].score, view.members.index(m)))
+    for place, member in enumerate(order, 1):
+        evidence[member]["rank"] = place
+    return order, evidence
+
+
+def plan_round(view: RoundInput, test: Test, share: float, factors: tuple[float, float],
+               rng: np.random.Generator) -> list[PbtRow]:
+    """A look at the open round. The round closes (one EXPLOIT or KEPT row per member) when a bottom member's
+    drawn top member is better with confidence (`separation` above `critical_z`) and has a snapshot, or at the
+    round's last look (`test.looks`); otherwise it stays open: one LOOK row with the bottom member's statistic.
+    Members are ranked by their worst case over the opponents every member met `test.min_games` times."""
+    order, evidence = rank(view, test.min_games)
+    opponents = common_opponents({m: view.tallies.get(m, {}) for m in view.members}, test.min_games)
+    last = view.look >= test.looks
+    if not order:
+        why = f"no opponent every member met {test.min_games:g} times this round"
+        if last:
+            return _close(view, evidence, why)
+        return [_look(view, view.members[0], dict(evidence[view.members[0]], why=why))]
+    bottom, top = split(order, [-i for i in range(len(order))], share)
+    critical = critical_z(test.alpha, len(opponents), test.looks)
+    decided = {}
+    for member in bottom:
+        source = top[int(rng.integers(len(top)))]
+        gap = separation(view.tallies[source], view.tallies[member], opponents)
+        found = dict(evidence[member], source=source, source_score=evidence[source]["score"],
+                     source_opponent=evidence[source]["opponent"], source_games=evidence[source]["games"],
+                     statistic=gap.statistic, critical=critical, at=[gap.top_opponent, gap.bottom_opponent],
+                     alpha=test.alpha, look=view.look, looks=test.looks)
+        if not gap.statistic > critical:
+            found["why"] = f"{source} not better with confidence (z {gap.statistic:.2f} <= {critical:.2f})"
+        elif not view.latest.get(source):
+            found["why"] = f"{source} has no snapshot to copy yet"
+        decided[member] = found
+    if not any("why" not in found for found in decided.values()) and not last:
+        member = bottom[-1]
+        return [_look(view, member, decided[member])]
+    return _close(view, evidence, "not in the bottom share", decided, factors, rng)
+
+
+def _look(view: RoundInput, member: str, evidence: dict) -> PbtRow:
+    """The round stays open: a LOOK row with what was tested (`member` is the bottom member looked at)."""
+    settings = view.settings[member]
+    return PbtRow(view.round, member, LOOK, settings, settings, evidence.get("source", ""),
+                  evidence=dict(evidence, look=view.look))
+
+
+def _close(view: RoundInput, evidence: dict, why: str, decided: Optional[dict] = None,
+           factors: tuple[float, float] = (1.0, 1.0), rng: Optional[np.random.Generator] = None) -> list[PbtRow]:
+    """The round's closing rows: EXPLOIT for each bottom member whose test passed, KEPT (with why) for the rest."""
+    decided = decided or {}
     rows = []
     for member in view.members:
         old = view.settings[member]
-        if member not in bottom:
-            rows.append(PbtRow(view.round, member, KEPT, old, old, evidence=dict(evidence[member], why="not in the bottom share")))
+        found = decided.get(member, dict(evidence.get(member, {}), why=why, look=view.look))
+        if "why" in found:
+            rows.append(PbtRow(view.round, member, KEPT, old, old, evidence=found))
             continue
-        source = top[int(rng.integers(len(top)))]
-        theirs = worst[source]
-        bound = theirs.low - worst[member].high
-        found = dict(evidence[member], source=source, source_score=theirs.score, source_opponent=theirs.opponent,
-                     source_low=theirs.low, source_games=evidence[source]["games"], bound=bound, z=z)
-        if not bound > 0:
-            why = f"{source} not better with confidence (bound {bound:.3f})"
-        elif not view.latest.get(source):
-            why = f"{source} has no snapshot to copy yet"
-        else:
-            new = perturb(view.settings[source], factors, rng)
-            rows.append(PbtRow(view.round, member, EXPLOIT, old, new, source, view.latest[source], found))
-            continue
-        rows.append(PbtRow(view.round, member, KEPT, old, old, evidence=dict(found, why=why)))
+        source = found["source"]
+        new = perturb(view.settings[source], factors, rng)
+        rows.append(PbtRow(view.round, member, EXPLOIT, old, new, source, view.latest[source], found))
     return rows
+
+
+def leader(view: RoundInput, history: Sequence[PbtRow], min_games: float) -> tuple[str, str]:
+    """The population's output: (member, why). The best member by the league's own evidence: the first of the
+    open round's ranking when every member met a common opponent `min_games` times in it, else the rank-1 member
+    of the newest round that ranked, else the first member (the one that started with the recipe's settings)."""
+    order, evidence = rank(view, min_games)
+    if order:
+        e = evidence[order[0]]
+        return order[0], (f"best worst case in the open round {view.round}: {e['score']:.3f} against {e['opponent']} "
+                          f"over {e['opponents']} opponents every member met {min_games:g} times")
+    for row in reversed(history):
+        if row.kind in (EXPLOIT, KEPT) and row.evidence.get("rank") == 1:
+            e = row.evidence
+            return row.member, (f"best worst case at round {row.round}: {e['score']:.3f} against {e['opponent']} over "
+                                f"{e['opponents']} opponents every member met {min_games:g} times")
+    return view.members[0], "no round has ranked the members yet: the first member, with the recipe's settings"
 
 
 class PbtState:
     """The members' settings, the current round's tallies and the history, rebuilt from `PbtRow` events."""
 
     def __init__(self, interval: int):
-        self.interval = interval  # learner updates per round (0: PBT off)
+        self.interval = interval  # learner updates between two looks at the open round (0: PBT off)
         self.settings: dict[str, PbtSettings] = {}  # member -> current settings, join order
         self.tallies: dict[str, dict[str, Tally]] = {}  # member -> opponent -> this round's Tally
-        self.rounds = 0  # rounds held so far
+        self.rounds = 0  # rounds closed so far
+        self.looks = 0  # looks taken so far, over all rounds (the next is due at interval x (looks + 1) updates)
+        self.look = 0  # looks taken at the open round
         self.history: list[PbtRow] = []
         self.undelivered: dict[str, PbtRow] = {}  # member -> its newest EXPLOIT not yet handed to its host
         self.last_change: dict[str, PbtRow] = {}  # member -> its newest INIT or EXPLOIT
@@ -258,11 +371,15 @@ class PbtState:
         return name in self.settings
 
     def apply(self, row: PbtRow) -> None:
-        """One stored event. The first row of a new round ends the previous round's tallies."""
-        if row.kind != INIT and row.round > self.rounds:
-            self.rounds = row.round
-            self.tallies = {member: {} for member in self.settings}
+        """One stored event. A LOOK leaves the round open; the first row of a round's closing rows (EXPLOIT and
+        KEPT, stored together) closes it and ends its tallies."""
         self.history.append(row)
+        if row.kind == LOOK:
+            self.looks, self.look = self.looks + 1, self.look + 1
+            return
+        if row.kind != INIT and row.round > self.rounds:
+            self.rounds, self.looks, self.look = row.round, self.looks + 1, 0
+            self.tallies = {member: {} for member in self.settings}
         if row.kind == KEPT:
             return
         self.settings[row.member] = row.new
@@ -288,15 +405,16 @@ class PbtState:
             mine[opponent] = mine.get(opponent, Tally()).add(outcome)
 
     def due(self, learner_steps: dict[str, int]) -> bool:
-        """Whether the next round is due: two or more members, each at least interval x (rounds + 1) updates."""
+        """Whether the next look is due: two or more members, each at least interval x (looks + 1) updates."""
         if not self.enabled or len(self.settings) < 2:
             return False
-        return min(learner_steps.get(m, 0) for m in self.settings) >= self.interval * (self.rounds + 1)
+        return min(learner_steps.get(m, 0) for m in self.settings) >= self.interval * (self.looks + 1)
 
     def round_input(self, latest: dict[str, str]) -> RoundInput:
+        """The open round as its next look sees it."""
         members = list(self.settings)
         return RoundInput(self.rounds + 1, members, {m: dict(t) for m, t in self.tallies.items()}, dict(self.settings),
-                          {m: latest.get(m, "") for m in members})
+                          {m: latest.get(m, "") for m in members}, self.look + 1)
 
     def note(self, member: str) -> str:
         """The standings' text for a member: its settings and its newest change."""

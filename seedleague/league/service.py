@@ -246,16 +246,14 @@ class League:
         self._state.pbt.apply(row)
 
     def _pbt_check_in(self, store: LeagueStore, player: str) -> PbtAnswer:
-        """Hold the next round if it is due, then `player`'s settings and its newest copy if not yet handed out."""
+        """Look at the open round if a look is due, then `player`'s settings and its newest copy if not yet handed out."""
         state = self._state.pbt
         if state.due({name: info.learner_step for name, info in self._state.players.items()}):
-            latest = {}
-            for snapshot in self._state.snapshots.values():
-                latest[snapshot.player] = snapshot.key
-            view = state.round_input(latest)
+            view = state.round_input(self._latest_snapshots())
             config = self.config
-            rows = pbt.plan_round(view, config.pbt_share, config.pbt_z, (1 - config.pbt_perturb, 1 + config.pbt_perturb),
-                                  np.random.default_rng([config.seed, 1, view.round]), config.pbt_min_games)
+            rows = pbt.plan_round(view, pbt.Test(config.pbt_alpha, config.pbt_looks, config.pbt_min_games),
+                                  config.pbt_share, (1 - config.pbt_perturb, 1 + config.pbt_perturb),
+                                  np.random.default_rng([config.seed, 1, view.round, view.look]))
             _stored(store.add_pbt_rows, rows)
             for row in rows:
                 state.apply(row)
@@ -267,6 +265,21 @@ class League:
             state.delivered(player)
         return PbtAnswer(settings.entropy_cost, settings.learning_rate, settings.kl_cost,
                          copy.source_key if copy is not None else "", copy.text() if copy is not None else "")
+
+    def _latest_snapshots(self) -> dict[str, str]:
+        latest = {}
+        for snapshot in self._state.snapshots.values():
+            latest[snapshot.player] = snapshot.key
+        return latest
+
+    def pbt_output(self, player: str) -> Optional[tuple[str, str]]:
+        """(member, why): the PBT member whose output stands for `player`'s, the best by the league's evidence
+        (`pbt.leader`); None when `player` is no member of population-based training."""
+        with self._lock:
+            state = self._state.pbt
+            if not state.is_member(player):
+                return None
+            return pbt.leader(state.round_input(self._latest_snapshots()), state.history, self.config.pbt_min_games)
 
     def pbt_history(self) -> list[pbt.PbtRow]:
         """Every PBT event so far, oldest first: joins, and each round's copies and keeps with their evidence."""

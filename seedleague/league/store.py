@@ -69,7 +69,7 @@ _PBT_TABLE = """CREATE TABLE IF NOT EXISTS pbt (
     seq INTEGER PRIMARY KEY,                   -- shared with players, snapshots and results: commit order
     round INTEGER NOT NULL,                    -- 0 for a member's INIT row
     member TEXT NOT NULL REFERENCES players(name),
-    kind TEXT NOT NULL,                        -- init | exploit | kept
+    kind TEXT NOT NULL,                        -- init | look | exploit | kept
     old TEXT NOT NULL,                         -- JSON [entropy_cost, learning_rate, kl_cost] multipliers before
     new TEXT NOT NULL,                         -- ... and after
     source TEXT NOT NULL,                      -- exploit: the member copied
