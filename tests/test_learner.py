@@ -1,6 +1,8 @@
 """The learner update: it runs, counts versions, reports metrics, and learns."""
 
 import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +45,11 @@ def _synthetic_batch(network, batch=4, rows=6, seed=0):
     )
 
 
+# One jitted update per (config, network) for the module: tests whose configs are equal share its compile
+# (make_update jits anew on every call). The update donates its state, so each caller still passes its own.
+update_for = functools.lru_cache(maxsize=None)(make_update)
+
+
 # Built once per module: each network compiles its init once.
 NETWORKS = {
     lstm_size: make_network(NetworkConfig(hidden_sizes=(16,), lstm_size=lstm_size), (3,), np.float32,
@@ -57,7 +64,7 @@ def test_updates_reduce_the_loss_and_count_versions(loss, lstm_size):
     network = NETWORKS[lstm_size]
     config = LearnerConfig(loss=loss, kl_cost=0.1 if loss == "mmd" else 0.0)
     state = init_train_state(config, network, jax.random.key(0))
-    update = make_update(config, network)
+    update = update_for(config, network)
     batch = _synthetic_batch(network)
     history = []
     for i in range(8):
@@ -108,7 +115,7 @@ def test_learns_the_rewarded_arm_of_a_bandit(loss):
                "mmd": lambda: LearnerConfig(loss="mmd", kl_cost=0.05, entropy_cost=0.01, learning_rate=1e-2,
                                             epochs=2, minibatches=2)}
     config = configs.get(loss, lambda: LearnerConfig(loss=loss, learning_rate=1e-2))()
-    update = make_update(config, network)
+    update = update_for(config, network)
     act = jax.jit(lambda *args: _act(network, *args))
     batch, iterations = 32, 40
     legal = np.broadcast_to(np.array([True, True, False]), (batch, 2, NUM_ACTIONS))
@@ -219,7 +226,7 @@ def test_the_entropy_cost_can_fall_as_one_over_the_root_of_the_updates():
     # Through an update: the metric is the cost the loss used.
     network = NETWORKS[0]
     state = init_train_state(config, network, jax.random.key(0))
-    _, metrics = make_update(config, network)(state._replace(step=jnp.asarray(3000, state.step.dtype)),
+    _, metrics = update_for(config, network)(state._replace(step=jnp.asarray(3000, state.step.dtype)),
                                               _synthetic_batch(network), np.float32(30.0))
     assert float(metrics["entropy_cost"]) == pytest.approx(0.1, rel=1e-6)
 
@@ -243,7 +250,7 @@ def test_the_proximal_weight_can_follow_the_entropy_cost():
     # Through an update: the update reports the weight its loss used.
     network = NETWORKS[0]
     state = init_train_state(config, network, jax.random.key(0))
-    _, metrics = make_update(config, network)(state, _synthetic_batch(network), np.float32(30.0))
+    _, metrics = update_for(config, network)(state, _synthetic_batch(network), np.float32(30.0))
     assert float(metrics["entropy_cost"]) == pytest.approx(0.125, rel=1e-6)
     assert float(metrics["kl_cost"]) == pytest.approx(0.32, rel=1e-6)
 
@@ -261,7 +268,7 @@ def test_lookahead_moves_the_params_half_way_from_the_slow_ones_every_interval()
     unwrapped = lambda state: state._replace(opt_state=state.opt_state.inner)  # the same state without Lookahead
     state0 = init_train_state(config, network, jax.random.key(0))
     assert isinstance(state0.opt_state, LookaheadState)
-    update, update_plain = make_update(config, network), make_update(plain, network)
+    update, update_plain = update_for(config, network), update_for(plain, network)
     state1, _ = update(copy(state0), batch)
     p1, _ = update_plain(copy(unwrapped(state0)), batch)
     _assert_trees_close(state1.params, p1.params)
@@ -289,7 +296,7 @@ def test_lookahead_average_restarts_the_params_at_the_mean_of_the_interval_s_ite
     batch = _synthetic_batch(network)
     copy = lambda state: jax.tree.map(jnp.copy, state)
     unwrapped = lambda state: state._replace(opt_state=state.opt_state.inner)
-    update, update_plain = make_update(config, network), make_update(plain, network)
+    update, update_plain = update_for(config, network), update_for(plain, network)
     states = [init_train_state(config, network, jax.random.key(0))]
     plain_steps = []
     for _ in range(4):
@@ -319,7 +326,7 @@ def test_an_update_follows_the_trained_seconds_it_is_given():
     config = LearnerConfig(loss="ppo", learning_rate=1e-2, learning_rate_final=1e-3, anneal_seconds=60.0,
                            average_tail=0.25)
     state = init_train_state(config, network, jax.random.key(0))
-    update = make_update(config, network)
+    update = update_for(config, network)
     batch = _synthetic_batch(network)
     state, metrics = update(state, batch, np.float32(30.0))
     assert float(metrics["anneal_progress"]) == pytest.approx(0.5)
@@ -342,7 +349,7 @@ def test_magnet_follows_the_params_as_a_moving_average_and_pulls_the_policy():
         initial = jax.tree.map(np.asarray, state.params)
         jax.tree.map(np.testing.assert_array_equal, state.magnet, initial)
         magnet = initial
-        update = make_update(config, network)
+        update = update_for(config, network)
         for _ in range(3):
             state, metrics = update(state, batch)
             params = jax.tree.map(np.asarray, state.params)
@@ -355,7 +362,7 @@ def test_magnet_follows_the_params_as_a_moving_average_and_pulls_the_policy():
     state = init_train_state(config, network, jax.random.key(0))
     noise = np.random.default_rng(1)
     state = state._replace(magnet=jax.tree.map(lambda x: x + noise.normal(size=x.shape).astype(x.dtype), state.magnet))
-    update = make_update(config, network)
+    update = update_for(config, network)
     kls = []
     for _ in range(30):
         state, metrics = update(state, batch)
@@ -372,7 +379,7 @@ def test_param_average_is_the_mean_of_the_params_after_every_update_from_its_sta
     initial = jax.tree.map(np.asarray, state.params)
     jax.tree.map(np.testing.assert_array_equal, state.average.params, initial)
     assert int(state.average.count) == 0
-    update = make_update(config, network)
+    update = update_for(config, network)
     after = []  # params after the updates at steps 0..4
     for _ in range(5):
         state, _ = update(state, batch)
@@ -403,11 +410,11 @@ def test_epochs_are_that_many_steps_on_the_batch_under_one_policy_version():
     batch = _synthetic_batch(network)
     single = LearnerConfig(loss="ppo", learning_rate=1e-2)
     state = init_train_state(single, network, jax.random.key(0))
-    update = make_update(single, network)
+    update = update_for(single, network)
     for _ in range(3):
         state, _ = update(state, batch)
     triple = LearnerConfig(loss="ppo", learning_rate=1e-2, epochs=3)
-    multi, metrics = make_update(triple, network)(init_train_state(triple, network, jax.random.key(0)), batch)
+    multi, metrics = update_for(triple, network)(init_train_state(triple, network, jax.random.key(0)), batch)
     assert int(multi.step) == 1 and int(state.step) == 3
     for a, b in zip(jax.tree.leaves(multi.params), jax.tree.leaves(state.params)):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
@@ -424,7 +431,7 @@ def test_fixed_targets_are_those_of_the_params_the_update_starts_from(value_clip
 
     def params_after(epochs, **kwargs):
         config = LearnerConfig(loss="ppo", learning_rate=1e-2, epochs=epochs, **kwargs)
-        state, metrics = make_update(config, network)(init_train_state(config, network, jax.random.key(0)), batch)
+        state, metrics = update_for(config, network)(init_train_state(config, network, jax.random.key(0)), batch)
         assert np.isfinite(float(metrics["total_loss"]))
         return jax.tree.leaves(state.params)
 
@@ -453,7 +460,7 @@ def test_the_anneal_counts_updates_not_adam_steps():
                            minibatches=2)
     network = NETWORKS[0]
     state = init_train_state(config, network, jax.random.key(0))
-    update = make_update(config, network)
+    update = update_for(config, network)
     batch = _synthetic_batch(network)
     progress = []
     for _ in range(3):
@@ -468,7 +475,7 @@ def test_a_magnet_with_an_interval_is_replaced_by_the_params_after_every_interva
     config = LearnerConfig(magnet_cost=0.5, magnet_interval=2, learning_rate=1e-2)
     state = init_train_state(config, network, jax.random.key(0))
     initial = jax.tree.map(np.asarray, state.params)
-    update = make_update(config, network)
+    update = update_for(config, network)
     state, _ = update(state, batch)  # update 1: the magnet stays the initial params
     jax.tree.map(np.testing.assert_array_equal, state.magnet, initial)
     state, _ = update(state, batch)  # update 2: replaced by the params after it
@@ -486,7 +493,7 @@ def test_a_magnet_with_an_interval_and_a_rate_is_replaced_by_the_moving_average_
     state = init_train_state(config, network, jax.random.key(0))
     initial = jax.tree.map(np.asarray, state.params)
     target = initial
-    update = make_update(config, network)
+    update = update_for(config, network)
     for step in (1, 2, 3):
         state, _ = update(state, batch)
         params = jax.tree.map(np.asarray, state.params)
@@ -536,7 +543,7 @@ def test_a_magnet_in_the_returns_takes_its_kl_from_the_rewards_scaled_to_the_adv
     # Through a whole update: the KL in the returns changes the value loss, and the update runs.
     def metrics_of(config):  # a fresh state each time: the update takes its state's buffers
         state = init_train_state(config, network, jax.random.key(0))
-        return make_update(config, network)(state._replace(magnet=network.init(jax.random.key(1))), batch)[1]
+        return update_for(config, network)(state._replace(magnet=network.init(jax.random.key(1))), batch)[1]
 
     with_returns, without = metrics_of(config), metrics_of(dataclasses.replace(config, magnet_in_returns=False))
     assert np.isfinite(float(with_returns["total_loss"]))
@@ -576,8 +583,6 @@ def _loops(jaxpr) -> list:
 
 @pytest.mark.parametrize("torso, loops", [("board", False), ("mlp", True)])
 def test_minibatch_steps_of_a_convolutional_network_are_unrolled_on_cpu(torso, loops):
-    import functools
-
     from seedleague.rl.learner import _update
     from seedleague.rl.xla_cpu import has_convolution
 
@@ -612,10 +617,10 @@ def test_reward_scale_is_the_update_on_rewards_multiplied_by_it(loss):
     def state():  # a fresh one per update: the update donates its state
         return init_train_state(plain, network, jax.random.key(0))
 
-    by_batch, by_batch_metrics = make_update(plain, network)(state(), scaled_batch)
-    by_config, by_config_metrics = make_update(scaled, network)(state(), batch)
+    by_batch, by_batch_metrics = update_for(plain, network)(state(), scaled_batch)
+    by_config, by_config_metrics = update_for(scaled, network)(state(), batch)
     for name, value in by_batch_metrics.items():
         np.testing.assert_allclose(by_config_metrics[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), by_config.params, by_batch.params)
-    unscaled_metrics = make_update(plain, network)(state(), batch)[1]
+    unscaled_metrics = update_for(plain, network)(state(), batch)[1]
     assert float(unscaled_metrics["value_loss"]) > 10 * float(by_config_metrics["value_loss"])
