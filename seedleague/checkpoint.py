@@ -44,14 +44,16 @@ import os
 import shutil
 import threading
 import warnings
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from seedleague import object_store
 from seedleague.storage import StorageError, storage_error
+
+if TYPE_CHECKING:  # the annotations' name only; `_orbax` loads the module
+    import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,14 @@ class _OrbaxReadsLeftFailing(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_OrbaxReadsLeftFailing())
+
+
+def _orbax():
+    """orbax.checkpoint, loaded when a checkpoint is first opened: a `seedleague` command that refuses its flags,
+    and every process that never reads or writes a checkpoint, skip its import (a third of a second)."""
+    import orbax.checkpoint as ocp  # optional-heavy: orbax loads only when a checkpoint is opened
+
+    return ocp
 
 
 def _first_cause(error: BaseException) -> str:
@@ -196,6 +206,7 @@ class Checkpointer:
         if writer:
             self.remove_unfinished()
         # max_to_keep is applied by `_rotate` once a new checkpoint has verified, never by orbax before
+        ocp = _orbax()
         options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(self._mirror, options=options, item_names=("state", "meta"))
         # One caller at a time: a host's prefetch thread restores opponents while its learner saves.
@@ -220,6 +231,7 @@ class Checkpointer:
             if self.remote:  # a mirror copy the store never got (its upload was cut short) is saved again
                 shutil.rmtree(os.path.join(self._mirror, str(step)), ignore_errors=True)
                 self._manager.reload()
+            ocp = _orbax()
             args = ocp.args.Composite(state=ocp.args.StandardSave(savable), meta=ocp.args.JsonSave(meta))
             try:
                 self._manager.save(step, args=args, force=True)
@@ -236,6 +248,7 @@ class Checkpointer:
 
     def _verify(self, step: int, savable: Any, checksum: str) -> None:
         """StorageError, with `step` set aside, unless checkpoint `step` reads back with `checksum`."""
+        ocp = _orbax()
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, savable)
         try:
             restored = self._read(step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
@@ -276,6 +289,7 @@ class Checkpointer:
     def restore(self, step: int, template: Any) -> tuple[Any, dict]:
         """(state, meta) of checkpoint `step`, shaped like `template`; DamagedCheckpoint if it cannot be
         read back or holds NaN or inf."""
+        ocp = _orbax()
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_savable(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
         with self._lock:
@@ -302,6 +316,7 @@ class Checkpointer:
             if step is None:
                 return None
             self._require(step)
+            ocp = _orbax()
             restored = self._read(step, ocp.args.Composite(meta=ocp.args.JsonRestore()))
         meta = restored["meta"]
         if not isinstance(meta, dict):
@@ -399,6 +414,7 @@ def _quiet_orbax():
 def open_read_only(directory: str) -> ocp.CheckpointManager:
     """An orbax manager reading the steps of `directory` (a local directory: a URL's mirror), creating nothing;
     the caller closes it."""
+    ocp = _orbax()
     handlers = {"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     with _quiet_orbax():
         options = ocp.CheckpointManagerOptions(read_only=True, create=False)
@@ -417,12 +433,14 @@ def _read_only(manager: ocp.CheckpointManager, step: int, args: Any) -> Any:
 
 def read_meta(manager: ocp.CheckpointManager, step: int) -> Any:
     """The JSON sidecar of checkpoint `step` as saved (the checkpointer's checksums included)."""
+    ocp = _orbax()
     return _read_only(manager, step, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
 
 def read_state(manager: ocp.CheckpointManager, step: int, subtrees: Optional[dict]) -> Any:
     """The state of checkpoint `step`: only `subtrees` (a dict of the state's metadata subtrees, as numpy
     arrays) when given, else everything without a template."""
+    ocp = _orbax()
     if subtrees is not None:
         abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), subtrees)
         restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
