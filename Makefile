@@ -12,6 +12,10 @@ CPP_TOOLS_OK  := { command -v g++ && command -v protoc && command -v grpc_cpp_pl
 	&& pkg-config --exists grpc++ protobuf; } >/dev/null 2>&1
 RUBY_TOOLS_OK := { command -v ruby && ruby -e 'require "grpc"' && command -v grpc_tools_ruby_protoc; } >/dev/null 2>&1
 CAN_APT       := { [ "$$(id -u)" = 0 ] && command -v apt-get; } >/dev/null 2>&1
+BROWSER_OK    := command -v chromium >/dev/null 2>&1
+# The Debian packages behind each of those tests.
+CPP_PACKAGES  := libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++ make
+RUBY_PACKAGES := ruby ruby-grpc ruby-grpc-tools
 
 .PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean deps chromium cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
 
@@ -82,12 +86,24 @@ clean:
 
 ## deps: as root, the Debian packages that the C++ and Ruby workers and the league page's browser test need; .ci/run calls it.
 ##       Without them `make test` skips those tests and says so; as root with apt-get it installs them itself.
-deps: cpp-deps ruby-deps chromium
+##       What is missing installs with one `apt-get update` and one `apt-get install`.
+deps:
+	@missing=""; \
+	$(CPP_TOOLS_OK) || missing="$$missing $(CPP_PACKAGES)"; \
+	$(RUBY_TOOLS_OK) || missing="$$missing $(RUBY_PACKAGES)"; \
+	$(BROWSER_OK) || missing="$$missing chromium"; \
+	if [ -z "$$missing" ]; then \
+		echo "deps: the C++ gRPC toolchain, ruby with its grpc gems and chromium are already installed"; \
+	elif $(CAN_APT); then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	else \
+		echo "deps: needs root and apt-get (Debian:$$missing)"; exit 1; \
+	fi
 
 ## chromium: Debian's Chromium, the headless browser of the league page's test (tests/test_league_page.py);
 ##           needs root and apt-get (about 35 s here). No browser is downloaded at run time.
 chromium:
-	@if command -v chromium >/dev/null; then \
+	@if $(BROWSER_OK); then \
 		echo "chromium: already installed"; \
 	elif $(CAN_APT); then \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
@@ -100,8 +116,7 @@ cpp-deps:
 	@if $(CPP_TOOLS_OK); then \
 		echo "cpp-deps: grpc++ and protobuf already installed"; \
 	elif $(CAN_APT); then \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-			libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++ make; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(CPP_PACKAGES); \
 	else \
 		echo "cpp-deps: needs root and apt-get (Debian: libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config g++)"; \
 		exit 1; \
@@ -154,7 +169,7 @@ ruby-deps:
 	@if $(RUBY_TOOLS_OK); then \
 		echo "ruby-deps: ruby, its grpc gem and grpc_tools_ruby_protoc already installed"; \
 	elif $(CAN_APT); then \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ruby ruby-grpc ruby-grpc-tools; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(RUBY_PACKAGES); \
 	else \
 		echo "ruby-deps: needs root and apt-get (Debian: ruby ruby-grpc ruby-grpc-tools), or Ruby >= 3.0 and 'gem install grpc grpc-tools'"; \
 		exit 1; \
