@@ -316,12 +316,14 @@ GAMES = ("openspiel:kuhn_poker", "openspiel:tic_tac_toe", "pettingzoo:classic/ti
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """{env id: run dir} of tiny real `seedleague train` runs, trained side by side (strength is irrelevant)."""
+    """{env id: run dir} of tiny real `seedleague train` runs, trained side by side (strength is irrelevant: one
+    Adam step an update, where the board games' presets unroll 16 on CPU, each a convolution to compile)."""
     root = tmp_path_factory.mktemp("runs")
     runs = {game: str(root / game.replace(":", "-").replace("/", "-")) for game in GAMES}
     procs = {game: subprocess.Popen(
         [sys.executable, "-m", "seedleague.cli", "train", "--env", game, "--run-dir", run_dir,
-         "--max-learner-steps", "4", "--no-eval", "--league-page", "off", "--envs-per-worker", "16"],
+         "--max-learner-steps", "4", "--no-eval", "--league-page", "off", "--envs-per-worker", "16",
+         "--learner.epochs", "1", "--learner.minibatches", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for game, run_dir in runs.items()}
     for game, proc in procs.items():
         out = proc.communicate(timeout=300)[0]
