@@ -154,7 +154,8 @@ def test_the_standings_show_each_pbt_members_current_settings(tmp_path):
     league.close()
     shown = {row["key"]: row["pbt"] for row in state["standings"]}
     assert shown["main"] == f"{copied.new.text()}, copied main-1:000000 at round 1"  # its current settings
-    assert shown["main-1"] == pbt.initial_settings(1, np.random.default_rng([0, 1])).text()  # as it joined
+    joined = pbt.initial_settings(1, np.random.default_rng([0, 1])).text()  # as it joined, and the best member
+    assert shown["main-1"] == f"{joined}; the run's output"
     assert shown["main:000000"] == shown["main-1:000000"] == ""  # snapshots are not members
 
 

@@ -294,6 +294,7 @@ def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tm
     assert [(r.kind, r.round) for r in closing] == [(KEPT, 1), (KEPT, 1)] and closing[0].evidence["games"] == 200
     assert closing[1].evidence["rank"] == 1 and closing[0].evidence["look"] == 2
     assert again.pbt_output("main")[0] == "main-1"  # the newest ranked round, once the open one has no games
+    assert [s.key for s in again.standings() if s.pbt.endswith("; the run's output")] == ["main-1"]  # and its row says so
     again.close()
 
 

@@ -416,13 +416,17 @@ class PbtState:
         return RoundInput(self.rounds + 1, members, {m: dict(t) for m, t in self.tallies.items()}, dict(self.settings),
                           {m: latest.get(m, "") for m in members}, self.look + 1)
 
-    def note(self, member: str) -> str:
-        """The standings' text for a member: its settings and its newest change."""
+    def leader(self, latest: dict[str, str], min_games: float) -> tuple[str, str]:
+        """(member, why): the run's output, `leader` over the open round and the history."""
+        return leader(self.round_input(latest), self.history, min_games)
+
+    def note(self, member: str, output: bool = False) -> str:
+        """The standings' text for a member: its settings, its newest change, and whether it is the run's output."""
         if member not in self.settings:
             return ""
         last = self.last_change.get(member)
         copied = f", copied {last.source_key} at round {last.round}" if last is not None and last.kind == EXPLOIT else ""
-        return self.settings[member].text() + copied
+        return self.settings[member].text() + copied + ("; the run's output" if output else "")
 
 
 def row_settings(values: Optional[Sequence[float]]) -> PbtSettings:

@@ -279,7 +279,7 @@ class League:
             state = self._state.pbt
             if not state.is_member(player):
                 return None
-            return pbt.leader(state.round_input(self._latest_snapshots()), state.history, self.config.pbt_min_games)
+            return state.leader(self._latest_snapshots(), self.config.pbt_min_games)
 
     def pbt_history(self) -> list[pbt.PbtRow]:
         """Every PBT event so far, oldest first: joins, and each round's copies and keeps with their evidence."""

@@ -138,9 +138,10 @@ class LeagueState:
         k = len(self._keys)
         totals = self._counts[:k, :k].sum(axis=1)
         rates = payoff.win_rate(totals[:, payoff.WINS], totals[:, payoff.DRAWS], totals[:, payoff.GAMES], 0.0)
+        output = self.pbt.leader({}, self.config.pbt_min_games)[0] if len(self.pbt.settings) > 1 else None
         rows = [
             Standing(key, self.role_of(key), self._elo[i], float(totals[i, payoff.GAMES]), float(rates[i]),
-                     *self._trueskill[i], pbt=self.pbt.note(key))
+                     *self._trueskill[i], pbt=self.pbt.note(key, key == output))
             for i, key in enumerate(self._keys)
         ]
         return sorted(rows, key=lambda row: -row.elo)
