@@ -20,8 +20,8 @@ import numpy as np
 
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, NamedEnvSpec,
-                                          TensorSpec)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedEnvSpec, ObservationSpec,
+                                       TensorSpec, named_of_v1, v1_model_of)
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -40,8 +40,15 @@ def _head_from_json(data: dict):
     return ContinuousHead(data["name"], tuple(data["low"]), tuple(data["high"]))
 
 
+def model_record(spec: NamedEnvSpec) -> "EnvSpec | NamedEnvSpec":
+    """What a checkpoint of the model a host builds for `spec` records: for the flat model
+    (seedleague.protocol.named.flat_model) v1's spec, which every version of seedleague reads and loads as a
+    `Policy`; for the named network the named spec ("protocol": 2, loaded as a `NamedPolicy`)."""
+    return v1_model_of(spec) or spec
+
+
 def spec_to_json(spec: "EnvSpec | NamedEnvSpec") -> dict:
-    """A spec as JSON; a protocol v2 spec records its named tensors and heads (and "protocol": 2)."""
+    """A spec as JSON; a named spec records its tensors and heads (and "protocol": 2)."""
     if isinstance(spec, NamedEnvSpec):
         return dict(protocol=2, env_name=spec.env_name, episode_stats=list(spec.episode_stats),
                     seat_team=list(spec.seat_team),
@@ -94,6 +101,12 @@ class CheckpointMeta:
     wall_s: float = 0.0  # trained seconds, earlier sessions of a resumed run included
     returns: tuple[float, ...] = ()  # the newest episode returns, for a resumed run's moving average
     extra: dict = dataclasses.field(default_factory=dict)  # keys this file does not know, kept as they were
+
+    @property
+    def model_spec(self) -> NamedEnvSpec:
+        """The spec as the one representation below the backend: a protocol-1 record (a flat model's) as one
+        tensor "observation" and one discrete head "action" (`named_of_v1`), of one env and one seat."""
+        return named_of_v1(self.spec) if isinstance(self.spec, EnvSpec) else self.spec
 
     def to_json(self) -> dict:
         out = dict(self.extra, spec=spec_to_json(self.spec), env_steps=self.env_steps, agent_steps=self.agent_steps,

@@ -228,7 +228,7 @@ def test_steps_that_pass_check_step_can_be_served(spec_and_message):
     for name in ("observation", "reward"):  # what passes is finite and has the spec's layout
         value = getattr(step, name)
         assert value.dtype.kind != "f" or np.isfinite(value).all()
-    session = Session("s", spec, "fuzz", unroll_length=0, initial_state=lambda n: np.zeros((n, 1)))
+    session = Session("s", named_of_v1(spec), "fuzz", unroll_length=0, initial_state=lambda n: np.zeros((n, 1)))
     agents = session.flatten(step)  # the host's next move; must not fail on anything check_step let through
     assert agents.observation.shape == (spec.num_agents,) + spec.observation_shape
     if spec.has_legal_mask:

@@ -21,8 +21,8 @@ from seedleague.host.host import Host
 from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
 from seedleague.protocol.client import ClientConfig
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import ContinuousHead, DiscreteHead, NamedEnvSpec
+from seedleague.rl.networks import Network
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 
@@ -92,7 +92,7 @@ def test_protocol_2_forces_a_v1_shaped_v2_spec_which_the_host_runs_on_the_v1_mod
             game.close()
             host.stop()
     assert stats.env_steps >= 4 * 600 and host.metrics.episodes > 0
-    assert host.pipeline.spec == EnvSpec("CartPole-v1", (4,), np.float32, 2, 4)
+    assert host.pipeline.spec == game.spec and isinstance(host.pipeline.network, Network)  # the flat model
 
 
 def test_move_fire_trains_through_the_host_over_a_real_socket():

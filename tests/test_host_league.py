@@ -19,6 +19,7 @@ from seedleague.league.types import Role
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.rl.networks import Network
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import SMALL_HOST, RawWorker, wait_for
@@ -405,7 +406,7 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
     if named:
         assert host.pipeline.spec == spec and host._opponent_table.writes >= 1  # the snapshot acted on the device
     else:
-        assert host.pipeline.spec == EnvSpec("2v2 duel", (2,), np.float32, 2, NUM_ENVS, num_seats=4)  # the v1 model
+        assert host.pipeline.spec == spec and isinstance(host.pipeline.network, Network)  # the flat model
 
 
 def test_a_return_beyond_the_declared_bound_is_warned_about_once_and_play_goes_on(league_host, caplog):

@@ -24,10 +24,9 @@ from seedleague.protocol import codec_v2
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                           NamedEnvSpec, TensorSpec, zero_named_step)
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.networks import Network, NetworkConfig
 from seedleague.rl.types import NamedUnroll
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2_grpc
@@ -134,7 +133,7 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     finally:
         client.close()
     assert client.protocol_version == 2 and sorted(actions) == ["act"] and actions["act"].shape == (2, 1)
-    assert host.pipeline.spec == EnvSpec("v1-shaped", (3,), np.float32, 2, 2)  # v1's network and data path
+    assert host.pipeline.spec == spec and isinstance(host.pipeline.network, Network)  # the flat model and data path
 
 
 def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served):
@@ -230,7 +229,7 @@ def test_a_named_run_resumes_and_loads_as_a_named_policy(tmp_path):
 
 def test_a_recurrent_named_policy_is_refused_as_the_v1_api_refuses_one():
     from seedleague.api import RecurrentPolicyError
-    from seedleague.rl.networks import NetworkConfig
+    from seedleague.rl.networks import Network, NetworkConfig
     from seedleague.artifacts.named import NamedPolicy
 
     with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):

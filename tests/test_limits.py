@@ -434,7 +434,7 @@ def test_the_registry_counts_attached_sessions_through_attach_close_and_double_c
     from seedleague.host.sessions import Session, SessionRegistry
 
     registry = SessionRegistry(SessionLimits())
-    spec = EnvSpec("v", (3,), np.float32, 2, 4)
+    spec = named_of_v1(EnvSpec("v", (3,), np.float32, 2, 4))
     make = lambda sid: Session(sid, spec, "w", 0, lambda n: ())
     a, b, c = (registry.open(spec, "w", make) for _ in range(3))
     registry.attach(a.id)

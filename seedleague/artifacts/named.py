@@ -66,6 +66,11 @@ class NamedPolicy:
     def __repr__(self) -> str:
         return f"NamedPolicy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
 
+    @property
+    def model_spec(self) -> NamedEnvSpec:
+        """The spec a host builds this policy's network for: its own."""
+        return self.spec
+
     def act(self, observation: dict, legal_mask: Optional[dict] = None, greedy: bool = False) -> dict:
         """{head: [B] int32 or [B, d] float32} (no batch axis for one unbatched observation)."""
         observation, batch, single = self._batch(observation)

@@ -1,8 +1,8 @@
-"""The network a spec and a NetworkConfig build: v1's one-array network or the named (protocol v2) one.
+"""The network a spec and a NetworkConfig build: the flat one-array network or the named one.
 
     network = build(config, spec)                             # what a host trains for `spec` (a fresh object)
     network = shared_network(config, shape, dtype, actions)   # one per architecture: loaded policies share compiles
-    network = named_network_for(config, spec)            # likewise for a protocol v2 spec
+    network = named_network_for(config, spec)                 # likewise for the named network
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from typing import Union
 
 import numpy as np
 
-from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import NamedEnvSpec
+from seedleague.protocol.named import NamedEnvSpec, flat_model
 from seedleague.rl.encoders import encoder_kind
 from seedleague.rl.networks import Network, NetworkConfig, make_network
 from seedleague.rl.named_network import NamedNetwork, NamedNetworkConfig, make_named_network
-from seedleague.rl.named_spec import is_v1_shaped
 
 
 def named_torso(network: NetworkConfig, spec: NamedEnvSpec) -> NetworkConfig:
@@ -26,18 +24,19 @@ def named_torso(network: NetworkConfig, spec: NamedEnvSpec) -> NetworkConfig:
     picks for every vector tensor, so a spec of vectors only takes it as "auto"; any other torso is left for
     make_named_network to refuse with what to change."""
     vectors = all(encoder_kind(t) == "vector" for t in spec.observation.tensors)
-    if network.torso == "mlp" and vectors and not is_v1_shaped(spec.observation, spec.action):
+    if network.torso == "mlp" and vectors and not flat_model(spec):
         return dataclasses.replace(network, torso="auto")
     return network
 
 
-def build(config: NetworkConfig, spec: Union[EnvSpec, NamedEnvSpec]) -> Union[Network, NamedNetwork]:
-    """v1's network for a v1 spec; the named network (one encoder per named tensor, one head per action head)
-    for a protocol v2 spec."""
-    if isinstance(spec, NamedEnvSpec):
-        return make_named_network(NamedNetworkConfig(network=named_torso(config, spec)),
-                                  spec.observation, spec.action)
-    return make_network(config, spec.observation_shape, spec.observation_dtype, spec.num_actions)
+def build(config: NetworkConfig, spec: NamedEnvSpec) -> Union[Network, NamedNetwork]:
+    """The flat network (one observation array in, one categorical out) for a spec of the flat model
+    (`seedleague.protocol.named.flat_model`); the named network (one encoder per named tensor, one head per action
+    head) for any other."""
+    if flat_model(spec):
+        tensor, head = spec.observation.tensors[0], spec.action.heads[0]
+        return make_network(config, tensor.shape, tensor.dtype, head.num_actions)
+    return make_named_network(NamedNetworkConfig(network=named_torso(config, spec)), spec.observation, spec.action)
 
 
 @functools.lru_cache(maxsize=32)

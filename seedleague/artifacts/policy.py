@@ -20,6 +20,8 @@ import numpy as np
 
 from seedleague.artifacts.networks import shared_network
 from seedleague.buckets import pad, power_of_two
+from seedleague.protocol.named import NamedEnvSpec, named_of_v1
+from seedleague.protocol.specs import EnvSpec
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import Network, NetworkConfig
 
@@ -108,6 +110,13 @@ class Policy:
 
     def __repr__(self) -> str:
         return f"Policy({self.spec.env_name!r}, step={self.step}, source={self.source!r})"
+
+    @property
+    def model_spec(self) -> NamedEnvSpec:
+        """The spec a host builds this policy's network for: one tensor "observation", one discrete head "action"
+        (the flat model's, seedleague.protocol.named.flat_model), one env and seat."""
+        spec = self.spec
+        return named_of_v1(EnvSpec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions, 1))
 
     # -- queries ------------------------------------------------------------------------------
 

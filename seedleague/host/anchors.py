@@ -23,8 +23,6 @@ import numpy as np
 from seedleague import output
 from seedleague.host.exploit import uniform_params
 from seedleague.league.types import UNIFORM_ANCHOR, LeagueAPI
-from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import NamedEnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +78,7 @@ def _output_params(path: str) -> tuple[Any, Any]:
         log.info("anchor %s: its output is a mixture of %d; the anchor plays its heaviest member, %s",
                  path, len(trained.members), resolved.members[heaviest].key)
         trained = trained.members[heaviest]
-    spec = trained.spec
-    if not isinstance(spec, NamedEnvSpec):
-        spec = EnvSpec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions, 1)
-    return trained.params, spec
+    return trained.params, trained.model_spec
 
 
 def _shape_difference(params: Any, mine: Any) -> Optional[str]:

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from seedleague.checkpoint import Checkpointer
-from seedleague.checkpoint_meta import CheckpointMeta
+from seedleague.checkpoint_meta import CheckpointMeta, model_record
 from seedleague.host import episodes, inference, restore, named
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
@@ -34,9 +34,8 @@ from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import ActionBatch, EnvSpec
-from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
-                                          check_named_step, v1_model_of)
+from seedleague.protocol.specs import ActionBatch
+from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch, check_named_step, flat_model
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
 
@@ -93,16 +92,15 @@ class Host:
 
     def open_session(self, spec: NamedEnvSpec, worker_name: str) -> str:
         """A spec of one tensor and one discrete head (every v1 worker's) runs on the flat model, the others on
-        the named network; the session keeps the worker's spec as `wire_spec`, whose teams seat league games."""
-        wire_spec = spec
-        spec = v1_model_of(spec) or spec  # teams stay with the wire spec (Seating)
+        the named network (seedleague.protocol.named.flat_model); the pipeline and the session keep the worker's
+        spec, whose teams seat league games."""
         if spec.num_agents > self.config.batcher.max_batch_size:
             raise ProtocolError(
                 RESOURCE_EXHAUSTED,
                 f"worker declares {spec.num_envs} envs x {spec.num_seats} seats = {spec.num_agents} agents; one forward "
                 f"pass holds at most {self.config.batcher.max_batch_size} (batcher.max_batch_size)",
             )
-        if isinstance(spec, NamedEnvSpec) and self.config.explore:
+        if not flat_model(spec) and self.config.explore:
             raise ProtocolError(FAILED_PRECONDITION, f"{spec.env_name} needs the named network (several tensors "
                                 "or heads), which has no exploration mixture: start the host with --explore 0")
         if self._league_api is not None and spec.num_seats < 2:
@@ -125,12 +123,10 @@ class Host:
             seating = None
             if pipeline.opponents() is not None:
                 seating = Seating(spec.num_envs, spec.num_seats, np.random.default_rng(uuid.UUID(sid).int % 2**32),
-                                  every_seat=pipeline.mixture is not None, teams=getattr(wire_spec, "seat_team", None),
+                                  every_seat=pipeline.mixture is not None, teams=spec.seat_team,
                                   train_on_matches=self.config.league.train_on_matches)
-            session = Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating,
-                              heads=getattr(pipeline.network, "heads", None))
-            session.wire_spec = wire_spec
-            return session
+            return Session(sid, spec, worker_name, unroll_length, pipeline.network.initial_state, seating,
+                           heads=getattr(pipeline.network, "heads", None))
 
         session = self.sessions.open(spec, worker_name, make)
         log.info("worker %s opened session %s: %d envs x %d seats", worker_name, session.id[:8], spec.num_envs, spec.num_seats)
@@ -143,7 +139,7 @@ class Host:
         session = self.sessions.get(step.session_id)
         if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
             raise ProtocolError(INVALID_ARGUMENT, session.refusal)
-        wire = session.wire_spec
+        wire = session.spec
         check_named_step(wire, step)  # nothing of a refused step goes further
         named.record_episode_stats(self.metrics, step)
         agents = session.flatten(step if session.named else named.as_v1_step(step, wire))
@@ -161,7 +157,7 @@ class Host:
 
     # -- pipeline -----------------------------------------------------------------------------
 
-    def _pipeline_for(self, spec: EnvSpec) -> Pipeline:
+    def _pipeline_for(self, spec: NamedEnvSpec) -> Pipeline:
         with self._pipeline_lock:
             if self.pipeline is None:
                 self._build_pipeline(spec)
@@ -170,7 +166,7 @@ class Host:
             raise ProtocolError(FAILED_PRECONDITION, f"env spec does not fit the host's model: {problem}")
         return self.pipeline
 
-    def _build_pipeline(self, spec: EnvSpec, state: Any = None) -> Pipeline:
+    def _build_pipeline(self, spec: NamedEnvSpec, state: Any = None) -> Pipeline:
         services = Services(self.metrics, self.checkpointer, self._checkpoint_meta, self._trained_seconds,
                             self._league_api, self.pool, self._target)
         self.pipeline = build_pipeline(self.config, self.layout, spec, services, state)
@@ -196,9 +192,9 @@ class Host:
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics
-        return CheckpointMeta(self.pipeline.spec, self.config.network, self.config.learner, env_steps=m.env_steps,
-                              agent_steps=m.agent_steps, episodes=m.episodes, wall_s=self._trained_seconds(),
-                              returns=tuple(m.returns)).to_json()
+        return CheckpointMeta(model_record(self.pipeline.spec), self.config.network, self.config.learner,
+                              env_steps=m.env_steps, agent_steps=m.agent_steps, episodes=m.episodes,
+                              wall_s=self._trained_seconds(), returns=tuple(m.returns)).to_json()
 
     # -- inference (batcher thread) -----------------------------------------------------------
 
@@ -216,7 +212,7 @@ class Host:
         agents: list[AgentStep] = [r.payload.agents for r in requests]
         for step in agents:
             episodes.end_and_seat(step, self.pipeline, self.config.league.player, self.metrics)
-        if isinstance(pipeline.spec, NamedEnvSpec):
+        if not flat_model(pipeline.spec):
             observation, legal = named.batch_inputs(pipeline.spec, agents)
         else:
             observation = np.concatenate([a.observation for a in agents])

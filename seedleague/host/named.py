@@ -2,7 +2,7 @@
 the wiring in host.py.
 
 A session whose spec is v1-shaped (one unmasked tensor, one discrete head; every v1
-worker's, and v2 ones of that shape: `protocol.named.v1_model_of`) runs on the flat model
+worker's, and v2 ones of that shape: `protocol.named.flat_model`) runs on the flat model
 and data path (its teams seat league games, seedleague.host.seating): `as_v1_step`
 and `as_named_actions` translate at the edge without copies. Any other spec
 builds the named network: `batch_inputs`

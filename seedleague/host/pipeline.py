@@ -29,8 +29,7 @@ from seedleague.host.replay import Replay
 from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI, parse_key
 from seedleague.metrics import Metrics
-from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import NamedEnvSpec
+from seedleague.protocol.named import NamedEnvSpec, flat_model
 from seedleague.host.unroll_store import named_rows
 from seedleague.rl import sharding
 from seedleague.rl.learner import init_train_state, make_sharded_update
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 class Pipeline:
     """Network, policy, replay and learner built for one env spec (and the league link or served mixture)."""
 
-    spec: "EnvSpec | NamedEnvSpec"  # a protocol v2 spec builds the named network
+    spec: NamedEnvSpec  # the model's: flat or named (seedleague.protocol.named.flat_model)
     network: Any
     policy: InferencePolicy
     replay: Optional[Replay]  # None when the host does not learn
@@ -60,7 +59,7 @@ class Pipeline:
                 return source
         return None
 
-    def fits(self, spec: "EnvSpec | NamedEnvSpec") -> Optional[str]:
+    def fits(self, spec: NamedEnvSpec) -> Optional[str]:
         """None if `spec` can be served by this pipeline, else what differs."""
         return spec_difference(spec, self.spec)
 
@@ -72,26 +71,30 @@ class Pipeline:
             self.learner.stop()
 
 
-def spec_difference(spec: "EnvSpec | NamedEnvSpec", mine: "EnvSpec | NamedEnvSpec") -> Optional[str]:
-    """None if a model built for `mine` can act on `spec`, else what differs."""
-    if isinstance(spec, NamedEnvSpec) or isinstance(mine, NamedEnvSpec):
-        return _named_fits(spec, mine)
-    for name in ("observation_shape", "observation_dtype", "num_actions"):
-        if getattr(spec, name) != getattr(mine, name):
-            return f"{name} is {getattr(spec, name)} but the host's model was built for {getattr(mine, name)}"
-    return None
-
-
-def _named_fits(spec: Any, mine: Any) -> Optional[str]:
-    """`Pipeline.fits` where either spec is a protocol v2 one: same named tensors and heads."""
-    if type(spec) is not type(mine):
-        return (f"the worker speaks protocol {2 if isinstance(spec, NamedEnvSpec) else 1}, the host's model was "
-                f"built for a protocol {2 if isinstance(mine, NamedEnvSpec) else 1} spec")
+def spec_difference(spec: NamedEnvSpec, mine: NamedEnvSpec) -> Optional[str]:
+    """None if a model built for `mine` can act on `spec`, else what differs. The flat model reads one array and
+    answers one categorical: the names of its tensor and head, and whether a worker sends legal masks, do not
+    matter to it (a protocol-1 checkpoint records none of them)."""
+    if flat_model(spec) != flat_model(mine):
+        kind = lambda s: "the flat model" if flat_model(s) else "the named network"
+        return f"the worker's spec runs on {kind(spec)}, the host's model is {kind(mine)}"
+    if flat_model(spec):
+        for name, theirs, ours in _flat_fields(spec, mine):
+            if theirs != ours:
+                return f"{name} is {theirs} but the host's model was built for {ours}"
+        return None
     if spec.observation != mine.observation:
         return f"observation is {spec.observation} but the host's model was built for {mine.observation}"
     if spec.action != mine.action:
         return f"action is {spec.action} but the host's model was built for {mine.action}"
     return None
+
+
+def _flat_fields(spec: NamedEnvSpec, mine: NamedEnvSpec):
+    """(name, spec's, mine's) of what the flat model is built from, named as v1's spec names them."""
+    (tensor, head), (my_tensor, my_head) = ((s.observation.tensors[0], s.action.heads[0]) for s in (spec, mine))
+    return (("observation_shape", tensor.shape, my_tensor.shape), ("observation_dtype", tensor.dtype, my_tensor.dtype),
+            ("num_actions", head.num_actions, my_head.num_actions))
 
 
 @dataclasses.dataclass
@@ -107,12 +110,12 @@ class Services:
     target: Optional[ExploitTarget] = None  # the frozen output a best response trains against
 
 
-def build_network(config: HostConfig, spec: "EnvSpec | NamedEnvSpec") -> Any:
+def build_network(config: HostConfig, spec: NamedEnvSpec) -> Any:
     """The network the host trains for `spec` (seedleague.artifacts.networks.build)."""
     return networks.build(config.network, spec)
 
 
-def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvSpec, services: Services,
+def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: NamedEnvSpec, services: Services,
                    state: Any = None) -> Pipeline:
     """The pipeline for `spec`, starting from `state` (a fresh initialisation when None); its threads run."""
     network = build_network(config, spec)
@@ -139,12 +142,8 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: EnvS
         learner.start()
     if learner is not None and services.league_api is not None:
         pipeline.league = _start_league_link(config, pipeline, services)
-    if isinstance(spec, NamedEnvSpec):
-        log.info("built model for %s: observation %s, action %s; %s", spec.env_name, spec.observation, spec.action,
-                 layout.describe())
-    else:
-        log.info("built model for %s: obs %s %s, %d actions; %s", spec.env_name, spec.observation_shape,
-                 spec.observation_dtype, spec.num_actions, layout.describe())
+    log.info("built %s for %s: observation %s, action %s; %s", "the flat model" if flat_model(spec) else
+             "the named network", spec.env_name, spec.observation, spec.action, layout.describe())
     return pipeline
 
 
@@ -157,7 +156,7 @@ def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Service
         if parse_key(key)[1] is None:  # an anchor: its key is its bare name (seedleague.host.anchors)
             return anchors(key)
         state, meta = pool.restore(key, pipeline.initial_state)
-        problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").spec)
+        problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").model_spec)
         if problem:
             raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
         return jax.device_put(state.params, pipeline.policy.device)
@@ -187,16 +186,17 @@ def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Service
     return link
 
 
-def _example_unroll(spec: "EnvSpec | NamedEnvSpec", unroll_length: int, network: Any) -> Any:
-    if isinstance(spec, NamedEnvSpec):
+def _example_unroll(spec: NamedEnvSpec, unroll_length: int, network: Any) -> Any:
+    if not flat_model(spec):
         return named_rows(1, unroll_length, spec.observation, network.heads, network.initial_state(1))
     rows = (1, unroll_length + 1)
+    tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return Unroll(
-        observation=np.zeros(rows + spec.observation_shape, spec.observation_dtype),
+        observation=np.zeros(rows + tensor.shape, tensor.dtype),
         first=np.zeros(rows, bool),
         action=np.zeros(rows, np.int32),
-        behaviour_logits=np.zeros(rows + (spec.num_actions,), np.float32),
-        legal_mask=np.ones(rows + (spec.num_actions,), bool),
+        behaviour_logits=np.zeros(rows + (head.num_actions,), np.float32),
+        legal_mask=np.ones(rows + (head.num_actions,), bool),
         reward=np.zeros(rows, np.float32),
         terminated=np.zeros(rows, bool),
         truncated=np.zeros(rows, bool),

@@ -27,7 +27,6 @@ from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.pipeline import build_network
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl.learner import init_train_state
 
@@ -39,7 +38,7 @@ class Restored:
     """A train state to build the pipeline from, the config it needs, and the run's counters so far."""
 
     config: HostConfig  # with the network (and learner) config the state was saved with
-    spec: "EnvSpec | NamedEnvSpec"
+    spec: NamedEnvSpec  # the model's (seedleague.protocol.named.flat_model chooses flat or named)
     state: Any
     meta: dict = dataclasses.field(default_factory=dict)  # the checkpoint's counters; empty when serving an output
     note: str = ""  # damaged checkpoints passed over on the way to this one, for the console
@@ -73,12 +72,12 @@ def _from_step(config: HostConfig, checkpointer: Checkpointer, step: int) -> Res
         if kept is not None and kept != getattr(config, name):  # the saved state has that structure
             log.warning("using the checkpoint's %s config %s, not %s", name, kept, getattr(config, name))
             config = dataclasses.replace(config, **{name: kept})
-    template = init_train_state(config.learner, build_network(config, saved.spec), jax.random.key(0))
+    template = init_train_state(config.learner, build_network(config, saved.model_spec), jax.random.key(0))
     state, meta = checkpointer.restore(step, template)
     if config.serve_param_average:
         state = with_averaged_params(state, f"{checkpointer.directory}/{step}")
     log.info("restored %s at learner step %d, %d env steps", checkpointer.directory, int(state.step), meta["env_steps"])
-    return Restored(config, saved.spec, state, meta)
+    return Restored(config, saved.model_spec, state, meta)
 
 
 def with_averaged_params(state: Any, source: str) -> Any:
@@ -111,7 +110,7 @@ def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, Exploit
     source = output.OutputConfig(config.exploit_source, output.recorded(run_dir).player) if named else None
     resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
     if uniform:  # the run's own network with its policy heads zeroed: the game's uniform random policy
-        if isinstance(spec, NamedEnvSpec) and len(spec.action.discrete) < len(spec.action.heads):
+        if len(spec.action.discrete) < len(spec.action.heads):
             raise ValueError(f"--output {exploit.UNIFORM}: {spec.env_name}'s continuous action heads have no uniform "
                              "policy; exploit one of the run's outputs instead")
         mixture = ServedMixture([exploit.UNIFORM], [1.0], [exploit.uniform_params(first.params)],
@@ -129,11 +128,7 @@ def _output_networks(run_dir: str, source: Any, seed: int, device: Any):
     trained = resolved.load(seed)
     members = trained.members if resolved.kind == "mixture" else [trained]
     first = members[0]
-    if isinstance(first.spec, NamedEnvSpec):  # a protocol v2 run: its named tensors and heads, as recorded
-        spec = first.spec
-    else:
-        spec = EnvSpec(first.spec.env_name, first.spec.observation_shape, first.spec.observation_dtype,
-                       first.spec.num_actions, 1)
+    spec = first.model_spec
     mixture = ServedMixture([m.key for m in resolved.members], [m.weight for m in resolved.members],
                             [jax.device_put(m.params, device) for m in members], np.random.default_rng(seed),
                             resolved.seat_weights())

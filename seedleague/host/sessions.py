@@ -23,8 +23,8 @@ import numpy as np
 from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
 from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import EnvSpec, StepBatch
-from seedleague.protocol.named import DiscreteHead, NamedEnvSpec
+from seedleague.protocol.specs import StepBatch
+from seedleague.protocol.named import DiscreteHead, NamedEnvSpec, flat_model
 
 
 _COUNTS = ("max_workers", "max_envs_per_worker", "max_num_actions", "max_observation_elements")
@@ -76,7 +76,7 @@ def check_spec(spec: NamedEnvSpec, limits: SessionLimits) -> None:
         )
 
 
-def check_capacity(spec: EnvSpec, limits: SessionLimits, open_sessions: int) -> None:
+def check_capacity(spec: NamedEnvSpec, limits: SessionLimits, open_sessions: int) -> None:
     """Refuse with RESOURCE_EXHAUSTED a worker with more envs than one worker may step, or one more
     worker than the host serves (`open_sessions` are open now)."""
     if spec.num_envs > limits.max_envs_per_worker:
@@ -117,14 +117,15 @@ class Session:
     def __init__(
         self,
         session_id: str,
-        spec: "EnvSpec | NamedEnvSpec",
+        spec: NamedEnvSpec,
         worker_name: str,
         unroll_length: int,
         initial_state: Callable[[int], Any],
         seating: Optional[Seating] = None,
         heads: Any = None,
     ):
-        """`heads` (the network's seedleague.rl.action_heads.ActionHeads) is needed with a NamedEnvSpec."""
+        """`heads` (the network's seedleague.rl.action_heads.ActionHeads) is needed for the named network (a spec
+        of which seedleague.protocol.named.flat_model does not hold)."""
         self.id = session_id
         self.seating = seating  # who plays which seat, for league play; None: the learner plays every seat
         self.spec = spec
@@ -139,22 +140,21 @@ class Session:
         self.initial_core = initial_state(self.num_agents)  # what a new episode's recurrent state starts from
         self.has_core_state = bool(jax.tree.leaves(self.initial_core))  # a recurrent network's; none for a feed-forward one
         self.unrolls: Optional[UnrollStore] = None  # none on an inference-only host (unroll_length 0)
-        self.wire_spec = spec  # the spec the worker declared (a v1-shaped v2 spec runs as the v1 `spec`)
-        self.named = isinstance(spec, NamedEnvSpec)
+        self.named = not flat_model(spec)  # the named network's steps; else the flat model's (one tensor, one head)
+        flat = None if self.named else (spec.observation.tensors[0], spec.action.heads[0])
         if unroll_length and self.named:
             self.unrolls = UnrollStore.named(self.num_agents, unroll_length, spec.observation, heads,
                                              initial_state(self.num_agents))
         elif unroll_length:
-            self.unrolls = UnrollStore(
-                self.num_agents, unroll_length, spec.observation_shape, spec.observation_dtype, spec.num_actions,
-                initial_state(self.num_agents),
-            )
+            self.unrolls = UnrollStore(self.num_agents, unroll_length, flat[0].shape, flat[0].dtype, flat[1].num_actions,
+                                       initial_state(self.num_agents))
         self._fresh = True
         # Shared read-only masks, so no step builds its own: every agent (`acting` of a step that sends none, and
-        # every row the learner's without a league) and, for a v1 spec without legal masks, every action legal.
+        # every row the learner's without a league) and, for a flat model's spec without legal masks, every action.
         self.every_agent = _read_only(np.ones(self.num_agents, bool))
         self.every_action = None if self.named or spec.has_legal_mask else _read_only(
-            np.ones((self.num_agents, spec.num_actions), bool))
+            np.ones((self.num_agents, flat[1].num_actions), bool))
+        self._observation_shape = None if self.named else (self.num_agents,) + flat[0].shape
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
@@ -175,7 +175,7 @@ class Session:
             return self._flatten_named(step, first, reward, terminated, truncated, fresh)
         return AgentStep(
             session=self,
-            observation=step.observation.reshape((n,) + self.spec.observation_shape),
+            observation=step.observation.reshape(self._observation_shape),
             first=first,
             reward=reward,
             terminated=terminated,
@@ -223,7 +223,7 @@ class SessionRegistry:
         self._lock = threading.Lock()
         self._attached = 0  # sessions with a stream: the batcher asks for it before every request it waits for
 
-    def open(self, spec: EnvSpec, worker_name: str, make: Callable[[str], Session]) -> Session:
+    def open(self, spec: NamedEnvSpec, worker_name: str, make: Callable[[str], Session]) -> Session:
         check_capacity(spec, self.limits, open_sessions=0)
         with self._lock:
             self._expire_unattached()

@@ -131,11 +131,18 @@ def v1_of_named(spec: NamedEnvSpec) -> Optional[EnvSpec]:
                    head.has_legal_mask, spec.return_bound)
 
 
+def flat_model(spec: NamedEnvSpec) -> bool:
+    """Whether `spec` runs on the flat model (one observation array in, one categorical out: rl/networks.py,
+    `Unroll`): one unmasked tensor and one discrete head, every v1 worker's spec and v2 ones of that shape.
+    Anything else builds the named network. The one place this choice is made."""
+    return is_v1_shaped(spec.observation, spec.action)
+
+
 def v1_model_of(spec: NamedEnvSpec) -> Optional[EnvSpec]:
     """The v1 spec whose model and data path serve a v2 spec of one unmasked tensor and one discrete head; its
     teams and episode stats (which v1's spec cannot say) the host reads from the v2 spec and steps. None: the
     named model."""
-    if not is_v1_shaped(spec.observation, spec.action):
+    if not flat_model(spec):
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
@@ -314,5 +321,5 @@ def random_named_actions(rng: np.random.Generator, spec: NamedEnvSpec, legal_mas
 
 __all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
            "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch",
-           "NamedActionBatch", "named_of_v1", "v1_of_named", "v1_model_of", "zero_named_step",
+           "NamedActionBatch", "flat_model", "named_of_v1", "v1_of_named", "v1_model_of", "zero_named_step",
            "check_named_step", "check_named_actions", "random_named_actions"]
