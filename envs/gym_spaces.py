@@ -28,7 +28,7 @@ from envs.gym_vector import UnsupportedEnv
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec)
+                                       NamedEnvSpec, TensorSpec)
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 

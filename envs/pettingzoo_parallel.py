@@ -38,7 +38,7 @@ import numpy as np
 
 from envs.worker_loop import EnvPerSlot, GameStep
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec)
+                                       NamedEnvSpec, TensorSpec)
 
 log = logging.getLogger("envs.pettingzoo_parallel")
 

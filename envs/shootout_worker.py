@@ -28,7 +28,7 @@ import numpy as np
 
 from envs.worker_loop import GameStep, fixed_game_main
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec)
+                                       NamedEnvSpec, TensorSpec)
 
 log = logging.getLogger("envs.shootout_worker")
 

@@ -32,7 +32,7 @@ from seedleague.host.servicer import SERVICE_NAME, EnvServicer
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, zero_step
 from seedleague.protocol.named import (ActionSpec, DiscreteHead, ObservationSpec, NamedActionBatch,
-                                          NamedEnvSpec, TensorSpec, v1_of_named)
+                                       NamedEnvSpec, TensorSpec, v1_of_named)
 from seedleague import checkpoint_meta, progress
 from seedleague.api import PolicySpec, load_trained
 from seedleague.cli import main

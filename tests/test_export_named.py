@@ -20,7 +20,7 @@ from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta, spec_to_json
 from seedleague.export import onnx_named
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec)
+                                       NamedEnvSpec, TensorSpec)
 from seedleague.rl.learner import LearnerConfig, init_train_state
 from seedleague.rl.networks import NetworkConfig
 from seedleague.artifacts.networks import named_network_for

@@ -375,7 +375,7 @@ def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_l
     from seedleague.protocol.client import ClientConfig
     from seedleague.protocol.client_v2 import NamedWorkerClient
     from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                              NamedEnvSpec, TensorSpec)
+                                           NamedEnvSpec, TensorSpec)
 
     league = FakeLeague(opponents=["p:000000"])
     host, server = league_host(league)

@@ -25,7 +25,7 @@ from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec, zero_named_step)
+                                       NamedEnvSpec, TensorSpec, zero_named_step)
 from seedleague.rl.networks import Network, NetworkConfig
 from seedleague.rl.types import NamedUnroll
 from seedleague.testing.server_thread import ServerThread

@@ -19,9 +19,9 @@ from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                          NamedEnvSpec, TensorSpec, check_named_actions,
-                                          check_named_step, named_of_v1, v1_model_of, v1_of_named,
-                                          zero_named_step)
+                                       NamedEnvSpec, TensorSpec, check_named_actions,
+                                       check_named_step, named_of_v1, v1_model_of, v1_of_named,
+                                       zero_named_step)
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2 as pb

@@ -106,7 +106,7 @@ def test_the_preset_comes_from_the_spec_alone():
 
 def test_protocol_v2_specs_get_the_continuous_control_preset_for_a_box_head_and_v1_settings_when_v1_shaped():
     from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                              NamedEnvSpec, TensorSpec)
+                                           NamedEnvSpec, TensorSpec)
 
     observation = ObservationSpec((TensorSpec("obs", (3,), np.float32),))
     box = NamedEnvSpec("any name", observation, ActionSpec((ContinuousHead("u", (-2.0,), (2.0,)),)), 8)

@@ -26,8 +26,8 @@ from seedleague.protocol.codec import encode_tensor
 from seedleague.protocol.client import ClientConfig, ConnectionLost, HostRefused, WorkerClient, _Slot
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.named import (PROTOCOL_VERSION_V2, NamedEnvSpec,
-                                          NamedStepBatch, check_named_actions, v1_of_named,
-                                          zero_named_step)
+                                       NamedStepBatch, check_named_actions, v1_of_named,
+                                       zero_named_step)
 from seedleague.v2 import env_pb2, env_pb2_grpc
 
 

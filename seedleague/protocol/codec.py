@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
 from seedleague.protocol.named import (V1_ACTION, V1_OBSERVATION, NamedActionBatch, NamedEnvSpec,
-                                          NamedStepBatch, named_of_v1)
+                                       NamedStepBatch, named_of_v1)
 from seedleague.v1 import env_pb2 as pb
 
 _DTYPES = {

@@ -19,8 +19,8 @@ from seedleague.protocol.codec import (MAX_NAME_CHARS, OUTCOMES, clip, decode_te
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK
 from seedleague.protocol.named import (MAX_NAME_LENGTH, MAX_NAMED, PROTOCOL_VERSION_V2, ActionSpec,
-                                          ContinuousHead, DiscreteHead, ObservationSpec, NamedActionBatch,
-                                          NamedEnvSpec, NamedStepBatch, TensorSpec)
+                                       ContinuousHead, DiscreteHead, ObservationSpec, NamedActionBatch,
+                                       NamedEnvSpec, NamedStepBatch, TensorSpec)
 from seedleague.v2 import env_pb2 as pb
 
 

@@ -28,7 +28,7 @@ from seedleague.host.sessions import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
-                                          check_named_step, random_named_actions, v1_model_of)
+                                       check_named_step, random_named_actions, v1_model_of)
 
 
 @dataclasses.dataclass(frozen=True)

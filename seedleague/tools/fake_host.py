@@ -29,7 +29,7 @@ from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION
 from seedleague.protocol.named import (PROTOCOL_VERSION_V2, DiscreteHead, NamedEnvSpec, NamedStepBatch,
-                                          v1_of_named)
+                                       v1_of_named)
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig, FakeSession
 from seedleague.security import ServerSecurity, add_security_flags, server_security_from_args
 
