@@ -20,7 +20,7 @@ from seedleague.league.types import UNIFORM_ANCHOR, Mode
 from seedleague.host.host import HostConfig
 from seedleague.host.replay import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, v1_model_of
+from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, TensorSpec, flat_model, named_of_v1
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -50,12 +50,10 @@ def is_multiplayer(env_id: str) -> bool:
     return env_id.startswith(("openspiel:", "pettingzoo:")) and not env_id.startswith("pettingzoo:mpe/")
 
 
-def plays_in_league(spec: "EnvSpec | NamedEnvSpec") -> bool:
+def plays_in_league(spec: NamedEnvSpec) -> bool:
     """Whether a worker's spec is a game of two or more teams (a league game; every seat its own team unless a
     protocol v2 spec groups them). One team of several seats is a cooperative game: one policy plays every seat."""
-    if isinstance(spec, NamedEnvSpec):
-        return len(set(spec.teams)) >= 2
-    return spec.num_seats >= 2
+    return len(set(spec.teams)) >= 2
 
 
 def league_flags(config: LeagueConfig) -> tuple[str, ...]:
@@ -121,16 +119,24 @@ def _continuous_control() -> Preset:
     )
 
 
-def has_continuous_actions(spec: "EnvSpec | NamedEnvSpec") -> bool:
+def has_continuous_actions(spec: NamedEnvSpec) -> bool:
     """Whether a spec's action has a continuous head (a protocol v2 spec with a float Box)."""
-    return isinstance(spec, NamedEnvSpec) and any(isinstance(h, ContinuousHead) for h in spec.action.heads)
+    return any(isinstance(h, ContinuousHead) for h in spec.action.heads)
 
 
-def _gym_spec(env_id: str) -> "EnvSpec | NamedEnvSpec | None":
+def _declared_spec(env_id: str) -> NamedEnvSpec | None:
+    """The spec the built-in worker for `env_id` will declare, named (`games.spec_of`, whose families give v1's
+    `EnvSpec` for a v1 worker: converted here, the one place a preset reads a spec not from a handshake), None where
+    it cannot be told without the worker, or UnsupportedGame."""
+    spec = games.spec_of(env_id)
+    return named_of_v1(spec) if isinstance(spec, EnvSpec) else spec
+
+
+def _gym_spec(env_id: str) -> NamedEnvSpec | None:
     """The spec a gym worker declares for `env_id` (one env made to read its spaces), or None when gymnasium cannot
     make it here (the worker then says why)."""
     try:
-        return games.spec_of(env_id)
+        return _declared_spec(env_id)
     except games.UnsupportedGame:
         return None
 
@@ -324,7 +330,7 @@ def _pettingzoo_game(game: str) -> Preset:
     as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses. MPE games
     (general-sum, outside the league) get `shared_seats` of their spec, whatever their teams."""
     try:
-        spec = games.spec_of(f"pettingzoo:{game}")  # None for an Atari game: not made here
+        spec = _declared_spec(f"pettingzoo:{game}")  # None for an Atari game: not made here
     except games.UnsupportedGame:
         return _game(board=False)  # the worker refuses the game by name, before anything is trained
     if spec is None:
@@ -332,35 +338,32 @@ def _pettingzoo_game(game: str) -> Preset:
     return shared_seats(spec) if game.startswith("mpe/") else preset_for_spec(spec)
 
 
-def shared_seats(spec: "EnvSpec | NamedEnvSpec") -> Preset:
+def shared_seats(spec: NamedEnvSpec) -> Preset:
     """A game trained outside a league, one policy learning at every seat (parameter sharing): the single-agent
     settings of its action, continuous control for a continuous head, else classic control."""
     return _continuous_control() if has_continuous_actions(spec) else _classic_control()
 
 
-def _shows_pixels(spec: EnvSpec) -> bool:
+def _shows_pixels(tensor: TensorSpec) -> bool:
     """[H, W, C] uint8 frames (the conv torso fits) rather than [C, H, W] planes or features."""
-    return len(spec.observation_shape) == 3 and spec.observation_dtype == np.uint8
+    return len(tensor.shape) == 3 and tensor.dtype == np.uint8
 
 
 class UntrainableSpec(ValueError):
     """A worker's spec no preset can train; the message names the problem and what to change."""
 
 
-def step_bytes(spec: EnvSpec) -> int:
-    """The tensor bytes of one StepBatch for `spec` (observation, reward, flags, legal mask, acting): a lower
-    bound on its message size."""
+def step_bytes(spec: NamedEnvSpec) -> int:
+    """The tensor bytes of one StepBatch for `spec` (every named tensor, reward, flags, legal masks, acting): a
+    lower bound on its message size."""
     agents = spec.num_agents
-    if isinstance(spec, NamedEnvSpec):  # every named tensor and legal mask, and acting
-        observation = sum(agents * int(np.prod(shape)) * np.dtype(dtype).itemsize
-                          for shape, dtype in spec.observation.arrays().values())
-        masks = sum(agents * h.num_actions for h in spec.action.discrete if h.has_legal_mask)
-        return observation + 4 * agents + 2 * spec.num_envs + masks + agents
-    observation = agents * int(np.prod(spec.observation_shape)) * np.dtype(spec.observation_dtype).itemsize
-    return observation + 4 * agents + 2 * spec.num_envs + agents * spec.num_actions * spec.has_legal_mask + agents
+    observation = sum(agents * int(np.prod(shape)) * np.dtype(dtype).itemsize
+                      for shape, dtype in spec.observation.arrays().values())
+    masks = sum(agents * h.num_actions for h in spec.action.discrete if h.has_legal_mask)
+    return observation + 4 * agents + 2 * spec.num_envs + masks + agents
 
 
-def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_batch_size,
+def check_trainable(spec: NamedEnvSpec, max_batch_size: int = BatcherConfig().max_batch_size,
                     max_message_bytes: int = HostConfig().max_message_bytes) -> None:
     """Raise UntrainableSpec, naming the worker's game and what to change, unless a run can train `spec`."""
     problems = []
@@ -374,7 +377,7 @@ def check_trainable(spec: EnvSpec, max_batch_size: int = BatcherConfig().max_bat
         raise UntrainableSpec(f"the worker's game {spec.env_name!r} cannot be trained: " + "; ".join(problems))
 
 
-def preset_for_spec(spec: EnvSpec) -> Preset:
+def preset_for_spec(spec: NamedEnvSpec) -> Preset:
     """The preset for a worker's spec, from what the spec says; its name is read only to ask whether an asked-for
     exact selection of the output can measure it (`mixes_networks`, as that choice asks it), never to look up
     settings.
@@ -387,22 +390,21 @@ def preset_for_spec(spec: EnvSpec) -> Preset:
     ones for a spec with a continuous head, else the classic-control ones. Several seats in one team (a
     cooperative game): `shared_seats`, no league. A league game's rewards are learnt times
     `scale_for_bound(spec.return_bound)`: scaled into [-1, 1] where the worker declares a bound above PAYOFF_RANGE."""
-    if isinstance(spec, NamedEnvSpec) and spec.num_seats >= 2 and not plays_in_league(spec):
+    if spec.num_seats >= 2 and not plays_in_league(spec):
         return shared_seats(spec)
-    if isinstance(spec, NamedEnvSpec):
-        if v1_model_of(spec) is None:
-            if spec.num_seats >= 2:
-                game = _game(board=False, reward_scale=scale_for_bound(spec.return_bound))
-                network = dataclasses.replace(game.host.network, torso="auto")  # each tensor's encoder from its spec
-                return dataclasses.replace(game, host=dataclasses.replace(game.host, network=network))
-            return _continuous_control() if has_continuous_actions(spec) else _classic_control()
-        spec = v1_model_of(spec)
+    if not flat_model(spec):
+        if spec.num_seats >= 2:
+            game = _game(board=False, reward_scale=scale_for_bound(spec.return_bound))
+            network = dataclasses.replace(game.host.network, torso="auto")  # each tensor's encoder from its spec
+            return dataclasses.replace(game, host=dataclasses.replace(game.host, network=network))
+        return _continuous_control() if has_continuous_actions(spec) else _classic_control()
+    tensor = spec.observation.tensors[0]  # the flat model's one observation array
     if spec.num_seats >= 2:
-        if _shows_pixels(spec):
+        if _shows_pixels(tensor):
             return _pettingzoo()
-        return _game(board=len(spec.observation_shape) == 3, exact_selection=mixes_networks(spec.env_name),
+        return _game(board=len(tensor.shape) == 3, exact_selection=mixes_networks(spec.env_name),
                      reward_scale=scale_for_bound(spec.return_bound))
-    return _atari() if len(spec.observation_shape) == 3 else _classic_control()
+    return _atari() if len(tensor.shape) == 3 else _classic_control()
 
 
 def preset_for(env_id: str) -> Preset:

@@ -9,6 +9,7 @@ import pytest
 from seedleague.games.openspiel import load_game, observation_shape
 from seedleague import cli, presets
 from seedleague.eval import output_selection
+from seedleague.protocol.named import named_of_v1
 from seedleague.protocol.specs import EnvSpec
 from seedleague.presets import preset_for
 
@@ -70,7 +71,7 @@ def test_only_an_asked_for_exact_selection_anneals_to_the_lower_temperature():
 def test_a_worker_that_declares_a_measurable_game_trains_as_any_other_worker():
     # The name is asked only what an asked-for exact selection asks: can its candidates be measured exactly.
     leduc = preset_for("openspiel:leduc_poker")
-    spec = EnvSpec("openspiel:leduc_poker", leduc_shape(), np.float32, 3, 16, num_seats=2)
+    spec = named_of_v1(EnvSpec("openspiel:leduc_poker", leduc_shape(), np.float32, 3, 16, num_seats=2))
     assert presets.preset_for_spec(spec).host == leduc.host
     mine = presets.preset_for_spec(dataclasses.replace(spec, env_name="my game"))
     assert mine.host.learner == presets.GAME_RECIPE and mine.output == leduc.output
@@ -134,9 +135,18 @@ def test_a_game_with_payoffs_beyond_the_recipes_range_learns_them_scaled_into_un
 
 
 def test_a_worker_binary_that_declares_a_return_bound_gets_its_rewards_scaled_whatever_its_name():
-    chips = EnvSpec("my poker", (20,), np.float32, 4, 16, num_seats=2, has_legal_mask=True, return_bound=500.0)
+    chips = named_of_v1(EnvSpec("my poker", (20,), np.float32, 4, 16, num_seats=2, has_legal_mask=True,
+                                return_bound=500.0))
     assert presets.preset_for_spec(chips).host.learner.reward_scale == pytest.approx(1 / 500)
     for bound in (0.0, 13.0):  # not declared, or within the recipe's range: learnt as sent
         assert presets.preset_for_spec(dataclasses.replace(chips, return_bound=bound)).host.learner.reward_scale == 1.0
-    solo = EnvSpec("my sim", (20,), np.float32, 4, 16, return_bound=500.0)  # one seat: not a league game
+    solo = named_of_v1(EnvSpec("my sim", (20,), np.float32, 4, 16, return_bound=500.0))  # one seat: no league
     assert presets.preset_for_spec(solo).host.learner.reward_scale == 1.0
+
+
+def test_step_bytes_of_a_v1_workers_spec_by_hand():
+    # 2 envs x 2 seats = 4 agents: observation 4 x 3 float32 = 48, reward 4 x 4 = 16, terminated and truncated
+    # 2 x 2 = 4, legal mask 4 x 5 = 20, acting 4: 92. Without the mask: 72.
+    for has_legal_mask, expected in ((True, 92), (False, 72)):
+        spec = EnvSpec("x", (3,), np.float32, 5, 2, num_seats=2, has_legal_mask=has_legal_mask)
+        assert presets.step_bytes(named_of_v1(spec)) == expected

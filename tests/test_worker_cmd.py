@@ -14,6 +14,7 @@ from seedleague.launch.local import WorkerSpec
 from seedleague import presets, progress
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League
+from seedleague.protocol.named import named_of_v1
 from seedleague.protocol.specs import EnvSpec
 from test_e2e import SEEDLEAGUE, summary
 
@@ -81,26 +82,26 @@ def test_an_untrainable_spec_is_refused_by_name_with_what_to_change(tmp_path):
 
 def test_untrainable_specs_name_the_problem():
     with pytest.raises(presets.UntrainableSpec, match="6000 agents.*fewer envs"):
-        presets.check_trainable(EnvSpec("big", (3,), np.float32, 2, 3000, num_seats=2))
-    presets.check_trainable(EnvSpec("fine", (3,), np.float32, 2, 2048, num_seats=2))
-    frames = EnvSpec("frames", (210, 160, 3), np.uint8, 6, 1024)  # 1024 x 100800 bytes > 64 MiB
+        presets.check_trainable(named_of_v1(EnvSpec("big", (3,), np.float32, 2, 3000, num_seats=2)))
+    presets.check_trainable(named_of_v1(EnvSpec("fine", (3,), np.float32, 2, 2048, num_seats=2)))
+    frames = named_of_v1(EnvSpec("frames", (210, 160, 3), np.uint8, 6, 1024))  # 1024 x 100800 bytes > 64 MiB
     with pytest.raises(presets.UntrainableSpec, match="'frames'.*at least 103.*--max-message-bytes"):
         presets.check_trainable(frames)
     presets.check_trainable(frames, max_message_bytes=1 << 30)
 
 
-def test_the_preset_comes_from_the_spec_alone():
-    game = presets.preset_for_spec(EnvSpec("any name", (84,), np.float32, 7, 16, num_seats=2))
+def test_the_preset_comes_from_the_spec_alone():  # a v1 worker's spec, as the host reads its handshake: named
+    game = presets.preset_for_spec(named_of_v1(EnvSpec("any name", (84,), np.float32, 7, 16, num_seats=2)))
     assert game.host.learner == presets.GAME_RECIPE and game.league.mode == presets.Mode.PSRO
     assert game.host.network.torso == "mlp"
-    board = presets.preset_for_spec(EnvSpec("x", (2, 6, 7), np.float32, 7, 16, num_seats=2))
+    board = presets.preset_for_spec(named_of_v1(EnvSpec("x", (2, 6, 7), np.float32, 7, 16, num_seats=2)))
     assert board.host.network.torso == "board" and board.host.learner == presets.GAME_RECIPE
     kuhn = presets.preset_for("openspiel:kuhn_poker")  # measurable by name, so its output mixes the networks
     kuhn_host = dataclasses.replace(kuhn.host, learner=presets.GAME_RECIPE)
     assert (game.host, game.league, game.output) == (kuhn_host, kuhn.league, kuhn.output)
-    solo = presets.preset_for_spec(EnvSpec("CartPole-v1", (4,), np.float32, 2, 8))
+    solo = presets.preset_for_spec(named_of_v1(EnvSpec("CartPole-v1", (4,), np.float32, 2, 8)))
     assert solo.host == presets.preset_for("CartPole-v1").host and solo.target_return is None  # no target by name
-    frames = presets.preset_for_spec(EnvSpec("x", (84, 84, 4), np.uint8, 6, 8))
+    frames = presets.preset_for_spec(named_of_v1(EnvSpec("x", (84, 84, 4), np.uint8, 6, 8)))
     assert frames.host.network.torso == "conv"
 
 
