@@ -17,10 +17,12 @@ import grpc
 import pytest
 
 from seedleague import cli
+from seedleague.league import codec
 from seedleague.league.client import LeagueClient, LeagueUnavailable
 from seedleague.league.config import LeagueConfig
 from seedleague.league.server import LeagueServer
 from seedleague.league.service import League
+from seedleague.league.store import LeagueStore
 from seedleague.league.types import MatchResult, Role
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol.errors import ProtocolError
@@ -73,6 +75,19 @@ def test_every_method_round_trips(served):
     assert matrix.keys == ["main", "x", "main:000000", "x:000000"]
     assert matrix.games[0][3] == 1.0 and matrix.win_rate[0][3] == 0.5  # main drew x:000000, counted once
     assert "main:000000" in client.leaderboard_text()
+
+
+def test_a_results_return_crosses_the_wire_and_an_unset_one_stays_unset(served, tmp_path):
+    league, _, client = served
+    client.register_player("a", Role.MAIN)
+    client.add_snapshot("a", 0, "/a/0")
+    won, old = MatchResult("r1", "a", "a:000000", 1.0, 3, value=2.0), result("a", "a:000000", 0.0)
+    assert codec.decode_result(codec.encode_result(won)) == won
+    assert not codec.encode_result(old).HasField("value") and codec.decode_result(codec.encode_result(old)).value is None
+    assert client.report_results([won, old]) == 2
+    store = LeagueStore(str(tmp_path / "league.sqlite"))  # the served league's file
+    assert [r.value for r in store.events() if isinstance(r, MatchResult)] == [2.0, None]
+    store.close()
 
 
 def _raw_stub(address: str) -> tuple[grpc.Channel, league_pb2_grpc.LeagueServiceStub]:

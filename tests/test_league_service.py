@@ -18,8 +18,8 @@ from seedleague.protocol.errors import ProtocolError
 NO_DECAY = LeagueConfig(payoff_decay=1.0, min_games=0, elo_history_every=2)
 
 
-def result(player, opponent, outcome=1.0, rid=None) -> MatchResult:
-    return MatchResult(uuid.uuid4().hex if rid is None else rid, player, opponent, outcome)
+def result(player, opponent, outcome=1.0, rid=None, value=None) -> MatchResult:
+    return MatchResult(uuid.uuid4().hex if rid is None else rid, player, opponent, outcome, value=value)
 
 
 def state(league: League):
@@ -163,6 +163,9 @@ BAD_CALLS = {
     "unknown player": (MISSING, lambda lg: lg.report_results([GOOD, result("ghost", "x:000000")])),
     "live opponent": (INVALID, lambda lg: lg.report_results([GOOD, result("main", "x")])),
     "empty result id": (INVALID, lambda lg: lg.report_results([GOOD, result("main", "x:000000", rid="")])),
+    "value of the other sign": (INVALID, lambda lg: lg.report_results([GOOD, result("main", "x:000000", 1.0, value=-2)])),
+    "value 0 for a win": (INVALID, lambda lg: lg.report_results([GOOD, result("main", "x:000000", 1.0, value=0.0)])),
+    "value nan": (INVALID, lambda lg: lg.report_results([GOOD, result("main", "x:000000", 0.5, value=float("nan"))])),
 }
 
 
@@ -236,6 +239,27 @@ def test_unknown_schema_version_or_foreign_file_is_a_clear_error(tmp_path):
     garbage.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(StoreError, match="not a usable league database"):
         League(LeagueConfig(), str(garbage))
+
+
+def test_returns_are_stored_and_an_old_database_without_them_still_loads(db):
+    with League(NO_DECAY, db) as league:
+        seeded(league)
+        league.report_results([result("main", "x:000000", 1.0, value=2.0), result("x", "main:000000", 0.0, value=-1.5)])
+        before = state(league)
+    store = LeagueStore(db)
+    assert [r.value for r in store.events() if isinstance(r, MatchResult)] == [None] * 4 + [2.0, -1.5]
+    store.close()
+    old = db + ".old"  # the same league as a database written before results had a value column
+    with sqlite3.connect(db) as source, sqlite3.connect(old) as copy:
+        source.backup(copy)
+    with sqlite3.connect(old) as copy:
+        copy.execute("ALTER TABLE results DROP COLUMN value")
+    with League(NO_DECAY, old) as league:
+        assert state(league) == before  # the ratings never read the value
+        league.report_results([result("main", "x:000000", 0.0, value=-1.0)])
+    store = LeagueStore(old)
+    assert [r.value for r in store.events() if isinstance(r, MatchResult)] == [None] * 6 + [-1.0]
+    store.close()
 
 
 def test_numpy_integers_are_accepted(league):

@@ -202,7 +202,7 @@ def test_the_leader_is_the_best_member_by_the_same_evidence():
 
 def test_league_config_refuses_bad_pbt_settings():
     for field, value in (("pbt_interval", -1), ("pbt_share", 0.6), ("pbt_alpha", 0.0), ("pbt_alpha", 1.0),
-                         ("pbt_looks", 0), ("pbt_perturb", 1.0), ("pbt_min_games", 0)):
+                         ("pbt_looks", 0), ("pbt_perturb", 1.0), ("pbt_min_games", 0), ("pbt_spending", "x")):
         with pytest.raises(ValueError, match=field):
             LeagueConfig(**{field: value})
 
@@ -279,7 +279,9 @@ def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tm
     league.check_in("main-1", 10)  # look 1 of round 1: open
     look = league.pbt_history()[-1]
     assert (look.kind, look.round, look.member, look.source) == (LOOK, 1, "main", "main-1")
-    assert look.evidence["statistic"] < look.evidence["critical"] == pytest.approx(pbt.critical_z(0.05, 2, 2))
+    # O'Brien-Fleming (the default) at look 1 of 2, 0.05 / 2 opponents: Phi^-1(1 - 2 (1 - Phi(2.241403 / sqrt(1/2))))
+    assert look.evidence["statistic"] < look.evidence["critical"] == pytest.approx(2.962588, abs=1e-6)
+    assert look.evidence["spending"] == "obrien_fleming" and look.evidence["scored"] == pbt.WINS
     assert league.pbt_output("main") == ("main-1", "best worst case in the open round 1: 0.520 against main-1:000000 "
                                                    "over 2 opponents every member met 50 times")
     assert league.pbt_output("exploiter") is None

@@ -1,5 +1,5 @@
-"""A league run's game results: one MatchResult per finished game against a snapshot, scored from the
-learner seat's (team's) return, the check that a game's seats (teams) really play a zero-sum game, and the
+"""A league run's game results: one MatchResult per finished game against a snapshot, with the learner seat's
+(team's) return and the outcome its sign gives, the check that a game's seats (teams) really play a zero-sum game, and the
 check that its returns stay within the bound its spec declares.
 
     outcomes = report(link, player, version, seating, ended_envs, returns)   # 1 win, 0.5 draw, 0 loss each
@@ -15,13 +15,11 @@ from typing import Optional
 import numpy as np
 
 from seedleague.host.seating import Seating
-from seedleague.league.types import MatchResult
+from seedleague.league.types import MatchResult, outcome_of
 from seedleague.protocol.specs import EnvSpec
 
 
-def outcome(learner_return: float) -> float:
-    """1 (win), 0.5 (draw) or 0 (loss) from the sign of the learner seat's return."""
-    return 1.0 if learner_return > 0 else 0.0 if learner_return < 0 else 0.5
+outcome = outcome_of  # 1 (win), 0.5 (draw) or 0 (loss) from the sign of the learner seat's return
 
 
 def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, returns: np.ndarray) -> list[float]:
@@ -33,8 +31,9 @@ def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, 
         opponent = seating.opponent[env]
         if opponent is None:
             continue
-        outcomes.append(outcome(by_team[env, seating.learner_team[env]]))
-        link.report(MatchResult(uuid.uuid4().hex, player, opponent, outcomes[-1], version))
+        value = float(by_team[env, seating.learner_team[env]])
+        outcomes.append(outcome(value))
+        link.report(MatchResult(uuid.uuid4().hex, player, opponent, outcomes[-1], version, value))
     return outcomes
 
 

@@ -96,6 +96,7 @@ def encode_result(result: MatchResult) -> pb.MatchResult:
         opponent=result.opponent,
         outcome=result.outcome,
         learner_step=result.learner_step,
+        value=result.value,  # None leaves the optional field unset
     )
 
 
@@ -106,6 +107,7 @@ def decode_result(message: pb.MatchResult) -> MatchResult:
         opponent=message.opponent,
         outcome=message.outcome,
         learner_step=message.learner_step,
+        value=message.value if message.HasField("value") else None,
     )
 
 

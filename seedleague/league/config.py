@@ -16,6 +16,9 @@ import os
 from seedleague.league.pfsp import WEIGHTINGS
 from seedleague.league.types import UNIFORM_ANCHOR, Mode
 
+# How PBT spends its level over a round's looks (seedleague.league.sequential; kept here so the config needs no scipy)
+SPENDINGS = ("obrien_fleming", "pocock", "bonferroni")
+
 
 @dataclasses.dataclass(frozen=True)
 class LeagueConfig:
@@ -80,15 +83,18 @@ class LeagueConfig:
 
     # Population-based training (seedleague.league.pbt, docs/pbt.md) over the learning players of role main:
     # the open round is looked at every this many learner updates of each member (0: off). Members are ranked by
-    # their round's worst case: their lowest score against an opponent every member met at least
-    # `pbt_min_games` times in the round. The round closes when a bottom-`pbt_share` member's drawn top member
-    # is better with confidence (a one-sided test at level `pbt_alpha`, split over the round's looks) or at its
-    # `pbt_looks`-th look; the bottom member then copies the top member's newest snapshot and settings and
+    # their round's worst case: their lowest score (mean return, or win score when the returns are only signs)
+    # against an opponent every member met at least `pbt_min_games` times in the round. The round closes when a
+    # bottom-`pbt_share` member's drawn top member is better with confidence (a one-sided test at level
+    # `pbt_alpha`, spent over the round's looks by `pbt_spending`) or at its `pbt_looks`-th look; the bottom member then copies the top member's newest snapshot and settings and
     # perturbs each setting by 1 - pbt_perturb or 1 + pbt_perturb (Jaderberg et al. 2017: 0.8 or 1.2).
     pbt_interval: int = 0
     pbt_share: float = 0.25  # PBT: the bottom and the top share of the members (TLeague: the better quarter)
     pbt_alpha: float = 0.05  # PBT: the chance that a round copies a member that is not better (one-sided)
     pbt_looks: int = 5  # PBT: the most looks at a round, pbt_interval updates apart: a round lasts at most this many
+    # PBT: how the level is spent over a round's looks: obrien_fleming or pocock (Lan-DeMets spending functions:
+    # group-sequential critical values from the looks' correlation), or bonferroni (alpha / pbt_looks a look)
+    pbt_spending: str = "obrien_fleming"
     pbt_min_games: int = 100  # PBT: a member's games against an opponent, in a round, for it to count in the worst case
     pbt_perturb: float = 0.2  # PBT: each copied setting is multiplied by 1 - this or 1 + this (Jaderberg: 0.8 / 1.2)
 
@@ -200,6 +206,9 @@ def _count_problems(config: LeagueConfig) -> list[str]:
     if not (isinstance(config.pbt_looks, int) and config.pbt_looks >= 1):
         problems.append(f"pbt_looks must be a whole number >= 1 (the most looks at a round, pbt_interval updates "
                         f"apart), got {config.pbt_looks!r}")
+    if config.pbt_spending not in SPENDINGS:
+        problems.append(f"pbt_spending must be one of {', '.join(SPENDINGS)} (how the level is spent over a round's "
+                        f"looks), got {config.pbt_spending!r}")
     if not (isinstance(config.pbt_min_games, int) and config.pbt_min_games >= 1):
         problems.append(f"pbt_min_games must be a whole number of games >= 1 (a member's games against an opponent "
                         f"in a round for it to count in the worst case), got {config.pbt_min_games!r}")

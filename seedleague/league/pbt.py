@@ -15,14 +15,17 @@ same): exploit by truncation selection, or by "t-test selection", where a member
 test says the other is better, then explore by perturbing each setting by 0.8 or 1.2.
 
 A round is looked at every `pbt_interval` learner updates of the slowest member; each look ranks the members by
-their *worst case* over the population, the lowest of their scores, (wins + draws / 2) / games, against each
-opponent (snapshot or anchor) that every member met at least `min_games` times in the round, and tests each
-bottom member against a top member it draws: is the top member's worst case above the bottom's with confidence
-(`separation`, a one-sided two-proportion test built from the per-opponent results, against `critical_z`)? The
-round closes when a test passes (the bottom member copies the top member's newest snapshot, params, optimiser
-state, magnet and param average, and its settings, perturbed) or at its last look, `looks`; otherwise it stays
-open and gathers more games. The level is split over the looks, so a round that waits for evidence does not
-copy more often by chance for waiting.
+their *worst case* over the population, the lowest of their scores against each opponent (snapshot or anchor)
+that every member met at least `min_games` times in the round, and tests each bottom member against a top member
+it draws: is the top member's worst case above the bottom's with confidence (`separation`, one-sided tests built
+from the per-opponent results, against `look_critical`)? A score is the mean return (the game's own payoff, e.g.
+chips) when every game came with its return and the returns are more than signs (`scoring`; the test is then the
+two-sample z on means with the observed variances), else (wins + draws / 2) / games (a two-proportion test): the
+same games, but a won pot of 2 is not a won pot of 1. The round closes when a test passes (the bottom member
+copies the top member's newest snapshot, params, optimiser state, magnet and param average, and its settings,
+perturbed) or at its last look, `looks`; otherwise it stays open and gathers more games. The level is spent over
+the looks by a group-sequential spending function (`seedleague.league.sequential`, Lan and DeMets 1983) or split
+evenly (Bonferroni), so a round that waits for evidence does not copy more often by chance for waiting.
 
 Why the worst case: in a two-player zero-sum game what matters is how much the best response takes from a
 policy; against the population the best response is the opponent that scores most against it, so the worst case
@@ -46,6 +49,8 @@ from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
+
+from seedleague.league import sequential
 
 
 SETTINGS = ("entropy_cost", "learning_rate", "kl_cost")  # the learner settings a member's multipliers scale
@@ -74,19 +79,67 @@ class PbtSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Tally:
-    """A member's rated results against one opponent in the current round: wins, draws (each half a win), games."""
+    """A member's rated results against one opponent in the current round: wins, draws (each half a win), games,
+    and the returns the games came with (the learner seat's return in the game's units, when reported): their
+    sum and sum of squares over `valued` games, the first nonzero magnitude seen and whether another was seen."""
 
     wins: float = 0.0
     draws: float = 0.0
     games: float = 0.0
+    value_sum: float = 0.0
+    value_sq: float = 0.0
+    valued: float = 0.0  # games that came with a return
+    scale: float = 0.0  # the first nonzero |return| seen (0: none yet)
+    graded: bool = False  # a nonzero |return| other than `scale` was seen: the returns are more than signs
 
     @property
     def score(self) -> float:
         """(wins + draws / 2) / games; 0.5 with no games."""
         return (self.wins + 0.5 * self.draws) / self.games if self.games > 0 else 0.5
 
-    def add(self, outcome: float) -> "Tally":
-        return Tally(self.wins + (outcome == 1.0), self.draws + (outcome == 0.5), self.games + 1)
+    @property
+    def mean_return(self) -> float:
+        """The mean return of the valued games (0 with none)."""
+        return self.value_sum / self.valued if self.valued > 0 else 0.0
+
+    @property
+    def return_var(self) -> float:
+        """The unbiased sample variance of the valued games' returns (0 with fewer than two)."""
+        if self.valued < 2:
+            return 0.0
+        return max(0.0, (self.value_sq - self.value_sum ** 2 / self.valued) / (self.valued - 1))
+
+    def add(self, outcome: float, value: Optional[float] = None) -> "Tally":
+        counted = Tally(self.wins + (outcome == 1.0), self.draws + (outcome == 0.5), self.games + 1,
+                        self.value_sum, self.value_sq, self.valued, self.scale, self.graded)
+        if value is None:
+            return counted
+        size = abs(value)
+        scale = self.scale or size
+        graded = self.graded or (size > 0 and not math.isclose(size, scale, rel_tol=1e-6))
+        return dataclasses.replace(counted, value_sum=self.value_sum + value, value_sq=self.value_sq + value * value,
+                                   valued=self.valued + 1, scale=scale, graded=graded)
+
+
+RETURN, WINS = "return", "win/loss"  # how a round scores its members: mean return, or (wins + draws / 2) / games
+
+
+def scoring(tallies: Sequence[Tally]) -> str:
+    """RETURN when every one of `tallies` has a return for each of its games and the returns are more than signs
+    (some tally saw two nonzero magnitudes, or two tallies' magnitudes differ); else WINS. Returns that are only
+    signs (+c, 0, -c) carry the win/loss outcome and nothing more, and the two-proportion test keeps its
+    small-sample adjustment."""
+    if not tallies or any(t.valued < t.games or t.games == 0 for t in tallies):
+        return WINS
+    scales = [t.scale for t in tallies if t.scale > 0]
+    if any(t.graded for t in tallies) or any(not math.isclose(s, scales[0], rel_tol=1e-6) for s in scales):
+        return RETURN
+    return WINS
+
+
+def score(tally: Tally, scored: str = WINS) -> float:
+    """A member's score against one opponent: its mean return (RETURN) or its win score (WINS)."""
+    return tally.mean_return if scored == RETURN else tally.score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +168,8 @@ class PbtRow:
             return f"{self.member} joined with {self.new.text()}"
         e = self.evidence
         if self.kind == EXPLOIT:
-            return (f"round {self.round}: {self.member} copied {self.source_key} ({self.new.text()}): worst case "
+            what = "worst mean return" if e.get("scored") == RETURN else "worst case"
+            return (f"round {self.round}: {self.member} copied {self.source_key} ({self.new.text()}): {what} "
                     f"{e.get('score', 0):.3f} (against {e.get('opponent', '?')}) under {self.source}'s "
                     f"{e.get('source_score', 0):.3f} (against {e.get('source_opponent', '?')}), z {e.get('statistic', 0):.2f}"
                     f" > {e.get('critical', 0):.2f} at look {e.get('look', 1)} of {e.get('looks', 1)}")
@@ -170,12 +224,12 @@ class WorstCase:
     opponent: str  # the opponent it was measured against
 
 
-def worst_case(mine: dict[str, Tally], opponents: Sequence[str]) -> WorstCase:
-    """The lowest score of one member's tallies (opponent -> Tally) over `opponents` (non-empty, each tallied);
-    ties: the first opponent given."""
+def worst_case(mine: dict[str, Tally], opponents: Sequence[str], scored: str = WINS) -> WorstCase:
+    """The lowest score (`score(..., scored)`) of one member's tallies (opponent -> Tally) over `opponents`
+    (non-empty, each tallied); ties: the first opponent given."""
     if not opponents:
         raise ValueError("the worst case needs at least one opponent")
-    scores = [mine[o].score for o in opponents]
+    scores = [score(mine[o], scored) for o in opponents]
     at = int(np.argmin(scores))
     return WorstCase(float(scores[at]), opponents[at])
 
@@ -199,18 +253,27 @@ class Separation:
     bottom_opponent: str
 
 
-def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Sequence[str]) -> Separation:
+def pair_z(top: Tally, bottom: Tally, scored: str = WINS) -> float:
+    """One-sided z of "top's expected score is above bottom's": the two-sample z on mean returns with the observed
+    variances (`sequential.welch_z`) when scored by RETURN, else the two-proportion z on win scores."""
+    if scored == RETURN:
+        return sequential.welch_z(top.mean_return, top.return_var, top.valued,
+                                  bottom.mean_return, bottom.return_var, bottom.valued)
+    return two_proportion_z(top.wins + 0.5 * top.draws, top.games, bottom.wins + 0.5 * bottom.draws, bottom.games)
+
+
+def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Sequence[str],
+               scored: str = WINS) -> Separation:
     """The test statistic of "the top member's worst case over `opponents` is above the bottom member's".
 
     If the bottom's true score against some b is below the top's true score against every o, then min_o p_top,o >
-    p_bottom,b >= min_b p_bottom,b. So the round rejects "not better" when, for some b, every one-sided
-    two-proportion z(top vs o, bottom vs b) passes: an intersection-union test over o (Berger 1982: each at the
-    full level, no correction) and a union over the K choices of b (Bonferroni: level / K, `critical_z`)."""
+    p_bottom,b >= min_b p_bottom,b (p: expected win score, or expected return when `scored` is RETURN). So the
+    round rejects "not better" when, for some b, every one-sided z(top vs o, bottom vs b) (`pair_z`) passes: an
+    intersection-union test over o (Berger 1982: each at the full level, no correction) and a union over the K
+    choices of b (Bonferroni: level / K, `look_critical`)."""
     best = None
     for b in opponents:
-        mine = bottom[b]
-        z = [(two_proportion_z(top[o].wins + 0.5 * top[o].draws, top[o].games, mine.wins + 0.5 * mine.draws,
-                               mine.games), o) for o in opponents]
+        z = [(pair_z(top[o], bottom[b], scored), o) for o in opponents]
         weakest = min(z)  # ties: the first opponent in order
         if best is None or weakest[0] > best.statistic:
             best = Separation(weakest[0], weakest[1], b)
@@ -223,6 +286,17 @@ def critical_z(alpha: float, opponents: int, looks: int) -> float:
     """The statistic's critical value: one-sided level `alpha` split over the `opponents` choices of the
     bottom's opponent and the round's `looks` (Bonferroni), z = Phi^-1(1 - alpha / (opponents x looks))."""
     return NormalDist().inv_cdf(1 - alpha / (opponents * looks))
+
+
+def look_critical(alpha: float, opponents: int, look: int, looks: int, spending: str) -> float:
+    """The critical value at look `look` of `looks`: level `alpha` split over the `opponents` choices of the
+    bottom's opponent (Bonferroni), and alpha / opponents spent over the looks by `spending`
+    (`sequential.boundaries` at information fractions k / looks: the looks are equally many learner updates
+    apart, and the games a look adds are about as many). "bonferroni" gives `critical_z`. For one choice of b
+    the statistics of one pair (o, b) at successive looks are those of one growing sample, so the chance that
+    any look passes under the null is at most alpha / opponents, however many looks the round takes."""
+    fractions = tuple(k / looks for k in range(1, looks + 1))
+    return sequential.boundaries(spending, alpha / opponents, fractions)[min(look, looks) - 1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,18 +315,24 @@ class RoundInput:
 
 @dataclasses.dataclass(frozen=True)
 class Test:
-    """How a look decides: one-sided level `alpha` per bottom member, `looks` the most a round takes."""
+    """How a look decides: one-sided level `alpha` per bottom member, `looks` the most a round takes, the level
+    spent over the looks by `spending` (`sequential.SPENDINGS`)."""
 
     alpha: float
     looks: int
     min_games: float
+    spending: str = "bonferroni"
 
 
-def _measured(mine: dict[str, Tally], worst: Optional[WorstCase], count: int) -> dict:
-    """A member's evidence: its round's games and average score, and its worst case over the `count` opponents."""
+def _measured(mine: dict[str, Tally], worst: Optional[WorstCase], count: int, scored: str) -> dict:
+    """A member's evidence: its round's games and average score (and mean return over the games that came with
+    one), and its worst case over the `count` opponents, scored by `scored`."""
     games = sum(t.games for t in mine.values())
     mean = sum(t.wins + 0.5 * t.draws for t in mine.values()) / games if games else 0.5
-    evidence = {"games": games, "mean": mean, "opponents": count}
+    evidence = {"games": games, "mean": mean, "opponents": count, "scored": scored}
+    valued = sum(t.valued for t in mine.values())
+    if valued:
+        evidence["mean_return"] = sum(t.value_sum for t in mine.values()) / valued
     if worst is not None:
         evidence.update(score=worst.score, opponent=worst.opponent)
     return evidence
@@ -260,11 +340,13 @@ def _measured(mine: dict[str, Tally], worst: Optional[WorstCase], count: int) ->
 
 def rank(view: RoundInput, min_games: float) -> tuple[list[str], dict[str, dict]]:
     """The members best first by their worst case over `common_opponents(..., min_games)` (ties: join order;
-    none ranked without a common opponent), and each member's evidence (with "rank", 1 = best, when ranked)."""
+    none ranked without a common opponent), scored by mean return when the returns are more than signs
+    (`scoring`), and each member's evidence (with "rank", 1 = best, when ranked; "scored": how)."""
     tallies = {m: view.tallies.get(m, {}) for m in view.members}
     opponents = common_opponents(tallies, min_games)
-    worst = {m: worst_case(tallies[m], opponents) for m in view.members} if opponents else {}
-    evidence = {m: _measured(tallies[m], worst.get(m), len(opponents)) for m in view.members}
+    scored = scoring([tallies[m][o] for m in view.members for o in opponents]) if opponents else WINS
+    worst = {m: worst_case(tallies[m], opponents, scored) for m in view.members} if opponents else {}
+    evidence = {m: _measured(tallies[m], worst.get(m), len(opponents), scored) for m in view.members}
     if not opponents:
         return [], evidence
     order = sorted(view.members, key=lambda m: (-worst[m].score, view.members.index(m)))
@@ -288,15 +370,16 @@ def plan_round(view: RoundInput, test: Test, share: float, factors: tuple[float,
             return _close(view, evidence, why)
         return [_look(view, view.members[0], dict(evidence[view.members[0]], why=why))]
     bottom, top = split(order, [-i for i in range(len(order))], share)
-    critical = critical_z(test.alpha, len(opponents), test.looks)
+    critical = look_critical(test.alpha, len(opponents), view.look, test.looks, test.spending)
+    scored = evidence[order[0]]["scored"]
     decided = {}
     for member in bottom:
         source = top[int(rng.integers(len(top)))]
-        gap = separation(view.tallies[source], view.tallies[member], opponents)
+        gap = separation(view.tallies[source], view.tallies[member], opponents, scored)
         found = dict(evidence[member], source=source, source_score=evidence[source]["score"],
                      source_opponent=evidence[source]["opponent"], source_games=evidence[source]["games"],
                      statistic=gap.statistic, critical=critical, at=[gap.top_opponent, gap.bottom_opponent],
-                     alpha=test.alpha, look=view.look, looks=test.looks)
+                     alpha=test.alpha, look=view.look, looks=test.looks, spending=test.spending)
         if not gap.statistic > critical:
             found["why"] = f"{source} not better with confidence (z {gap.statistic:.2f} <= {critical:.2f})"
         elif not view.latest.get(source):
@@ -332,6 +415,11 @@ def _close(view: RoundInput, evidence: dict, why: str, decided: Optional[dict] =
     return rows
 
 
+def _by(evidence: dict) -> str:
+    """" by mean return" when the evidence was scored by return, else "" (win scores, as before returns were kept)."""
+    return " by mean return" if evidence.get("scored") == RETURN else ""
+
+
 def leader(view: RoundInput, history: Sequence[PbtRow], min_games: float) -> tuple[str, str]:
     """The population's output: (member, why). The best member by the league's own evidence: the first of the
     open round's ranking when every member met a common opponent `min_games` times in it, else the rank-1 member
@@ -339,12 +427,12 @@ def leader(view: RoundInput, history: Sequence[PbtRow], min_games: float) -> tup
     order, evidence = rank(view, min_games)
     if order:
         e = evidence[order[0]]
-        return order[0], (f"best worst case in the open round {view.round}: {e['score']:.3f} against {e['opponent']} "
+        return order[0], (f"best worst case{_by(e)} in the open round {view.round}: {e['score']:.3f} against {e['opponent']} "
                           f"over {e['opponents']} opponents every member met {min_games:g} times")
     for row in reversed(history):
         if row.kind in (EXPLOIT, KEPT) and row.evidence.get("rank") == 1:
             e = row.evidence
-            return row.member, (f"best worst case at round {row.round}: {e['score']:.3f} against {e['opponent']} over "
+            return row.member, (f"best worst case{_by(e)} at round {row.round}: {e['score']:.3f} against {e['opponent']} over "
                                 f"{e['opponents']} opponents every member met {min_games:g} times")
     return view.members[0], "no round has ranked the members yet: the first member, with the recipe's settings"
 
@@ -398,11 +486,12 @@ class PbtState:
         if self.last_change.get(member) is row:
             self.last_change[member] = done
 
-    def count(self, player: str, opponent: str, outcome: float) -> None:
-        """A rated result of a member's live params against `opponent` (its side's outcome) into this round's tally."""
+    def count(self, player: str, opponent: str, outcome: float, value: Optional[float] = None) -> None:
+        """A rated result of a member's live params against `opponent` (its side's outcome, and its return when
+        reported) into this round's tally."""
         if player in self.tallies:
             mine = self.tallies[player]
-            mine[opponent] = mine.get(opponent, Tally()).add(outcome)
+            mine[opponent] = mine.get(opponent, Tally()).add(outcome, value)
 
     def due(self, learner_steps: dict[str, int]) -> bool:
         """Whether the next look is due: two or more members, each at least interval x (looks + 1) updates."""

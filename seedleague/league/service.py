@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 from typing import Optional, Sequence
 
@@ -49,6 +50,7 @@ from seedleague.league.types import (
     SnapshotInfo,
     Standing,
     learns,
+    outcome_of,
     snapshot_key,
 )
 from seedleague.protocol.errors import (FAILED_PRECONDITION, INTERNAL, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE,
@@ -251,7 +253,8 @@ class League:
         if state.due({name: info.learner_step for name, info in self._state.players.items()}):
             view = state.round_input(self._latest_snapshots())
             config = self.config
-            rows = pbt.plan_round(view, pbt.Test(config.pbt_alpha, config.pbt_looks, config.pbt_min_games),
+            rows = pbt.plan_round(view, pbt.Test(config.pbt_alpha, config.pbt_looks, config.pbt_min_games,
+                                                 config.pbt_spending),
                                   config.pbt_share, (1 - config.pbt_perturb, 1 + config.pbt_perturb),
                                   np.random.default_rng([config.seed, 1, view.round, view.look]))
             _stored(store.add_pbt_rows, rows)
@@ -370,6 +373,12 @@ class League:
                 INVALID_ARGUMENT, f"result {rid}: outcome must be 1 (win), 0.5 (draw) or 0 (loss), got {result.outcome!r}"
             )
         _check_int(result.learner_step, f"result {rid}: learner_step", 0, MAX_STEP)
+        value = result.value
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or outcome_of(value) != result.outcome):
+            raise ProtocolError(
+                INVALID_ARGUMENT, f"result {rid}: value (the learner's return) must be a finite number whose sign "
+                f"gives the outcome {result.outcome!r} (positive: win, 0: draw, negative: loss), got {value!r}")
 
 
 def _replay(state: LeagueState, store: LeagueStore) -> None:

@@ -106,7 +106,7 @@ class LeagueState:
         elo_i, elo_j = elo_update(self._elo[i], self._elo[j], outcome, config.elo_k, config.elo_scale)
         self._elo[i], self._elo[j] = float(elo_i), float(elo_j)
         self._trueskill[i], self._trueskill[j] = rate_1v1(self._trueskill[i], self._trueskill[j], outcome)
-        self.pbt.count(result.player, result.opponent, outcome)
+        self.pbt.count(result.player, result.opponent, outcome, result.value)
         self.results += 1
         self._moved.update((i, j))
         if self.results % config.elo_history_every == 0:

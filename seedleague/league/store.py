@@ -59,9 +59,14 @@ _SCHEMA = (
     opponent TEXT NOT NULL,
     outcome REAL NOT NULL,
     learner_step INTEGER NOT NULL,
-    seq INTEGER NOT NULL UNIQUE
+    seq INTEGER NOT NULL UNIQUE,
+    value REAL                                 -- the learner's return in the game's units; NULL: not reported
 )""",
 )
+
+# Added to the results table of a database of schema version 1 that lacks it (a league from before returns were
+# kept resumes as it was: its results have no value).
+_RESULT_VALUE = "ALTER TABLE results ADD COLUMN value REAL"
 
 # Population-based training's events (seedleague.league.pbt): created in a database of schema version 1 that
 # lacks it, so a league from before PBT resumes as it was.
@@ -181,9 +186,9 @@ class LeagueStore:
             )
         )
         results = (
-            (seq, MatchResult(result_id, player, opponent, outcome, step))
-            for result_id, player, opponent, outcome, step, seq in self._db.execute(
-                "SELECT result_id, player, opponent, outcome, learner_step, seq FROM results ORDER BY seq"
+            (seq, MatchResult(result_id, player, opponent, outcome, step, value))
+            for result_id, player, opponent, outcome, step, seq, value in self._db.execute(
+                "SELECT result_id, player, opponent, outcome, learner_step, seq, value FROM results ORDER BY seq"
             )
         )
         pbt = (
@@ -224,9 +229,10 @@ class LeagueStore:
             new = _unseen(results, self._stored_ids(db, [r.result_id for r in results]))
             first = self._next_seq
             db.executemany(
-                "INSERT INTO results (result_id, player, opponent, outcome, learner_step, seq) VALUES (?, ?, ?, ?, ?, ?)",
-                [(r.result_id, r.player, r.opponent, float(r.outcome), int(r.learner_step), first + n)
-                 for n, r in enumerate(new)],
+                "INSERT INTO results (result_id, player, opponent, outcome, learner_step, seq, value) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(r.result_id, r.player, r.opponent, float(r.outcome), int(r.learner_step), first + n,
+                  None if r.value is None else float(r.value)) for n, r in enumerate(new)],
             )
             self._next_seq += len(new)
         return new
@@ -304,6 +310,9 @@ class LeagueStore:
         if "pbt" not in tables:
             with self._transaction() as db:
                 db.execute(_PBT_TABLE)
+        if "value" not in {column for _, column, *_ in self._db.execute("PRAGMA table_info(results)")}:
+            with self._transaction() as db:
+                db.execute(_RESULT_VALUE)
 
 
 def _multipliers(settings) -> list[float]:

@@ -97,6 +97,11 @@ class Match:
     rates_only: bool = False  # a game against an anchor: it rates the two; replay records none of it
 
 
+def outcome_of(learner_return: float) -> float:
+    """1 (win), 0.5 (draw) or 0 (loss) from the sign of the learner seat's return."""
+    return 1.0 if learner_return > 0 else 0.0 if learner_return < 0 else 0.5
+
+
 @dataclasses.dataclass(frozen=True)
 class MatchResult:
     """The outcome of one episode, as the learner's host reports it.
@@ -110,6 +115,7 @@ class MatchResult:
     opponent: str  # snapshot key it played
     outcome: float  # 1 win, 0.5 draw, 0 loss, from the learner's seat
     learner_step: int = 0
+    value: Optional[float] = None  # the learner seat's (team's) return in the game's units; None: not reported
 
 
 @dataclasses.dataclass(frozen=True)
