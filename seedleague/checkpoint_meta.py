@@ -1,14 +1,18 @@
 """What a checkpoint says about itself: the JSON meta that every learner checkpoint and league
 snapshot carries beside its params, written and read in this one place.
 
-    meta = CheckpointMeta(spec, network, learner, env_steps=..., wall_s=...)
+    meta = CheckpointMeta(spec, network, learner, env_steps=..., wall_s=..., record_protocol=record_protocol_of(spec))
     checkpointer.save(step, state, meta.to_json())
     meta = CheckpointMeta.from_json(checkpointer.restore_meta(step), source="runs/kuhn/checkpoints/512")
-    meta.spec.env_name, meta.network, meta.learner   # EnvSpec, NetworkConfig, LearnerConfig (None: not recorded)
+    meta.spec.env_name, meta.network, meta.learner   # NamedEnvSpec, NetworkConfig, LearnerConfig (None: not recorded)
 
-The meta names the env spec the network was built for, the network and learner configs whose
-structure the saved params and optimiser state have, and the run's counters at that step.
-Keys this file does not know are kept in `extra` and written back unchanged.
+The meta names the env spec the network was built for (always as the named spec, the one representation
+below the backend), the network and learner configs whose structure the saved params and optimiser state
+have, and the run's counters at that step. The spec's record on disk has two forms (`record_protocol`):
+protocol 1, v1's four fields, which a host writes for the flat model and every version of seedleague reads;
+protocol 2 ("protocol": 2), the tensors, heads and teams. This file is the disk edge where protocol 1 is
+turned into the named spec and back. Keys this file does not know are kept in `extra` and written back
+unchanged.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedEnvSpec, ObservationSpec,
-                                       TensorSpec, named_of_v1, v1_model_of)
+                                       TensorSpec, flat_model, named_of_v1, v1_model_of)
 from seedleague.rl.learner import LearnerConfig
 from seedleague.rl.networks import NetworkConfig
 
@@ -40,34 +44,46 @@ def _head_from_json(data: dict):
     return ContinuousHead(data["name"], tuple(data["low"]), tuple(data["high"]))
 
 
-def model_record(spec: NamedEnvSpec) -> "EnvSpec | NamedEnvSpec":
-    """What a checkpoint of the model a host builds for `spec` records: for the flat model
-    (seedleague.protocol.named.flat_model) v1's spec, which every version of seedleague reads and loads as a
-    `Policy`; for the named network the named spec ("protocol": 2, loaded as a `NamedPolicy`)."""
-    return v1_model_of(spec) or spec
+def record_protocol_of(spec: NamedEnvSpec) -> int:
+    """The record a checkpoint of the model a host builds for `spec` writes: 1 for the flat model
+    (seedleague.protocol.named.flat_model), v1's record, which every version of seedleague reads and loads as a
+    `Policy`; 2 for the named network (loaded as a `NamedPolicy`)."""
+    return 1 if flat_model(spec) else 2
 
 
-def spec_to_json(spec: "EnvSpec | NamedEnvSpec") -> dict:
-    """A spec as JSON; a named spec records its tensors and heads (and "protocol": 2)."""
-    if isinstance(spec, NamedEnvSpec):
+def spec_to_json(spec: NamedEnvSpec, protocol: int = 2) -> dict:
+    """`spec` as a checkpoint records it: protocol 2 its tensors, heads and teams (and "protocol": 2); protocol 1
+    v1's four fields, for a spec of the flat model only (ValueError otherwise)."""
+    if protocol == 2:
         return dict(protocol=2, env_name=spec.env_name, episode_stats=list(spec.episode_stats),
                     seat_team=list(spec.seat_team),
                     observation=[dict(name=t.name, shape=list(t.shape), dtype=t.dtype.str, masked=t.masked)
                                  for t in spec.observation.tensors],
                     action=[_head_to_json(h) for h in spec.action.heads])
-    return dict(env_name=spec.env_name, observation_shape=list(spec.observation_shape),
-                observation_dtype=spec.observation_dtype.str, num_actions=spec.num_actions)
+    v1 = v1_model_of(spec) if protocol == 1 else None
+    if v1 is None:
+        raise ValueError(f"{spec.env_name}'s spec cannot be recorded as protocol {protocol}: protocol 1 records the "
+                         "flat model's spec (one unmasked tensor, one discrete head), protocol 2 any spec")
+    return dict(env_name=v1.env_name, observation_shape=list(v1.observation_shape),
+                observation_dtype=v1.observation_dtype.str, num_actions=v1.num_actions)
 
 
-def spec_from_json(data: dict) -> "EnvSpec | NamedEnvSpec":
-    if data.get("protocol") == 2:
+def spec_from_json(data: dict) -> NamedEnvSpec:
+    """The named spec of a checkpoint's record, either protocol: a protocol-1 record as one tensor "observation"
+    and one discrete head "action" (`named_of_v1`), of one env and one seat."""
+    if _protocol_of_record(data) == 2:
         observation = ObservationSpec(tuple(TensorSpec(t["name"], tuple(t["shape"]), np.dtype(t["dtype"]), t["masked"])
                                             for t in data["observation"]))
         action = ActionSpec(tuple(_head_from_json(h) for h in data["action"]))
         return NamedEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
                             tuple(data["episode_stats"]), tuple(data["seat_team"]))
-    return EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
-                   data["num_actions"], 1)
+    return named_of_v1(EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
+                               data["num_actions"], 1))
+
+
+def _protocol_of_record(data: dict) -> int:
+    """Which record a checkpoint's spec JSON is: 2 when it says so, else 1 (written before records had a number)."""
+    return 2 if data.get("protocol") == 2 else 1
 
 
 def _config(cls, data: dict, source: str):
@@ -92,7 +108,7 @@ def learner_from_json(data: dict, source: str = "?") -> LearnerConfig:
 class CheckpointMeta:
     """A checkpoint's meta: the spec, the configs its state was built with, and the run's counters."""
 
-    spec: "EnvSpec | NamedEnvSpec"  # a protocol v2 run's spec is named
+    spec: NamedEnvSpec  # the spec the network was built for, whichever record it has on disk
     network: Optional[NetworkConfig] = None  # None: the checkpoint predates recording it
     learner: Optional[LearnerConfig] = None
     env_steps: int = 0
@@ -101,16 +117,16 @@ class CheckpointMeta:
     wall_s: float = 0.0  # trained seconds, earlier sessions of a resumed run included
     returns: tuple[float, ...] = ()  # the newest episode returns, for a resumed run's moving average
     extra: dict = dataclasses.field(default_factory=dict)  # keys this file does not know, kept as they were
+    record_protocol: int = 2  # the spec's record on disk: 1 v1's (a host's flat model: record_protocol_of), 2 named
 
-    @property
-    def model_spec(self) -> NamedEnvSpec:
-        """The spec as the one representation below the backend: a protocol-1 record (a flat model's) as one
-        tensor "observation" and one discrete head "action" (`named_of_v1`), of one env and one seat."""
-        return named_of_v1(self.spec) if isinstance(self.spec, EnvSpec) else self.spec
+    def __post_init__(self):
+        if self.record_protocol not in (1, 2) or (self.record_protocol == 1 and not flat_model(self.spec)):
+            raise ValueError(f"record_protocol {self.record_protocol} for {self.spec.env_name}'s spec: give 2, or 1 "
+                             "for a spec of the flat model (record_protocol_of(spec) chooses)")
 
     def to_json(self) -> dict:
-        out = dict(self.extra, spec=spec_to_json(self.spec), env_steps=self.env_steps, agent_steps=self.agent_steps,
-                   episodes=self.episodes, wall_s=self.wall_s, returns=list(self.returns))
+        out = dict(self.extra, spec=spec_to_json(self.spec, self.record_protocol), env_steps=self.env_steps,
+                   agent_steps=self.agent_steps, episodes=self.episodes, wall_s=self.wall_s, returns=list(self.returns))
         if self.network is not None:
             out["network"] = dataclasses.asdict(self.network)
         if self.learner is not None:
@@ -127,7 +143,7 @@ class CheckpointMeta:
         known = {"spec", "network", "learner", *_COUNTERS}
         network, learner_data = data.get("network"), data.get("learner") if learner else None
         return cls(
-            spec=spec_from_json(data["spec"]),
+            spec=spec_from_json(data["spec"]), record_protocol=_protocol_of_record(data["spec"]),
             network=network_from_json(network, source) if network is not None else None,
             learner=learner_from_json(learner_data, source) if learner_data is not None else None,
             env_steps=data.get("env_steps", 0), agent_steps=data.get("agent_steps", 0), episodes=data.get("episodes", 0),

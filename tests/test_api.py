@@ -16,14 +16,18 @@ from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, loa
 from seedleague.artifacts.load import _params_of
 from seedleague.artifacts.networks import shared_network
 from seedleague.checkpoint import CheckpointConfig, Checkpointer
-from seedleague.checkpoint_meta import spec_to_json
-from seedleague.protocol.specs import EnvSpec
 from seedleague.rl.learner import LearnerConfig, ParamAverage, TrainState, init_train_state
 from seedleague.rl.networks import NetworkConfig
 
 SMALL = NetworkConfig(torso="mlp", hidden_sizes=(8,))
 KUHN = ("openspiel:kuhn_poker", (11,), 2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def v1_record(env_name, shape, dtype, actions):
+    """A flat model's spec as every version of seedleague records it in a checkpoint's meta (protocol 1)."""
+    return dict(env_name=env_name, observation_shape=list(shape), observation_dtype=np.dtype(dtype).str,
+                num_actions=actions)
 
 
 def head_params(params, kernel=None, bias=None):
@@ -57,7 +61,7 @@ def save_checkpoint(directory, env=KUHN, step=0, network=SMALL, seed=0, uniform=
     state = state._replace(step=jnp.asarray(step, jnp.int32))
     if average is not None:
         state = state._replace(average=ParamAverage(average[0], jnp.asarray(average[1], jnp.int32)))
-    meta = dict(spec=spec_to_json(EnvSpec(env_name, shape, np.dtype(dtype), actions, 1)),
+    meta = dict(spec=v1_record(env_name, shape, dtype, actions),
                 network=dataclasses.asdict(network), learner=dataclasses.asdict(learner),
                 env_steps=100 * step, agent_steps=100 * step, episodes=step, wall_s=1.5 * step, returns=[])
     meta.update(extra_meta or {})
@@ -145,7 +149,7 @@ def test_any_optimiser_state_loads(tmp_path):
     """Only params are read: an SGD-with-momentum state (not the learner's Adam) loads the same."""
     params = shared_network(SMALL, (11,), np.dtype(np.float32), 2).init(jax.random.key(0))
     state = TrainState(params, optax.sgd(0.1, momentum=0.9).init(params), jnp.asarray(4, jnp.int32), jax.random.key(1))
-    meta = dict(spec=spec_to_json(EnvSpec(KUHN[0], KUHN[1], np.dtype(np.float32), KUHN[2], 1)), network=dataclasses.asdict(SMALL))
+    meta = dict(spec=v1_record(KUHN[0], KUHN[1], np.float32, KUHN[2]), network=dataclasses.asdict(SMALL))
     checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path)))
     checkpointer.save(4, state, meta)
     checkpointer.close()

@@ -205,9 +205,10 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     assert worker_rc == 0, logs
     assert f"protocol {1 if protocol else 2})" in worker_log.read_text(), logs  # "connected to ... (..., protocol N)"
     # Either way the host runs the game on its v1 model (one tensor, one discrete head: protocol.named.flat_model):
-    # its checkpoints record the v1 spec, and the run's output is a v1 policy.
-    spec = checkpoint_meta.read(str(run_dir / "checkpoints")).spec
-    assert isinstance(spec, EnvSpec) and (spec.observation_shape, spec.num_actions) == ((2, 6, 7), 7), spec
+    # its checkpoints record the v1 spec (protocol 1), and the run's output is a v1 policy.
+    meta = checkpoint_meta.read(str(run_dir / "checkpoints"))
+    assert meta.record_protocol == 1, meta
+    assert v1_of_named(meta.spec) == EnvSpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7, 1), meta
     trained = load_trained(str(run_dir))
     assert trained.spec == PolicySpec("ConnectFour-cpp", (2, 6, 7), np.float32, 7), trained.spec
 

@@ -215,7 +215,7 @@ def _load_verified(manager: Any, directory: str, step: int, seed: int, average: 
     recorded = {k: raw[k] for k in (PARTS_KEY, CHECKSUM_KEY) if k in raw}
     meta = {k: v for k, v in raw.items() if k not in recorded}  # the run's meta, not the checkpointer's checksums
     parsed = CheckpointMeta.from_json(meta, source, learner=False)
-    spec = parsed.spec if meta["spec"].get("protocol") == 2 else PolicySpec.from_json(meta["spec"])
+    spec = parsed.spec if parsed.record_protocol == 2 else PolicySpec.from_json(meta["spec"])
     config = parsed.network or NetworkConfig()  # a meta without one is checked against the params' shapes
     if config.lstm_size:  # refused before reading any params
         raise recurrent_error(source, config.lstm_size)

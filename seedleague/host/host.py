@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from seedleague.checkpoint import Checkpointer
-from seedleague.checkpoint_meta import CheckpointMeta, model_record
+from seedleague.checkpoint_meta import CheckpointMeta, record_protocol_of
 from seedleague.host import episodes, inference, restore, named
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
@@ -192,9 +192,10 @@ class Host:
 
     def _checkpoint_meta(self) -> dict:
         m = self.metrics
-        return CheckpointMeta(model_record(self.pipeline.spec), self.config.network, self.config.learner,
-                              env_steps=m.env_steps, agent_steps=m.agent_steps, episodes=m.episodes,
-                              wall_s=self._trained_seconds(), returns=tuple(m.returns)).to_json()
+        spec = self.pipeline.spec
+        return CheckpointMeta(spec, self.config.network, self.config.learner, env_steps=m.env_steps,
+                              agent_steps=m.agent_steps, episodes=m.episodes, wall_s=self._trained_seconds(),
+                              returns=tuple(m.returns), record_protocol=record_protocol_of(spec)).to_json()
 
     # -- inference (batcher thread) -----------------------------------------------------------
 

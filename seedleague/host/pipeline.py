@@ -156,7 +156,7 @@ def _start_league_link(config: HostConfig, pipeline: Pipeline, services: Service
         if parse_key(key)[1] is None:  # an anchor: its key is its bare name (seedleague.host.anchors)
             return anchors(key)
         state, meta = pool.restore(key, pipeline.initial_state)
-        problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").model_spec)
+        problem = pipeline.fits(CheckpointMeta.from_json(meta, source=f"snapshot {key}").spec)
         if problem:
             raise ValueError(f"snapshot {key} does not fit this host's model: {problem}")
         return jax.device_put(state.params, pipeline.policy.device)

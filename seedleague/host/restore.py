@@ -72,12 +72,12 @@ def _from_step(config: HostConfig, checkpointer: Checkpointer, step: int) -> Res
         if kept is not None and kept != getattr(config, name):  # the saved state has that structure
             log.warning("using the checkpoint's %s config %s, not %s", name, kept, getattr(config, name))
             config = dataclasses.replace(config, **{name: kept})
-    template = init_train_state(config.learner, build_network(config, saved.model_spec), jax.random.key(0))
+    template = init_train_state(config.learner, build_network(config, saved.spec), jax.random.key(0))
     state, meta = checkpointer.restore(step, template)
     if config.serve_param_average:
         state = with_averaged_params(state, f"{checkpointer.directory}/{step}")
     log.info("restored %s at learner step %d, %d env steps", checkpointer.directory, int(state.step), meta["env_steps"])
-    return Restored(config, saved.model_spec, state, meta)
+    return Restored(config, saved.spec, state, meta)
 
 
 def with_averaged_params(state: Any, source: str) -> Any:
