@@ -36,7 +36,7 @@ from seedleague.protocol import native_stream
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import NamedEnvSpec
+from seedleague.protocol.named import NamedEnvSpec, named_of_v1
 from seedleague.security import add_security_flags, client_security_from_args
 
 log = logging.getLogger("envs.worker_loop")
@@ -105,7 +105,7 @@ class VectorGame(Protocol):
     the next `reset` or `step`: copy them to keep them.
     """
 
-    spec: EnvSpec  # or a NamedEnvSpec: the game then speaks protocol v2
+    spec: EnvSpec  # or a NamedEnvSpec: the game then speaks protocol v2 (`speaks_v2`)
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes in every env (rewards and flags zero); `seed` reseeds the game's randomness."""
@@ -141,13 +141,23 @@ class GameWorkerConfig:
             raise ValueError("bad worker config: " + "; ".join(problems))
 
 
+def speaks_v2(game: VectorGame) -> bool:
+    """Whether `game` speaks protocol v2 (its spec is a NamedEnvSpec) rather than v1. The one place a worker chooses."""
+    return isinstance(game.spec, NamedEnvSpec)
+
+
+def declared_spec(game: VectorGame) -> NamedEnvSpec:
+    """`game`'s spec as the host reads it from the handshake, whichever protocol the game speaks: a v1 game's spec
+    as one tensor "observation" and one discrete head "action" (`named_of_v1`, as the host's codec turns it)."""
+    return game.spec if speaks_v2(game) else named_of_v1(game.spec)
+
+
 def run_game_worker(
     game: VectorGame, config: GameWorkerConfig, stop: Optional[threading.Event] = None, logger: logging.Logger = log
 ) -> WorkerStats:
     """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
     stop = stop if stop is not None else threading.Event()
-    named = isinstance(game.spec, NamedEnvSpec)
-    client = (NamedWorkerClient if named else WorkerClient)(config.client, game.spec)
+    client = (NamedWorkerClient if speaks_v2(game) else WorkerClient)(config.client, game.spec)
 
     def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
         _run_game_session(game, client, stop, stats, seed, backoff, config, logger)

@@ -6,6 +6,7 @@ import pytest
 
 import envs
 from seedleague import games
+from seedleague.protocol.named import NamedEnvSpec, flat_model
 
 
 def test_an_env_id_goes_to_the_family_named_by_its_prefix_and_anything_else_to_gymnasium():
@@ -26,11 +27,14 @@ def test_each_family_starts_its_own_worker():
 
 
 def test_specs_are_read_here_where_they_can_be_and_bad_names_are_refused_with_the_workers_reason():
-    spec = games.spec_of("CartPole-v1")
-    assert (spec.env_name, spec.observation_shape, spec.num_actions) == ("CartPole-v1", (4,), 2)
+    spec = games.spec_of("CartPole-v1")  # a v1 worker's, named as the host reads its handshake
+    (tensor,), (head,) = spec.observation.tensors, spec.action.heads
+    assert (spec.env_name, tensor.shape, head.num_actions, flat_model(spec)) == ("CartPole-v1", (4,), 2, True)
+    assert isinstance(games.spec_of("Pendulum-v1"), NamedEnvSpec)  # a v2 worker's (a continuous action)
     assert games.spec_of("NoSuchEnv-v0") is None  # the gym worker says why, when it starts
     assert games.spec_of("pettingzoo:pong_v3") is None  # an Atari ROM is checked by its worker
-    assert games.spec_of("pettingzoo:classic/tictactoe_v3").num_seats == 2
+    tictactoe = games.spec_of("pettingzoo:classic/tictactoe_v3")
+    assert tictactoe.num_seats == 2 and tictactoe.action.heads[0].has_legal_mask  # v1's legal mask, on its one head
     with pytest.raises(games.UnsupportedGame, match="the PettingZoo worker runs the families atari, classic, mpe"):
         games.spec_of("pettingzoo:nope/game")
     with pytest.raises(games.UnsupportedGame, match="OpenSpiel has no game 'nope'"):

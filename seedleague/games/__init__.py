@@ -7,13 +7,14 @@ package, with the reference workers in envs/, and reach it through the `seedleag
 A family is an object with
 
     worker_command(game, num_envs) -> argv   # its worker's command line; the launcher adds --address and --seed
-    spec(game) -> spec or None               # the spec its worker will declare, read here from one env made in
-                                             # this process; None where it cannot tell without the worker;
+    spec(game) -> NamedEnvSpec or None       # the spec the host will read from its worker's handshake, read here
+                                             # from one env made in this process (a v1 worker's as named_of_v1
+                                             # gives it); None where it cannot tell without the worker;
                                              # UnsupportedGame (one line: why, and what to give) for a bad name
     main(argv) -> exit status                # its worker in this process (`seedleague worker` runs gym's)
 
     games.worker_command("openspiel:kuhn_poker", 64)    # ('python', '-m', 'envs.openspiel_worker', ...)
-    games.spec_of("CartPole-v1")                        # EnvSpec(observation_shape=(4,), num_actions=2, ...)
+    games.spec_of("CartPole-v1")                        # NamedEnvSpec: one tensor "observation" float32[4], ...
 
 `seedleague.games.openspiel` is the OpenSpiel encoding that the OpenSpiel worker and the evaluation both use.
 """
@@ -22,7 +23,10 @@ from __future__ import annotations
 
 import functools
 from importlib import metadata
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from seedleague.protocol.named import NamedEnvSpec
 
 ENTRY_POINT_GROUP = "seedleague.games"
 DEFAULT_FAMILY = "gym"  # ids with no registered family prefix
@@ -35,7 +39,7 @@ class UnsupportedGame(ValueError):
 class GameFamily(Protocol):
     def worker_command(self, game: str, num_envs: int) -> tuple[str, ...]: ...
 
-    def spec(self, game: str) -> Any: ...  # EnvSpec | NamedEnvSpec | None
+    def spec(self, game: str) -> "Optional[NamedEnvSpec]": ...
 
     def main(self, argv: Sequence[str]) -> int: ...
 
@@ -71,8 +75,8 @@ def worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
     return tuple(family.worker_command(game, num_envs))
 
 
-def spec_of(env_id: str) -> Any:
-    """The spec the built-in worker for `env_id` will declare (None: not known without starting it), or
-    UnsupportedGame (its worker would refuse the name)."""
+def spec_of(env_id: str) -> "Optional[NamedEnvSpec]":
+    """The named spec the host will read from the built-in worker for `env_id` (None: not known without starting
+    it), or UnsupportedGame (its worker would refuse the name)."""
     family, game = family_of(env_id)
     return family.spec(game)
