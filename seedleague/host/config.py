@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from seedleague.checkpoint import CheckpointConfig
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.host.batcher import BatcherConfig
-from seedleague.host.league_link import LeagueLinkConfig
-from seedleague.host.replay import ReplayConfig
-from seedleague.host.sessions import SessionLimits
-from seedleague.rl import sharding
-from seedleague.rl.learner import LearnerConfig
-from seedleague.rl.networks import NetworkConfig
+from seedleague.host.league_link_config import LeagueLinkConfig
+from seedleague.host.replay_config import ReplayConfig
+from seedleague.host.session_limits import SessionLimits
+from seedleague.rl.device_config import DeviceConfig, DistributedConfig
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +53,8 @@ class HostConfig:
     learner: LearnerConfig = LearnerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     league: LeagueLinkConfig = LeagueLinkConfig()
-    devices: sharding.DeviceConfig = sharding.DeviceConfig()  # learner / inference devices (Sebulba split)
-    distributed: sharding.DistributedConfig = sharding.DistributedConfig()  # several processes, one learner
+    devices: DeviceConfig = DeviceConfig()  # learner / inference devices (Sebulba split)
+    distributed: DistributedConfig = DistributedConfig()  # several processes, one learner
 
     def __post_init__(self):
         if self.unroll_length < 1:

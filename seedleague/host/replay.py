@@ -17,7 +17,6 @@ replays stale data without bound, and a lagging learner slows inference down.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 import time
@@ -31,45 +30,7 @@ from seedleague.buckets import power_of_two
 from seedleague.host.transfers import Transfers, is_cpu
 from seedleague.rl import sharding as sharding_lib
 from seedleague.rl.types import Unroll
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayConfig:
-    """Size, sampling and rate limiting of the unroll replay."""
-
-    capacity: int = 1024  # unrolls kept on device
-    samples_per_insert: float = 1.0  # average times each unroll is trained on
-    min_size: int = 0  # unrolls needed before the first sample (0: one learner batch)
-    error_buffer: float = 0.0  # slack around the target ratio, in samples (0: batch_size * max(1, spi))
-    sampler: str = "fifo"  # "fifo": oldest unsampled first; "uniform": uniform over the buffer
-
-    def __post_init__(self):
-        if self.capacity < 1:
-            raise ValueError(f"replay capacity must be >= 1, got {self.capacity}")
-        if self.samples_per_insert <= 0:
-            raise ValueError(f"replay samples_per_insert must be > 0, got {self.samples_per_insert}")
-        if self.min_size < 0 or self.error_buffer < 0:
-            raise ValueError("replay min_size and error_buffer must be >= 0")
-        if self.sampler not in ("fifo", "uniform"):
-            raise ValueError(f"replay sampler must be 'fifo' or 'uniform', got {self.sampler!r}")
-        if self.sampler == "fifo" and self.samples_per_insert > 1:
-            raise ValueError("the fifo sampler reads each unroll once: use samples_per_insert <= 1 or sampler='uniform'")
-
-    def error_buffer_for(self, batch_size: int) -> float:
-        """The limiter's slack for a learner sampling `batch_size` unrolls at a time; ValueError where an explicit
-        one is too narrow to let the run go on. Inserts stop once the ratio's diff passes min_size * spi +
-        error_buffer, and a sample needs it at least batch_size above min_size * spi - error_buffer: unless
-        2 * error_buffer >= batch_size + spi, both can wait on each other for ever (0.5 with batches of 8 did)."""
-        if not self.error_buffer:
-            return batch_size * max(1.0, self.samples_per_insert)
-        narrowest = (batch_size + self.samples_per_insert) / 2
-        if self.error_buffer < narrowest:
-            raise ValueError(f"replay error_buffer {self.error_buffer:g} is too narrow for batches of {batch_size} "
-                             f"unrolls at samples_per_insert {self.samples_per_insert:g}: the workers would wait for "
-                             "the learner and the learner for more unrolls, for ever. Use at least "
-                             f"{narrowest:g} (half a batch plus half a sample per insert), or 0 for the default "
-                             f"({batch_size * max(1.0, self.samples_per_insert):g})")
-        return self.error_buffer
+from seedleague.host.replay_config import ReplayConfig
 
 
 class RateLimiter:

@@ -1,0 +1,42 @@
+"""OutputConfig: which of a run's networks is its output (`seedleague train --output`), and the sources to choose from.
+
+Kept apart from seedleague.artifacts.run_output, which loads the output's networks with jax, so that building the
+command line (`seedleague train --help`, a refused flag) needs no jax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+FILE = "output.json"
+SOURCES = {
+    "final": "the newest checkpoint's params",
+    "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
+    "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
+    "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
+    "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
+                "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
+                "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
+                "measured",
+}
+MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
+
+
+def choices_text() -> str:
+    """"final (the newest ...), param_average (...), ...": for help texts and errors."""
+    return "; ".join(f"{name} ({meaning})" for name, meaning in SOURCES.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+    """What a run's output is (`seedleague train --output`)."""
+
+    source: str = "final"  # one of SOURCES
+    player: str = "main"  # whose snapshots average_policy and league_nash mix
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"--output must be one of {', '.join(SOURCES)}, got {self.source!r}: {choices_text()}")
+        if not self.player:
+            raise ValueError("the output's player must be a league player's name, e.g. main")
