@@ -148,8 +148,8 @@ def _pin(cpus: Optional[str]) -> None:
 
 def host_config(workload: Workload, workers: int, num_envs: int, network: str):
     """The workload's preset with learning off, limits wide enough for the row, and the chosen network."""
-    from seedleague.host.sessions import SessionLimits
-    from seedleague.rl.networks import NetworkConfig
+    from seedleague.host.session_limits import SessionLimits
+    from seedleague.rl.network_config import NetworkConfig
 
     preset = workload.host()
     largest = workload.spec(num_envs)

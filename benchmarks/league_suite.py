@@ -56,7 +56,7 @@ import time
 from typing import Callable, Iterator, Optional, Sequence
 
 from seedleague import api
-from seedleague.checkpoint import safe_path_part
+from seedleague.checkpoint_config import safe_path_part
 from seedleague.eval import curve, output_score
 
 # Plain self-play by policy gradient, as a game nobody tuned for got it before the recipe: V-trace, one

@@ -34,6 +34,7 @@ def _measure(workload_name: str, devices: int, seconds: float, batch_size: int) 
     from benchmarks.learner_rate import synthetic_batch
     from benchmarks.workloads import WORKLOADS
     from seedleague.rl import sharding
+    from seedleague.rl.device_config import DeviceConfig
     from seedleague.rl.learner import init_train_state, make_sharded_update, make_update
 
     workload = WORKLOADS[workload_name]
@@ -45,7 +46,7 @@ def _measure(workload_name: str, devices: int, seconds: float, batch_size: int) 
         update = make_update(host.learner, network)
         batch = jax.device_put(batch)
     else:
-        layout = sharding.make_layout(sharding.DeviceConfig(learner_devices=devices), batch_size)
+        layout = sharding.make_layout(DeviceConfig(learner_devices=devices), batch_size)
         update = make_sharded_update(host.learner, network, layout.mesh)
         state = sharding.place_state(state, layout)
         batch = sharding.shard_batch(batch, layout.batch_sharding)

@@ -17,8 +17,9 @@ import argparse
 import jax
 import numpy as np
 
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.learner import init_train_state, make_update
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_network import NamedNetworkConfig, act, make_named_network
 from seedleague.rl.named_spec import ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec
 from seedleague.rl.types import NamedUnroll

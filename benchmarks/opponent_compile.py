@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from seedleague.host import policy
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 
 LEARNER_ROWS, OPPONENT_ROWS, INPUTS, ACTIONS = 256, 16, 30, 3
 

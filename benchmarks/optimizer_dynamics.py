@@ -30,7 +30,8 @@ import numpy as np
 import pyspiel
 
 from seedleague.eval import game_tree
-from seedleague.rl.learner import LearnerConfig, _optimizer
+from seedleague.rl.learner import _optimizer
+from seedleague.rl.learner_config import LearnerConfig
 
 CHECKPOINTS = 10  # exploitability reported at this many evenly spaced points
 

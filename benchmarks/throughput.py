@@ -37,7 +37,7 @@ from seedleague.host.policy import InferencePolicy
 from seedleague.host.transfers import TransferCounts
 from seedleague.metrics import Metrics
 from seedleague.presets import preset_for
-from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.networks import make_network
 from seedleague.testing.server_thread import ServerThread
 

@@ -22,12 +22,13 @@ from typing import Optional
 
 import numpy as np
 
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedEnvSpec, ObservationSpec,
                                        TensorSpec, flat_model, named_of_v1, v1_model_of)
-from seedleague.rl.learner import LearnerConfig
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 
 _COUNTERS = ("env_steps", "agent_steps", "episodes", "wall_s", "returns")
 

@@ -17,12 +17,12 @@ from seedleague import config_flags, games
 from seedleague.host.batcher import BatcherConfig
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import UNIFORM_ANCHOR, Mode
-from seedleague.host.host import HostConfig
-from seedleague.host.replay import ReplayConfig
+from seedleague.host.config import HostConfig
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, TensorSpec, flat_model, named_of_v1
-from seedleague.rl.learner import LearnerConfig
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 
 DEFAULT_ENV = "openspiel:kuhn_poker"  # `make run`: a league run that ends by printing its exploitability
 

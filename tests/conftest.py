@@ -43,13 +43,13 @@ import pytest
 
 from seedleague.protocol.channel import channel_options
 from seedleague.host.host import Host, HostConfig
-from seedleague.host.replay import ReplayConfig
-from seedleague.host.sessions import SessionLimits
+from seedleague.host.replay_config import ReplayConfig
+from seedleague.host.session_limits import SessionLimits
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch, zero_step
 from seedleague.tools.check_worker import CHECKS
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2_grpc
 

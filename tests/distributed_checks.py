@@ -18,9 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from seedleague.host.replay import Replay, ReplayConfig  # noqa: E402
+from seedleague.host.replay import Replay  # noqa: E402
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.rl import sharding  # noqa: E402
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_sharded_update  # noqa: E402
+from seedleague.rl.device_config import DeviceConfig, DistributedConfig  # noqa: E402
+from seedleague.rl.learner import init_train_state, make_sharded_update  # noqa: E402
+from seedleague.rl.learner_config import LearnerConfig
 from tests.test_learner import NETWORKS, _synthetic_batch  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 8, 3
@@ -40,9 +43,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="init seed; process 0's params win whatever it is")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    sharding.initialize_distributed(sharding.DistributedConfig(args.coordinator, 2, args.process_id))
+    sharding.initialize_distributed(DistributedConfig(args.coordinator, 2, args.process_id))
     local_rows = GLOBAL_BATCH // jax.process_count()
-    layout = sharding.make_layout(sharding.DeviceConfig(), batch_size=local_rows)
+    layout = sharding.make_layout(DeviceConfig(), batch_size=local_rows)
     assert layout.multi_process and layout.num_learner_devices == 4, layout
     saved = {}
     for loss in args.losses.split(","):  # one joined pair of processes checks every loss: joining costs seconds

@@ -17,12 +17,14 @@ from tests.conftest import SMALL_HOST, RawWorker, vector_spec
 from tests.test_learner import NETWORKS, _synthetic_batch
 from seedleague.host.host import Host
 from seedleague.host.policy import InferencePolicy
-from seedleague.host.replay import Replay, ReplayConfig
+from seedleague.host.replay import Replay
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.rl import sharding
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_sharded_update, make_update
-from seedleague.rl.sharding import DeviceConfig
+from seedleague.rl.learner import init_train_state, make_sharded_update, make_update
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.device_config import DeviceConfig
 from seedleague.testing.server_thread import ServerThread
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices: run through tests/test_sharding.py")

@@ -15,9 +15,11 @@ from seedleague.api import (PolicyMixture, PolicySpec, RecurrentPolicyError, loa
                             load_policy, load_snapshot)
 from seedleague.artifacts.load import _params_of
 from seedleague.artifacts.networks import shared_network
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
-from seedleague.rl.learner import LearnerConfig, ParamAverage, TrainState, init_train_state
-from seedleague.rl.networks import NetworkConfig
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
+from seedleague.rl.learner import ParamAverage, TrainState, init_train_state
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 
 SMALL = NetworkConfig(torso="mlp", hidden_sizes=(8,))
 KUHN = ("openspiel:kuhn_poker", (11,), 2)

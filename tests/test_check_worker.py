@@ -20,7 +20,7 @@ import pytest
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec
 from conftest import RawWorker
-from seedleague.host.sessions import SessionLimits
+from seedleague.host.session_limits import SessionLimits
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.tools import check_worker as cw

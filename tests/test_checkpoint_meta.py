@@ -9,8 +9,8 @@ from seedleague.checkpoint_meta import CheckpointMeta, read, record_protocol_of,
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedEnvSpec, ObservationSpec, TensorSpec,
                                        flat_model, named_of_v1)
 from seedleague.protocol.specs import EnvSpec
-from seedleague.rl.learner import LearnerConfig
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 from test_api import save_checkpoint, v1_record
 
 V1 = EnvSpec("openspiel:kuhn_poker", (11,), np.dtype(np.float32), 2, 1)

@@ -14,7 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
+from seedleague.rl.learner import init_train_state, make_update
+from seedleague.rl.learner_config import LearnerConfig
 from tests.distributed_checks import STEPS, global_batches
 from tests.test_learner import NETWORKS
 from tests.conftest import free_port, xla_flags

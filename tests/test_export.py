@@ -14,7 +14,7 @@ import pytest
 from seedleague import output
 from seedleague.api import load_snapshot, load_trained
 from seedleague.cli import main
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.network_config import NetworkConfig
 from test_api import KUHN, ROOT, SMALL, save_checkpoint
 
 # (env, network, observation dtype): one per torso; uint8 frames check the /255 scaling inside the graph.

@@ -16,13 +16,15 @@ import onnxruntime as ort
 
 from seedleague import output
 from seedleague.api import load_snapshot, load_trained
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.checkpoint_meta import CheckpointMeta, spec_to_json
 from seedleague.export import onnx_named
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                        NamedEnvSpec, TensorSpec)
-from seedleague.rl.learner import LearnerConfig, init_train_state
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.learner import init_train_state
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.artifacts.networks import named_network_for
 from seedleague.artifacts.named import NamedPolicy
 from test_api import ROOT

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from seedleague.host.sessions import Session, SessionLimits, check_spec
+from seedleague.host.sessions import Session, check_spec
+from seedleague.host.session_limits import SessionLimits
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, check_step, zero_step

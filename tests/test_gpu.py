@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from seedleague.host.replay import Replay, ReplayConfig
+from seedleague.host.replay import Replay
+from seedleague.host.replay_config import ReplayConfig
 from test_replay import rows
 from test_transfers import named_host_server  # noqa: F401 (a fixture)
 

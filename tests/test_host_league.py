@@ -13,7 +13,8 @@ import pytest
 
 from seedleague.host import inference, results
 from seedleague.host.host import Host
-from seedleague.host.league_link import LeagueLink, LeagueLinkConfig
+from seedleague.host.league_link import LeagueLink
+from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.league.model_pool import ModelPool, ParamsCache
 from seedleague.league.types import Role
 from seedleague.metrics import Metrics

@@ -17,7 +17,7 @@ from conftest import serve_host
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host import named
 from seedleague.host.host import Host, HostConfig
-from seedleague.host.replay import ReplayConfig
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.host.sessions import AgentStep
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec_v2
@@ -26,7 +26,8 @@ from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                        NamedEnvSpec, TensorSpec, zero_named_step)
-from seedleague.rl.networks import Network, NetworkConfig
+from seedleague.rl.networks import Network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.types import NamedUnroll
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v2 import env_pb2_grpc
@@ -181,7 +182,7 @@ def test_a_named_run_resumes_and_loads_as_a_named_policy(tmp_path):
     import dataclasses
 
     from seedleague.api import load_policy
-    from seedleague.checkpoint import CheckpointConfig
+    from seedleague.checkpoint_config import CheckpointConfig
     from seedleague.artifacts.named import NamedPolicy
 
     config = dataclasses.replace(CONFIG, checkpoint=CheckpointConfig(directory=str(tmp_path / "checkpoints"),
@@ -229,7 +230,8 @@ def test_a_named_run_resumes_and_loads_as_a_named_policy(tmp_path):
 
 def test_a_recurrent_named_policy_is_refused_as_the_v1_api_refuses_one():
     from seedleague.api import RecurrentPolicyError
-    from seedleague.rl.networks import Network, NetworkConfig
+    from seedleague.rl.networks import Network
+    from seedleague.rl.network_config import NetworkConfig
     from seedleague.artifacts.named import NamedPolicy
 
     with pytest.raises(RecurrentPolicyError, match=r"runs/x/7 has an LSTM core \(lstm_size=16\).*seedleague serve"):

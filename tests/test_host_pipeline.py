@@ -15,7 +15,7 @@ def test_building_a_pipeline_initialises_the_train_state_once(monkeypatch):
     calls = []
     real = pipeline_module.init_train_state
     monkeypatch.setattr(pipeline_module, "init_train_state", lambda *a, **k: calls.append(1) or real(*a, **k))
-    from seedleague.host.replay import ReplayConfig
+    from seedleague.host.replay_config import ReplayConfig
 
     host = host_module.Host(host_module.HostConfig(batch_size=2, replay=ReplayConfig(capacity=4)), Metrics())
     try:
@@ -31,8 +31,8 @@ def test_a_multi_process_learner_refuses_an_anneal_over_time():
     import pytest
 
     from seedleague.host.host import HostConfig
-    from seedleague.rl.learner import LearnerConfig
-    from seedleague.rl.sharding import DistributedConfig
+    from seedleague.rl.learner_config import LearnerConfig
+    from seedleague.rl.device_config import DistributedConfig
 
     with pytest.raises(ValueError, match="different clock in each process"):
         HostConfig(learner=LearnerConfig(anneal_seconds=60.0),

@@ -8,9 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
+from seedleague.rl.learner import init_train_state, make_update
+from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.losses import masked_log_softmax
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.types import Unroll
 
 NUM_ACTIONS = 3

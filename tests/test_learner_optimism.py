@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seedleague.rl.learner import LearnerConfig, _optimizer
+from seedleague.rl.learner import _optimizer
+from seedleague.rl.learner_config import LearnerConfig
 
 
 def _steps(config: LearnerConfig, gradients) -> list[float]:

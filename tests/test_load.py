@@ -24,12 +24,12 @@ import pytest
 
 from seedleague.host.batcher import BatcherConfig
 from seedleague.host.host import Host, HostConfig
-from seedleague.host.sessions import SessionLimits
+from seedleague.host.session_limits import SessionLimits
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.channel import channel_options
 from seedleague.protocol.specs import EnvSpec, zero_step
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.testing.server_thread import ServerThread
 from seedleague.v1 import env_pb2_grpc
 

@@ -15,15 +15,15 @@ import numpy as np
 from envs.shootout_worker import LANES, ShootoutGame, play_against_random, shootout_spec
 from seedleague import output, presets
 from seedleague.api import PolicyMixture, load_snapshot, load_trained
-from seedleague.checkpoint import CheckpointConfig
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.host import inference, restore
 from seedleague.host.host import Host
-from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.league.service import League
 from seedleague.metrics import Metrics
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import NamedWorkerClient
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.artifacts.named import NamedPolicy
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread

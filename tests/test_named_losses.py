@@ -10,8 +10,10 @@ import pytest
 
 from seedleague.rl import losses
 from seedleague.rl.action_heads import ActionHeads
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.learner import init_train_state, make_update
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_losses import named_loss_inputs, named_unroll_from_v1
 from seedleague.rl.named_network import NamedNetworkConfig, make_named_network
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,

@@ -7,7 +7,8 @@ import pytest
 
 from seedleague.rl import losses
 from seedleague.rl.encoders import encoder_kind, image_layout
-from seedleague.rl.networks import NetworkConfig, make_network, squash_beyond_unit
+from seedleague.rl.networks import make_network, squash_beyond_unit
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_losses import named_loss_inputs
 from seedleague.rl.named_network import (NamedNetworkConfig, act, all_legal, check_observation,
                                          make_named_network)

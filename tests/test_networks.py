@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from seedleague.rl.networks import NATURE_CNN, NetworkConfig, _BoardTorso, make_network, squash_beyond_unit
+from seedleague.rl.networks import _BoardTorso, make_network, squash_beyond_unit
+from seedleague.rl.network_config import NATURE_CNN, NetworkConfig
 
 
 def _first(batch, time, starts=()):

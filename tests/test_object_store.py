@@ -25,7 +25,8 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from seedleague.checkpoint import CheckpointConfig, Checkpointer  # noqa: E402
+from seedleague.checkpoint import Checkpointer  # noqa: E402
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.league.model_pool import ModelPool  # noqa: E402
 from seedleague.storage import StorageError  # noqa: E402
 

@@ -5,7 +5,8 @@ import numpy as np
 
 from seedleague.host.opponents import OpponentTable
 from seedleague.host.policy import InferencePolicy
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 
 NUM_ACTIONS = 3
 NETWORK = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,)), (3,), np.dtype(np.float32), NUM_ACTIONS)

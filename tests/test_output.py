@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker
-from seedleague import checkpoint, cli, output
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague import checkpoint_config, cli, output
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
 from seedleague.host.host import Host, HostConfig
 from seedleague.league.nash import league_nash
@@ -243,5 +244,5 @@ def test_a_run_directory_orbax_could_not_read_back_is_refused_before_anything_st
 def test_a_game_name_with_a_list_parameter_gets_a_default_run_directory_orbax_can_read():
     name = "openspiel:battleship(board_width=2,board_height=2,ship_sizes=[1],ship_values=[1],num_shots=2)"
     run_dir = cli._default_run_dir(name)
-    assert checkpoint.path_problem(run_dir) is None
+    assert checkpoint_config.path_problem(run_dir) is None
     assert "ship_sizes=_1_" in run_dir and run_dir.startswith(os.path.join("runs", "openspiel:battleship("))

@@ -15,7 +15,7 @@ import pytest
 from seedleague import output
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
 from seedleague.eval import least_exploitable, metagame, openspiel_eval, output_selection
-from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.learner_config import LearnerConfig
 from test_api import save_checkpoint
 
 BIAS = {"pass": [9.0, -9.0], "uniform": [0.0, 0.0], "bet": [0.0, 2.0], "pass-ish": [2.0, 0.0]}

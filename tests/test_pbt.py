@@ -16,7 +16,7 @@ import pytest
 from seedleague import output
 from seedleague.api import load_trained
 from seedleague.host.host import Host
-from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.host.pbt_member import PbtMember
 from seedleague.league import codec, pbt
 from seedleague.league.config import LeagueConfig

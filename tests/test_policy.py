@@ -9,7 +9,8 @@ import pytest
 from seedleague.host.host import HostConfig
 from seedleague.host.policy import InferencePolicy, explored_logits
 from seedleague.rl.losses import masked_log_softmax
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 from test_api import head_params
 
 LEGAL = np.array([True, True, False])

@@ -7,7 +7,7 @@ import pyspiel
 import pytest
 
 from benchmarks import qre_floor
-from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.learner_config import LearnerConfig
 
 ROW_PAYOFF = [[2.0, 0.0], [0.0, 1.0]]  # the row player's; the column player gets its negative
 

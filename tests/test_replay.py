@@ -5,7 +5,8 @@ import threading
 import numpy as np
 import pytest
 
-from seedleague.host.replay import RateLimiter, Replay, ReplayConfig
+from seedleague.host.replay import RateLimiter, Replay
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.rl.types import Unroll
 
 

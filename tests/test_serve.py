@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from seedleague.checkpoint import CheckpointConfig
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.host.host import Host, HostConfig
 from seedleague.metrics import Metrics
-from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.learner_config import LearnerConfig
 from test_api import SMALL, head_params, save_checkpoint
 
 

@@ -19,10 +19,10 @@ import pytest
 
 from seedleague.api import load_policy
 from seedleague.host.host import Host, HostConfig
-from seedleague.host.league_link import LeagueLinkConfig
+from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
-from seedleague.rl.sharding import DeviceConfig, DistributedConfig
+from seedleague.rl.device_config import DeviceConfig, DistributedConfig
 from tests.conftest import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from benchmarks import chaos
-from seedleague.checkpoint import CheckpointConfig, Checkpointer, DamagedCheckpoint, NonFiniteState
+from seedleague.checkpoint import Checkpointer, DamagedCheckpoint, NonFiniteState
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.host import restore
 from seedleague.host.config import HostConfig
 from seedleague.host.learner_loop import LearnerLoop, NonFiniteUpdate
@@ -36,7 +37,7 @@ from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
 from seedleague.api import load_policy, load_trained
 from seedleague.artifacts.networks import shared_network as _network
-from seedleague.rl.learner import LearnerConfig
+from seedleague.rl.learner_config import LearnerConfig
 from test_api import SMALL, save_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

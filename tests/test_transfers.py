@@ -13,12 +13,14 @@ import pytest
 
 from conftest import RawWorker, serve_host, vector_spec
 from seedleague.host.policy import InferencePolicy, stack_params
-from seedleague.host.replay import Replay, ReplayConfig
+from seedleague.host.replay import Replay
+from seedleague.host.replay_config import ReplayConfig
 from seedleague.host.transfers import TransferCounts, Transfers
 from seedleague.protocol.client import ClientConfig
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.named import zero_named_step
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_network import NamedNetwork
 from test_replay import rows
 

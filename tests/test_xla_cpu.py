@@ -10,8 +10,10 @@ from jax import lax
 
 from seedleague.host.policy import InferencePolicy
 from seedleague.rl import xla_cpu
-from seedleague.rl.learner import LearnerConfig, init_train_state, make_update
-from seedleague.rl.networks import NetworkConfig, make_network
+from seedleague.rl.learner import init_train_state, make_update
+from seedleague.rl.learner_config import LearnerConfig
+from seedleague.rl.networks import make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.types import Unroll
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's compile choices")

@@ -32,7 +32,8 @@ from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.league.model_pool import player_dir_of
 from seedleague.league.types import parse_key
 from seedleague.rl.learner import ParamAverage
-from seedleague.rl.networks import Network, NetworkConfig
+from seedleague.rl.networks import Network
+from seedleague.rl.network_config import NetworkConfig
 
 log = logging.getLogger(__name__)
 

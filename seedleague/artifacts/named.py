@@ -26,7 +26,7 @@ from seedleague.artifacts.policy import recurrent_error
 from seedleague.buckets import pad_dict, power_of_two
 from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl import xla_cpu
-from seedleague.rl.networks import NetworkConfig
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_network import NamedNetwork, act, all_legal
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from seedleague.protocol.named import NamedEnvSpec, flat_model
 from seedleague.rl.encoders import encoder_kind
-from seedleague.rl.networks import Network, NetworkConfig, make_network
+from seedleague.rl.networks import Network, make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_network import NamedNetwork, NamedNetworkConfig, make_named_network
 
 

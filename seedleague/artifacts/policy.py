@@ -23,7 +23,8 @@ from seedleague.buckets import pad, power_of_two
 from seedleague.protocol.named import NamedEnvSpec, named_of_v1
 from seedleague.protocol.specs import EnvSpec
 from seedleague.rl import xla_cpu
-from seedleague.rl.networks import Network, NetworkConfig
+from seedleague.rl.networks import Network
+from seedleague.rl.network_config import NetworkConfig
 
 Rng = Union[np.random.Generator, int, None]
 

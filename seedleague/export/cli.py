@@ -27,7 +27,8 @@ from seedleague import output
 from seedleague.artifacts.load import checkpoint_dir, checkpoint_steps
 from seedleague.artifacts.policy import RecurrentPolicyError
 from seedleague.artifacts.named import NamedPolicy
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.export import onnx_policy, onnx_named
 from seedleague.league.types import parse_key
 

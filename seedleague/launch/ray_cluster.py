@@ -836,7 +836,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace, host_extra: Sequence[str]) -> RayLaunchConfig:
     """RayLaunchConfig from `add_arguments` flags; `host_extra` are further `seedleague host` flags."""
     from seedleague import presets
-    from seedleague.checkpoint import path_problem, safe_path_part
+    from seedleague.checkpoint_config import path_problem, safe_path_part
 
     preset = presets.preset_for(args.env)
     budget = []

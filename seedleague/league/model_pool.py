@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable
 
 from seedleague import object_store
-from seedleague.checkpoint import CheckpointConfig, Checkpointer
+from seedleague.checkpoint import Checkpointer
+from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.league.types import parse_key, snapshot_key
 
 log = logging.getLogger(__name__)

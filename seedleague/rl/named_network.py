@@ -32,8 +32,8 @@ import numpy as np
 
 from seedleague.rl.action_heads import ActionHeads
 from seedleague.rl.encoders import ObservationEncoders, encoder_kind
-from seedleague.rl.networks import (CoreState, NetworkConfig, Params, _initial_state, _ScannedLSTM,
-                                    make_network)
+from seedleague.rl.networks import CoreState, Params, _initial_state, _ScannedLSTM, make_network
+from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.named_spec import ActionSpec, ObservationSpec, is_v1_shaped
 
 
