@@ -14,9 +14,9 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import checkpoint, compile_cache, config_flags, games, output, presets
-from seedleague.host.host import HostConfig
-from seedleague.host.learner_loop import NonFiniteUpdate
+from seedleague import checkpoint_config, compile_cache, config_flags, games, presets
+from seedleague.artifacts import output_config
+from seedleague.host.config import HostConfig
 from seedleague.league import cli as league_cli
 from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
@@ -25,10 +25,6 @@ from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.named import NamedEnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.storage import StorageError, check_writable
-from seedleague.tools import check_worker, fake_host
-from seedleague.eval import cli as eval_cli
-from seedleague.eval import exploit as exploit_cli
-from seedleague.export import cli as export_cli
 
 
 def _env_given(argv: list[str]) -> Optional[str]:
@@ -48,10 +44,13 @@ def _help_preset(env: str) -> Optional[presets.Preset]:
         return None
 
 
-def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Optional[str] = None) -> None:
+def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Optional[str] = None,
+                   shows_help: bool = True) -> None:
     # Without --env, `host` and `train --worker-cmd` take the preset from the first worker's spec (seedleague.launch.probe).
     # --help shows the defaults of the preset that applies: --env's, else train's default env (host: the dataclasses').
-    preset = _help_preset(env or presets.DEFAULT_ENV) if (env or with_workers) else None
+    # The preset only writes the help text (the run takes its own in _run_config), so without --help none is built:
+    # building a game's preset can load its game library and jax, which parsing and refusing flags do not need.
+    preset = _help_preset(env or presets.DEFAULT_ENV) if shows_help and (env or with_workers) else None
     parser.add_argument("--env", default=None,
                         help="gymnasium env id, openspiel:<game>, pettingzoo:<atari game>, "
                              "pettingzoo:classic/<game> or pettingzoo:mpe/<game>, whose preset the run uses "
@@ -104,10 +103,10 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                         help="where the run's league serves its live page (docs/league_page.md); port 0 picks a free "
                              "one, 'off' serves none (default: %(default)s)")
     league.add_argument("--no-eval", action="store_true", help="skip the evaluation printed at the end of a league run")
-    league.add_argument("--output", default=None, choices=tuple(output.SOURCES), metavar="SOURCE",
+    league.add_argument("--output", default=None, choices=tuple(output_config.SOURCES), metavar="SOURCE",
                         help="the run's output, recorded in <run-dir>/output.json when the run starts and loaded by "
                              "seedleague.api.load_trained and `seedleague serve --checkpoint RUN_DIR`: "
-                             f"{output.choices_text()} (default: {preset.output if preset else 'final'})")
+                             f"{output_config.choices_text()} (default: {preset.output if preset else 'final'})")
     config_flags.add_flags(league, LeagueConfig, prefix="league_config.", base=preset.league if preset else None)
     config_flags.add_flags(parser, HostConfig, base=preset.host if preset else None)
 
@@ -194,10 +193,10 @@ def _check_game(env_id: str) -> None:
 
 
 def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostConfig, league,
-                   name: str) -> output.OutputConfig:
+                   name: str) -> output_config.OutputConfig:
     """The run's output source (--output, else the preset's) and the player whose snapshots it mixes."""
     source = args.output or preset.output
-    if source in output.MIXTURES and league is None:
+    if source in output_config.MIXTURES and league is None:
         raise ValueError(f"--output {source} mixes a league's snapshots, and {name} is single-agent (no league): "
                          "use --output final or param_average")
     if source == "league_nash" and not host.league.address:
@@ -207,7 +206,7 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
                              "learner never plays a snapshot): add --league-config.mode pfsp (or last_n, psro, "
                              "alphastar), or choose another --output")
     player = host.league.player if host.league.address else league.players[0].name if league else "main"
-    return output.OutputConfig(source, player)
+    return output_config.OutputConfig(source, player)
 
 
 def _worker_templates(args: argparse.Namespace) -> tuple[tuple[str, ...], ...]:
@@ -275,7 +274,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
         run_dir = args.run_dir or _default_run_dir(args.env)
-    problem = checkpoint.path_problem(run_dir)
+    problem = checkpoint_config.path_problem(run_dir)
     if problem:
         raise ValueError(f"--run-dir {problem}")
     preset = presets.for_output(preset, args.output)
@@ -308,7 +307,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
 
 
 def _default_run_dir(name: str) -> str:
-    return os.path.join("runs", f"{checkpoint.safe_path_part(name)}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    return os.path.join("runs", f"{checkpoint_config.safe_path_part(name)}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
@@ -375,7 +374,8 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
 
 def _checkpoint_dir(path: str) -> str:
     """The checkpoints directory for `path` (a run directory or the directory itself), or SystemExit."""
-    from seedleague.checkpoint import CheckpointConfig, Checkpointer
+    from seedleague.checkpoint import Checkpointer  # loads jax: only a command that runs imports it (see main)
+    from seedleague.checkpoint_config import CheckpointConfig
 
     for candidate in (os.path.join(path, "checkpoints"), path):
         if os.path.isdir(candidate) and Checkpointer(CheckpointConfig(directory=candidate)).latest_step() is not None:
@@ -407,8 +407,10 @@ def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, s
         directory, step = _snapshot_dir(args.checkpoint, args.snapshot)
         return directory, step, False, ""
     path = args.checkpoint
-    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.exists(os.path.join(path, output.FILE))):
+    if not (os.path.isdir(os.path.join(path, "checkpoints")) or os.path.exists(os.path.join(path, output_config.FILE))):
         return _checkpoint_dir(path), None, False, ""
+    from seedleague import output  # loads jax: only a command that runs imports it (see main)
+
     try:
         resolved = output.resolve(path)
     except FileNotFoundError as error:
@@ -424,7 +426,7 @@ def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, s
 def _serve(args: argparse.Namespace) -> int:
     """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
     from seedleague.launch import local
-    from seedleague import checkpoint_meta
+    from seedleague import checkpoint_meta, output
 
     directory, step, average, mixture = _serve_target(args)
     if mixture:
@@ -470,6 +472,58 @@ class _CurrentStderrHandler(logging.StreamHandler):
         pass  # StreamHandler.__init__ sets it; the property always answers the current stderr
 
 
+# The commands whose parser and run live in a module of their own (`add_parser(sub)`, `run(args)`); "report" is added
+# and run by the module of "eval".
+_COMMANDS = ("fake-host", "check-worker", "league", "play", "eval", "report", "exploit", "export")
+_OWN_COMMANDS = ("train", "host", "serve", "worker", "ray-launch")  # parsed (or handed on) in this module
+
+
+def _command_given(argv: list[str]) -> Optional[str]:
+    """The command word of `argv` (None when there is none, e.g. `seedleague --help`)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _command_module(name: str):
+    """The module that adds and runs the command `name` (one of _COMMANDS). Imported only for the command given, or
+    for all of them for `seedleague --help`: most of them load jax, which parsing, refusing a command line or
+    printing another command's --help does not need."""
+    if name == "fake-host":
+        from seedleague.tools import fake_host  # loads jax: imported for its own command only (above)
+
+        return fake_host
+    if name == "check-worker":
+        from seedleague.tools import check_worker  # loads jax: imported for its own command only (above)
+
+        return check_worker
+    if name in ("eval", "report"):
+        from seedleague.eval import cli as eval_cli  # loads jax: imported for its own command only (above)
+
+        return eval_cli
+    if name == "exploit":
+        from seedleague.eval import exploit as exploit_cli  # loads jax: imported for its own command only (above)
+
+        return exploit_cli
+    if name == "export":
+        from seedleague.export import cli as export_cli  # loads jax: imported for its own command only (above)
+
+        return export_cli
+    return league_cli if name == "league" else play_cli
+
+
+def _run_faults() -> tuple[type[BaseException], ...]:
+    """The faults that stop a run with one console line. Looked up when an exception reaches `main`'s handler, not at
+    import: the learner loop that defines NonFiniteUpdate loads jax, which a refused command line does not need."""
+    from seedleague.host.learner_loop import NonFiniteUpdate  # loads jax: only once a run has raised
+
+    return StorageError, NonFiniteUpdate, ProtocolError
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
@@ -477,7 +531,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,exploit,export,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine (built-in "
                            "workers for --env, or any worker binary with --worker-cmd)")
-    _add_run_flags(train, with_workers=True, env=_env_given(argv))
+    given = _command_given(argv)
+    shows_help = given in ("train", "host") and ("-h" in argv or "--help" in argv)
+    _add_run_flags(train, with_workers=True, env=_env_given(argv), shows_help=shows_help)
     host = sub.add_parser("host", help="run only the host; connect your own env workers to it, from any machine",
                           description="Run only the host; env workers connect to --address from any machine. "
                                       "Without --env the host waits for the first worker and takes the run's "
@@ -485,19 +541,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                                       "recipe (docs/protocol.md section 12). The defaults below are then the "
                                       "config classes' own, which that preset replaces; `seedleague host --env ENV "
                                       "--help` shows ENV's.")
-    _add_run_flags(host, with_workers=False, env=_env_given(argv))
+    _add_run_flags(host, with_workers=False, env=_env_given(argv), shows_help=shows_help)
     serve = sub.add_parser("serve", help="inference only from a checkpoint: same protocol, same workers, no learning")
     _add_serve_flags(serve)
     sub.add_parser("worker", help="run one Python gymnasium env worker (see `seedleague worker --help`)", add_help=False)
     sub.add_parser("ray-launch", help="train on a Ray cluster: league, host, workers as Ray actors (needs .[ray]; "
                    "see docs/cluster.md)", add_help=False)
-    fake_host.add_parser(sub)
-    check_worker.add_parser(sub)
-    league_cli.add_parser(sub)
-    play_cli.add_parser(sub)
-    eval_cli.add_parser(sub)
-    exploit_cli.add_parser(sub)
-    export_cli.add_parser(sub)
+    given = "eval" if given == "report" else given
+    for name in ("fake-host", "check-worker", "league", "play", "eval", "exploit", "export"):
+        if given in (None, name) or given not in _COMMANDS + _OWN_COMMANDS:  # all for `seedleague --help` or a typo
+            _command_module(name).add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by seedleague.launch.ray_cluster
@@ -505,7 +558,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         return ray_cluster.main(argv[1:])
     args = parser.parse_args(argv or ["train"])
-    # force: importing orbax already put a handler on the root logger, which would make this a no-op
+    # force: an imported library may already have put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
     if args.command in ("train", "host", "serve", "eval", "report", "exploit", "export", "play"):  # the commands that compile
@@ -515,32 +568,20 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find
         if args.command == "serve":
             return _serve(args)
-        if args.command == "fake-host":
-            return fake_host.run(args)
-        if args.command == "league":
-            return league_cli.run(args)
-        if args.command == "play":
-            return play_cli.run(args)
-        if args.command in ("eval", "report"):
-            return eval_cli.run(args)
-        if args.command == "exploit":
-            return exploit_cli.run(args)
-        if args.command == "export":
-            return export_cli.run(args)
-        if args.command == "check-worker":
-            return check_worker.run(args)
+        if args.command in _COMMANDS:
+            return _command_module(args.command).run(args)
         if args.command == "host":
             return _train(args, with_workers=False, argv=argv[1:])
         return _train(args, argv=argv[1:])
     except (ValueError, FileExistsError) as error:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2
-    except (StorageError, NonFiniteUpdate, ProtocolError) as error:  # a fault stopped the run (seedleague.launch.local.RUN_FAULTS)
-        print(f"seedleague: the run stopped: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("seedleague: interrupted before the host was serving", file=sys.stderr)
         return 130
+    except _run_faults() as error:  # a fault stopped the run (seedleague.launch.local.RUN_FAULTS)
+        print(f"seedleague: the run stopped: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,10 @@
 """seedleague.cli: what the command line hands on."""
 
+import subprocess
+import sys
+
+import pytest
+
 from seedleague import cli
 
 
@@ -14,3 +19,38 @@ def test_league_and_per_player_flags_are_kept_back_in_either_spelling():
     argv = ["--league-config.mode", "psro", "--league_config.seed", "3", "--league.pool-dir", "/p",
             "--league.pool_dir=/q", "--unroll-length", "4"]
     assert cli._forwarded_flags(argv) == ["--unroll-length", "4"]
+
+
+# Run in a fresh interpreter: the modules a command line loads, from `seedleague.cli`'s import on.
+_LOADED = """
+import sys
+from seedleague import cli
+try:
+    cli.main(sys.argv[1:])
+except SystemExit as stop:
+    code = stop.code
+heavy = sorted(name for name in sys.modules if name.partition(".")[0] in ("jax", "flax", "optax", "orbax"))
+print("exit", code, "heavy", heavy[:3], file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv, code, said", [
+    (["train", "--bad-flag"], 2, "unrecognized arguments: --bad-flag"),
+    (["host", "--batch-size", "many"], 2, "invalid"),
+    (["--log-level", "INFO", "train", "--env"], 2, "expected one argument"),
+    (["league", "--help"], 0, "usage: seedleague league"),
+])
+def test_a_refused_command_line_and_a_jax_free_commands_help_load_no_jax(argv, code, said):
+    # The config classes that build train's and host's flags live in modules without jax (seedleague.rl.learner_config,
+    # seedleague.rl.network_config, ...), and the commands in modules of their own are imported only when given.
+    done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=120)
+    assert said in done.stdout + done.stderr
+    assert f"exit {code} heavy []" in done.stderr, done.stderr[-2000:]
+
+
+def test_each_command_in_a_module_of_its_own_still_parses_when_given_alone(capsys):
+    for command in ("report", "eval", "exploit", "export", "fake-host", "check-worker", "play"):
+        with pytest.raises(SystemExit) as stop:
+            cli.main([command, "--help"])
+        assert stop.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: seedleague {command} ")
