@@ -19,8 +19,7 @@ from seedleague.league.config import LeagueConfig
 from seedleague.league.types import UNIFORM_ANCHOR, Mode
 from seedleague.host.config import HostConfig
 from seedleague.host.replay_config import ReplayConfig
-from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, TensorSpec, flat_model, named_of_v1
+from seedleague.protocol.named import ContinuousHead, NamedEnvSpec, TensorSpec, flat_model
 from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.network_config import NetworkConfig
 
@@ -124,19 +123,11 @@ def has_continuous_actions(spec: NamedEnvSpec) -> bool:
     return any(isinstance(h, ContinuousHead) for h in spec.action.heads)
 
 
-def _declared_spec(env_id: str) -> NamedEnvSpec | None:
-    """The spec the built-in worker for `env_id` will declare, named (`games.spec_of`, whose families give v1's
-    `EnvSpec` for a v1 worker: converted here, the one place a preset reads a spec not from a handshake), None where
-    it cannot be told without the worker, or UnsupportedGame."""
-    spec = games.spec_of(env_id)
-    return named_of_v1(spec) if isinstance(spec, EnvSpec) else spec
-
-
 def _gym_spec(env_id: str) -> NamedEnvSpec | None:
     """The spec a gym worker declares for `env_id` (one env made to read its spaces), or None when gymnasium cannot
     make it here (the worker then says why)."""
     try:
-        return _declared_spec(env_id)
+        return games.spec_of(env_id)
     except games.UnsupportedGame:
         return None
 
@@ -330,7 +321,7 @@ def _pettingzoo_game(game: str) -> Preset:
     as `preset_for_spec` would from the worker's handshake), GAME_RECIPE for a name the worker refuses. MPE games
     (general-sum, outside the league) get `shared_seats` of their spec, whatever their teams."""
     try:
-        spec = _declared_spec(f"pettingzoo:{game}")  # None for an Atari game: not made here
+        spec = games.spec_of(f"pettingzoo:{game}")  # None for an Atari game: not made here
     except games.UnsupportedGame:
         return _game(board=False)  # the worker refuses the game by name, before anything is trained
     if spec is None:
