@@ -279,9 +279,11 @@ def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tm
     league.check_in("main-1", 10)  # look 1 of round 1: open
     look = league.pbt_history()[-1]
     assert (look.kind, look.round, look.member, look.source) == (LOOK, 1, "main", "main-1")
-    # O'Brien-Fleming (the default) at look 1 of 2, 0.05 / 2 opponents: Phi^-1(1 - 2 (1 - Phi(2.241403 / sqrt(1/2))))
-    assert look.evidence["statistic"] < look.evidence["critical"] == pytest.approx(2.962588, abs=1e-6)
+    # O'Brien-Fleming (the default) spends 2 (1 - Phi(1.959964 / sqrt(1/2))) at look 1 of 2, half of it for each of
+    # the 2 opponents: Phi^-1(1 - (1 - Phi(1.959964 sqrt(2)))) = 1.959964 sqrt(2) = 2.771808
+    assert look.evidence["statistic"] < look.evidence["critical"] == pytest.approx(2.771808, abs=1e-6)
     assert look.evidence["spending"] == "obrien_fleming" and look.evidence["scored"] == pbt.WINS
+    assert look.evidence["common"] == ["main-1:000000", "main:000000"]
     assert league.pbt_output("main") == ("main-1", "best worst case in the open round 1: 0.520 against main-1:000000 "
                                                    "over 2 opponents every member met 50 times")
     assert league.pbt_output("exploiter") is None

@@ -73,10 +73,35 @@ def test_two_looks_spend_exactly_alpha_by_an_independent_integral(kind):
     assert stats.norm.sf(c1) == pytest.approx(sequential.spending(kind, 0.01, 0.5), rel=1e-9)
 
 
-def test_look_critical_splits_over_opponents_then_spends_over_looks():
+def test_crossing_boundaries_spend_uneven_shares_by_simulation():
+    # looks at 0.4, 0.6, 0.8, 1 with first-crossing chances 0.001, 0.002, 0.0005, 0.004: 400,000 Brownian paths
+    fractions, shares = (0.4, 0.6, 0.8, 1.0), (0.001, 0.002, 0.0005, 0.004)
+    critical = np.array(sequential.crossing_boundaries(fractions, shares))
+    assert critical[0] == pytest.approx(stats.norm.isf(0.001))
+    steps = np.random.default_rng(0).normal(size=(400_000, 4)) * np.sqrt(np.diff((0.0,) + fractions))
+    z = steps.cumsum(axis=1) / np.sqrt(fractions)
+    crossed = z > critical
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    assert [np.mean(first == k) for k in range(4)] == pytest.approx(shares, abs=4e-4)  # 4 standard errors
+
+
+def test_each_opponent_gets_its_share_of_each_looks_spending():
     assert pbt.look_critical(0.05, 2, 3, 20, "bonferroni") == pytest.approx(pbt.critical_z(0.05, 2, 20))
-    # O'Brien-Fleming, 0.05 / 2 at look 1 of 2: Phi^-1(1 - 2 (1 - Phi(Phi^-1(1 - 0.0125) / sqrt(1/2)))) = 2.962588
-    assert pbt.look_critical(0.05, 2, 1, 2, "obrien_fleming") == pytest.approx(2.962588, abs=1e-6)
+    # O'Brien-Fleming spends 2 (1 - Phi(1.959964 / sqrt(1/2))) at look 1 of 2; each of 2 opponents half of it:
+    # Phi^-1(1 - (1 - Phi(1.959964 sqrt(2)))) = 1.959964 sqrt(2) = 2.771808
+    assert pbt.look_critical(0.05, 2, 1, 2, "obrien_fleming") == pytest.approx(1.959964 * math.sqrt(2), abs=1e-5)
+    spent = sequential.increments("obrien_fleming", 0.05, 5)
+    assert sum(spent) == pytest.approx(0.05) and spent[0] == pytest.approx(1.1726e-5, rel=1e-3)
+    # with one opponent throughout, the published-style boundaries at 0.05; one that joined at look 5 has only
+    # look 5's spending, Phi^-1(1 - 0.021570) = 2.022345; one that joined at look 2 with a second, half of look 2's
+    both = pbt.critical_values(0.05, 5, "obrien_fleming", 5, {"o": 1, "late": 5}, [1] * 5)
+    assert both["o"] == pytest.approx(sequential.boundaries("obrien_fleming", 0.05, EQUAL_FIFTHS)[4])
+    assert both["late"] == pytest.approx(stats.norm.isf(spent[4])) == pytest.approx(2.022345, abs=1e-5)
+    grown = pbt.critical_values(0.05, 5, "obrien_fleming", 2, {"o": 1, "p": 2}, [1, 2])
+    assert grown["p"] == pytest.approx(stats.norm.isf(spent[1] / 2)) and grown["o"] < grown["p"]
+    # entry: the unbroken run of earlier looks at which b was common; an unrecorded look (None) breaks it
+    assert pbt.entries(["a", "b", "c"], [["a"], None, ["a", "b"]], 4) == {"a": 3, "b": 3, "c": 4}
+    assert pbt.entries(["a", "b"], [["a"], ["a", "b"]], 3) == {"a": 1, "b": 2}
     assert pbt.look_critical(0.05, 1, 5, 5, "obrien_fleming") < pbt.critical_z(0.05, 1, 5)  # the last look gains
     with pytest.raises(ValueError, match="pbt_spending"):
         LeagueConfig(pbt_spending="holm")
@@ -92,7 +117,7 @@ def test_a_round_scores_by_return_only_when_every_game_has_one_and_they_are_more
     assert pbt.score(chips, RETURN) == 0.0 and pbt.score(chips, WINS) == 0.5
 
 
-def _pair(look: int, valued: bool = True) -> RoundInput:
+def _pair(look: int, valued: bool = True, common: tuple = ()) -> RoundInput:
     """x wins 1 and loses 1 chip, y wins 2 and loses 1, each half its 100 games against o: equal win scores."""
     def games(win):
         t = Tally()
@@ -100,7 +125,7 @@ def _pair(look: int, valued: bool = True) -> RoundInput:
             t = t.add(1.0 if v > 0 else 0.0, v if valued else None)
         return t
     return RoundInput(3, ["x", "y"], {"x": {"o": games(1.0)}, "y": {"o": games(2.0)}},
-                      {"x": PbtSettings(), "y": PbtSettings()}, {"x": "x:1", "y": "y:1"}, look)
+                      {"x": PbtSettings(), "y": PbtSettings()}, {"x": "x:1", "y": "y:1"}, look, common)
 
 
 class Coins:
@@ -119,11 +144,15 @@ def test_returns_separate_what_win_loss_cannot():
     assert [(r.kind, r.member, r.source) for r in early] == [(LOOK, "x", "y")] and e["scored"] == RETURN
     assert e["statistic"] == pytest.approx(2.759599, abs=1e-6)
     assert e["critical"] == pytest.approx(4.229195, abs=1e-5)  # O'Brien-Fleming spends almost nothing at look 1
-    rows = pbt.plan_round(_pair(5), test, 0.5, (0.8, 1.2), Coins(0, 0, 0, 0))
+    assert early[0].evidence["common"] == ["o"]  # what later looks need
+    rows = pbt.plan_round(_pair(5, common=(["o"],) * 4), test, 0.5, (0.8, 1.2), Coins(0, 0, 0, 0))
     assert [(r.kind, r.member) for r in rows] == [(EXPLOIT, "x"), (KEPT, "y")]
     e = rows[0].evidence
     assert (e["score"], e["source_score"], e["spending"]) == (pytest.approx(0.0), pytest.approx(0.5), "obrien_fleming")
     assert e["critical"] == pytest.approx(1.739704, abs=1e-5) and e["mean_return"] == pytest.approx(0.0)
+    # o common at look 5 only (no earlier look recorded): look 5's spending alone, Phi^-1(1 - 0.021570)
+    assert pbt.plan_round(_pair(5), test, 0.5, (0.8, 1.2), Coins(0, 0, 0, 0))[0].evidence["critical"] == (
+        pytest.approx(2.022345, abs=1e-5))
     assert "worst mean return 0.000 (against o) under y's 0.500" in rows[0].text()
     assert pbt.leader(_pair(5), [], 100) == ("y", "best worst case by mean return in the open round 3: 0.500 against "
                                                   "o over 1 opponents every member met 100 times")

@@ -263,20 +263,23 @@ def pair_z(top: Tally, bottom: Tally, scored: str = WINS) -> float:
 
 
 def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Sequence[str],
-               scored: str = WINS) -> Separation:
+               scored: str = WINS, critical: Optional[dict] = None) -> Separation:
     """The test statistic of "the top member's worst case over `opponents` is above the bottom member's".
 
     If the bottom's true score against some b is below the top's true score against every o, then min_o p_top,o >
     p_bottom,b >= min_b p_bottom,b (p: expected win score, or expected return when `scored` is RETURN). So the
-    round rejects "not better" when, for some b, every one-sided z(top vs o, bottom vs b) (`pair_z`) passes: an
-    intersection-union test over o (Berger 1982: each at the full level, no correction) and a union over the K
-    choices of b (Bonferroni: level / K, `look_critical`)."""
-    best = None
+    round rejects "not better" when, for some b, every one-sided z(top vs o, bottom vs b) (`pair_z`) passes its
+    critical value: an intersection-union test over o (Berger 1982: each at the full level, no correction) and a
+    union over the choices of b (each b its own share of the level: `critical`, b -> its critical value,
+    `critical_values`). The b chosen is the one whose weakest z is furthest above its critical value (without
+    `critical`: the largest weakest z)."""
+    best, margin = None, -math.inf
     for b in opponents:
         z = [(pair_z(top[o], bottom[b], scored), o) for o in opponents]
         weakest = min(z)  # ties: the first opponent in order
-        if best is None or weakest[0] > best.statistic:
-            best = Separation(weakest[0], weakest[1], b)
+        gap = weakest[0] - (critical[b] if critical is not None else 0.0)
+        if best is None or gap > margin:
+            best, margin = Separation(weakest[0], weakest[1], b), gap
     if best is None:
         raise ValueError("the separation needs at least one opponent")
     return best
@@ -289,14 +292,46 @@ def critical_z(alpha: float, opponents: int, looks: int) -> float:
 
 
 def look_critical(alpha: float, opponents: int, look: int, looks: int, spending: str) -> float:
-    """The critical value at look `look` of `looks`: level `alpha` split over the `opponents` choices of the
-    bottom's opponent (Bonferroni), and alpha / opponents spent over the looks by `spending`
-    (`sequential.boundaries` at information fractions k / looks: the looks are equally many learner updates
-    apart, and the games a look adds are about as many). "bonferroni" gives `critical_z`. For one choice of b
-    the statistics of one pair (o, b) at successive looks are those of one growing sample, so the chance that
-    any look passes under the null is at most alpha / opponents, however many looks the round takes."""
-    fractions = tuple(k / looks for k in range(1, looks + 1))
-    return sequential.boundaries(spending, alpha / opponents, fractions)[min(look, looks) - 1]
+    """The critical value at look `look` of `looks` for a choice of b that has been common since the round's
+    first look, with `opponents` common opponents at every look (`critical_values` in general)."""
+    return critical_values(alpha, looks, spending, look, {"b": 1}, [opponents] * look)["b"]
+
+
+def critical_values(alpha: float, looks: int, spending: str, look: int, entry: dict, counts: Sequence[int]) -> dict:
+    """Each choice of b's critical value at look `look` of `looks` (b -> value).
+
+    `entry`: b -> the look of this round from which b has been a common opponent at every look; `counts`: the
+    number of common opponents at looks 1..look. "bonferroni": Phi^-1(1 - alpha / (K_look x looks)) for every b.
+    A spending function spends alpha_k = alpha(t_k) - alpha(t_k-1) at look k (t_k = k / looks: the looks are
+    equally many learner updates apart, and the games a look adds about as many), split evenly over the K_k
+    choices of b then; b's critical values from its entry look on are the group-sequential boundaries of one
+    growing sample with those shares as its first-crossing chances (`sequential.crossing_boundaries`). For a b
+    the statistic z(top vs o*, bottom vs b) of the o* that makes the null true is one growing sample's, so b
+    passes at some look with chance at most the sum of its shares, and over every b and look the shares sum to
+    alpha: P(some look copies a member that is not better) <= alpha, however many looks the round takes and
+    however many opponents join it."""
+    look = min(look, looks)
+    if spending == "bonferroni":
+        return {b: critical_z(alpha, counts[look - 1], looks) for b in entry}
+    spent = sequential.increments(spending, alpha, looks)
+    values = {}
+    for b, first in entry.items():
+        fractions = tuple(k / looks for k in range(first, look + 1))
+        shares = tuple(spent[k - 1] / counts[k - 1] for k in range(first, look + 1))
+        values[b] = sequential.crossing_boundaries(fractions, shares)[-1]
+    return values
+
+
+def entries(opponents: Sequence[str], history: Sequence[Optional[Sequence[str]]], look: int) -> dict:
+    """b -> the first look of the unbroken run of looks, ending at `look`, at which b was a common opponent
+    (`history`: the common opponents of looks 1..look-1 of the round, None where not recorded)."""
+    found = {}
+    for b in opponents:
+        first = look
+        while first > 1 and history[first - 2] is not None and b in history[first - 2]:
+            first -= 1
+        found[b] = first
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,6 +346,7 @@ class RoundInput:
     settings: dict
     latest: dict  # member -> newest snapshot key ("" while it has none)
     look: int = 1
+    common: tuple = ()  # the common opponents at each earlier look of the round (None: not recorded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,14 +404,19 @@ def plan_round(view: RoundInput, test: Test, share: float, factors: tuple[float,
         why = f"no opponent every member met {test.min_games:g} times this round"
         if last:
             return _close(view, evidence, why)
-        return [_look(view, view.members[0], dict(evidence[view.members[0]], why=why))]
+        return [_look(view, view.members[0], dict(evidence[view.members[0]], why=why), [])]
     bottom, top = split(order, [-i for i in range(len(order))], share)
-    critical = look_critical(test.alpha, len(opponents), view.look, test.looks, test.spending)
+    history = list(view.common)[:view.look - 1]
+    history = [None] * (view.look - 1 - len(history)) + history  # looks not recorded (an older league)
+    counts = [len(h) if h is not None else len(opponents) for h in history] + [len(opponents)]
+    criticals = critical_values(test.alpha, test.looks, test.spending, view.look,
+                                entries(opponents, history, view.look), counts)
     scored = evidence[order[0]]["scored"]
     decided = {}
     for member in bottom:
         source = top[int(rng.integers(len(top)))]
-        gap = separation(view.tallies[source], view.tallies[member], opponents, scored)
+        gap = separation(view.tallies[source], view.tallies[member], opponents, scored, criticals)
+        critical = criticals[gap.bottom_opponent]
         found = dict(evidence[member], source=source, source_score=evidence[source]["score"],
                      source_opponent=evidence[source]["opponent"], source_games=evidence[source]["games"],
                      statistic=gap.statistic, critical=critical, at=[gap.top_opponent, gap.bottom_opponent],
@@ -387,15 +428,16 @@ def plan_round(view: RoundInput, test: Test, share: float, factors: tuple[float,
         decided[member] = found
     if not any("why" not in found for found in decided.values()) and not last:
         member = bottom[-1]
-        return [_look(view, member, decided[member])]
+        return [_look(view, member, decided[member], opponents)]
     return _close(view, evidence, "not in the bottom share", decided, factors, rng)
 
 
-def _look(view: RoundInput, member: str, evidence: dict) -> PbtRow:
-    """The round stays open: a LOOK row with what was tested (`member` is the bottom member looked at)."""
+def _look(view: RoundInput, member: str, evidence: dict, common: Sequence[str]) -> PbtRow:
+    """The round stays open: a LOOK row with what was tested (`member` is the bottom member looked at) and the
+    look's common opponents (later looks' critical values depend on them)."""
     settings = view.settings[member]
     return PbtRow(view.round, member, LOOK, settings, settings, evidence.get("source", ""),
-                  evidence=dict(evidence, look=view.look))
+                  evidence=dict(evidence, look=view.look, common=list(common)))
 
 
 def _close(view: RoundInput, evidence: dict, why: str, decided: Optional[dict] = None,
@@ -447,6 +489,7 @@ class PbtState:
         self.rounds = 0  # rounds closed so far
         self.looks = 0  # looks taken so far, over all rounds (the next is due at interval x (looks + 1) updates)
         self.look = 0  # looks taken at the open round
+        self.common: list = []  # the common opponents at each look of the open round (None: not recorded)
         self.history: list[PbtRow] = []
         self.undelivered: dict[str, PbtRow] = {}  # member -> its newest EXPLOIT not yet handed to its host
         self.last_change: dict[str, PbtRow] = {}  # member -> its newest INIT or EXPLOIT
@@ -464,9 +507,10 @@ class PbtState:
         self.history.append(row)
         if row.kind == LOOK:
             self.looks, self.look = self.looks + 1, self.look + 1
+            self.common.append(row.evidence.get("common"))
             return
         if row.kind != INIT and row.round > self.rounds:
-            self.rounds, self.looks, self.look = row.round, self.looks + 1, 0
+            self.rounds, self.looks, self.look, self.common = row.round, self.looks + 1, 0, []
             self.tallies = {member: {} for member in self.settings}
         if row.kind == KEPT:
             return
@@ -503,7 +547,7 @@ class PbtState:
         """The open round as its next look sees it."""
         members = list(self.settings)
         return RoundInput(self.rounds + 1, members, {m: dict(t) for m, t in self.tallies.items()}, dict(self.settings),
-                          {m: latest.get(m, "") for m in members}, self.look + 1)
+                          {m: latest.get(m, "") for m in members}, self.look + 1, tuple(self.common))
 
     def leader(self, latest: dict[str, str], min_games: float) -> tuple[str, str]:
         """(member, why): the run's output, `leader` over the open round and the history."""

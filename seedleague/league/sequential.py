@@ -33,7 +33,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from seedleague.league.config import SPENDINGS  # the names; this module computes them
-_GRID = 2001  # points of the numerical integration a look (Simpson's rule)
+_GRID = 401  # points of the numerical integration a look (Simpson's rule)
 _TAIL_SD = 10.0  # the grid's lower end, in standard deviations of the partial sum below 0
 
 
@@ -78,18 +78,34 @@ def boundaries(kind: str, alpha: float, fractions: Sequence[float]) -> tuple[flo
     return _spent_boundaries(kind, alpha, fractions)
 
 
-@functools.lru_cache(maxsize=256)
 def _spent_boundaries(kind: str, alpha: float, fractions: tuple[float, ...]) -> tuple[float, ...]:
-    """`boundaries` for a spending function: the recursion over the sub-density of the partial sum S_k = Z_k
-    sqrt(t_k) (Brownian motion: independent normal increments of variance t_k - t_{k-1}) on the continuation
-    region, integrated by Simpson's rule on a grid."""
-    spent = [spending(kind, alpha, t) for t in fractions]
-    critical = [float(stats.norm.isf(spent[0]))]
+    """`boundaries` for a spending function: each look's increment of the spent level."""
+    spent = [0.0] + [spending(kind, alpha, t) for t in fractions]
+    return crossing_boundaries(fractions, tuple(b - a for a, b in zip(spent, spent[1:])))
+
+
+def increments(kind: str, alpha: float, looks: int) -> tuple[float, ...]:
+    """The level spending function `kind` spends at each of `looks` equally spaced looks (fractions k / looks):
+    alpha(t_k) - alpha(t_k-1), summing to alpha."""
+    spent = [0.0] + [spending(kind, alpha, k / looks) for k in range(1, looks + 1)]
+    return tuple(b - a for a, b in zip(spent, spent[1:]))
+
+
+@functools.lru_cache(maxsize=1024)
+def crossing_boundaries(fractions: tuple[float, ...], targets: tuple[float, ...]) -> tuple[float, ...]:
+    """Critical values c_1..c_L at information `fractions` such that, under the null, the chance of first
+    crossing at look k, P(Z_1 <= c_1, ..., Z_{k-1} <= c_{k-1}, Z_k > c_k), is `targets[k]` (each in (0, 1)):
+    so P(some look crosses) = sum(targets). The recursion over the sub-density of the partial sum
+    S_k = Z_k sqrt(t_k) (Brownian motion: independent normal increments of variance t_k - t_{k-1}) on the
+    continuation region, integrated by Simpson's rule on a grid."""
+    if len(fractions) != len(targets) or not fractions or any(not 0 < a < 1 for a in targets):
+        raise ValueError(f"one target in (0, 1) per look, got {targets} for {fractions}")
+    critical = [float(stats.norm.isf(targets[0]))]
     s = _grid(critical[0], fractions[0])
-    f = stats.norm.pdf(s, scale=math.sqrt(fractions[0]))
+    f = _normal_pdf(s / math.sqrt(fractions[0])) / math.sqrt(fractions[0])
     for k in range(1, len(fractions)):
         step, weights = math.sqrt(fractions[k] - fractions[k - 1]), _simpson(s) * f
-        target = spent[k] - spent[k - 1]
+        target = targets[k]
 
         def crossing(c: float) -> float:  # P(continue to look k, then Z_k > c)
             return float(weights @ special.ndtr((s - c * math.sqrt(fractions[k])) / step))
@@ -99,7 +115,7 @@ def _spent_boundaries(kind: str, alpha: float, fractions: tuple[float, ...]) -> 
             if crossing(high) < target < crossing(-10.0) else high
         critical.append(float(c))
         grid = _grid(c, fractions[k])
-        f = (stats.norm.pdf((grid[:, None] - s[None, :]) / step) / step) @ weights
+        f = _normal_pdf((grid[:, None] - s[None, :]) / step) @ weights / step
         s = grid
     return tuple(critical)
 
@@ -108,6 +124,10 @@ def _grid(c: float, t: float) -> np.ndarray:
     """The continuation region of the partial sum at fraction t, (-_TAIL_SD sqrt(t), c sqrt(t)], as grid points."""
     root = math.sqrt(t)
     return np.linspace(-_TAIL_SD * root, max(c, -_TAIL_SD + 1) * root, _GRID)
+
+
+def _normal_pdf(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
 
 def _simpson(x: np.ndarray) -> np.ndarray:
