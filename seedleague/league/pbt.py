@@ -110,15 +110,16 @@ class Tally:
         return max(0.0, (self.value_sq - self.value_sum ** 2 / self.valued) / (self.valued - 1))
 
     def add(self, outcome: float, value: Optional[float] = None) -> "Tally":
-        counted = Tally(self.wins + (outcome == 1.0), self.draws + (outcome == 0.5), self.games + 1,
-                        self.value_sum, self.value_sq, self.valued, self.scale, self.graded)
+        """This tally with one more game: its outcome, and its return when reported."""
+        wins, draws = self.wins + (outcome == 1.0), self.draws + (outcome == 0.5)
         if value is None:
-            return counted
+            return Tally(wins, draws, self.games + 1, self.value_sum, self.value_sq, self.valued, self.scale,
+                         self.graded)
         size = abs(value)
         scale = self.scale or size
         graded = self.graded or (size > 0 and not math.isclose(size, scale, rel_tol=1e-6))
-        return dataclasses.replace(counted, value_sum=self.value_sum + value, value_sq=self.value_sq + value * value,
-                                   valued=self.valued + 1, scale=scale, graded=graded)
+        return Tally(wins, draws, self.games + 1, self.value_sum + value, self.value_sq + value * value,
+                     self.valued + 1, scale, graded)
 
 
 RETURN, WINS = "return", "win/loss"  # how a round scores its members: mean return, or (wins + draws / 2) / games
