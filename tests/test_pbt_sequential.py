@@ -105,6 +105,12 @@ def test_each_opponent_gets_its_share_of_each_looks_spending():
     assert pbt.look_critical(0.05, 1, 5, 5, "obrien_fleming") < pbt.critical_z(0.05, 1, 5)  # the last look gains
     with pytest.raises(ValueError, match="pbt_spending"):
         LeagueConfig(pbt_spending="holm")
+    with pytest.raises(ValueError, match="pbt_looks must be at most 20 with pbt_spending pocock"):
+        LeagueConfig(pbt_spending="pocock", pbt_looks=21)
+    assert LeagueConfig(pbt_spending="bonferroni", pbt_looks=40).pbt_looks == 40
+    # a share too small for a double (a tiny alpha over many opponents) never crosses, and the later looks still work
+    tiny = sequential.crossing_boundaries((0.5, 1.0), (0.0, 0.01))
+    assert tiny[0] > 30 and tiny[1] == pytest.approx(stats.norm.isf(0.01), abs=1e-3)
 
 
 def test_a_round_scores_by_return_only_when_every_game_has_one_and_they_are_more_than_signs():

@@ -18,6 +18,7 @@ from seedleague.league.types import UNIFORM_ANCHOR, Mode
 
 # How PBT spends its level over a round's looks (seedleague.league.sequential; kept here so the config needs no scipy)
 SPENDINGS = ("obrien_fleming", "pocock", "bonferroni")
+MAX_SPENT_LOOKS = 20  # the most looks a round may have with a spending function (each look integrates over the earlier)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +210,10 @@ def _count_problems(config: LeagueConfig) -> list[str]:
     if config.pbt_spending not in SPENDINGS:
         problems.append(f"pbt_spending must be one of {', '.join(SPENDINGS)} (how the level is spent over a round's "
                         f"looks), got {config.pbt_spending!r}")
+    elif config.pbt_spending != "bonferroni" and isinstance(config.pbt_looks, int) and config.pbt_looks > MAX_SPENT_LOOKS:
+        problems.append(f"pbt_looks must be at most {MAX_SPENT_LOOKS} with pbt_spending {config.pbt_spending} (each look "
+                        f"computes its critical values by numerical integration over the looks before it), got "
+                        f"{config.pbt_looks}: use fewer looks, or pbt_spending bonferroni")
     if not (isinstance(config.pbt_min_games, int) and config.pbt_min_games >= 1):
         problems.append(f"pbt_min_games must be a whole number of games >= 1 (a member's games against an opponent "
                         f"in a round for it to count in the worst case), got {config.pbt_min_games!r}")

@@ -34,6 +34,7 @@ from scipy import optimize, special, stats
 
 from seedleague.league.config import SPENDINGS  # the names; this module computes them
 _GRID = 401  # points of the numerical integration a look (Simpson's rule)
+_SMALLEST = 1e-300  # the least first-crossing chance computed (critical value 37.0)
 _TAIL_SD = 10.0  # the grid's lower end, in standard deviations of the partial sum below 0
 
 
@@ -98,8 +99,9 @@ def crossing_boundaries(fractions: tuple[float, ...], targets: tuple[float, ...]
     so P(some look crosses) = sum(targets). The recursion over the sub-density of the partial sum
     S_k = Z_k sqrt(t_k) (Brownian motion: independent normal increments of variance t_k - t_{k-1}) on the
     continuation region, integrated by Simpson's rule on a grid."""
-    if len(fractions) != len(targets) or not fractions or any(not 0 < a < 1 for a in targets):
-        raise ValueError(f"one target in (0, 1) per look, got {targets} for {fractions}")
+    if len(fractions) != len(targets) or not fractions or any(not 0 <= a < 1 for a in targets):
+        raise ValueError(f"one target in [0, 1) per look, got {targets} for {fractions}")
+    targets = tuple(max(a, _SMALLEST) for a in targets)  # a share that underflowed: a look that never crosses
     critical = [float(stats.norm.isf(targets[0]))]
     s = _grid(critical[0], fractions[0])
     f = _normal_pdf(s / math.sqrt(fractions[0])) / math.sqrt(fractions[0])
