@@ -297,6 +297,9 @@ def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tm
     closing = again.pbt_history()[-2:]
     assert [(r.kind, r.round) for r in closing] == [(KEPT, 1), (KEPT, 1)] and closing[0].evidence["games"] == 200
     assert closing[1].evidence["rank"] == 1 and closing[0].evidence["look"] == 2
+    # both opponents common since look 1 (replayed from the stored look): the group-sequential value 1.979311, not
+    # the 2.010055 of an opponent new at look 2, Phi^-1(1 - alpha_2 / 2) with alpha_2 = 0.05 - 0.005575
+    assert closing[0].evidence["critical"] == pytest.approx(1.979311, abs=1e-5)
     assert again.pbt_output("main")[0] == "main-1"  # the newest ranked round, once the open one has no games
     assert [s.key for s in again.standings() if s.pbt.endswith("; the run's output")] == ["main-1"]  # and its row says so
     again.close()
