@@ -17,8 +17,6 @@ from typing import Optional
 from seedleague import checkpoint_config, compile_cache, config_flags, games, presets
 from seedleague.artifacts import output_config
 from seedleague.host.config import HostConfig
-from seedleague.league import cli as league_cli
-from seedleague.play import cli as play_cli
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode, Role
 from seedleague.protocol.errors import ProtocolError
@@ -491,8 +489,8 @@ def _command_given(argv: list[str]) -> Optional[str]:
 
 def _command_module(name: str):
     """The module that adds and runs the command `name` (one of _COMMANDS). Imported only for the command given, or
-    for all of them for `seedleague --help`: most of them load jax, which parsing, refusing a command line or
-    printing another command's --help does not need."""
+    for all of them for `seedleague --help`: most of them load jax, the league's scipy, neither of which parsing,
+    refusing a command line or printing another command's --help needs."""
     if name == "fake-host":
         from seedleague.tools import fake_host  # loads jax: imported for its own command only (above)
 
@@ -513,7 +511,13 @@ def _command_module(name: str):
         from seedleague.export import cli as export_cli  # loads jax: imported for its own command only (above)
 
         return export_cli
-    return league_cli if name == "league" else play_cli
+    if name == "league":
+        from seedleague.league import cli as league_cli  # loads scipy: imported for its own command only (above)
+
+        return league_cli
+    from seedleague.play import cli as play_cli  # imported for its own command only, as the others
+
+    return play_cli
 
 
 def _run_faults() -> tuple[type[BaseException], ...]:
