@@ -11,8 +11,9 @@ are the same for both versions:
   translation of a v1-shaped session onto the v1 model (seedleague.host.named), and
   encoding and serialising the answer.
 The client's stream is replaced by the host's half, in the same thread, so one loop runs both.
-Each repeat times `--messages` messages of each version, alternating v1 and v2; the table gives
-medians. The throughput benchmark (`benchmarks/throughput.py --protocols 1,2`) measures the
+A third column, "v1 named", is v1 on the wire through the named client (`NamedWorkerClient(...,
+protocol=1)` with dicts in and out, as `envs.worker_loop` steps every v1 game): v1's cost plus the
+adapter's. Each repeat times `--messages` messages of each, alternating; the table gives medians. The throughput benchmark (`benchmarks/throughput.py --protocols 1,2`) measures the
 same difference end to end, where the env, gRPC and the machine's load add their noise.
 """
 
@@ -74,14 +75,17 @@ def measure(envs: int, messages: int, repeats: int) -> dict:
     actions = np.zeros((envs, 1), np.int32)
     v1 = wired(WorkerClient(ClientConfig("127.0.0.1:1"), spec), host_v1(spec, actions))
     v2 = wired(NamedWorkerClient(ClientConfig("127.0.0.1:1"), spec2), host_v2(spec2, actions))
+    v1_named = NamedWorkerClient(ClientConfig("127.0.0.1:1"), spec2, protocol=1)
+    wired(v1_named._v1, host_v1(spec, actions))
     observation, reward, ended = np.zeros((envs, 4), np.float32), np.zeros(envs, np.float32), np.zeros(envs, bool)
-    name = spec2.observation.tensors[0].name
+    name, head = spec2.observation.tensors[0].name, spec2.action.heads[0].name
     steps = {1: lambda: v1.step(observation, reward, ended, ended),
-             2: lambda: v2.step({name: observation}, reward, ended, ended)}
+             2: lambda: v2.step({name: observation}, reward, ended, ended),
+             "1n": lambda: v1_named.step({name: observation}, reward, ended, ended, None)[head]}
     for step in steps.values():
         for _ in range(200):
             step()
-    times = {1: [], 2: []}
+    times = {version: [] for version in steps}
     for _ in range(repeats):
         for version, step in steps.items():
             start = time.perf_counter()
@@ -97,10 +101,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000, help="messages per version per repeat")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    print("| envs/message | v1 µs/message | v2 µs/message | v2 - v1 |\n|---:|---:|---:|---:|")
+    print("| envs/message | v1 µs/message | v2 µs/message | v2 - v1 | v1 named | v1 named - v1 |\n"
+          "|---:|---:|---:|---:|---:|---:|")
     for envs in (int(e) for e in args.envs.split(",")):
         median = measure(envs, args.messages, args.repeats)
-        print(f"| {envs} | {median[1]:.1f} | {median[2]:.1f} | {median[2] - median[1]:+.1f} |", flush=True)
+        print(f"| {envs} | {median[1]:.1f} | {median[2]:.1f} | {median[2] - median[1]:+.1f} | {median['1n']:.1f} | "
+              f"{median['1n'] - median[1]:+.2f} |", flush=True)
 
 
 if __name__ == "__main__":

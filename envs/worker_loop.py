@@ -157,7 +157,7 @@ def run_game_worker(
 ) -> WorkerStats:
     """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
     stop = stop if stop is not None else threading.Event()
-    client = (NamedWorkerClient if speaks_v2(game) else WorkerClient)(config.client, game.spec)
+    client = NamedWorkerClient(config.client, declared_spec(game), protocol=2 if speaks_v2(game) else 1)
 
     def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
         _run_game_session(game, client, stop, stats, seed, backoff, config, logger)
@@ -223,9 +223,21 @@ def split_envs(num_envs: int, streams: int) -> list[int]:
     return [share + (i < extra) for i in range(streams)]
 
 
+def _exchange(game: VectorGame, client: NamedWorkerClient) -> Callable[[GameStep], Any]:
+    """How one step of `game` goes to the host and its actions come back: a v2 game's dicts as they are; a v1 game's
+    arrays as its spec's one tensor and head (`declared_spec`; the client speaks v1 on the wire for it)."""
+    if speaks_v2(game):
+        return lambda step: client.step(step.observation, step.reward, step.terminated, step.truncated,
+                                        step.legal_mask, step.acting, step.final_observation, step.episode_stats)
+    (tensor,), (head,) = client.spec.observation.tensors, client.spec.action.heads
+    masked = head.has_legal_mask
+    return lambda step: client.step({tensor.name: step.observation}, step.reward, step.terminated, step.truncated,
+                                    {head.name: step.legal_mask} if masked else None, step.acting)[head.name]
+
+
 def _run_game_session(
     game: VectorGame,
-    client: WorkerClient,
+    client: NamedWorkerClient,
     stop: threading.Event,
     stats: WorkerStats,
     seed: Optional[int],
@@ -237,15 +249,9 @@ def _run_game_session(
     step = game.reset(seed)
     rate = RateLog(config.log_interval_s, stats.env_steps, logger)
     num_envs = game.spec.num_envs
-    named = isinstance(client, NamedWorkerClient)
+    exchange = _exchange(game, client)
     while not stop.is_set() and not budget_spent(config.max_steps, stats):
-        if named:
-            actions = client.step(step.observation, step.reward, step.terminated, step.truncated, step.legal_mask,
-                                  step.acting, step.final_observation, step.episode_stats)
-        else:
-            actions = client.step(
-                step.observation, step.reward, step.terminated, step.truncated, step.legal_mask, step.acting
-            )
+        actions = exchange(step)
         backoff.reset()
         step = game.step(actions)
         stats.steps += 1

@@ -250,6 +250,29 @@ def test_a_v1_shaped_v2_worker_falls_back_to_v1_on_a_host_without_v2():
     assert refused.value.code == "UNIMPLEMENTED"
 
 
+def test_the_named_client_speaks_v1_when_asked_with_the_same_dicts_and_refuses_a_spec_v1_cannot_carry(server):
+    # v1 on the wire is the named client's adapter: the caller gives and gets named tensors and heads.
+    spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
+                        ActionSpec((DiscreteHead("act", 4, has_legal_mask=True),)), num_envs=2)
+    client = NamedWorkerClient(ClientConfig(server.address), spec, protocol=1)
+    legal = np.zeros((2, 4), bool)
+    legal[:, 2] = True
+    client.connect()
+    try:
+        actions = [client.step({"obs": np.full((2, 3), i, np.float32)}, np.zeros(2), np.zeros(2, bool),
+                               np.zeros(2, bool), {"act": legal}) for i in range(3)]
+    finally:
+        client.close()
+    (session,) = server.backend.sessions
+    assert client.protocol_version == 1 and client.session_id == session.session_id
+    assert session.protocol_version == 1 and session.steps == 3 and not server.backend.violations
+    assert v1_of_named(session.spec) == EnvSpec("v1-shaped", (3,), np.float32, 4, 2, has_legal_mask=True)
+    assert all(a["act"].shape == (2, 1) and (a["act"] == 2).all() for a in actions)  # the only legal action
+    np.testing.assert_array_equal(session.last_step.observation["observation"], np.full((2, 1, 3), 2, np.float32))
+    with pytest.raises(ValueError, match="protocol must be 2, or 1 for a spec of v1's form .* got 1 for hybrid's spec"):
+        NamedWorkerClient(ClientConfig(server.address), SPEC, protocol=1)
+
+
 def _v1_handlers(servicer: EnvServicer) -> dict:
     from seedleague.protocol import codec
     from seedleague.v1 import env_pb2 as pb1

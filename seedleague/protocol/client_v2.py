@@ -11,7 +11,10 @@ for the envs reported truncated (and not terminated), their episodes' last
 observations, [K, S, ...] in env order; `episode_stats` one [E, S] float array
 per declared stat. Connection handling, errors and backoff are `WorkerClient`'s
 (seedleague.protocol.client). Against a host that has no v2 service
-(UNIMPLEMENTED), a v1-shaped spec falls back to protocol v1 with the same calls.
+(UNIMPLEMENTED), a v1-shaped spec falls back to protocol v1 with the same calls;
+`protocol=1` speaks v1 from the start (a v1-shaped spec: one unmasked tensor, one
+discrete head, no episode stats or teams). Either way the caller sees only named
+tensors and heads: v1's `WorkerClient` is the adapter at the wire edge.
 """
 
 from __future__ import annotations
@@ -45,11 +48,16 @@ def _with_seats(name: str, array, shape: tuple[int, ...], dtype, seatless_ok: bo
 class NamedWorkerClient(WorkerClient):
     """One v2 worker's session with a host (see the module docstring). Thread-safety as WorkerClient."""
 
-    def __init__(self, config: ClientConfig, spec: NamedEnvSpec):
+    def __init__(self, config: ClientConfig, spec: NamedEnvSpec, protocol: int = PROTOCOL_VERSION_V2):
+        """`protocol` 2: v2, and v1 against a host without v2 where the spec has v1's form; 1: v1 (such a spec
+        only; ValueError otherwise)."""
         super().__init__(config, spec)
-        self.protocol_version = PROTOCOL_VERSION_V2  # 1 after falling back to a host without v2
         self._v1_spec = v1_of_named(spec)
-        self._v1: Optional[WorkerClient] = None
+        if protocol not in (1, PROTOCOL_VERSION_V2) or (protocol == 1 and self._v1_spec is None):
+            raise ValueError(f"protocol must be 2, or 1 for a spec of v1's form (one unmasked tensor, one discrete "
+                             f"head, no episode stats or teams); got {protocol} for {spec.env_name}'s spec")
+        self.protocol_version = protocol  # 1 also after falling back to a host without v2
+        self._v1: Optional[WorkerClient] = WorkerClient(config, self._v1_spec) if protocol == 1 else None
 
     @staticmethod
     def _make_slots(spec: Any) -> dict:
@@ -74,18 +82,18 @@ class NamedWorkerClient(WorkerClient):
         return slots
 
     def connect(self) -> None:
-        """Handshake (v2, or v1 where the host has no v2 and the spec allows) and open the stream."""
-        if self._v1 is not None:
-            self._v1.connect()
-            return
-        try:
-            super().connect()
-        except HostRefused as error:
-            if error.code != grpc.StatusCode.UNIMPLEMENTED.name or self._v1_spec is None:
-                raise
-            self._v1 = WorkerClient(self.config, self._v1_spec)
-            self.protocol_version = 1
-            self._v1.connect()
+        """Handshake (v2, or v1 where asked or the host has no v2 and the spec allows) and open the stream."""
+        if self._v1 is None:
+            try:
+                super().connect()
+                return
+            except HostRefused as error:
+                if error.code != grpc.StatusCode.UNIMPLEMENTED.name or self._v1_spec is None:
+                    raise
+                self._v1 = WorkerClient(self.config, self._v1_spec)
+                self.protocol_version = 1
+        self._v1.connect()
+        self.session_id, self.host_max_message_bytes = self._v1.session_id, self._v1.host_max_message_bytes
 
     @property
     def stream_kind(self) -> str:
