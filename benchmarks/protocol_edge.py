@@ -2,6 +2,7 @@
 
     python -m benchmarks.protocol_edge                   # CartPole-shaped, 16, 64 and 256 envs per message
     python -m benchmarks.protocol_edge --envs 64 --repeats 9
+    python -m benchmarks.protocol_edge --adapter         # only the named client's v1 adapter, the wire stubbed
 
 What a message costs the two processes apart from gRPC, the env and the forward pass, which
 are the same for both versions:
@@ -95,12 +96,41 @@ def measure(envs: int, messages: int, repeats: int) -> dict:
     return {version: statistics.median(values) for version, values in times.items()}
 
 
+def adapter(envs: int, calls: int, repeats: int) -> None:
+    """What the named client's v1 adapter adds per message, the wire stubbed: a v1 game's step through
+    `envs.worker_loop`'s exchange and `NamedWorkerClient(protocol=1)` against the same call on v1's `WorkerClient`,
+    each client's inner v1 `step` replaced by one function (so only the Python around it differs); timeit's min."""
+    import timeit
+
+    from envs.worker_loop import GameStep, _exchange
+
+    print("| legal mask | v1 client µs/message | v1 through the named client | added |\n|---|---:|---:|---:|")
+    for mask in (False, True):
+        spec = EnvSpec("CartPole-v1", (4,), np.float32, 2, envs, 1, mask)
+        answer = np.zeros((envs, 1), np.int32)
+        v1 = WorkerClient(ClientConfig("127.0.0.1:1"), spec)
+        v1_named = NamedWorkerClient(ClientConfig("127.0.0.1:1"), named_of_v1(spec), protocol=1)
+        v1.step = v1_named._v1.step = lambda *args: answer
+        game = argparse.Namespace(spec=spec)  # all that the exchange reads of a game
+        step = GameStep(np.zeros((envs, 1, 4), np.float32), np.zeros((envs, 1), np.float32), np.zeros(envs, bool),
+                        np.zeros(envs, bool), np.ones((envs, 1, 2), bool) if mask else None)
+        exchange = _exchange(game, v1_named)
+        before = min(timeit.repeat(lambda: v1.step(step.observation, step.reward, step.terminated, step.truncated,
+                                                    step.legal_mask, step.acting), number=calls, repeat=repeats))
+        after = min(timeit.repeat(lambda: exchange(step), number=calls, repeat=repeats))
+        before, after = before / calls * 1e6, after / calls * 1e6
+        print(f"| {'yes' if mask else 'no'} | {before:.3f} | {after:.3f} | {after - before:+.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", default="16,64,256", help="comma-separated envs per message")
     parser.add_argument("--messages", type=int, default=2000, help="messages per version per repeat")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--adapter", action="store_true", help="only the named client's v1 adapter (64 envs)")
     args = parser.parse_args()
+    if args.adapter:
+        return adapter(64, 100_000, args.repeats)
     print("| envs/message | v1 µs/message | v2 µs/message | v2 - v1 | v1 named | v1 named - v1 |\n"
           "|---:|---:|---:|---:|---:|---:|")
     for envs in (int(e) for e in args.envs.split(",")):
