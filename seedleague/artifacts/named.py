@@ -4,9 +4,9 @@
 `NamedPolicy` for a checkpoint whose meta records a protocol v2 spec:
 
     policy = load_trained("runs/pendulum")
-    policy.act({"observation": obs})              # {"action": float32 [B, 1]}, sampled
+    policy.act({"observation": obs})               # {"action": float32 [B, 1]}, sampled
     policy.act({"observation": obs}, greedy=True)  # every head's mode
-    policy.value({"observation": obs})            # [B] float32
+    policy.value({"observation": obs})             # [B] float32
 
 Observations are a dict over `policy.spec.observation.arrays()` (entity masks
 included), each `[B, *shape]` or unbatched `shape`; `legal_mask` a dict over the

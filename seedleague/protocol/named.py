@@ -10,8 +10,8 @@ builds its network from it as it is:
 
     spec = NamedEnvSpec("Pendulum-v1", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                         ActionSpec((ContinuousHead("torque", (-2.0,), (2.0,)),)), num_envs=8)
-    check_named_step(spec, step)                 # ProtocolError naming the tensor, or None
-    check_named_actions(spec, action, acting)     # ProtocolError naming the head, or None
+    check_named_step(spec, step)                # ProtocolError naming the tensor, or None
+    check_named_actions(spec, action, acting)   # ProtocolError naming the head, or None
 
 Every array is indexed [env, seat, ...] as in v1. A v1 `EnvSpec` is the special
 case `named_of_v1(spec)`; `v1_of_named` goes back when it can.
