@@ -451,8 +451,10 @@ def test_a_learner_resumed_behind_its_last_snapshot_is_not_refused_its_next_snap
 
 GRACE_S = 30  # a run ends within its budget plus this (its start-up, JAX import and compiles, not counted)
 START_S = 240  # at most this long to start serving on two loaded cores, or the test fails (no hang)
+# One Adam step an update (the game recipe takes 4 x 4): these runs check faults, checkpoints and resumes, not
+# learning, and each update's steps are compiled and run on two loaded cores.
 RUN_FLAGS = ("--no-eval", "--checkpoint.interval-s", "2", "--league.check-in-interval-s", "0.5",
-             "--league-config.snapshot-interval-steps", "20")
+             "--league-config.snapshot-interval-steps", "20", "--learner.epochs", "1", "--learner.minibatches", "1")
 KUHN_RUN = ("--env", "openspiel:kuhn_poker", *RUN_FLAGS)
 ACKED = re.compile(r"league acknowledged \d+ results \(\d+ new\): (\d+) acknowledged in all")
 
