@@ -153,9 +153,12 @@ def stored_results(db_path: str, player: str) -> tuple[int, int]:
         db.close()
 
 
-# Tiny and fast: no rate limit between acting and learning, so results flow while the learner compiles.
+# Tiny and fast: no rate limit between acting and learning, so results flow while the learner compiles; one Adam step
+# an update (the game recipe takes 4 x 4): these runs check faults and recovery, not learning, and every restarted
+# host compiles its update again.
 TINY_HOST = ("--unroll_length", "4", "--batch_size", "8", "--network.hidden_sizes", "16", "--replay.capacity", "64",
-             "--replay.error_buffer", "100000", "--league.check_in_interval_s", "0.5")
+             "--replay.error_buffer", "100000", "--league.check_in_interval_s", "0.5", "--learner.epochs", "1",
+             "--learner.minibatches", "1")
 LEAGUE_RUN = [*TINY_HOST, "--checkpoint.interval_s", "2", "--envs-per-worker", "16", "--league_config.mode", "pfsp",
               "--league_config.snapshot_interval_steps", "50", "--no-eval"]
 
