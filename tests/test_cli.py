@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from seedleague import cli
+from seedleague import cli, presets
+from seedleague.rl.learner_config import LearnerConfig
 
 
 def test_extra_players_get_the_host_flags_but_never_the_token():
@@ -54,3 +55,16 @@ def test_each_command_in_a_module_of_its_own_still_parses_when_given_alone(capsy
             cli.main([command, "--help"])
         assert stop.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: seedleague {command} ")
+
+
+def test_train_help_still_shows_the_defaults_of_the_preset_that_applies(capsys):
+    # The preset is built only for --help now (it writes help text only); the defaults shown must still be its own.
+    for argv, preset in ((["train", "--env", "CartPole-v1", "--help"], presets.preset_for("CartPole-v1")),
+                         (["train", "--help"], presets.preset_for(presets.DEFAULT_ENV))):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        assert stop.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        shown = text.split("--learner.epochs INT ", 1)[1].split("(default: ", 1)[1].split(")", 1)[0]
+        assert shown == str(preset.host.learner.epochs), (argv, shown)
+    assert presets.preset_for("CartPole-v1").host.learner.epochs != LearnerConfig().epochs  # else this shows nothing
