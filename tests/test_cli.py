@@ -57,6 +57,16 @@ def test_each_command_in_a_module_of_its_own_still_parses_when_given_alone(capsy
         assert capsys.readouterr().out.startswith(f"usage: seedleague {command} ")
 
 
+def test_the_top_level_help_lists_every_command(capsys):
+    # argparse %-formats each command's help line: a bare percent sign in one of them crashed `seedleague --help`.
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--help"])
+    assert stop.value.code == 0
+    listed = capsys.readouterr().out
+    for command in ("train", "host", "league", "eval", "report", "exploit", "export", "play"):
+        assert f"    {command} " in listed
+
+
 def test_train_help_still_shows_the_defaults_of_the_preset_that_applies(capsys):
     # The preset is built only for --help now (it writes help text only); the defaults shown must still be its own.
     for argv, preset in ((["train", "--env", "CartPole-v1", "--help"], presets.preset_for("CartPole-v1")),
