@@ -23,7 +23,7 @@ def score(run_dir: str, population: int, player: str = "main") -> dict:
     from seedleague.api import load_policy
     from seedleague.eval import metagame, openspiel_eval
     from seedleague.eval.run_league import league_of
-    from seedleague.eval.output_selection import game_of
+    from seedleague.eval.tree_size import game_of
     from seedleague.league.matchmaking import symmetric_nash
     from seedleague.league.types import parse_key
 

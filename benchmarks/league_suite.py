@@ -28,7 +28,7 @@ killed before its summary.json is trained again). The Markdown table is printed 
 written to R/league_suite.md. Runs go to R/runs/<game>-<method>-<run>, their console
 output beside them as <run dir>.log.
 
-A game too large for an exact score (phantom_ttt, 3x3 dark_hex: `output_selection.unmeasurable`) gets no exact
+A game too large for an exact score (phantom_ttt, 3x3 dark_hex: `tree_size.unmeasurable`) gets no exact
 cells, each saying why. `--exploit-seconds B` measures such a game: after each run, `seedleague exploit --run-dir
 DIR --max-seconds B` trains a best response to its output (in DIR/exploit/suite) and the row gets its estimate, a
 lower bound with its 95% interval, marked "rising" where the response was still learning; `--exploit-uniform`
@@ -233,11 +233,11 @@ def score_run(run_dir: str, game_name: str, seconds: float, fractions: Sequence[
 def exact_score_problem(game, game_name: str) -> str:
     """Why `game`'s exploitability cannot be scored exactly in minutes ("" where it can, and for board games,
     scored by games instead)."""
-    from seedleague.eval import output_selection
+    from seedleague.eval import tree_size
 
     if output_score.game_kind(game) != output_score.EXPLOITABILITY:
         return ""
-    why = output_selection.unmeasurable(game_name)
+    why = tree_size.unmeasurable(game_name)
     return f"no exact score: {why}" if why else ""
 
 

@@ -15,7 +15,7 @@ import time
 
 from seedleague.eval import least_exploitable, metagame
 from seedleague.eval.curve import player_snapshots
-from seedleague.eval.output_selection import game_of, unmeasurable
+from seedleague.eval.tree_size import game_of, unmeasurable
 
 
 def subsets(count: int) -> dict[str, list[int]]:

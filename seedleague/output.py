@@ -35,7 +35,8 @@ from seedleague.artifacts.load import checkpoint_steps, param_average_count
 # What a run's output is, re-exported: callers name them as seedleague.output's.
 from seedleague.artifacts.run_output import AVERAGE_FRACTION, Member, Output, record, recorded
 from seedleague.artifacts.output_config import FILE, MIXTURES, SOURCES, OutputConfig, choices_text
-from seedleague.eval.output_selection import select, unmeasurable
+from seedleague.eval.output_selection import select
+from seedleague.eval.tree_size import unmeasurable
 from seedleague.eval.run_league import league_of, pbt_output
 from seedleague.league.model_pool import ModelPool, player_dir_of, root_of
 from seedleague.league.nash import league_nash

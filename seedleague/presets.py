@@ -224,10 +224,10 @@ def _shows_a_board(game: str) -> bool:
 def mixes_networks(env_name: str) -> bool:
     """Whether an asked-for `selected` output of a run on `env_name` can be the least exploitable mixture of its
     networks:
-    exactly when every candidate's exploitability can be measured (seedleague.eval.output_selection.unmeasurable,
+    exactly when every candidate's exploitability can be measured (seedleague.eval.tree_size.unmeasurable,
     asked of the name the worker's spec declares, as the output's choice asks it)."""
     from seedleague.games.openspiel import UnsupportedGame
-    from seedleague.eval.output_selection import unmeasurable
+    from seedleague.eval.tree_size import unmeasurable
 
     try:
         return not unmeasurable(env_name)

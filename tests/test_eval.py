@@ -14,7 +14,7 @@ from seedleague import cli
 from seedleague.api import PolicySpec, load_average_policy, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
-from seedleague.eval.output_selection import tree_too_large
+from seedleague.eval.tree_size import tree_too_large
 from seedleague.rl.learner_config import LearnerConfig
 from test_api import head_params, save_checkpoint
 

@@ -14,7 +14,7 @@ import pytest
 
 from seedleague import output
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
-from seedleague.eval import least_exploitable, metagame, openspiel_eval, output_selection
+from seedleague.eval import least_exploitable, metagame, openspiel_eval, output_selection, tree_size
 from seedleague.rl.learner_config import LearnerConfig
 from test_api import save_checkpoint
 
@@ -121,7 +121,7 @@ def test_the_meta_game_grows_from_the_newest_snapshots_to_every_snapshot_kept(tm
 
 
 def test_the_meta_game_holds_no_more_snapshots_than_its_payoffs_fit_in_memory(tmp_path, monkeypatch):
-    kuhn = metagame.terminal_table(output_selection.game_of("openspiel:kuhn_poker"))
+    kuhn = metagame.terminal_table(tree_size.game_of("openspiel:kuhn_poker"))
     assert len(kuhn.weight) == 30 and metagame.largest_population(kuhn) == (1 << 30) // (32 * 30)
     monkeypatch.setattr(metagame, "PAYOFF_BYTES", 32 * 30 * 2)  # room for two policies' payoffs
     run = make_run(tmp_path, final="pass", snapshots=("uniform", "pass", "pass-ish"))
@@ -184,47 +184,13 @@ def test_a_game_whose_exploitability_cannot_be_measured_gets_the_param_average(t
                                rtol=1e-6)
 
 
-def test_histories_counts_every_node_of_the_tree_and_stops_at_the_cap():
-    # Kuhn by hand: 1 chance node deals the first card, 3 chance nodes the second, then 6 deals, each with the
-    # betting nodes "", p, b, pp, pb, bp, bb, pbp, pbb (9, the deal's own node included): 1 + 3 + 6 * 9 = 58.
-    game = output_selection.game_of("openspiel:kuhn_poker")
-    assert output_selection.histories(game, cap=1000) == 58
-    assert output_selection.histories(game, cap=58) == 58
-    assert output_selection.histories(game, cap=57) is None
-
-
-def test_knuths_estimate_on_kuhn_by_hand():
-    # A playout takes 3 deals, then 2, then the betting: p or b (x 2), then after p, pp or pb (x 2), and after pb,
-    # pbp or pbb (x 2); after b, bp or bb ends it. So an estimate is 1 + 3 + 6 + 12 + 24 = 46, or 46 + 48 = 94 when
-    # the path goes p, pb (probability 1/4): the mean 0.75 * 46 + 0.25 * 94 = 58 is the exact count above.
-    game = output_selection.game_of("openspiel:kuhn_poker")
-    estimates = output_selection.estimated_histories(game, probes=400, seed=3)
-    assert set(estimates) == {46.0, 94.0} and estimates == sorted(estimates)
-    share = estimates.count(94.0) / len(estimates)
-    assert 0.15 < share < 0.35  # 1/4 in expectation (seeded, so this draw is fixed)
-
-
-def test_a_game_far_beyond_the_cap_is_refused_from_its_estimate_without_counting(monkeypatch):
-    """battleship at its defaults: counting its tree to the cap took 36 s before a run could start."""
-    def counting(*args):
-        raise AssertionError("the exact count ran")
-
-    monkeypatch.setattr(output_selection, "histories", counting)
-    output_selection.unmeasurable.cache_clear()
-    try:
-        reason = output_selection.unmeasurable("openspiel:battleship")
-    finally:
-        output_selection.unmeasurable.cache_clear()
-    assert "random playouts' estimates, far more than the 2,000,000" in reason, reason
-
-
 def test_a_game_too_large_to_measure_gets_the_param_average_and_says_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(output_selection, "MAX_HISTORIES", 57)
-    output_selection.unmeasurable.cache_clear()
+    monkeypatch.setattr(tree_size, "MAX_HISTORIES", 57)
+    tree_size.unmeasurable.cache_clear()
     try:
         run = make_run(tmp_path, final="pass", average="uniform", snapshots=("pass", "bet"))
         resolved = output.resolve(run)
     finally:
-        output_selection.unmeasurable.cache_clear()
+        tree_size.unmeasurable.cache_clear()
     assert resolved.members[0].average and "more than 57 histories" in resolved.note, resolved.note
     assert not os.path.exists(os.path.join(run, output_selection.FILE))  # nothing was measured

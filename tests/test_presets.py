@@ -8,7 +8,7 @@ import pytest
 
 from seedleague.games.openspiel import load_game, observation_shape
 from seedleague import cli, presets
-from seedleague.eval import output_selection
+from seedleague.eval import tree_size
 from seedleague.protocol.named import named_of_v1
 from seedleague.protocol.specs import EnvSpec
 from seedleague.presets import preset_for
@@ -43,12 +43,12 @@ def test_every_two_player_game_gets_the_same_recipe_and_an_output_no_game_tree_c
         assert dataclasses_without_network(preset) == dataclasses_without_network(preset_for("openspiel:kuhn_poker"))
     assert presets.GAME_OUTPUT != "selected"
     # A tree too large to measure: an asked-for selection falls back to one network, so the single network's recipe.
-    output_selection.unmeasurable.cache_clear()
-    monkeypatch.setattr(output_selection, "MAX_HISTORIES", 9_000)  # Leduc has 9,457
+    tree_size.unmeasurable.cache_clear()
+    monkeypatch.setattr(tree_size, "MAX_HISTORIES", 9_000)  # Leduc has 9,457
     try:
         assert presets.for_output(preset_for("openspiel:leduc_poker"), "selected").host.learner == presets.GAME_RECIPE
     finally:
-        output_selection.unmeasurable.cache_clear()
+        tree_size.unmeasurable.cache_clear()
 
 
 def test_only_an_asked_for_exact_selection_anneals_to_the_lower_temperature():

@@ -26,7 +26,8 @@ from seedleague import output as run_output
 from seedleague.artifacts.load import load_policy, load_snapshot
 from seedleague.eval import board, metagame, openspiel_eval, output_score
 from seedleague.eval.curve import load_param_average
-from seedleague.eval.output_selection import POPULATION, game_of, tree_too_large
+from seedleague.eval.output_selection import POPULATION
+from seedleague.eval.tree_size import game_of, tree_too_large
 from seedleague.eval.run_league import league_of
 from seedleague.games.openspiel import game_name, load_game
 from seedleague.league.model_pool import ModelPool, root_of
