@@ -17,6 +17,7 @@ from typing import Optional
 from seedleague import checkpoint_config, compile_cache, config_flags, games, presets
 from seedleague.artifacts import output_config
 from seedleague.host.config import HostConfig
+from seedleague.launch.run_config import Budget, RunConfig, WorkerSpec
 from seedleague.league.config import LeagueConfig
 from seedleague.league.types import Mode, Role
 from seedleague.protocol.errors import ProtocolError
@@ -115,14 +116,14 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
 
     if not multiplayer:
         if args.players or args.pbt or getattr(args, "league.address", None):
-            raise SystemExit(f"--players, --pbt and --league.* need a two-player game; {name} is single-agent")
+            raise ValueError(f"--players, --pbt and --league.* need a two-player game; {name} is single-agent")
         return None
     players = tuple(PlayerSpec.parse(p) for p in (args.players or preset.players).split(",") if p.strip())
     league_config = config_flags.build(LeagueConfig, args, preset.league, prefix="league_config.")
     if args.pbt:
         players, league_config = _pbt_players(args.pbt, players, league_config)
     if len({p.name for p in players}) != len(players):
-        raise SystemExit(f"--players names must be unique, got {','.join(p.name for p in players)}")
+        raise ValueError(f"--players names must be unique, got {','.join(p.name for p in players)}")
     service_flags = presets.league_flags(league_config)
     # The extra players' hosts get this command line's host flags (same network, learner, budget).
     player_args = tuple(_forwarded_flags(argv))
@@ -130,7 +131,7 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     try:
         return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args, page_address=page)
     except ValueError as error:
-        raise SystemExit(f"--league-page: {error}") from None
+        raise ValueError(f"--league-page: {error}") from None
 
 
 PBT_INTERVAL = 200  # learner updates per PBT round when --pbt is given without --league-config.pbt-interval
@@ -142,9 +143,9 @@ def _pbt_players(count: int, players: tuple, config: LeagueConfig) -> tuple[tupl
 
     first = players[0]
     if count < 2:
-        raise SystemExit(f"--pbt {count}: population-based training needs at least 2 members (0: off)")
+        raise ValueError(f"--pbt {count}: population-based training needs at least 2 members (0: off)")
     if first.role != Role.MAIN:
-        raise SystemExit(f"--pbt copies the first player, which is {first.name}:{first.role.value}; PBT members are "
+        raise ValueError(f"--pbt copies the first player, which is {first.name}:{first.role.value}; PBT members are "
                          "main agents: put a NAME:main player first in --players")
     members = (first,) + tuple(PlayerSpec(f"{first.name}-{k}", Role.MAIN) for k in range(1, count))
     if config.pbt_interval == 0:
@@ -246,9 +247,7 @@ def _spec_preset(args: argparse.Namespace, workers) -> tuple[presets.Preset, Nam
     return presets.preset_for_spec(spec), spec
 
 
-def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None):
-    from seedleague.launch.local import Budget, RunConfig, WorkerSpec, worker_command
-
+def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[list[str]] = None) -> RunConfig:
     custom = with_workers and bool(args.worker_cmd)
     from_spec = custom or (not with_workers and args.env is None)  # the first worker's spec picks the preset
     workers = WorkerSpec()
@@ -257,6 +256,9 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         workers = WorkerSpec(len(templates), templates=templates)
     elif args.env is None and with_workers:
         args.env = presets.DEFAULT_ENV
+    # The budget's flags are refused before anything starts or waits for a worker (the preset fills those not given).
+    Budget(max_env_steps=args.max_steps, max_learner_steps=args.max_learner_steps or 0,
+           max_seconds=args.max_seconds or 0)
     resume = args.resume or args.resume_or_start
     if resume and not args.run_dir:
         raise ValueError(f"{'--resume' if args.resume else '--resume-or-start'} needs --run-dir: the run directory "
@@ -283,8 +285,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         count = preset.workers if args.workers is None else args.workers
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
         if count < 0 or envs < 1:
-            raise SystemExit(f"--workers must be >= 0 and --envs-per-worker >= 1, got {count} and {envs}")
-        workers = WorkerSpec(count, worker_command(args.env, envs))
+            raise ValueError(f"--workers must be >= 0 and --envs-per-worker >= 1, got {count} and {envs}")
+        workers = WorkerSpec(count, games.worker_command(args.env, envs))
     budget = Budget(
         max_env_steps=args.max_steps,
         max_learner_steps=preset.max_learner_steps if args.max_learner_steps is None else args.max_learner_steps,
@@ -309,9 +311,11 @@ def _default_run_dir(name: str) -> str:
 
 
 def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[list[str]] = None) -> int:
+    config = _run_config(args, with_workers, argv)
+    # The host and the compile cache load jax: only once the command line is accepted (a refusal needs neither).
     from seedleague.launch import local
 
-    config = _run_config(args, with_workers, argv)
+    compile_cache.enable()
     summary = local.run(config)
     if "games" in summary:  # two or more seats: say who wins, not a zero-sum return that averages to 0
         score = f"games {summary['games']} ({summary['league_games']} against league snapshots"
@@ -438,8 +442,8 @@ def _serve(args: argparse.Namespace) -> int:
                                serve_param_average=host.serve_param_average or average, serve_output=mixture,
                                checkpoint=dataclasses.replace(host.checkpoint, directory=directory, restore_step=step))
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    budget = local.Budget(max_seconds=args.max_seconds)
-    summary = local.run(local.RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True,
+    budget = Budget(max_seconds=args.max_seconds)
+    summary = local.run(RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True,
                                         security=server_security_from_args(args)))
     print(f"\nserving ended: {summary['reason']}; {summary['env_steps']} env steps answered, "
           f"{summary['episodes']} episodes, mean return (last 100) {summary['mean_return']}")
@@ -565,10 +569,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: an imported library may already have put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
-    if args.command in ("train", "host", "serve", "eval", "report", "exploit", "export", "play"):  # the commands that compile
-        compile_cache.enable()
+    if args.command in ("serve", "eval", "report", "exploit", "export", "play"):  # the commands that compile (and
+        compile_cache.enable()  # train and host, once their command line is accepted: _train)
     try:
-        if args.command in ("host", "serve") and args.address is None:
+        if args.command in ("host", "serve") and args.address is config_flags.NOT_GIVEN:
             args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find
         if args.command == "serve":
             return _serve(args)
@@ -583,6 +587,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("seedleague: interrupted before the host was serving", file=sys.stderr)
         return 130
+    except SystemExit:
+        raise  # a refusal that says its own line: not a run fault (the next clause's lookup loads jax)
     except _run_faults() as error:  # a fault stopped the run (seedleague.launch.local.RUN_FAULTS)
         print(f"seedleague: the run stopped: {error}", file=sys.stderr)
         return 1

@@ -27,8 +27,8 @@ _LOADED = """
 import sys
 from seedleague import cli
 try:
-    cli.main(sys.argv[1:])
-except SystemExit as stop:
+    code = cli.main(sys.argv[1:])  # a refused value: main prints it and returns 2
+except SystemExit as stop:  # argparse's refusals and --help
     code = stop.code
 heavy = sorted(name for name in sys.modules if name.partition(".")[0] in ("jax", "flax", "optax", "orbax"))
 print("exit", code, "heavy", heavy[:3], file=sys.stderr)
@@ -40,13 +40,36 @@ print("exit", code, "heavy", heavy[:3], file=sys.stderr)
     (["host", "--batch-size", "many"], 2, "invalid"),
     (["--log-level", "INFO", "train", "--env"], 2, "expected one argument"),
     (["league", "--help"], 0, "usage: seedleague league"),
+    (["train", "--help"], 0, "usage: seedleague train"),  # the default env's preset: an OpenSpiel game's
+    # Refused values, in one line: the run's config (seedleague.launch.run_config) and the preset that fills it load
+    # no jax; the host, its launcher and the compile cache are imported once the command line is accepted.
+    (["train", "--max-seconds", "-1"], 2, "seedleague: --max-seconds must be >= 0 (0: no limit), got -1\n"),
+    (["train", "--env", "openspiel:nope_game"], 2, "seedleague: --env openspiel:nope_game is refused: "),
+    (["train", "--workers", "-1"], 2, "seedleague: --workers must be >= 0 and --envs-per-worker >= 1, got -1 and "),
+    (["train", "--env", "openspiel:kuhn_poker", "--pbt", "1"], 2, "seedleague: --pbt 1: population-based training "),
+    # A host that would wait for its first worker's spec refuses its budget first (a timeout here means it waited).
+    (["host", "--max-steps", "-3"], 2, "seedleague: --max-steps must be >= 0 (0: no limit), got -3\n"),
 ])
 def test_a_refused_command_line_and_a_jax_free_commands_help_load_no_jax(argv, code, said):
     # The config classes that build train's and host's flags live in modules without jax (seedleague.rl.learner_config,
     # seedleague.rl.network_config, ...), and the commands in modules of their own are imported only when given.
     done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=120)
     assert said in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"exit {code} heavy []" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_stand_alone_host_and_serve_listen_where_workers_can_find_them(monkeypatch):
+    # Without --address they take 127.0.0.1:50051 (a flag not given reads as config_flags.NOT_GIVEN, never None).
+    seen = []
+    monkeypatch.setattr(cli, "_train", lambda args, with_workers=True, argv=None: seen.append(args.address) or 0)
+    monkeypatch.setattr(cli, "_serve", lambda args: seen.append(args.address) or 0)
+    monkeypatch.setattr(cli.compile_cache, "enable", lambda: None)  # serve's: not this test's concern
+    assert cli.main(["host", "--env", "CartPole-v1"]) == 0
+    assert cli.main(["serve", "--checkpoint", "runs/x"]) == 0
+    assert cli.main(["host", "--address", "0.0.0.0:6000"]) == 0
+    assert cli.main(["train", "--env", "CartPole-v1"]) == 0
+    assert seen == ["127.0.0.1:50051", "127.0.0.1:50051", "0.0.0.0:6000", cli.config_flags.NOT_GIVEN]
 
 
 def test_each_command_in_a_module_of_its_own_still_parses_when_given_alone(capsys):

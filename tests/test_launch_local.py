@@ -3,6 +3,7 @@
 import pytest
 
 from seedleague.launch import local
+from seedleague.launch.run_config import RunConfig
 
 
 class FakeLeague:
@@ -47,7 +48,7 @@ def test_an_interrupt_during_host_shutdown_still_stops_the_league(tmp_path, monk
     monkeypatch.setattr(local.sys, "setswitchinterval", lambda seconds: None)
     monkeypatch.setattr(local.signal, "signal", lambda signum, handler: None)
     with pytest.raises(KeyboardInterrupt):
-        local.run(local.RunConfig(run_dir=str(tmp_path / "run")))
+        local.run(RunConfig(run_dir=str(tmp_path / "run")))
     assert FakeLeague.last.stopped
 
 

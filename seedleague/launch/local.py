@@ -7,7 +7,8 @@ Ctrl-C or SIGTERM, then prints where logs and checkpoints went. Each progress li
 also goes to <run_dir>/progress.jsonl as JSON (`seedleague.progress`). The workers are
 the built-in ones or any binary (`WorkerSpec.templates`, `train --worker-cmd`);
 one that dies is restarted, one that exits with status 2 (it refuses its game)
-stops the run with the end of its log (`WorkerRefused`).
+stops the run with the end of its log (`WorkerRefused`). What it runs, a `RunConfig`, is
+seedleague.launch.run_config's (jax-free, so a command line is refused before the host loads).
 
 A fault of a background writer (`RUN_FAULTS`: a disk that refuses the TensorBoard scalars,
 progress.jsonl, a checkpoint or a snapshot; a NaN update; a league that cannot store results)
@@ -42,101 +43,22 @@ from seedleague.metrics import Metrics, progress_line
 from seedleague.output import OutputConfig
 from seedleague.protocol.errors import ProtocolError
 from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
-from seedleague.launch import ADDRESS_ENV, ADDRESS_PLACEHOLDER
+from seedleague.launch import ADDRESS_ENV
 from seedleague.launch.child import Child, ChildExited, log_tail, stop_all
-from seedleague.launch.league import LeagueProcess, LeagueSpec, PlayerProcesses
+from seedleague.launch.league import LeagueProcess, PlayerProcesses
+from seedleague.launch.run_config import RunConfig, WorkerSpec
 from seedleague.league.model_pool import record_root
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """When a run ends: whichever limit is reached first (0 / None = no limit)."""
-
-    max_env_steps: int = 0
-    max_learner_steps: int = 0  # total updates of the train state (continues across --resume)
-    max_seconds: float = 0.0
-    target_return: Optional[float] = None  # mean return over the last 100 episodes
-    target_episodes: int = 100  # episodes the mean needs before the target counts
-
-    def __post_init__(self):
-        for flag, value in (("--max-steps", self.max_env_steps), ("--max-learner-steps", self.max_learner_steps),
-                            ("--max-seconds", self.max_seconds)):
-            if not value >= 0:  # NaN too
-                raise ValueError(f"{flag} must be >= 0 (0: no limit), got {value:g}")
-
-    def reached(self, metrics: Metrics, learner_step: int, elapsed_s: float) -> Optional[str]:
-        if self.max_env_steps and metrics.env_steps >= self.max_env_steps:
-            return f"reached {self.max_env_steps} env steps"
-        if self.max_learner_steps and learner_step >= self.max_learner_steps:
-            return f"reached {self.max_learner_steps} learner steps"
-        if self.max_seconds and elapsed_s >= self.max_seconds:
-            return f"reached {self.max_seconds:g} s"
-        if self.target_return is not None and len(metrics.returns) >= self.target_episodes:
-            mean = metrics.mean_return()
-            if mean >= self.target_return:
-                return f"mean return {mean:.1f} over the last {len(metrics.returns)} episodes reached the target {self.target_return:g}"
-        return None
-
-
 REFUSED_STATUS = 2  # a worker exits with this when it refuses its game or the host refused it: never restarted
-SEED_PLACEHOLDER = "{seed}"  # in a --worker-cmd: a seed distinct per worker and per restart
-# ADDRESS_PLACEHOLDER ("{address}") in a --worker-cmd and ADDRESS_ENV in every worker's environment: the host's
-# host:port, as `seedleague check-worker` gives them.
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSpec:
-    """The env workers `run` starts and keeps alive.
-
-    Built-in workers: `count` processes of `command`, with --address and --seed appended.
-    Any other worker binary (`seedleague train --worker-cmd`): worker i runs `templates[i % len]`,
-    an argv in which `{address}` and `{seed}` are replaced and nothing is appended.
-    """
-
-    count: int = 0
-    command: tuple[str, ...] = ()
-    templates: tuple[tuple[str, ...], ...] = ()
-    max_restarts: int = 10
-
-    def __post_init__(self):
-        if self.count < 0:
-            raise ValueError(f"worker count must be >= 0, got {self.count}")
-        if self.count and not (self.command or self.templates):
-            raise ValueError("workers need a command: a built-in worker's or a --worker-cmd")
-
-    def argv(self, index: int, address: str, seed: int) -> list[str]:
-        """Worker `index`'s command line for a host on `address`."""
-        if not self.templates:
-            return list(self.command) + ["--address", address, "--seed", str(seed)]
-        template = self.templates[index % len(self.templates)]
-        return [arg.replace(ADDRESS_PLACEHOLDER, address).replace(SEED_PLACEHOLDER, str(seed)) for arg in template]
 
 
 class WorkerRefused(ValueError):
     """A worker exited with status 2 (it refuses its game, or the host refused it) or could not start.
     Restarting it would only repeat that, so the run stops and shows the worker's own reason (a
     ValueError: `seedleague` prints it to the console and exits 2)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """A whole run: host, workers, budget and where outputs go."""
-
-    run_dir: str
-    host: HostConfig = HostConfig()
-    workers: WorkerSpec = WorkerSpec()
-    budget: Budget = Budget()
-    resume: bool = False
-    start_if_none: bool = False  # with `resume`: start a new run when the run dir holds no checkpoint
-    security: ServerSecurity = ServerSecurity()  # token and TLS of the host's server (workers get the same)
-    report_interval_s: float = 2.0
-    budget_check_interval_s: float = 0.1  # a run stops this soon after its budget or target return is reached
-    switch_interval_ms: float = 0.5  # Python GIL switch interval in the host process
-    league: Optional[LeagueSpec] = None  # two-player games: the league this run's host plays in
-    env_id: str = ""  # what the extra league players' hosts train on
-    output: Optional[OutputConfig] = None  # the run's output, recorded in <run_dir>/output.json at its start
 
 
 def worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:

@@ -25,7 +25,8 @@ import signal
 import threading
 
 from seedleague.launch.child import ChildExited, ChildNotReady, log_tail
-from seedleague.launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, WorkerSpec, interrupt
+from seedleague.launch.local import REFUSED_STATUS, WorkerProcesses, WorkerRefused, interrupt
+from seedleague.launch.run_config import WorkerSpec
 from seedleague.grpc_server import ThreadedServer
 from seedleague.host import servicer
 from seedleague.host.servicer import SERVICE_NAMES, EnvServicer
