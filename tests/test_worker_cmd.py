@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from seedleague.launch.local import WorkerSpec
+from seedleague.launch.run_config import WorkerSpec
 from seedleague import presets, progress
 from seedleague.league.config import LeagueConfig
 from seedleague.league.service import League

@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Optional
 
-from seedleague import games, grpc_server, output, progress, storage
+from seedleague import grpc_server, output, progress, storage
 from seedleague.checkpoint import DamagedCheckpoint, NonFiniteState
 from seedleague.host import exploit
 from seedleague.host.host import Host, HostConfig
@@ -59,12 +59,6 @@ class WorkerRefused(ValueError):
     """A worker exited with status 2 (it refuses its game, or the host refused it) or could not start.
     Restarting it would only repeat that, so the run stops and shows the worker's own reason (a
     ValueError: `seedleague` prints it to the console and exits 2)."""
-
-
-def worker_command(env_id: str, num_envs: int) -> tuple[str, ...]:
-    """The built-in worker for an env id (`seedleague.games`: "openspiel:<game>", "pettingzoo:<game>", or any
-    gymnasium id); WorkerProcesses adds --address and --seed."""
-    return games.worker_command(env_id, num_envs)
 
 
 class WorkerProcesses:

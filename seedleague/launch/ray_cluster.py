@@ -51,6 +51,7 @@ import time
 from collections import deque
 from typing import Any, Optional, Sequence
 
+from seedleague import games
 from seedleague.launch.child import Child
 from seedleague.launch.league import LEAGUE_READY, PlayerSpec
 from seedleague.security import TOKEN_ENV_VAR  # the token travels in the environment, never on a command line
@@ -239,9 +240,7 @@ def host_env(config: RayLaunchConfig) -> dict:
 
 def worker_args(config: RayLaunchConfig, index: int, host_address: str) -> list[str]:
     """The env worker of `config.env_id` (as seedleague.launch.local starts it), pointed at the host."""
-    from seedleague.launch.local import worker_command
-
-    command = worker_command(config.env_id, config.envs_per_worker)[1:]  # drop the driver's interpreter
+    command = games.worker_command(config.env_id, config.envs_per_worker)[1:]  # drop the driver's interpreter
     return [*command, "--address", host_address, "--seed", str(1000 * index)]
 
 
