@@ -30,7 +30,7 @@ try:
     code = cli.main(sys.argv[1:])  # a refused value: main prints it and returns 2
 except SystemExit as stop:  # argparse's refusals and --help
     code = stop.code
-heavy = sorted(name for name in sys.modules if name.partition(".")[0] in ("jax", "flax", "optax", "orbax"))
+heavy = sorted(name for name in sys.modules if name.partition(".")[0] in ("jax", "flax", "optax", "orbax", "scipy"))
 print("exit", code, "heavy", heavy[:3], file=sys.stderr)
 """
 
@@ -53,6 +53,7 @@ print("exit", code, "heavy", heavy[:3], file=sys.stderr)
 def test_a_refused_command_line_and_a_jax_free_commands_help_load_no_jax(argv, code, said):
     # The config classes that build train's and host's flags live in modules without jax (seedleague.rl.learner_config,
     # seedleague.rl.network_config, ...), and the commands in modules of their own are imported only when given.
+    # No scipy either: league.sequential, which every league command imports, loads it only to compute PBT's bounds.
     done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=120)
     assert said in done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr[-2000:]

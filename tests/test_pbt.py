@@ -5,7 +5,6 @@ the copy handed out once, the standings, everything back after a restart), the a
 where one copies the other."""
 
 import dataclasses
-import math
 import threading
 import uuid
 
@@ -18,7 +17,7 @@ from seedleague.api import load_trained
 from seedleague.host.host import Host
 from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.host.pbt_member import PbtMember
-from seedleague.league import codec, pbt
+from seedleague.league import codec, pbt, sequential
 from seedleague.league.config import LeagueConfig
 from seedleague.league.pbt import EXPLOIT, INIT, KEPT, LOOK, PbtSettings, RoundInput, Tally
 from seedleague.league.server import save_config
@@ -73,15 +72,6 @@ def test_worst_case_is_the_lowest_score():
         pbt.worst_case(mine, [])
 
 
-def test_two_proportion_z_by_hand():
-    # Agresti-Caffo: 59 of 98 -> 60 / 100 = 0.6, 39 of 98 -> 0.4; variance 0.24 / 100 + 0.24 / 100 = 0.0048;
-    # z = 0.2 / 0.0692820 = 2.886751
-    assert pbt.two_proportion_z(59, 98, 39, 98) == pytest.approx(2.886751, abs=1e-6)
-    assert pbt.two_proportion_z(39, 98, 59, 98) == pytest.approx(-2.886751, abs=1e-6)
-    # all won against all lost stays finite: (1/1 ... ) 11/12 against 1/12, variance 2 x (11/144) / 12
-    assert pbt.two_proportion_z(10, 10, 0, 10) == pytest.approx((10 / 12) / math.sqrt(2 * 11 / 144 / 12), abs=1e-9)
-
-
 def test_separation_takes_the_bottoms_best_choice_and_the_tops_weakest_opponent():
     # top: r 0.6, s 0.7; bottom: r 0.4, s 0.8 (each after Agresti-Caffo, 100 games).
     #   b = r: z(top r 0.6 vs 0.4) = 2.886751, z(top s 0.7 vs 0.4) = 0.3 / sqrt(0.0021 + 0.0024) = 4.472136 -> 2.886751
@@ -91,7 +81,7 @@ def test_separation_takes_the_bottoms_best_choice_and_the_tops_weakest_opponent(
     gap = pbt.separation(top, bottom, ["r", "s"])
     assert (gap.statistic, gap.top_opponent, gap.bottom_opponent) == (pytest.approx(2.886751, abs=1e-6), "r", "r")
     half = {"r": Tally(48, 2, 98), "s": Tally(79, 0, 98)}  # a draw counts half: 49 of 98, as 49 wins
-    assert pbt.separation(top, half, ["r"]).statistic == pytest.approx(pbt.two_proportion_z(59, 98, 49, 98))
+    assert pbt.separation(top, half, ["r"]).statistic == pytest.approx(sequential.two_proportion_z(59, 98, 49, 98))
 
 
 def test_critical_z_splits_the_level_over_opponents_and_looks():

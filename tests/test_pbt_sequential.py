@@ -37,6 +37,28 @@ def test_welch_z_of_a_known_pair_of_samples():
         sequential.welch_z(1, 1, 0, 0, 1, 3)
 
 
+def test_two_proportion_z_by_hand():
+    # Agresti-Caffo: 59 of 98 -> 60 / 100 = 0.6, 39 of 98 -> 0.4; variance 0.24 / 100 + 0.24 / 100 = 0.0048;
+    # z = 0.2 / 0.0692820 = 2.886751
+    assert sequential.two_proportion_z(59, 98, 39, 98) == pytest.approx(2.886751, abs=1e-6)
+    assert sequential.two_proportion_z(39, 98, 59, 98) == pytest.approx(-2.886751, abs=1e-6)
+    # all won against all lost stays finite: (1/1 ... ) 11/12 against 1/12, variance 2 x (11/144) / 12
+    assert sequential.two_proportion_z(10, 10, 0, 10) == pytest.approx((10 / 12) / math.sqrt(2 * 11 / 144 / 12), abs=1e-9)
+
+
+def test_the_normal_tail_and_its_inverse_by_table_and_far_out():
+    # Tables: P(Z > 1.959964) = 0.025, P(Z > 2.326348) = 0.01; the far tail, where 1 - Phi(z) rounds to 0, by
+    # scipy (an independent implementation): the critical value of the least first-crossing chance computed (1e-300).
+    assert sequential.normal_isf(0.025) == pytest.approx(1.959964, abs=1e-6)
+    assert sequential.normal_isf(0.01) == pytest.approx(2.326348, abs=1e-6)
+    assert sequential.normal_sf(1.959964) == pytest.approx(0.025, abs=1e-7)
+    assert sequential.normal_isf(0.5) == 0.0 and sequential.normal_sf(0.0) == 0.5
+    for p in (0.3, 1e-3, 1e-12, 1e-100, 1e-300):
+        assert sequential.normal_isf(p) == pytest.approx(stats.norm.isf(p), rel=1e-12)
+        assert sequential.normal_sf(sequential.normal_isf(p)) == pytest.approx(p, rel=1e-12)
+    assert sequential.normal_sf(37.0) == pytest.approx(stats.norm.sf(37.0), rel=1e-12)
+
+
 def test_spending_functions_by_hand():
     # Pocock-type: 0.025 ln(1 + (e - 1) 0.2) = 0.025 x 0.295395 = 0.0073849
     assert sequential.spending("pocock", 0.025, 0.2) == pytest.approx(0.00738486, abs=1e-8)

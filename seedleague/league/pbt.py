@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
@@ -235,14 +234,6 @@ def worst_case(mine: dict[str, Tally], opponents: Sequence[str], scored: str = W
     return WorstCase(float(scores[at]), opponents[at])
 
 
-def two_proportion_z(wins_a: float, games_a: float, wins_b: float, games_b: float) -> float:
-    """One-sided z statistic of p_a > p_b from two independent samples (wins may count draws as halves), with
-    Agresti and Caffo's adjustment (2000, "Simple and effective confidence intervals for proportions and
-    differences of proportions"): one win and one loss added to each sample, so 0 and 1 give a finite z."""
-    p_a, p_b = (wins_a + 1) / (games_a + 2), (wins_b + 1) / (games_b + 2)
-    return (p_a - p_b) / math.sqrt(p_a * (1 - p_a) / (games_a + 2) + p_b * (1 - p_b) / (games_b + 2))
-
-
 @dataclasses.dataclass(frozen=True)
 class Separation:
     """How far a top member's worst case is above a bottom member's: `statistic` = max over the bottom's
@@ -256,11 +247,12 @@ class Separation:
 
 def pair_z(top: Tally, bottom: Tally, scored: str = WINS) -> float:
     """One-sided z of "top's expected score is above bottom's": the two-sample z on mean returns with the observed
-    variances (`sequential.welch_z`) when scored by RETURN, else the two-proportion z on win scores."""
+    variances (`sequential.welch_z`) when scored by RETURN, else the two-proportion z on win scores
+    (`sequential.two_proportion_z`)."""
     if scored == RETURN:
         return sequential.welch_z(top.mean_return, top.return_var, top.valued,
                                   bottom.mean_return, bottom.return_var, bottom.valued)
-    return two_proportion_z(top.wins + 0.5 * top.draws, top.games, bottom.wins + 0.5 * bottom.draws, bottom.games)
+    return sequential.two_proportion_z(top.wins + 0.5 * top.draws, top.games, bottom.wins + 0.5 * bottom.draws, bottom.games)
 
 
 def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Sequence[str],
@@ -289,7 +281,7 @@ def separation(top: dict[str, Tally], bottom: dict[str, Tally], opponents: Seque
 def critical_z(alpha: float, opponents: int, looks: int) -> float:
     """The statistic's critical value: one-sided level `alpha` split over the `opponents` choices of the
     bottom's opponent and the round's `looks` (Bonferroni), z = Phi^-1(1 - alpha / (opponents x looks))."""
-    return NormalDist().inv_cdf(1 - alpha / (opponents * looks))
+    return sequential.normal_isf(alpha / (opponents * looks))
 
 
 def look_critical(alpha: float, opponents: int, look: int, looks: int, spending: str) -> float:

@@ -1,6 +1,8 @@
-"""Statistics for tests repeated as data grows: the two-sample z on means, and group-sequential critical values.
+"""Statistics for tests repeated as data grows: the two-sample z statistics (on means, on proportions) and
+group-sequential critical values; PBT's (seedleague.league.pbt) come from here.
 
     z = welch_z(mean_a, var_a, n_a, mean_b, var_b, n_b)      # one-sided statistic of "a's mean is above b's"
+    z = two_proportion_z(wins_a, games_a, wins_b, games_b)     # the same for win rates (draws as half wins)
     spent = spending("pocock", 0.05, t=0.4)                    # the level spent by information fraction 0.4
     c = boundaries("obrien_fleming", 0.01, (0.2, 0.4, 0.6, 0.8, 1.0))   # one critical z a look
 
@@ -20,22 +22,35 @@ Spending functions (one-sided level alpha):
   the last look's critical value near the fixed-sample one);
 - "bonferroni": alpha / L at each of L looks, Phi^-1(1 - alpha / L) (no use of the correlation; the old rule).
 
-Pure functions of floats; no state.
+Pure functions of floats; no state. The normal law's tail and its inverse are the standard library's (math.erfc,
+statistics.NormalDist); scipy only in the numerical recursion (`crossing_boundaries`), imported there: every
+`seedleague league` command and the league service import this module, and most never compute a critical value.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize, special, stats
 
 from seedleague.league.config import SPENDINGS  # the names; this module computes them
+
 _GRID = 401  # points of the numerical integration a look (Simpson's rule)
 _SMALLEST = 1e-300  # the least first-crossing chance computed (critical value 37.0)
 _TAIL_SD = 10.0  # the grid's lower end, in standard deviations of the partial sum below 0
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z, accurate in the far tail (1 - Phi(z) would round to 0 there)."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def normal_isf(p: float) -> float:
+    """The z with P(Z > z) = p, for p in (0, 1): the one-sided critical value of level p."""
+    return -NormalDist().inv_cdf(p)
 
 
 def welch_z(mean_a: float, var_a: float, n_a: float, mean_b: float, var_b: float, n_b: float) -> float:
@@ -49,6 +64,14 @@ def welch_z(mean_a: float, var_a: float, n_a: float, mean_b: float, var_b: float
     return (mean_a - mean_b) / error if error > 0 else 0.0
 
 
+def two_proportion_z(wins_a: float, games_a: float, wins_b: float, games_b: float) -> float:
+    """One-sided z statistic of p_a > p_b from two independent samples (wins may count draws as halves), with
+    Agresti and Caffo's adjustment (2000, "Simple and effective confidence intervals for proportions and
+    differences of proportions"): one win and one loss added to each sample, so 0 and 1 give a finite z."""
+    p_a, p_b = (wins_a + 1) / (games_a + 2), (wins_b + 1) / (games_b + 2)
+    return (p_a - p_b) / math.sqrt(p_a * (1 - p_a) / (games_a + 2) + p_b * (1 - p_b) / (games_b + 2))
+
+
 def spending(kind: str, alpha: float, t: float) -> float:
     """The one-sided level spent by information fraction `t` in (0, 1] under spending function `kind`
     (SPENDINGS except "bonferroni", which spends by looks, not by information)."""
@@ -59,7 +82,7 @@ def spending(kind: str, alpha: float, t: float) -> float:
     if kind == "pocock":
         return alpha * math.log(1 + (math.e - 1) * t)
     if kind == "obrien_fleming":
-        return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(t)))
+        return 2 * normal_sf(normal_isf(alpha / 2) / math.sqrt(t))
     raise ValueError(f"unknown spending function {kind!r}: use one of {', '.join(SPENDINGS[:2])}")
 
 
@@ -75,7 +98,7 @@ def boundaries(kind: str, alpha: float, fractions: Sequence[float]) -> tuple[flo
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if kind == "bonferroni":
-        return (float(stats.norm.isf(alpha / len(fractions))),) * len(fractions)
+        return (normal_isf(alpha / len(fractions)),) * len(fractions)
     return _spent_boundaries(kind, alpha, fractions)
 
 
@@ -101,8 +124,12 @@ def crossing_boundaries(fractions: tuple[float, ...], targets: tuple[float, ...]
     continuation region, integrated by Simpson's rule on a grid."""
     if len(fractions) != len(targets) or not fractions or any(not 0 <= a < 1 for a in targets):
         raise ValueError(f"one target in [0, 1) per look, got {targets} for {fractions}")
+    # scipy's vectorised normal cdf and root finder: imported here, not at the top, since importing scipy takes
+    # about a second that every league command and the league service would pay without computing this.
+    from scipy import optimize, special
+
     targets = tuple(max(a, _SMALLEST) for a in targets)  # a share that underflowed: a look that never crosses
-    critical = [float(stats.norm.isf(targets[0]))]
+    critical = [normal_isf(targets[0])]
     s = _grid(critical[0], fractions[0])
     f = _normal_pdf(s / math.sqrt(fractions[0])) / math.sqrt(fractions[0])
     for k in range(1, len(fractions)):
