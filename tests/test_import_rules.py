@@ -168,3 +168,48 @@ def test_trained_artifacts_sit_below_the_host_the_evaluation_and_the_output():
             frontier.append(imported)
     wrong = sorted(name for name in reached if name.startswith(above))
     assert not wrong, f"seedleague.artifacts reaches up to {wrong}: move what it needs into artifacts/ or below it"
+
+
+HEAVY = ("jax", "flax", "optax", "orbax", "scipy")  # what a config module must not load: building one needs none
+
+
+def _loads_at_import(start: str) -> dict[str, list[str]]:
+    """Every outside package importing module `start` loads, through the imports that run at import time (those
+    outside functions, in `start` and in every seedleague module and package `__init__` they reach): its root name
+    -> the chain of seedleague modules that leads to it."""
+    found, chains, frontier = {}, {start: [start]}, [start]
+    while frontier:
+        name = frontier.pop()
+        path, tree = MODULES[name]
+        inside = {id(node) for function in ast.walk(tree)
+                  if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.walk(function)}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in inside:
+                continue
+            for _, imported in _imports(name, path, ast.Module([node], [])):
+                if imported.split(".")[0] != "seedleague":
+                    found.setdefault(imported.split(".")[0], chains[name])
+                    continue
+                while imported and imported not in MODULES:  # a name in a module: that module
+                    imported = imported.rpartition(".")[0]
+                parts = imported.split(".")
+                for reached in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):  # packages' __init__ too
+                    if reached in MODULES and reached not in chains:
+                        chains[reached] = chains[name] + [reached]
+                        frontier.append(reached)
+    return found
+
+
+CONFIG_MODULES = sorted(name for name in MODULES
+                        if name.rpartition(".")[2] == "config" or name.endswith("_config"))
+
+
+def test_every_components_config_module_loads_no_jax_nor_scipy():
+    # A component's config lives in a jax-free *_config module beside it (docs/architecture.md, "Import rules"), so
+    # `seedleague train --help` and a refused command line build their configs without loading jax.
+    assert {"seedleague.host.config", "seedleague.rl.learner_config", "seedleague.launch.run_config",
+            "seedleague.checkpoint_config", "seedleague.artifacts.output_config"} <= set(CONFIG_MODULES)
+    assert "jax" in _loads_at_import("seedleague.launch.local")  # the walk follows chains (local -> host -> jax)
+    wrong = [f"{name} loads {heavy} through {' -> '.join(chain)}" for name in CONFIG_MODULES
+             for heavy, chain in _loads_at_import(name).items() if heavy in HEAVY]
+    assert not wrong, "; ".join(wrong) + " (keep the config's module free of them: import the config, not its component)"
