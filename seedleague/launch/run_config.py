@@ -10,14 +10,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from seedleague.artifacts.output_config import OutputConfig
 from seedleague.host.config import HostConfig
 from seedleague.launch import ADDRESS_PLACEHOLDER
-from seedleague.launch.league import LeagueSpec
 from seedleague.metrics import Metrics
 from seedleague.security import ServerSecurity
+
+if TYPE_CHECKING:  # a name only: seedleague.launch.league loads the league's page and service, no config's business
+    from seedleague.launch.league import LeagueSpec
 
 
 @dataclasses.dataclass(frozen=True)
