@@ -26,6 +26,9 @@ from seedleague.security import add_security_flags, server_security_from_args
 from seedleague.storage import StorageError, check_writable
 
 
+STANDALONE_ADDRESS = "127.0.0.1:50051"  # where `host` and `serve` listen without --address: a port workers can find
+
+
 def _env_given(argv: list[str]) -> Optional[str]:
     """The value of --env in `argv`, if any (read before parsing, so --help can show that env's defaults)."""
     for i, arg in enumerate(argv):
@@ -107,7 +110,8 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                              "seedleague.api.load_trained and `seedleague serve --checkpoint RUN_DIR`: "
                              f"{output_config.choices_text()} (default: {preset.output if preset else 'final'})")
     config_flags.add_flags(league, LeagueConfig, prefix="league_config.", base=preset.league if preset else None)
-    config_flags.add_flags(parser, HostConfig, base=preset.host if preset else None)
+    host = preset.host if preset else HostConfig()
+    config_flags.add_flags(parser, HostConfig, base=host if with_workers else _standalone(host))
 
 
 def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[str], multiplayer: bool, name: str):
@@ -371,7 +375,13 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default=None, help="logs go here (default: runs/serve-<time>)")
     parser.add_argument("--max-seconds", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
     add_security_flags(parser, "server")
-    config_flags.add_flags(parser, HostConfig)
+    config_flags.add_flags(parser, HostConfig, base=_standalone(HostConfig()))
+
+
+def _standalone(host: HostConfig) -> HostConfig:
+    """`host`'s settings as `host` and `serve` apply them: listening on STANDALONE_ADDRESS unless --address says
+    otherwise (`main`), which their --help shows."""
+    return dataclasses.replace(host, address=STANDALONE_ADDRESS)
 
 
 def _checkpoint_dir(path: str) -> str:
@@ -573,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         compile_cache.enable()  # train and host, once their command line is accepted: _train)
     try:
         if args.command in ("host", "serve") and args.address is config_flags.NOT_GIVEN:
-            args.address = "127.0.0.1:50051"  # a stand-alone host needs a port workers can find
+            args.address = STANDALONE_ADDRESS
         if args.command == "serve":
             return _serve(args)
         if args.command in _COMMANDS:

@@ -60,8 +60,15 @@ def test_a_refused_command_line_and_a_jax_free_commands_help_load_no_jax(argv, c
     assert f"exit {code} heavy []" in done.stderr, done.stderr[-2000:]
 
 
-def test_a_stand_alone_host_and_serve_listen_where_workers_can_find_them(monkeypatch):
-    # Without --address they take 127.0.0.1:50051 (a flag not given reads as config_flags.NOT_GIVEN, never None).
+def test_a_stand_alone_host_and_serve_listen_where_workers_can_find_them(monkeypatch, capsys):
+    # Without --address they take 127.0.0.1:50051 (a flag not given reads as config_flags.NOT_GIVEN, never None),
+    # and their --help says so; train's own host takes any free port.
+    for argv, shown in ((["host", "--help"], "127.0.0.1:50051"), (["serve", "--help"], "127.0.0.1:50051"),
+                        (["train", "--env", "CartPole-v1", "--help"], "127.0.0.1:0")):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert text.split("--address STR ", 1)[1].split("(default: ", 1)[1].startswith(shown + ")"), argv
     seen = []
     monkeypatch.setattr(cli, "_train", lambda args, with_workers=True, argv=None: seen.append(args.address) or 0)
     monkeypatch.setattr(cli, "_serve", lambda args: seen.append(args.address) or 0)
