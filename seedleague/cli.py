@@ -454,7 +454,7 @@ def _serve(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or os.path.join("runs", f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     budget = Budget(max_seconds=args.max_seconds)
     summary = local.run(RunConfig(run_dir=run_dir, host=host, budget=budget, resume=True,
-                                        security=server_security_from_args(args)))
+                                  security=server_security_from_args(args)))
     print(f"\nserving ended: {summary['reason']}; {summary['env_steps']} env steps answered, "
           f"{summary['episodes']} episodes, mean return (last 100) {summary['mean_return']}")
     return 0
@@ -579,8 +579,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: an imported library may already have put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
-    if args.command in ("serve", "eval", "report", "exploit", "export", "play"):  # the commands that compile (and
-        compile_cache.enable()  # train and host, once their command line is accepted: _train)
+    if args.command in ("serve", "eval", "report", "exploit", "export", "play"):  # they compile (train, host: _train)
+        compile_cache.enable()
     try:
         if args.command in ("host", "serve") and args.address is config_flags.NOT_GIVEN:
             args.address = STANDALONE_ADDRESS
