@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from seedleague.host.sessions import Session, check_spec
-from seedleague.host.session_limits import SessionLimits
+from seedleague.host.sessions import Session
+from seedleague.host.session_limits import SessionLimits, check_spec
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, check_step, zero_step

@@ -10,8 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seedleague.host.sessions import check_spec
-from seedleague.host.session_limits import SessionLimits
+from seedleague.host.session_limits import SessionLimits, check_spec
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.named import check_named_step
 from seedleague.v2 import env_pb2 as pb

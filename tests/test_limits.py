@@ -24,8 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker, good_step, vector_spec, wait_for
-from seedleague.host.sessions import check_spec
-from seedleague.host.session_limits import SessionLimits
+from seedleague.host.session_limits import SessionLimits, check_spec
 from seedleague.league.client import LeagueClient
 from seedleague.league.config import LeagueConfig
 from seedleague.league.server import LeagueServer

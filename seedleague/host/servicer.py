@@ -27,8 +27,7 @@ from typing import Any, Awaitable, Callable, Optional, Protocol, TypeVar
 
 import grpc
 
-from seedleague.host.sessions import check_spec
-from seedleague.host.session_limits import SessionLimits
+from seedleague.host.session_limits import SessionLimits, check_spec
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import PROTOCOL_VERSION

@@ -4,14 +4,13 @@ A session owns everything the host keeps for one worker's agents (one agent per
 env and seat): recurrent core state, the unroll store, episode returns. It lives
 from the handshake until its stream ends; a session that never streams expires,
 and the servicer ends a stream whose worker goes quiet for
-`SessionLimits.stream_idle_timeout_s`. `check_spec` holds the handshake limits
-that must pass before a spec reaches the model (see docs/limits.md).
+`SessionLimits.stream_idle_timeout_s`. The handshake limits a spec must pass before it reaches the model are
+checked in seedleague.host.session_limits (`check_spec`, `check_capacity`; see docs/limits.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 import uuid
@@ -22,44 +21,10 @@ import numpy as np
 
 from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
-from seedleague.protocol.errors import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ProtocolError
+from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
 from seedleague.protocol.specs import StepBatch
-from seedleague.protocol.named import DiscreteHead, NamedEnvSpec, flat_model
-from seedleague.host.session_limits import SessionLimits
-
-
-def check_spec(spec: NamedEnvSpec, limits: SessionLimits) -> None:
-    """Refuse with RESOURCE_EXHAUSTED, before a model is built for it, a spec with too many actions or too
-    large an observation (e.g. 2^40 elements): the heads' action counts and continuous dimensions, summed,
-    and the elements of every named tensor, summed. Env and worker counts are checked when the session opens
-    (`SessionRegistry.open`), message sizes by gRPC."""
-    outputs = sum(h.num_actions if isinstance(h, DiscreteHead) else h.size for h in spec.action.heads)
-    if outputs > limits.max_num_actions:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"worker declares {outputs} actions (all heads' actions and continuous dimensions); this host allows "
-            f"at most {limits.max_num_actions} (SessionLimits.max_num_actions)",
-        )
-    elements = sum(math.prod(shape) for shape, _ in spec.observation.arrays().values())
-    if elements > limits.max_observation_elements:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"worker declares observations of {elements} elements in all tensors; this host allows at most "
-            f"{limits.max_observation_elements} per agent (SessionLimits.max_observation_elements)",
-        )
-
-
-def check_capacity(spec: NamedEnvSpec, limits: SessionLimits, open_sessions: int) -> None:
-    """Refuse with RESOURCE_EXHAUSTED a worker with more envs than one worker may step, or one more
-    worker than the host serves (`open_sessions` are open now)."""
-    if spec.num_envs > limits.max_envs_per_worker:
-        raise ProtocolError(
-            RESOURCE_EXHAUSTED,
-            f"worker declares {spec.num_envs} envs; this host allows at most {limits.max_envs_per_worker} per worker "
-            "(SessionLimits.max_envs_per_worker): start more workers with fewer envs each",
-        )
-    if open_sessions >= limits.max_workers:
-        raise ProtocolError(RESOURCE_EXHAUSTED, f"host already serves its limit of {limits.max_workers} workers")
+from seedleague.protocol.named import NamedEnvSpec, flat_model
+from seedleague.host.session_limits import SessionLimits, check_capacity
 
 
 @dataclasses.dataclass

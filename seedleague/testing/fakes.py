@@ -24,8 +24,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from seedleague.host.sessions import check_capacity
-from seedleague.host.session_limits import SessionLimits
+from seedleague.host.session_limits import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
