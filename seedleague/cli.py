@@ -484,8 +484,9 @@ class _CurrentStderrHandler(logging.StreamHandler):
         pass  # StreamHandler.__init__ sets it; the property always answers the current stderr
 
 
-# The commands whose parser and run live in a module of their own (`add_parser(sub)`, `run(args)`); "report" is added
-# and run by the module of "eval".
+# The commands whose parser and run live in modules of their own: each adds its flags with `add_parser(sub)` in a
+# jax-free module (_parser_module) and runs with `run(args)` (_command_module: for most the same module); "report" is
+# added and run by the modules of "eval".
 _COMMANDS = ("fake-host", "check-worker", "league", "play", "eval", "report", "exploit", "export")
 _OWN_COMMANDS = ("train", "host", "serve", "worker", "ray-launch")  # parsed (or handed on) in this module
 
@@ -501,37 +502,55 @@ def _command_given(argv: list[str]) -> Optional[str]:
     return None
 
 
-def _command_module(name: str):
-    """The module that adds and runs the command `name` (one of _COMMANDS). Imported only for the command given, or
-    for all of them for `seedleague --help`: most of them load jax, the league's scipy, neither of which parsing,
-    refusing a command line or printing another command's --help needs."""
+def _parser_module(name: str):
+    """The module that adds the flags of the command `name` (one of _COMMANDS). Each loads neither jax nor scipy, so
+    that `seedleague --help`, a command's --help and a refused flag need neither; imported for the command given
+    only, or all of them for `seedleague --help`, since train's and host's help and refusals need none of them."""
     if name == "fake-host":
-        from seedleague.tools import fake_host  # loads jax: imported for its own command only (above)
+        from seedleague.tools import fake_host
 
         return fake_host
     if name == "check-worker":
-        from seedleague.tools import check_worker  # loads jax: imported for its own command only (above)
+        from seedleague.tools import check_worker
 
         return check_worker
     if name in ("eval", "report"):
-        from seedleague.eval import cli as eval_cli  # loads jax: imported for its own command only (above)
+        from seedleague.eval import cli_args as eval_args
+
+        return eval_args
+    if name == "exploit":
+        from seedleague.eval import exploit_args
+
+        return exploit_args
+    if name == "export":
+        from seedleague.export import cli_args as export_args
+
+        return export_args
+    if name == "league":
+        from seedleague.league import cli as league_cli
+
+        return league_cli
+    from seedleague.play import cli as play_cli
+
+    return play_cli
+
+
+def _command_module(name: str):
+    """The module that runs the command `name` (one of _COMMANDS), imported once its command line has parsed: eval's,
+    exploit's and export's load jax, so their flags live apart (_parser_module)."""
+    if name in ("eval", "report"):
+        from seedleague.eval import cli as eval_cli  # loads jax: imported only to run the command
 
         return eval_cli
     if name == "exploit":
-        from seedleague.eval import exploit as exploit_cli  # loads jax: imported for its own command only (above)
+        from seedleague.eval import exploit as exploit_cli  # loads jax: imported only to run the command
 
         return exploit_cli
     if name == "export":
-        from seedleague.export import cli as export_cli  # loads jax: imported for its own command only (above)
+        from seedleague.export import cli as export_cli  # loads jax: imported only to run the command
 
         return export_cli
-    if name == "league":
-        from seedleague.league import cli as league_cli  # loads scipy: imported for its own command only (above)
-
-        return league_cli
-    from seedleague.play import cli as play_cli  # imported for its own command only, as the others
-
-    return play_cli
+    return _parser_module(name)
 
 
 def _run_faults() -> tuple[type[BaseException], ...]:
@@ -568,7 +587,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     given = "eval" if given == "report" else given
     for name in ("fake-host", "check-worker", "league", "play", "eval", "exploit", "export"):
         if given in (None, name) or given not in _COMMANDS + _OWN_COMMANDS:  # all for `seedleague --help` or a typo
-            _command_module(name).add_parser(sub)
+            _parser_module(name).add_parser(sub)
     if argv[:1] == ["worker"]:
         return _worker(argv[1:])
     if argv[:1] == ["ray-launch"]:  # its flags go on to the host: parsed by seedleague.launch.ray_cluster

@@ -49,6 +49,19 @@ print("exit", code, "heavy", heavy[:3], file=sys.stderr)
     (["train", "--env", "openspiel:kuhn_poker", "--pbt", "1"], 2, "seedleague: --pbt 1: population-based training "),
     # A host that would wait for its first worker's spec refuses its budget first (a timeout here means it waited).
     (["host", "--max-steps", "-3"], 2, "seedleague: --max-steps must be >= 0 (0: no limit), got -3\n"),
+    # The commands whose runs load jax add their flags from jax-free modules (seedleague.cli._parser_module): their
+    # help and argparse's refusals, and a typo (which lists every command), load none of it.
+    (["eval", "--help"], 0, "usage: seedleague eval"),
+    (["report", "--help"], 0, "usage: seedleague report"),
+    (["exploit", "--help"], 0, "usage: seedleague exploit"),
+    (["export", "--help"], 0, "usage: seedleague export"),
+    (["fake-host", "--help"], 0, "usage: seedleague fake-host"),
+    (["check-worker", "--help"], 0, "usage: seedleague check-worker"),
+    (["eval"], 2, "seedleague eval: error: the following arguments are required: --run-dir"),
+    (["eval", "--run-dir", "r", "--mcts-sims", "a"], 2, "--mcts-sims must be comma-separated integers like 100,1000"),
+    (["exploit", "--run-dir", "r", "--output", "nope"], 2, "argument --output: invalid choice: 'nope'"),
+    (["export", "--run-dir", "r"], 2, "seedleague export: error: the following arguments are required: --out"),
+    (["nope"], 2, "invalid choice: 'nope'"),
 ])
 def test_a_refused_command_line_and_a_jax_free_commands_help_load_no_jax(argv, code, said):
     # The config classes that build train's and host's flags live in modules without jax (seedleague.rl.learner_config,

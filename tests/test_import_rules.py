@@ -11,6 +11,8 @@ dependency, imported where it is used).
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 from benchmarks.import_graph import circles  # Tarjan's strongly connected components, as the benchmark counts them
 
@@ -213,3 +215,41 @@ def test_every_components_config_module_loads_no_jax_nor_scipy():
     wrong = [f"{name} loads {heavy} through {' -> '.join(chain)}" for name in CONFIG_MODULES
              for heavy, chain in _loads_at_import(name).items() if heavy in HEAVY]
     assert not wrong, "; ".join(wrong) + " (keep the config's module free of them: import the config, not its component)"
+
+
+def _parser_modules() -> list[str]:
+    """The modules seedleague.cli._parser_module imports: those that add the subcommands' flags."""
+    path, tree = MODULES["seedleague.cli"]
+    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "_parser_module")
+    return sorted({imported for _, imported in _imports("seedleague.cli", path, function) if imported in MODULES})
+
+
+def test_every_commands_flags_load_no_jax_nor_scipy():
+    # `seedleague --help` imports all of them, a command's --help and argparse's refusals its own: a command whose
+    # run loads jax adds its flags from a module of its own beside it (eval/cli_args.py beside eval/cli.py).
+    modules = _parser_modules()
+    assert {"seedleague.eval.cli_args", "seedleague.eval.exploit_args", "seedleague.export.cli_args",
+            "seedleague.tools.fake_host", "seedleague.league.cli"} <= set(modules)
+    wrong = [f"{name} loads {heavy} through {' -> '.join(chain)}" for name in modules
+             for heavy, chain in _loads_at_import(name).items() if heavy in HEAVY]
+    assert not wrong, "; ".join(wrong) + " (move the command's add_parser into a module beside it that imports neither)"
+
+
+_HELP = """
+import sys
+from seedleague import cli
+try:
+    cli.main(["--help"])
+except SystemExit as stop:
+    print("exit", stop.code, sorted({n.partition(".")[0] for n in sys.modules} & set(sys.argv[1:])), file=sys.stderr)
+"""
+
+
+def test_the_top_level_help_loads_no_jax_nor_scipy():
+    # What really runs, in a fresh interpreter: every command's add_parser, and any import they make when called.
+    done = subprocess.run([sys.executable, "-c", _HELP, *HEAVY], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "usage: seedleague" in done.stdout, done.stderr[-2000:]
+    assert "exit 0 []" in done.stderr, (f"`seedleague --help` says {done.stderr[-200:]!r}, not exit 0 with none of "
+                                        f"{HEAVY}: find the command whose flags load it with `python -X importtime "
+                                        "-m seedleague.cli --help`")
+

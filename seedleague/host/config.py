@@ -20,6 +20,9 @@ from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.network_config import NetworkConfig
 
 
+UNIFORM = "uniform"  # exploit_source's uniform random policy in the run's network (`seedleague exploit --output uniform`)
+
+
 @dataclasses.dataclass(frozen=True)
 class HostConfig:
     """Everything the training host needs; composed of one config per component."""
@@ -38,7 +41,7 @@ class HostConfig:
     # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
-    exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES), or "uniform"; "": the one it recorded
+    exploit_source: str = ""  # which of that run's outputs (seedleague.output.SOURCES), or UNIFORM; "": the one it recorded
     # training a best response: after this many seconds of the run's clock its learner stops and its rows act
     # greedily, so the games after that measure one fixed pure response (seedleague.host.exploit); 0: never
     exploit_read_out_s: float = 0.0

@@ -22,7 +22,7 @@ import numpy as np
 from seedleague import output
 from seedleague.checkpoint import Checkpointer, DamagedCheckpoint
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.host.config import HostConfig
+from seedleague.host.config import UNIFORM, HostConfig
 from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
 from seedleague.host.mixture import ServedMixture
@@ -105,15 +105,15 @@ def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, Exploit
     """The output of the run `config.exploit_output` names, frozen, as a best response's opponent; `config` with the
     network that output was trained with (the best response learns from scratch in the same architecture)."""
     run_dir = config.exploit_output
-    uniform = config.exploit_source == exploit.UNIFORM
+    uniform = config.exploit_source == UNIFORM
     named = config.exploit_source and not uniform
     source = output.OutputConfig(config.exploit_source, output.recorded(run_dir).player) if named else None
     resolved, first, spec, mixture = _output_networks(run_dir, source, config.seed, device)
     if uniform:  # the run's own network with its policy heads zeroed: the game's uniform random policy
         if len(spec.action.discrete) < len(spec.action.heads):
-            raise ValueError(f"--output {exploit.UNIFORM}: {spec.env_name}'s continuous action heads have no uniform "
+            raise ValueError(f"--output {UNIFORM}: {spec.env_name}'s continuous action heads have no uniform "
                              "policy; exploit one of the run's outputs instead")
-        mixture = ServedMixture([exploit.UNIFORM], [1.0], [exploit.uniform_params(first.params)],
+        mixture = ServedMixture([UNIFORM], [1.0], [exploit.uniform_params(first.params)],
                                 np.random.default_rng(config.seed))
         log.info("training a best response to the uniform random policy of %s's game", run_dir)
     else:
