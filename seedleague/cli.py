@@ -565,7 +565,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="seedleague", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,eval,report,exploit,export,ray-launch}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,host,serve,worker,fake-host,check-worker,league,play,eval,report,exploit,export,ray-launch}")
     train = sub.add_parser("train", help="train: host plus env worker processes on this machine (built-in "
                            "workers for --env, or any worker binary with --worker-cmd)")
     given = _command_given(argv)

@@ -107,8 +107,10 @@ def test_the_top_level_help_lists_every_command(capsys):
         cli.main(["--help"])
     assert stop.value.code == 0
     listed = capsys.readouterr().out
+    named = listed.split("{", 1)[1].split("}", 1)[0].split(",")  # the usage line's list of commands
     for command in ("train", "host", "league", "eval", "report", "exploit", "export", "play"):
         assert f"    {command} " in listed
+        assert command in named, (command, named)
 
 
 def test_train_help_still_shows_the_defaults_of_the_preset_that_applies(capsys):
