@@ -4,6 +4,7 @@ in the learner. Each fault must end in one line that names the path and the fix,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from seedleague.league.types import MatchResult, Role
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
+from seedleague import cli
 from seedleague.api import load_policy, load_trained
 from seedleague.artifacts.networks import shared_network as _network
 from seedleague.rl.learner_config import LearnerConfig
@@ -345,6 +347,19 @@ def _seedleague(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
                           timeout=timeout)
 
 
+def _refused_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`seedleague ARGS` run in this process (the same main, without a process start and its imports), as a
+    CompletedProcess: for refusals; each refusal's console path as its own process is checked by the tests that
+    resume after it (read-only run dir, truncated league database) and by the export below."""
+    capsys.readouterr()
+    try:
+        status = cli.main(list(args))
+    except SystemExit as exit:  # argparse's refusals
+        status = exit.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["seedleague", *args], status, captured.out, captured.err)
+
+
 def _one_line(done: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("seedleague")]
@@ -352,17 +367,18 @@ def _one_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_bad_budget_file_run_dir_and_read_only_run_dir_are_refused_in_one_line(tmp_path):
+def test_bad_budget_file_run_dir_and_read_only_run_dir_are_refused_in_one_line(tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("")
-    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--max-seconds", "-5", "--run-dir", str(tmp_path / "r"))
+    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--max-seconds", "-5", "--run-dir",
+                         str(tmp_path / "r"))
     assert done.returncode == 2 and "--max-seconds must be >= 0" in _one_line(done)
-    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--run-dir", str(a_file))
+    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", str(a_file))
     assert done.returncode == 2 and f"--run-dir {a_file} is a file" in _one_line(done)
     read_only = str(tmp_path / "ro")
     _mount(read_only, "size=1m,ro")
     try:
-        done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--run-dir", f"{read_only}/run")
+        done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", f"{read_only}/run")
         assert done.returncode == 2 and "read-only" in _one_line(done) and f"{read_only}/run" in _one_line(done)
     finally:
         subprocess.run(["umount", "-l", read_only], check=False)
@@ -376,14 +392,14 @@ def test_workers_0_says_it_waits_for_workers_from_elsewhere_and_that_none_came(t
     assert "no env worker connected to" in done.stdout.split("run ended:")[1]
 
 
-def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused_in_one_line(tmp_path):
-    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--resume", "--run-dir", str(tmp_path / "empty"),
-                       "--max-seconds", "5")
+def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused_in_one_line(tmp_path, capsys):
+    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume", "--run-dir",
+                         str(tmp_path / "empty"), "--max-seconds", "5")
     assert done.returncode == 2 and "holds no checkpoint" in _one_line(done) and "--resume-or-start" in done.stderr
     os.makedirs(tmp_path / "torn" / "league")
     (tmp_path / "torn" / "league" / "league.sqlite").write_bytes(np.random.default_rng(0).bytes(3000))
-    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
-                       str(tmp_path / "torn"), "--max-seconds", "5")
+    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
+                         str(tmp_path / "torn"), "--max-seconds", "5")
     assert done.returncode == 2 and "not a usable league database" in done.stderr
     assert "Traceback" not in done.stderr
     db = str(tmp_path / "cut" / "league" / "league.sqlite")  # a real league database, its last 40% cut off
@@ -393,8 +409,8 @@ def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused
     league.report_results(_results(5000))
     league.close()
     os.truncate(db, os.path.getsize(db) * 6 // 10)
-    done = _seedleague("train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
-                       str(tmp_path / "cut"), "--max-seconds", "5")
+    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
+                         str(tmp_path / "cut"), "--max-seconds", "5")
     line = _one_line(done)
     assert done.returncode == 2 and "not a usable league database" in line and db in line, done.stderr
     assert "malformed" in line and "--run-dir" in line
@@ -507,8 +523,9 @@ def _steps(directory: str) -> list[int]:
 
 
 def _league_rows(run_dir: str) -> int:
-    """Result rows in the run's league.sqlite, after `PRAGMA integrity_check` says ok."""
-    with sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite")) as db:
+    """Result rows in the run's league.sqlite, after `PRAGMA integrity_check` says ok (closed after: sqlite3's own
+    `with` only commits, and an open file keeps its filesystem from being remounted read-only)."""
+    with contextlib.closing(sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite"))) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         rows, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT result_id) FROM results").fetchone()
     assert rows == distinct
@@ -543,7 +560,11 @@ def _resume_continues(logs, run_dir: str, newest_good: int, stop_when=None, run_
     return run
 
 
-def test_sigterm_while_the_disk_is_full_stops_the_run_cleanly_and_resume_continues_once_space_is_freed(tmp_path):
+def test_sigterm_on_a_full_disk_stops_cleanly_resume_is_refused_read_only_then_continues_freed_and_writable(tmp_path):
+    """SIGTERM while the run's disk is full: a clean stop. Then the run dir's filesystem mounted read-only (as Linux
+    does after disk errors; a filesystem with files open for writing cannot be remounted so, hence after the run
+    stopped): --resume is refused in one line naming the path; writable again and with space, --resume continues
+    from the newest checkpoint. (One run and one resume serve both faults: each resume is a whole run.)"""
     disk = str(tmp_path / "disk")
     _mount(disk, "size=64m")
     logs = tmp_path / "logs"
@@ -568,6 +589,11 @@ def test_sigterm_while_the_disk_is_full_stops_the_run_cleanly_and_resume_continu
         assert _league_rows(run_dir) >= run.acknowledged()  # every acknowledged result stored
         os.remove(filler)
         newest = _steps(os.path.join(run_dir, "checkpoints"))[-1]
+        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+        done = _seedleague("train", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", "5")
+        line = _one_line(done)
+        assert done.returncode == 2 and "read-only" in line and run_dir in line, done.stderr[-3000:]
+        subprocess.run(["mount", "-o", "remount,rw", disk], check=True)
         _resume_continues(logs, run_dir, newest)
     finally:
         subprocess.run(["umount", "-l", disk], check=False)
@@ -577,7 +603,7 @@ SNAPSHOT_ADDED = re.compile(r"snapshot main:(\d+) added to the league")
 
 
 def _last_snapshot(run_dir: str) -> int:
-    with sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite")) as db:
+    with contextlib.closing(sqlite3.connect(os.path.join(run_dir, "league", "league.sqlite"))) as db:
         return db.execute("SELECT MAX(step) FROM snapshots WHERE player = 'main'").fetchone()[0]
 
 
@@ -676,24 +702,3 @@ def test_a_truncated_league_database_renamed_as_its_line_says_lets_resume_contin
         if name.startswith("league.sqlite"):
             os.rename(os.path.join(league_dir, name), os.path.join(league_dir, f"damaged-{name}"))
     _resume_continues(logs, run_dir, 7)
-
-
-def test_resume_on_a_read_only_run_dir_is_refused_in_one_line_and_continues_once_writable(tmp_path):
-    """A run dir with a checkpoint on a filesystem mounted read-only (as Linux does after disk errors; a filesystem
-    with files open for writing cannot be remounted so, hence no whole run under it): --resume is refused in one
-    line naming the path; writable again, --resume continues from the checkpoint."""
-    disk = str(tmp_path / "disk")
-    _mount(disk, "size=64m")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    try:
-        run_dir = os.path.join(disk, "run")
-        save_checkpoint(os.path.join(run_dir, "checkpoints"), step=7, network=SMALL)
-        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
-        done = _seedleague("train", *KUHN_RUN, "--resume", "--run-dir", run_dir, "--max-seconds", "5")
-        line = _one_line(done)
-        assert done.returncode == 2 and "read-only" in line and run_dir in line, done.stderr[-3000:]
-        subprocess.run(["mount", "-o", "remount,rw", disk], check=True)
-        _resume_continues(logs, run_dir, 7)
-    finally:
-        subprocess.run(["umount", "-l", disk], check=False)
