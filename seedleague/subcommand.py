@@ -1,7 +1,8 @@
 """What every `seedleague` subcommand module shares (`tools.fake_host`, `tools.check_worker`, `league.cli`):
 its place on the `seedleague` command line and its own `python -m MODULE` entry point, both built from the
 module's `add_arguments(parser)`, `run(args) -> exit status` and docstring (whose first paragraph is the
-description).
+description). A command whose run loads jax keeps `add_arguments`, `add_parser` and that docstring in a jax-free
+module beside it (`eval.exploit_args` beside `eval.exploit`), so that `seedleague --help` needs no jax.
 
     def add_parser(subparsers):
         return subcommand.register(subparsers, "fake-host", "serve random legal actions ...", __doc__, add_arguments)
