@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from seedleague import progress
+from seedleague import cli, progress
 from seedleague.protocol.specs import EnvSpec
 from tests.conftest import RawWorker, free_port, wait_for
 
@@ -36,17 +36,34 @@ def train_command(run_dir: str) -> list:
     return ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir] + TINY
 
 
+TOKEN = "s3cret-token"
+
+
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
-    """A CartPole run of `seedleague train` (one worker process) stopped at 5 learner steps: (run_dir, its
-    output, its summary). The resume test and the serve test both start from it, so it is trained once."""
-    run_dir = str(tmp_path_factory.mktemp("cartpole") / "run")
-    out = run_cli(train_command(run_dir) + ["--max-learner-steps", "5", "--max-seconds", "120"])
-    return run_dir, out, summary(run_dir)
+    """A CartPole run of `seedleague train` (one worker process) stopped at 5 learner steps, served over TLS with
+    a token (SEEDLEAGUE_TOKEN) that its worker must be handed: (run_dir, its output, its summary, its worker's log,
+    None without the openssl CLI: then the run is plain and only the TLS test skips). The resume, serve and TLS
+    tests all start from it, so it is trained once."""
+    from test_security import _make_certificate
+
+    tmp_path = tmp_path_factory.mktemp("cartpole")
+    run_dir = str(tmp_path / "run")
+    tls = shutil.which("openssl") is not None
+    security = []
+    if tls:
+        cert, key = _make_certificate(tmp_path, "host")
+        security = ["--tls-cert", cert, "--tls-key", key]
+    budget = ["--max-learner-steps", "5", "--max-seconds", "120"]
+    out = subprocess.run(SEEDLEAGUE + train_command(run_dir) + security + budget, capture_output=True, text=True,
+                         timeout=180, env=dict(os.environ, SEEDLEAGUE_TOKEN=TOKEN))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    worker_log = open(os.path.join(run_dir, "logs", "worker-0.log")).read() if tls else None  # before a resumed one
+    return run_dir, out, summary(run_dir), worker_log
 
 
-def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run):
-    run_dir, out, first = cartpole_run
+def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run, capsys):
+    run_dir, out, first, _ = cartpole_run
     common = train_command(run_dir)
     assert first["reason"] == "reached 5 learner steps", out.stdout[-2000:]
     assert first["learner_step"] >= 5 and first["env_steps"] > 0 and first["episodes"] > 0
@@ -63,9 +80,10 @@ def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run
     assert 5 <= last["learner_step"] <= first["learner_step"] and 0 < last["learner_steps"] <= last["learner_step"]
     assert 0 < last["env_steps"] <= first["env_steps"] and 0 < last["episodes"] <= first["episodes"]
 
-    # without --resume the run directory is protected
-    refused = subprocess.run(SEEDLEAGUE + common + ["--max-steps", "10"], capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "--resume" in refused.stderr
+    # without --resume the run directory is protected (train's main in this process: a refusal needs no process)
+    capsys.readouterr()
+    assert cli.main(common + ["--max-steps", "10"]) == 2
+    assert "--resume" in capsys.readouterr().err
 
     target = first["learner_step"] + 5  # the first run may overshoot its budget between checks
     resumed = run_cli(common + ["--resume", "--max-learner-steps", str(target), "--max-seconds", "120"])
@@ -205,20 +223,11 @@ def test_sigterms_while_the_run_stops_still_leave_its_final_checkpoint_and_summa
     assert "the run is already stopping" in logs[-1], logs[-1][-3000:]
 
 
-def test_train_with_a_token_and_tls_hands_both_to_its_workers(tmp_path):
-    from test_security import _make_certificate
-
-    if shutil.which("openssl") is None:
+def test_train_with_a_token_and_tls_hands_both_to_its_workers(cartpole_run):
+    """The module's run: its worker reached the TLS host with the token (the run trained to its budget), and the
+    token is in no log line."""
+    _, out, first, worker_log = cartpole_run
+    if worker_log is None:
         pytest.skip("needs the openssl CLI")
-    cert, key = _make_certificate(tmp_path, "host")
-    run_dir = str(tmp_path / "run")
-    env = dict(os.environ, SEEDLEAGUE_TOKEN="s3cret-token")
-    result = subprocess.run(
-        SEEDLEAGUE + ["train", "--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--run-dir", run_dir,
-                      "--tls-cert", cert, "--tls-key", key, "--max-learner-steps", "2", "--max-seconds", "90"] + TINY,
-        capture_output=True, text=True, timeout=150, env=env,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert summary(run_dir)["reason"] == "reached 2 learner steps"
-    worker_log = open(os.path.join(run_dir, "logs", "worker-0.log")).read()
-    assert "s3cret-token" not in worker_log and "UNAUTHENTICATED" not in worker_log
+    assert first["reason"] == "reached 5 learner steps", out.stdout[-2000:]
+    assert TOKEN not in worker_log and "UNAUTHENTICATED" not in worker_log
