@@ -128,6 +128,7 @@ class GymVectorGame:
         self.choice = choice
         self.spaces = NamedSpaces.of(env_id, envs, force=protocol == 2)  # None: speaks v1
         self.spec = env_spec(env_id, envs) if self.spaces is None else self.spaces.spec
+        self.protocol = 1 if self.spaces is None else 2  # spoken on the wire: v1 where it carries the spaces
         self.autoreset = autoreset_mode(envs)
         num_envs = envs.num_envs
         self._offset = int(envs.single_action_space.start) if self.spaces is None else 0

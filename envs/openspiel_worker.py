@@ -54,6 +54,8 @@ class OpenSpielVectorGame(CountsIllegalActions):
     for a game that is not two-player zero-sum sequential with tensors.
     """
 
+    protocol = 1  # spoken on the wire: v1 carries the spec, as every earlier version sent it
+
     def __init__(self, game_name: str, num_envs: int, seed: int = 0):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")

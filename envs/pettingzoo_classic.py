@@ -51,6 +51,8 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
     The returned arrays are buffers reused by the next call. Raises UnsupportedClassicGame.
     """
 
+    protocol = 1  # spoken on the wire: v1 carries the spec, as every earlier version sent it
+
     def __init__(self, game_name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000):
         if num_envs < 1 or max_cycles < 1:
             raise ValueError(f"need num_envs >= 1 and max_cycles >= 1, got {num_envs} and {max_cycles}")

@@ -90,6 +90,8 @@ class ParallelVectorGame(EnvPerSlot):
     returned arrays are buffers reused by the next call. Raises UnsupportedParallelEnv.
     """
 
+    protocol = 2  # spoken on the wire (v1 cannot carry the spec)
+
     def __init__(self, make_env: Callable[[], Any], env_name: str, num_envs: int, seed: int = 0,
                  max_cycles: int = 5000, team_of: Optional[Callable[[Any, str], str]] = None):
         if num_envs < 1 or max_cycles < 1:

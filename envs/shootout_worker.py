@@ -47,6 +47,8 @@ def shootout_spec(num_envs: int) -> NamedEnvSpec:
 class ShootoutGame:
     """`num_envs` Shootout games stepped together (module docstring); same-step autoreset."""
 
+    protocol = 2  # spoken on the wire (v1 cannot carry the spec)
+
     def __init__(self, num_envs: int, seed: int = 0):
         self.spec = shootout_spec(num_envs)
         self._rng = np.random.default_rng(seed)

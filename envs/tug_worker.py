@@ -45,6 +45,8 @@ def tug_spec(num_envs: int) -> NamedEnvSpec:
 class TugGame:
     """`num_envs` Tug games stepped together (module docstring); same-step autoreset."""
 
+    protocol = 2  # spoken on the wire (v1 cannot carry the spec)
+
     def __init__(self, num_envs: int, seed: int = 0):
         self.spec = tug_spec(num_envs)
         self._rng = np.random.default_rng(seed)

@@ -57,30 +57,36 @@ class WorkerStats:
 # ------------------------------------------------------------------ games --
 @dataclasses.dataclass
 class GameStep:
-    """One StepBatch's arrays, laid out [env, seat, ...] as in docs/protocol.md section 2."""
+    """One step's arrays, laid out [env, seat, ...] as in docs/protocol.md section 2, named as the game's spec names
+    its observation tensors and action heads (whichever protocol carries them on the wire)."""
 
-    observation: np.ndarray  # [E, S, *obs_shape], the spec's dtype
+    observation: Any  # {tensor: [E, S, *shape]} over the spec's observation arrays
     reward: np.ndarray  # [E, S] float32: what each seat got since the previous message
     terminated: np.ndarray  # [E] bool: the episode ended; `observation` already shows the next one
     truncated: np.ndarray  # [E] bool: the episode was cut off; likewise
-    legal_mask: Optional[np.ndarray] = None  # [E, S, A] bool, when the spec declares has_legal_mask
+    legal_mask: Optional[Any] = None  # {head: [E, S, n] bool} for the heads that declare a legal mask
     acting: Optional[np.ndarray] = None  # [E, S] bool: the seats whose action is applied
-    # Protocol v2 games (spec a NamedEnvSpec): `observation` and `legal_mask` are dicts over the spec's names,
-    # and these may be set: the truncated envs' final observations {name: [K, S, ...]} and episode stats.
+    # Where the game speaks protocol v2 (a v1 wire carries neither): the truncated envs' final observations
+    # {name: [K, S, ...]} and episode stats {stat: [E, S]}.
     final_observation: Optional[dict] = None
     episode_stats: Optional[dict] = None
 
 
     @classmethod
-    def zeros(cls, spec: EnvSpec, acting: bool = False) -> "GameStep":
-        """Buffers for a v1 `spec`'s steps, all zero (a legal mask where the spec has one; every seat acting when
-        `acting`): what a game's `step` fills in place."""
+    def zeros(cls, spec: Any, acting: bool = False) -> "GameStep":
+        """Buffers for `spec`'s steps, all zero (a legal mask for each head that declares one; every seat acting
+        when `acting`): what a game's `step` fills in place."""
         agents = (spec.num_envs, spec.num_seats)
-        return cls(observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
-                   reward=np.zeros(agents, np.float32), terminated=np.zeros(spec.num_envs, bool),
-                   truncated=np.zeros(spec.num_envs, bool),
-                   legal_mask=np.zeros(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-                   acting=(np.ones if acting else np.zeros)(agents, bool))
+        if isinstance(spec, EnvSpec):  # a game still on v1's spec (being moved to named ones, family by family)
+            return cls(observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
+                       reward=np.zeros(agents, np.float32), terminated=np.zeros(spec.num_envs, bool),
+                       truncated=np.zeros(spec.num_envs, bool),
+                       legal_mask=np.zeros(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
+                       acting=(np.ones if acting else np.zeros)(agents, bool))
+        masks = {head.name: np.zeros(agents + (head.num_actions,), bool) for head in spec.masked_heads}
+        return cls(observation=spec.observation.zeros(agents), reward=np.zeros(agents, np.float32),
+                   terminated=np.zeros(spec.num_envs, bool), truncated=np.zeros(spec.num_envs, bool),
+                   legal_mask=masks or None, acting=(np.ones if acting else np.zeros)(agents, bool))
 
     def clear_ends(self) -> "GameStep":
         """No rewards and no episode ends: the step a reset returns."""
@@ -98,6 +104,19 @@ def seat_actions(actions, spec: EnvSpec) -> np.ndarray:
     return actions
 
 
+def head_actions(actions: dict, spec: NamedEnvSpec) -> np.ndarray:
+    """The host's actions for `spec`'s one discrete head as an [E, S] array, or ValueError naming what they
+    should be."""
+    head, expected = spec.action.heads[0].name, (spec.num_envs, spec.num_seats)
+    if not isinstance(actions, dict) or set(actions) != {head}:
+        raise ValueError(f"actions must be {{{head!r}: [E, S] int}}, got "
+                         f"{sorted(actions) if isinstance(actions, dict) else type(actions).__name__}")
+    chosen = np.asarray(actions[head])
+    if chosen.shape != expected:
+        raise ValueError(f"actions[{head!r}] have shape {chosen.shape}, expected {expected}")
+    return chosen
+
+
 class VectorGame(Protocol):
     """`num_envs` game instances with `num_seats` seats each, stepped together in one process.
 
@@ -105,7 +124,8 @@ class VectorGame(Protocol):
     the next `reset` or `step`: copy them to keep them.
     """
 
-    spec: EnvSpec  # or a NamedEnvSpec: the game then speaks protocol v2 (`speaks_v2`)
+    spec: NamedEnvSpec  # its named observation tensors and action heads, whichever protocol carries them
+    protocol: int  # the protocol the game speaks on the wire: 2, or 1 for a spec of v1's form (`wire_protocol`)
 
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes in every env (rewards and flags zero); `seed` reseeds the game's randomness."""
@@ -141,15 +161,22 @@ class GameWorkerConfig:
             raise ValueError("bad worker config: " + "; ".join(problems))
 
 
-def speaks_v2(game: VectorGame) -> bool:
-    """Whether `game` speaks protocol v2 (its spec is a NamedEnvSpec) rather than v1. The one place a worker chooses."""
-    return isinstance(game.spec, NamedEnvSpec)
+def wire_protocol(game: VectorGame) -> int:
+    """The protocol `game` declares it speaks on the wire (its `protocol`: 1 or 2), or ValueError naming the fix.
+    The one place a worker chooses; v1 is the client's adapter at the wire edge (`NamedWorkerClient`), so a game
+    that speaks v1 is v1 byte for byte on the wire while it hands the loop named dicts like any other."""
+    protocol = getattr(game, "protocol", None)
+    if protocol not in (1, 2):
+        raise ValueError(f"{type(game).__name__}.protocol must be 1 or 2 (the protocol it speaks on the wire), "
+                         f"got {protocol!r}")
+    return protocol
 
 
 def declared_spec(game: VectorGame) -> NamedEnvSpec:
-    """`game`'s spec as the host reads it from the handshake, whichever protocol the game speaks: a v1 game's spec
-    as one tensor "observation" and one discrete head "action" (`named_of_v1`, as the host's codec turns it)."""
-    return game.spec if speaks_v2(game) else named_of_v1(game.spec)
+    """`game`'s spec as the host reads it from the handshake. A game still on v1's `EnvSpec` (being moved to named
+    specs family by family) has its spec as one tensor "observation" and one discrete head "action" (`named_of_v1`,
+    as the host's codec turns it)."""
+    return named_of_v1(game.spec) if isinstance(game.spec, EnvSpec) else game.spec
 
 
 def run_game_worker(
@@ -157,7 +184,7 @@ def run_game_worker(
 ) -> WorkerStats:
     """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
     stop = stop if stop is not None else threading.Event()
-    client = NamedWorkerClient(config.client, declared_spec(game), protocol=2 if speaks_v2(game) else 1)
+    client = NamedWorkerClient(config.client, declared_spec(game), protocol=wire_protocol(game))
 
     def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
         _run_game_session(game, client, stop, stats, seed, backoff, config, logger)
@@ -224,9 +251,9 @@ def split_envs(num_envs: int, streams: int) -> list[int]:
 
 
 def _exchange(game: VectorGame, client: NamedWorkerClient) -> Callable[[GameStep], Any]:
-    """How one step of `game` goes to the host and its actions come back: a v2 game's dicts as they are; a v1 game's
-    arrays as its spec's one tensor and head (`declared_spec`; the client speaks v1 on the wire for it)."""
-    if speaks_v2(game):
+    """How one step of `game` goes to the host and its actions come back: its dicts as they are (the client speaks
+    the game's protocol on the wire). A game still on v1's `EnvSpec` hands arrays: its spec's one tensor and head."""
+    if not isinstance(game.spec, EnvSpec):
         return lambda step: client.step(step.observation, step.reward, step.terminated, step.truncated,
                                         step.legal_mask, step.acting, step.final_observation, step.episode_stats)
     (tensor,), (head,) = client.spec.observation.tensors, client.spec.action.heads

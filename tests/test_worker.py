@@ -16,6 +16,7 @@ import pytest
 
 from envs.gym_vector import make_vector_env
 from envs.gym_worker import UnsupportedEnv, WorkerConfig, env_spec, run_worker
+from envs import worker_loop
 from envs.worker_loop import GameWorkerConfig, split_envs
 from seedleague.protocol.client import (
     Backoff,
@@ -208,6 +209,17 @@ def test_env_spec_of_cartpole_and_unsupported_envs():
     envs.close()
     with pytest.raises(UnsupportedEnv, match="NoSuchGame"):
         make_vector_env("NoSuchGame-v0", 1)
+
+
+def test_a_game_says_which_protocol_it_speaks_on_the_wire_and_one_that_does_not_is_refused_naming_the_attribute():
+    from envs.tug_worker import TugGame
+
+    assert worker_loop.wire_protocol(TugGame(1)) == 2
+    game = TugGame(1)
+    for bad in (None, 3):
+        game.protocol = bad
+        with pytest.raises(ValueError, match=rf"TugGame.protocol must be 1 or 2 .*got {bad}"):
+            worker_loop.run_game_worker(game, GameWorkerConfig(ClientConfig(address="127.0.0.1:1")))
 
 
 def test_run_worker_in_process_stops_on_event():
