@@ -28,7 +28,7 @@ def steps_per_second(game: OpenSpielVectorGame, steps: int, rng: np.random.Gener
     step = game.reset()
     start = time.perf_counter()
     for _ in range(steps):
-        step = game.step(random_legal_actions(rng, step.legal_mask))
+        step = game.step({"action": random_legal_actions(rng, step.legal_mask["action"])})
     return steps * game.spec.num_envs / (time.perf_counter() - start)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import pyspiel
 
 from envs.worker_loop import (CountsIllegalActions, GameStep, IllegalActions, add_game_worker_arguments,
-                               game_worker_main, positive_int, seat_actions, turn_based_spec)
+                               game_worker_main, head_actions, positive_int, turn_based_spec)
 from seedleague.games.openspiel import Encoder, UnsupportedGame, load_game, payoff_bound
 
 log = logging.getLogger("envs.openspiel_worker")
@@ -47,14 +47,14 @@ class OpenSpielVectorGame(CountsIllegalActions):
     """`num_envs` games of one OpenSpiel game, stepped together; a `worker_loop.VectorGame`.
 
         game = OpenSpielVectorGame("kuhn_poker", num_envs=64, seed=0)
-        step = game.reset()                 # GameStep: observation [E, 2, *shape] float32, ...
-        step = game.step(actions)           # actions [E, 2] int; the acting seat's entry is played
+        step = game.reset()                 # GameStep: observation {"observation": [E, 2, *shape] float32}, ...
+        step = game.step({"action": a})     # a [E, 2] int; the acting seat's entry is played
 
     The returned arrays are buffers reused by the next call. Raises UnsupportedGame
     for a game that is not two-player zero-sum sequential with tensors.
     """
 
-    protocol = 1  # spoken on the wire: v1 carries the spec, as every earlier version sent it
+    protocol = 1  # spoken on the wire: v1 carries the spec (`turn_based_spec`), as every earlier version sent it
 
     def __init__(self, game_name: str, num_envs: int, seed: int = 0):
         if num_envs < 1:
@@ -65,6 +65,7 @@ class OpenSpielVectorGame(CountsIllegalActions):
         self.spec = turn_based_spec(f"openspiel:{game_name}", shape, self.num_actions, num_envs, NUM_SEATS,
                                     return_bound=payoff_bound(self.game))
         self._out = GameStep.zeros(self.spec)
+        (self._observation,), (self._legal,) = self._out.observation.values(), self._out.legal_mask.values()
         self._rng = np.random.default_rng(seed)
         self._states: list[pyspiel.State] = []
         self._returns: list[list[float]] = []  # returns at the previous message, per env
@@ -84,14 +85,15 @@ class OpenSpielVectorGame(CountsIllegalActions):
         self._out.terminated.fill(False)
         return self._out
 
-    def step(self, actions: np.ndarray) -> GameStep:
-        """Play the acting seat's action in every env; finished games restart in the same step."""
-        actions = seat_actions(actions, self.spec)
+    def step(self, actions: dict) -> GameStep:
+        """Play the acting seat's action ({"action": [E, 2] int}) in every env; finished games restart in the same
+        step."""
+        actions = head_actions(actions, self.spec)
         out = self._out
         out.terminated.fill(False)
         for env, state in enumerate(self._states):
             player = state.current_player()
-            action = self._illegal.checked(env, player, int(actions[env, player]), out.legal_mask[env, player])
+            action = self._illegal.checked(env, player, int(actions[env, player]), self._legal[env, player])
             state.apply_action(action)
             self._resolve_chance(state)
             returns, before = state.returns(), self._returns[env]
@@ -139,10 +141,10 @@ class OpenSpielVectorGame(CountsIllegalActions):
         """Write env's observations, legal masks and acting flags; `state` is live (a player is to move)."""
         out, player = self._out, state.current_player()
         for seat in range(NUM_SEATS):
-            self._encoder.observation(state, seat, out.observation[env, seat])
+            self._encoder.observation(state, seat, self._observation[env, seat])
             out.acting[env, seat] = player == seat
-        out.legal_mask[env] = False  # seedleague.games.openspiel.legal_mask: only the player to move has legal actions
-        out.legal_mask[env, player, state.legal_actions(player)] = True
+        self._legal[env] = False  # seedleague.games.openspiel.legal_mask: only the player to move has legal actions
+        self._legal[env, player, state.legal_actions(player)] = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

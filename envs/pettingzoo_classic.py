@@ -2,11 +2,13 @@
 `num_envs` copies of one `pettingzoo.classic` game, stepped turn by turn.
 
     game = ClassicVectorGame("tictactoe_v3", num_envs=8, seed=0)
-    step = game.reset()              # GameStep: observation [E, 2, 2, 3, 3] float32, legal_mask [E, 2, 9], acting
-    step = game.step(actions)        # actions [E, 2] int; only the agent to move acts
+    step = game.reset()              # GameStep: observation {"observation": [E, 2, 2, 3, 3] float32},
+                                     # legal_mask {"action": [E, 2, 9]}, acting [E, 2]
+    step = game.step({"action": a})  # a [E, 2] int; only the agent to move acts
 
 Seat s is the env's agent s (`possible_agents` order, e.g. tictactoe's `player_1`,
-`player_2`). Each message carries, per env: `observation[e, s]` = `observe(agent
+`player_2`). Each message carries, per env (the spec's one tensor and head, `worker_loop.turn_based_spec`,
+which v1 carries on the wire): `observation[e, s]` = `observe(agent
 s)["observation"]` as float32, an [H, W, C] board transposed to [C, H, W] planes
 (the layout the host's board torso reads; a vector stays as it is);
 `acting[e, s]` = (agent s is the `agent_selection`); `legal_mask[e, s]` = its
@@ -35,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from envs.worker_loop import CountsIllegalActions, EnvPerSlot, GameStep, IllegalActions, seat_actions, turn_based_spec
+from envs.worker_loop import CountsIllegalActions, EnvPerSlot, GameStep, IllegalActions, head_actions, turn_based_spec
 from seedleague.games import pettingzoo_classic
 from seedleague.games.pettingzoo_classic import (UnsupportedClassicGame, available_games, make_aec_env,  # noqa: F401
                                                  seat_observation, seat_observation_shape)
@@ -51,7 +53,7 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
     The returned arrays are buffers reused by the next call. Raises UnsupportedClassicGame.
     """
 
-    protocol = 1  # spoken on the wire: v1 carries the spec, as every earlier version sent it
+    protocol = 1  # spoken on the wire: v1 carries the spec (`turn_based_spec`), as every earlier version sent it
 
     def __init__(self, game_name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000):
         if num_envs < 1 or max_cycles < 1:
@@ -65,6 +67,7 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
         self.spec = turn_based_spec(f"pettingzoo:{NAMESPACE}/{game_name}", seat_observation_shape(board),
                                     self.num_actions, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec)
+        (self._observation,), (self._legal,) = self._out.observation.values(), self._out.legal_mask.values()
         self._turns = np.zeros(num_envs, np.int64)  # turns of each env's current episode
         self._illegal = IllegalActions(log)  # host actions replaced by the first legal action
 
@@ -74,13 +77,14 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
         self._start_all(seed)
         return self._out.clear_ends()
 
-    def step(self, actions: np.ndarray) -> GameStep:
-        """The acting seat's action in every env; games that end restart in the same step."""
-        actions = seat_actions(actions, self.spec)
+    def step(self, actions: dict) -> GameStep:
+        """The acting seat's action ({"action": [E, 2] int}) in every env; games that end restart in the same
+        step."""
+        actions = head_actions(actions, self.spec)
         out = self._out
         for env, game in enumerate(self._envs):
             seat = self._agents.index(game.agent_selection)
-            game.step(self._illegal.checked(env, seat, int(actions[env, seat]), out.legal_mask[env, seat]))
+            game.step(self._illegal.checked(env, seat, int(actions[env, seat]), self._legal[env, seat]))
             self._turns[env] += 1
             for s, agent in enumerate(self._agents):
                 out.reward[env, s] = game.rewards.get(agent, 0.0)
@@ -108,6 +112,6 @@ class ClassicVectorGame(CountsIllegalActions, EnvPerSlot):
         for seat, agent in sorted(enumerate(self._agents), key=lambda pair: pair[1] == mover):
             observed = game.observe(agent)
             board = observed["observation"]
-            out.observation[env, seat] = seat_observation(board)
+            self._observation[env, seat] = seat_observation(board)
             out.acting[env, seat] = agent == mover
-            out.legal_mask[env, seat] = np.asarray(observed["action_mask"], bool) if agent == mover else False
+            self._legal[env, seat] = np.asarray(observed["action_mask"], bool) if agent == mover else False

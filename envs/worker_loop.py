@@ -37,6 +37,7 @@ from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, Ho
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import NamedEnvSpec, named_of_v1
+from seedleague.rl.named_spec import v1_specs
 from seedleague.security import add_security_flags, client_security_from_args
 
 log = logging.getLogger("envs.worker_loop")
@@ -546,13 +547,13 @@ def game_worker_main(
 
 
 def turn_based_spec(env_name: str, observation_shape: Sequence[int], num_actions: int, num_envs: int,
-                    num_seats: int = 2, return_bound: float = 0.0) -> EnvSpec:
-    """The v1 spec of a turn-based board or card game: float32 observations for every seat, and a legal mask
-    (all False for the seats not to move), as the OpenSpiel and PettingZoo classic workers send; `return_bound`
-    is the game's largest absolute payoff where it declares one (0: not declared)."""
-    return EnvSpec(env_name=env_name, observation_shape=tuple(observation_shape), observation_dtype=np.float32,
-                   num_actions=num_actions, num_envs=num_envs, num_seats=num_seats, has_legal_mask=True,
-                   return_bound=return_bound)
+                    num_seats: int = 2, return_bound: float = 0.0) -> NamedEnvSpec:
+    """The spec of a turn-based board or card game: float32 observations for every seat as one tensor
+    "observation", and one discrete head "action" with a legal mask (all False for the seats not to move), as the
+    OpenSpiel and PettingZoo classic workers send; `return_bound` is the game's largest absolute payoff where it
+    declares one (0: not declared). v1's form: such a game speaks v1 on the wire, byte for byte what it always sent."""
+    observation, action = v1_specs(tuple(observation_shape), np.float32, num_actions, True)
+    return NamedEnvSpec(env_name, observation, action, num_envs, num_seats, return_bound=return_bound)
 
 
 def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]],

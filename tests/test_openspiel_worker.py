@@ -22,19 +22,27 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAST = cw.CheckConfig(steps=30, timeout_s=20.0, shutdown_timeout_s=5.0)
 
 
+def _random(rng: np.random.Generator, game: OpenSpielVectorGame, step) -> dict:
+    """Random legal actions for the game's one head, "action"."""
+    return {"action": random_legal_actions(rng, v1_of_named(game.spec), step.legal_mask["action"])}
+
+
 def _play(game: OpenSpielVectorGame, steps: int, seed: int = 0):
-    """Random legal actions for `steps` steps; yields (states before, step) with the step's arrays copied."""
+    """Random legal actions for `steps` steps; yields (states before, step) with the step's arrays copied (the
+    spec's one tensor "observation" and head "action" as plain arrays)."""
     rng = np.random.default_rng(seed)
     step = game.reset(seed)
     for _ in range(steps):
-        actions = random_legal_actions(rng, game.spec, step.legal_mask)
+        actions = _random(rng, game, step)
         before = game.states  # the same objects: a finished one keeps its terminal state
         step = game.step(actions)
-        yield before, {name: np.copy(getattr(step, name)) for name in ("observation", "reward", "terminated", "legal_mask", "acting")}
+        yield before, {"observation": np.copy(step.observation["observation"]),
+                       "legal_mask": np.copy(step.legal_mask["action"]),
+                       **{name: np.copy(getattr(step, name)) for name in ("reward", "terminated", "acting")}}
 
 
 def test_spec_of_kuhn_poker():
-    spec = OpenSpielVectorGame("kuhn_poker", num_envs=3).spec
+    spec = v1_of_named(OpenSpielVectorGame("kuhn_poker", num_envs=3).spec)  # named, and of v1's form: v1 carries it
     assert (spec.env_name, spec.observation_shape, spec.observation_dtype) == ("openspiel:kuhn_poker", (11,), np.float32)
     assert (spec.num_actions, spec.num_envs, spec.num_seats, spec.has_legal_mask) == (2, 3, 2, True)
     assert spec.return_bound == 2.0  # bet and call: one chip ante, one bet
@@ -78,7 +86,7 @@ def _deals(seed: int, num_envs: int = 4, steps: int = 60) -> list[tuple[int, ...
     step = game.reset(seed=seed)
     deals = [tuple(state.history()[:2]) for state in game.states]
     for _ in range(steps):
-        step = game.step(random_legal_actions(rng, game.spec, step.legal_mask))
+        step = game.step(_random(rng, game, step))
         deals += [tuple(game.states[env].history()[:2]) for env in np.flatnonzero(step.terminated)]
     return deals
 
@@ -134,23 +142,24 @@ def test_a_finished_game_restarts_in_the_same_step():
     game = OpenSpielVectorGame("kuhn_poker", num_envs=1, seed=0)
     step = game.reset(seed=0)
     first = game.states[0]
-    step = game.step(np.zeros((1, 2), np.int32))  # player 0 passes
+    step = game.step({"action": np.zeros((1, 2), np.int32)})  # player 0 passes
     assert not step.terminated[0] and step.reward.tolist() == [[0.0, 0.0]] and step.acting.tolist() == [[False, True]]
-    step = game.step(np.zeros((1, 2), np.int32))  # player 1 passes: showdown, the higher card wins 1
+    step = game.step({"action": np.zeros((1, 2), np.int32)})  # player 1 passes: showdown, the higher card wins 1
     assert first.is_terminal() and step.terminated[0]
     assert step.reward[0].tolist() == first.returns() and abs(step.reward[0, 0]) == 1.0
     fresh = game.states[0]
     assert fresh is not first and len(fresh.history()) == 2 and not fresh.is_terminal()  # dealt, nobody moved
-    assert step.acting.tolist() == [[True, False]] and step.legal_mask.tolist() == [[[True, True], [False, False]]]
-    np.testing.assert_array_equal(step.observation[0, 1], encode(fresh, 1))
-    step = game.step(np.zeros((1, 2), np.int32))
+    assert step.acting.tolist() == [[True, False]]
+    assert step.legal_mask["action"].tolist() == [[[True, True], [False, False]]]
+    np.testing.assert_array_equal(step.observation["observation"][0, 1], encode(fresh, 1))
+    step = game.step({"action": np.zeros((1, 2), np.int32)})
     assert not step.terminated[0] and game.states[0] is fresh
 
 
 def test_illegal_actions_are_counted_logged_and_replaced_by_the_first_legal_one(caplog):
     game = OpenSpielVectorGame("tic_tac_toe", num_envs=3, seed=0)
     game.reset()
-    centre = np.full((3, 2), 4, np.int32)
+    centre = {"action": np.full((3, 2), 4, np.int32)}
     game.step(centre)  # seat 0 takes the centre in every env
     assert game.illegal_actions == 0
     with caplog.at_level(logging.WARNING, logger="envs.openspiel_worker"):
@@ -166,9 +175,13 @@ def test_illegal_actions_are_counted_logged_and_replaced_by_the_first_legal_one(
 def test_out_of_range_actions_are_replaced_and_non_acting_seats_ignored():
     game = OpenSpielVectorGame("kuhn_poker", num_envs=2, seed=0)
     game.reset()
-    game.step(np.array([[1, -5], [9, 99]], np.int32))  # seat 0 acts: env 0 bets, env 1 is out of range
+    game.step({"action": np.array([[1, -5], [9, 99]], np.int32)})  # seat 0 acts: env 0 bets, env 1 is out of range
     assert game.illegal_actions == 1
     assert [state.history()[2:] for state in game.states] == [[1], [0]]
+    with pytest.raises(ValueError, match=r"actions must be \{'action': \[E, S\] int\}, got ndarray"):
+        game.step(np.zeros((2, 2), np.int32))  # the named head's dict, not v1's bare array
+    with pytest.raises(ValueError, match=r"actions\['action'\] have shape \(2,\), expected \(2, 2\)"):
+        game.step({"action": np.zeros(2, np.int32)})
 
 
 def _worker(game: str, num_envs: int) -> list[str]:
@@ -182,6 +195,7 @@ def _worker(game: str, num_envs: int) -> list[str]:
 def test_worker_passes_every_check(game, shape, actions):
     report = cw.check_worker(_worker(game, 4), FAST)
     assert report.passed, report.format()
+    assert "protocol v1," in report.format()  # named inside the worker, v1 on the wire as it always was
     spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions) == (f"openspiel:{game}", shape, actions)
     assert (spec.num_envs, spec.num_seats, spec.has_legal_mask) == (4, 2, True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -17,7 +16,8 @@ from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
 from seedleague.testing.fakes import random_legal_actions
 from seedleague.protocol.named import v1_of_named
 from seedleague.tools import check_worker as cw
-from test_e2e import SEEDLEAGUE, run_cli, summary
+from conftest import seedleague_here
+from test_e2e import run_cli, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 X_WINS = [0, 3, 1, 4, 2]  # seat 0 takes the top row
@@ -31,15 +31,17 @@ def play(game: ClassicVectorGame, moves_by_env: list[list[int]], junk: int = 8):
         actions = np.full((game.spec.num_envs, 2), junk)
         for env, moves in enumerate(moves_by_env):
             actions[env, turn % 2] = moves[turn] if turn < len(moves) else 0
-        step = game.step(actions)
-        steps.append({name: np.copy(getattr(step, name))
-                      for name in ("observation", "reward", "terminated", "truncated", "legal_mask", "acting")})
+        step = game.step({"action": actions})
+        steps.append({"observation": np.copy(step.observation["observation"]),
+                      "legal_mask": np.copy(step.legal_mask["action"]),
+                      **{name: np.copy(getattr(step, name))
+                         for name in ("reward", "terminated", "truncated", "acting")}})
     return steps
 
 
 def test_spec_of_tictactoe():
     game = ClassicVectorGame("tictactoe_v3", num_envs=3)
-    spec = game.spec
+    spec = v1_of_named(game.spec)  # named, and of v1's form: v1 carries it on the wire
     assert (spec.env_name, spec.observation_shape, spec.observation_dtype) == ("pettingzoo:classic/tictactoe_v3",
                                                                                (2, 3, 3), np.float32)
     assert (spec.num_actions, spec.num_envs, spec.num_seats, spec.has_legal_mask) == (9, 3, 2, True)
@@ -48,8 +50,8 @@ def test_spec_of_tictactoe():
 def test_a_hand_played_game_alternates_turns_masks_and_credits_both_seats():
     game = ClassicVectorGame("tictactoe_v3", num_envs=2)
     first = game.reset(seed=0)
-    assert first.acting.tolist() == [[True, False]] * 2 and first.legal_mask[:, 0].all()
-    assert not first.legal_mask[:, 1].any() and not first.observation.any()
+    assert first.acting.tolist() == [[True, False]] * 2 and first.legal_mask["action"][:, 0].all()
+    assert not first.legal_mask["action"][:, 1].any() and not first.observation["observation"].any()
     steps = play(game, [X_WINS, DRAW])
     for turn, step in enumerate(steps[:4]):  # env 0 before its last move: seat (turn + 1) % 2 is to move
         mover = (turn + 1) % 2
@@ -77,11 +79,11 @@ def test_a_hand_played_game_alternates_turns_masks_and_credits_both_seats():
 def test_an_illegal_action_is_replaced_by_the_first_legal_one():
     game = ClassicVectorGame("tictactoe_v3", num_envs=1)
     game.reset()
-    game.step(np.array([[4, 0]]))
-    step = game.step(np.array([[0, 4]]))  # seat 1 picks the taken centre: it plays cell 0 instead
+    game.step({"action": np.array([[4, 0]])})
+    step = game.step({"action": np.array([[0, 4]])})  # seat 1 picks the taken centre: it plays cell 0 instead
     assert game.illegal_actions == 1 and not step.terminated[0]
-    assert np.flatnonzero(step.observation[0, 1, 0]).tolist() == [0]
-    assert np.flatnonzero(step.observation[0, 0, 0]).tolist() == [4]
+    assert np.flatnonzero(step.observation["observation"][0, 1, 0]).tolist() == [0]
+    assert np.flatnonzero(step.observation["observation"][0, 0, 0]).tolist() == [4]
 
 
 def test_max_cycles_truncates_and_restarts():
@@ -95,11 +97,12 @@ def test_max_cycles_truncates_and_restarts():
 
 def test_connect_four_shows_planes_channels_first():
     game = make_vector_game("classic/connect_four_v3", num_envs=1)
-    assert (game.spec.observation_shape, game.spec.num_actions) == ((2, 6, 7), 7)
+    spec = v1_of_named(game.spec)
+    assert (spec.observation_shape, spec.num_actions) == ((2, 6, 7), 7)
     step = game.reset()
-    step = game.step(np.array([[3, 0]]))
-    assert np.flatnonzero(step.observation[0, 0, 0]).tolist() == [5 * 7 + 3]  # seat 0's disc, bottom row
-    assert np.flatnonzero(step.observation[0, 1, 1]).tolist() == [5 * 7 + 3]  # the opponent's plane for seat 1
+    step = game.step({"action": np.array([[3, 0]])})
+    assert np.flatnonzero(step.observation["observation"][0, 0, 0]).tolist() == [5 * 7 + 3]  # seat 0's disc, bottom row
+    assert np.flatnonzero(step.observation["observation"][0, 1, 1]).tolist() == [5 * 7 + 3]  # the opponent's plane
     assert {"connect_four_v3", "tictactoe_v3"} <= set(available_games())
 
 
@@ -108,14 +111,14 @@ def test_tictactoe_worker_passes_every_check():
                "classic/tictactoe_v3", "--num-envs", "4", "--backoff-initial", "0.05", "--backoff-max", "0.3"]
     report = cw.check_worker(command, cw.CheckConfig(steps=40, timeout_s=30.0, shutdown_timeout_s=5.0))
     assert report.passed, report.format()
+    assert "protocol v1," in report.format()  # named inside the worker, v1 on the wire as it always was
     spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions, spec.num_seats, spec.has_legal_mask) == (
         "pettingzoo:classic/tictactoe_v3", (2, 3, 3), 9, 2, True)
 
 
-def test_train_refuses_an_unknown_classic_game_before_starting_anything(tmp_path):
-    done = subprocess.run(SEEDLEAGUE + ["train", "--env", "pettingzoo:classic/nope_v1", "--run-dir",
-                                        str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+def test_train_refuses_an_unknown_classic_game_before_starting_anything(tmp_path, capsys):
+    done = seedleague_here(capsys, "train", "--env", "pettingzoo:classic/nope_v1", "--run-dir", str(tmp_path / "run"))
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "--env pettingzoo:classic/nope_v1 is refused: unsupported PettingZoo game 'classic/nope_v1'" in done.stderr
     assert not os.path.exists(tmp_path / "run" / "logs")
@@ -144,8 +147,8 @@ def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
     returns, outcomes = np.zeros((4, 2)), []
     for _ in range(300):
         assert (step.acting.sum(axis=1) == 1).all()
-        assert (step.legal_mask.any(axis=2) == step.acting).all()  # the mover has a legal action, the other none
-        step = game.step(random_legal_actions(rng, game.spec, step.legal_mask))
+        assert (step.legal_mask["action"].any(axis=2) == step.acting).all()  # the mover has a legal action only
+        step = game.step({"action": random_legal_actions(rng, v1_of_named(game.spec), step.legal_mask["action"])})
         returns += step.reward
         for env in np.flatnonzero(step.terminated):
             outcomes.append(tuple(returns[env]))
@@ -157,8 +160,8 @@ def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
 def test_illegal_actions_are_logged_once_then_one_in_n(caplog):
     game = ClassicVectorGame("tictactoe_v3", num_envs=3)
     game.reset()
-    game.step(np.full((3, 2), 4))
+    game.step({"action": np.full((3, 2), 4)})
     with caplog.at_level(logging.WARNING, logger="envs.pettingzoo_classic"):
-        game.step(np.full((3, 2), 4))
+        game.step({"action": np.full((3, 2), 4)})
     warnings = [r.getMessage() for r in caplog.records if "illegal" in r.getMessage()]
     assert game.illegal_actions == 3 and len(warnings) == 1 and "action 4 for env 0 seat 1" in warnings[0]

@@ -137,7 +137,8 @@ def test_a_classic_game_is_played_to_its_end_from_either_seat_and_the_agent_sees
     assert session.outcome() == {1: 1.0, 0: 0.5, -1: 0.0}[int(np.sign(view["returns"][seat] - view["returns"][1 - seat]))]
     spec = ClassicVectorGame("tictactoe_v3", num_envs=1).spec  # the worker's observation: float32 [2, 3, 3] planes
     observation, mask = agent.seen[0]
-    assert observation.shape == tuple(spec.observation_shape) and observation.dtype == np.float32 and mask.dtype == bool
+    assert observation.shape == spec.observation.tensors[0].shape  # the spec's one tensor, "observation"
+    assert observation.dtype == np.float32 and mask.dtype == bool
     assert [h["who"] for h in view["history"]][:2] == (["you", "agent"] if seat == 0 else ["agent", "you"])
 
 
