@@ -319,10 +319,13 @@ def test_bad_tls_flags_exit_2_naming_the_flag(worker_binary, tmp_path):
         assert result.returncode == 2 and problem in result.stderr, (flags, result.stderr)
 
 
-# The test-sized run: a small MLP, short unrolls, snapshots every 3 updates, small opponent prefetches.
+# The test-sized run: a small MLP, short unrolls, snapshots every 3 updates, small opponent prefetches, and one Adam
+# step an update (the game recipe takes 4 x 4, which on CPU a board torso's update unrolls: 16 convolution steps to
+# compile): the run checks the worker, TLS, the league and the output, not learning.
 SMALL_LEAGUE = ["--unroll-length", "4", "--batch-size", "8", "--network.hidden-sizes", "16", "--replay.capacity", "64",
                 "--league.check-in-interval-s", "0.5", "--league.prefetch", "16",
-                "--league-config.snapshot-interval-steps", "3", "--no-eval"]
+                "--league-config.snapshot-interval-steps", "3", "--learner.epochs", "1", "--learner.minibatches", "1",
+                "--no-eval"]
 
 
 @pytest.fixture(scope="module")
