@@ -51,8 +51,10 @@ from envs.atari import FRAME_STACK, SCREEN_SIZE
 from envs.pettingzoo_classic import ClassicVectorGame, UnsupportedClassicGame
 from envs.pettingzoo_mpe import UnsupportedMPEGame, make_mpe_game
 from envs.pettingzoo_parallel import ParallelVectorGame
-from envs.worker_loop import EnvPerSlot, GameStep, add_game_worker_arguments, game_worker_main, positive_int, seat_actions
-from seedleague.protocol.specs import EnvSpec
+from envs.worker_loop import (EnvPerSlot, GameStep, add_game_worker_arguments, game_worker_main, head_actions,
+                               positive_int)
+from seedleague.protocol.named import NamedEnvSpec
+from seedleague.rl.named_spec import v1_specs
 
 log = logging.getLogger("envs.pettingzoo_worker")
 
@@ -141,13 +143,13 @@ class PettingZooVectorGame(EnvPerSlot):
     """`num_envs` two-player PettingZoo Atari games, stepped together; a `worker_loop.VectorGame`.
 
         game = PettingZooVectorGame("pong_v3", num_envs=2, seed=0, max_cycles=5000)
-        step = game.reset()             # GameStep: observation [E, 2, 84, 84, 4] uint8, acting all True
-        step = game.step(actions)       # actions [E, 2] int in [0, 6): both seats act
+        step = game.reset()             # GameStep: observation {"observation": [E, 2, 84, 84, 4] uint8}, acting
+        step = game.step({"action": a}) # a [E, 2] int in [0, 6): both seats act
 
     The returned arrays are buffers reused by the next call.
     """
 
-    protocol = 1  # spoken on the wire: v1 carries the spec, as every earlier version sent it
+    protocol = 1  # spoken on the wire: v1 carries the spec (one tensor, one unmasked head), as it always did
 
     def __init__(self, game_name: str, num_envs: int, seed: int = 0, max_cycles: int = 5000, mirror: bool = True):
         if num_envs < 1 or max_cycles < 1:
@@ -159,15 +161,10 @@ class PettingZooVectorGame(EnvPerSlot):
         self._open_envs(lambda: make_parallel_env(game_name, max_frames), num_envs)
         self._agents = list(self._envs[0].possible_agents)
         self.num_actions = int(self._envs[0].action_space(self._agents[0]).n)
-        self.spec = EnvSpec(
-            env_name=f"pettingzoo:{game_name}",
-            observation_shape=(SCREEN_SIZE, SCREEN_SIZE, FRAME_STACK),
-            observation_dtype=np.uint8,
-            num_actions=self.num_actions,
-            num_envs=num_envs,
-            num_seats=NUM_SEATS,
-        )
+        observation, action = v1_specs((SCREEN_SIZE, SCREEN_SIZE, FRAME_STACK), np.uint8, self.num_actions, False)
+        self.spec = NamedEnvSpec(f"pettingzoo:{game_name}", observation, action, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec, acting=True)
+        (self._stacks,) = self._out.observation.values()  # [E, 2, 84, 84, 4]: each seat's frame stack
         self._rng = np.random.default_rng(seed)
         self._steps = np.zeros(num_envs, np.int64)  # steps of each env's current episode
 
@@ -179,9 +176,10 @@ class PettingZooVectorGame(EnvPerSlot):
             self._start(env, None if seed is None else seed + env)
         return self._out.clear_ends()
 
-    def step(self, actions: np.ndarray) -> GameStep:
-        """Both seats' actions for FRAME_SKIP frames in every env; ended episodes restart in the same step."""
-        actions = seat_actions(actions, self.spec)
+    def step(self, actions: dict) -> GameStep:
+        """Both seats' actions ({"action": [E, 2] int}) for FRAME_SKIP frames in every env; ended episodes restart
+        in the same step."""
+        actions = head_actions(actions, self.spec)
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise ValueError(f"actions must be in [0, {self.num_actions}), got {actions.tolist()}")
         out = self._out
@@ -225,19 +223,19 @@ class PettingZooVectorGame(EnvPerSlot):
                 observations, _ = game.reset()
             frame = observations[self._agents[0]]
         self._steps[env] = 0
-        stack = self._out.observation[env, 0]
+        stack = self._stacks[env, 0]
         stack[...] = _downsample(frame)[:, :, None]
         self._show_second_seat(env)
 
     def _push(self, env: int, frame: np.ndarray) -> None:
         """Shift env's stack by one frame and append `frame` as the newest channel."""
-        stack = self._out.observation[env, 0]
+        stack = self._stacks[env, 0]
         stack[:, :, :-1] = stack[:, :, 1:]  # numpy copies overlapping slices correctly
         stack[:, :, -1] = _downsample(frame)
         self._show_second_seat(env)
 
     def _show_second_seat(self, env: int) -> None:
-        observation = self._out.observation[env]
+        observation = self._stacks[env]
         observation[1] = observation[0, :, ::-1] if self.mirror else observation[0]
 
 

@@ -74,16 +74,10 @@ class GameStep:
 
 
     @classmethod
-    def zeros(cls, spec: Any, acting: bool = False) -> "GameStep":
+    def zeros(cls, spec: NamedEnvSpec, acting: bool = False) -> "GameStep":
         """Buffers for `spec`'s steps, all zero (a legal mask for each head that declares one; every seat acting
         when `acting`): what a game's `step` fills in place."""
         agents = (spec.num_envs, spec.num_seats)
-        if isinstance(spec, EnvSpec):  # a game still on v1's spec (being moved to named ones, family by family)
-            return cls(observation=np.zeros(agents + spec.observation_shape, spec.observation_dtype),
-                       reward=np.zeros(agents, np.float32), terminated=np.zeros(spec.num_envs, bool),
-                       truncated=np.zeros(spec.num_envs, bool),
-                       legal_mask=np.zeros(agents + (spec.num_actions,), bool) if spec.has_legal_mask else None,
-                       acting=(np.ones if acting else np.zeros)(agents, bool))
         masks = {head.name: np.zeros(agents + (head.num_actions,), bool) for head in spec.masked_heads}
         return cls(observation=spec.observation.zeros(agents), reward=np.zeros(agents, np.float32),
                    terminated=np.zeros(spec.num_envs, bool), truncated=np.zeros(spec.num_envs, bool),

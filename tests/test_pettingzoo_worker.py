@@ -83,28 +83,30 @@ def fake_game(monkeypatch):
 def test_frames_are_skipped_pooled_stacked_and_rewards_summed(fake_game):
     game, envs = fake_game
     step = game.reset()
-    assert (step.observation[:, 0, :, 80:] == 0).all()  # frame 0 in every channel
-    step = game.step(np.array([[2, 2], [2, 0]], np.int32))
+    assert (step.observation["observation"][:, 0, :, 80:] == 0).all()  # frame 0 in every channel
+    step = game.step({"action": np.array([[2, 2], [2, 0]], np.int32)})
     assert [env.frame for env in envs] == [FRAME_SKIP] * 2
     assert step.reward.tolist() == [[FRAME_SKIP, -FRAME_SKIP], [0, 0]] and step.reward.dtype == np.float32
-    right = step.observation[0, 0, 42, 60]  # a pixel on the right half: [frame 0, 0, 0, max(3, 4)]
-    assert right.tolist() == [0, 0, 0, 4] and (step.observation[0, 0, :, :30] == 0).all()
-    np.testing.assert_array_equal(step.observation[:, 1], step.observation[:, 0, :, ::-1])  # seat 1 mirrored
-    step = game.step(np.zeros((2, 2), np.int32))
-    assert step.observation[0, 0, 42, 60].tolist() == [0, 0, 4, 8] and not step.terminated.any()
+    stacks = step.observation["observation"]
+    right = stacks[0, 0, 42, 60]  # a pixel on the right half: [frame 0, 0, 0, max(3, 4)]
+    assert right.tolist() == [0, 0, 0, 4] and (stacks[0, 0, :, :30] == 0).all()
+    np.testing.assert_array_equal(stacks[:, 1], stacks[:, 0, :, ::-1])  # seat 1 mirrored
+    step = game.step({"action": np.zeros((2, 2), np.int32)})
+    assert step.observation["observation"][0, 0, 42, 60].tolist() == [0, 0, 4, 8] and not step.terminated.any()
     assert step.acting.all() and step.legal_mask is None
 
 
 def test_game_over_terminates_and_restarts_in_the_same_step(fake_game):
     game, envs = fake_game
     game.reset()
-    game.step(np.zeros((2, 2), np.int32))
-    game.step(np.zeros((2, 2), np.int32))  # 8 frames
-    step = game.step(np.full((2, 2), 2, np.int32))  # frames 9 and 10 score, then the game is over
+    game.step({"action": np.zeros((2, 2), np.int32)})
+    game.step({"action": np.zeros((2, 2), np.int32)})  # 8 frames
+    step = game.step({"action": np.full((2, 2), 2, np.int32)})  # frames 9 and 10 score, then the game is over
     assert step.terminated.tolist() == [True, True] and not step.truncated.any()
     assert step.reward.tolist() == [[2, -2], [2, -2]]
-    assert [env.resets for env in envs] == [2, 2] and (step.observation[:, :, :, 80:] == 0).all()  # fresh frame 0
-    assert game.episodes == 2 and not game.step(np.zeros((2, 2), np.int32)).terminated.any()
+    stacks = step.observation["observation"]
+    assert [env.resets for env in envs] == [2, 2] and (stacks[:, :, :, 80:] == 0).all()  # fresh frame 0
+    assert game.episodes == 2 and not game.step({"action": np.zeros((2, 2), np.int32)}).terminated.any()
 
 
 def test_max_cycles_truncates(monkeypatch):
@@ -113,34 +115,36 @@ def test_max_cycles_truncates(monkeypatch):
     step = game.reset()
     flags = []
     for _ in range(7):
-        step = game.step(np.zeros((1, 2), np.int32))
+        step = game.step({"action": np.zeros((1, 2), np.int32)})
         flags.append((bool(step.terminated[0]), bool(step.truncated[0])))
     assert flags == [(False, False), (False, False), (False, True)] * 2 + [(False, False)]
-    np.testing.assert_array_equal(step.observation[0, 1], step.observation[0, 0])  # same frame for both seats
+    stacks = step.observation["observation"]
+    np.testing.assert_array_equal(stacks[0, 1], stacks[0, 0])  # same frame for both seats
 
 
 def test_actions_outside_the_action_space_are_refused(fake_game):
     game, _ = fake_game
     game.reset()
     with pytest.raises(ValueError, match=r"actions must be in \[0, 6\)"):
-        game.step(np.array([[0, 6], [0, 0]]))
+        game.step({"action": np.array([[0, 6], [0, 0]])})
 
 
 def test_real_pong_steps_both_seats_and_truncates():
     game = PettingZooVectorGame("pong_v3", num_envs=1, seed=0, max_cycles=6)
     try:
-        spec = game.spec
+        spec = v1_of_named(game.spec)  # named, and of v1's form: v1 carries it on the wire
         assert (spec.env_name, spec.observation_shape, spec.observation_dtype) == ("pettingzoo:pong_v3", (84, 84, 4), np.uint8)
         assert (spec.num_actions, spec.num_seats, spec.has_legal_mask) == (6, 2, False)
         step = game.reset(seed=0)
-        assert step.observation.shape == (1, 2, 84, 84, 4) and step.observation.any()
+        assert set(step.observation) == {"observation"}
+        assert step.observation["observation"].shape == (1, 2, 84, 84, 4) and step.observation["observation"].any()
         rng = np.random.default_rng(0)
         for number in range(1, 7):
-            step = game.step(rng.integers(0, 6, (1, 2)))
+            step = game.step({"action": rng.integers(0, 6, (1, 2))})
             assert step.truncated[0] == (number == 6) and not step.terminated[0]
-        stack = step.observation[0, 0]
+        stack = step.observation["observation"][0, 0]
         assert all((stack[..., k] == stack[..., 0]).all() for k in range(4))  # a fresh episode's first frame
-        np.testing.assert_array_equal(step.observation[0, 1], stack[:, ::-1])
+        np.testing.assert_array_equal(step.observation["observation"][0, 1], stack[:, ::-1])
     finally:
         game.close()
 
@@ -152,6 +156,7 @@ def test_pong_worker_passes_every_check():
     ]
     report = cw.check_worker(command, cw.CheckConfig(steps=20, timeout_s=30.0, shutdown_timeout_s=5.0))
     assert report.passed, report.format()
+    assert "protocol v1," in report.format()  # named inside the worker, v1 on the wire as it always was
     spec = v1_of_named(report.spec)  # the fake host keeps the named spec; these games are v1's
     assert (spec.env_name, spec.observation_shape, spec.num_actions, spec.num_seats) == ("pettingzoo:pong_v3", (84, 84, 4), 6, 2)
     assert "ended at step 10" in report.result(cw.EPISODES).detail
