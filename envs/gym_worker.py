@@ -54,9 +54,10 @@ from envs.worker_loop import (
     game_worker_main,
     positive_int,
     run_game_worker,
-    seat_actions,
+    head_actions,
 )
-from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.named import NamedEnvSpec
+from seedleague.rl.named_spec import v1_specs
 
 log = logging.getLogger("envs.gym_worker")
 
@@ -86,9 +87,9 @@ class WorkerConfig:
             raise ValueError("bad worker config: " + "; ".join(problems))
 
 
-def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> EnvSpec:
-    """The v1 EnvSpec a worker stepping `envs` (a Box observation, a Discrete action) declares in its handshake
-    (one seat per env)."""
+def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> NamedEnvSpec:
+    """The spec a worker stepping `envs` (a Box observation, a Discrete action) declares in its handshake (one seat
+    per env): v1's form, one tensor "observation" and one discrete head "action", which v1 carries on the wire."""
     action_space = envs.single_action_space
     if not isinstance(action_space, gym.spaces.Discrete):
         raise UnsupportedEnv(f"{env_id} has action space {action_space}; a protocol v1 spec takes Discrete only "
@@ -98,22 +99,17 @@ def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> EnvSpec:
         raise UnsupportedEnv(
             f"{env_id} has observation space {observation_space}; wrap it in gymnasium.wrappers.FlattenObservation"
         )
-    return EnvSpec(
-        env_name=env_id,
-        observation_shape=observation_space.shape,
-        observation_dtype=protocol_dtype(observation_space.dtype),
-        num_actions=int(action_space.n),
-        num_envs=envs.num_envs,
-        num_seats=1,
-    )
+    observation, action = v1_specs(tuple(observation_space.shape), protocol_dtype(observation_space.dtype),
+                                   int(action_space.n), False)
+    return NamedEnvSpec(env_id, observation, action, envs.num_envs)
 
 
 class GymVectorGame:
     """A gymnasium vector env as a `worker_loop.VectorGame` with one seat per env.
 
         game = make_gym_game("CartPole-v1", num_envs=64)     # or GymVectorGame("CartPole-v1", envs)
-        step = game.reset(seed=0)          # GameStep: observation [E, 1, 4], reward [E, 1], flags [E]
-        step = game.step(actions)          # actions [E, 1] int in [0, n)
+        step = game.reset(seed=0)          # GameStep: observation {"observation": [E, 1, 4]}, reward [E, 1], flags [E]
+        step = game.step({"action": a})    # a [E, 1] int in [0, n)
 
     The returned arrays are views of the vector env's buffers, overwritten by the
     next call. Any autoreset mode maps onto the protocol (module docstring).
@@ -145,13 +141,12 @@ class GymVectorGame:
             self._acting.fill(True)
         return self._game_step(observation, self._no_reward, self._not_ended, self._not_ended)
 
-    def step(self, actions: np.ndarray) -> GameStep:
-        """Apply `actions` [E, 1] (protocol v2: {head: [E, 1, ...]}); ended envs restart as the autoreset mode
-        allows (module docstring)."""
+    def step(self, actions: dict) -> GameStep:
+        """Apply `actions` {head: [E, 1, ...]} (Box + Discrete: {"action": [E, 1]}); ended envs restart as the
+        autoreset mode allows (module docstring)."""
         if self.spaces is not None:
             return self._step_named(actions)
-        actions = seat_actions(actions, self.spec)
-        chosen = actions[:, 0]
+        chosen = head_actions(actions, self.spec)[:, 0]
         if self._acting is not None:  # a restarting env ignores its action: keep it in range all the same
             chosen = np.where(self._acting[:, 0], chosen, 0)
         observation, reward, terminated, truncated, _ = self.envs.step(chosen + self._offset if self._offset else chosen)
@@ -196,8 +191,9 @@ class GymVectorGame:
 
     def _game_step(self, observation, reward, terminated, truncated) -> GameStep:
         return GameStep(
-            # views: [E, *obs] -> [E, 1, *obs]; protocol v2: {name: [E, 1, *shape]}
-            observation=observation[:, None] if self.spaces is None else self.spaces.observation(observation),
+            # views: {name: [E, 1, *shape]} ([E, *obs] -> [E, 1, *obs] for Box + Discrete)
+            observation={"observation": observation[:, None]} if self.spaces is None
+            else self.spaces.observation(observation),
             reward=np.asarray(reward)[:, None],
             terminated=terminated,
             truncated=truncated,

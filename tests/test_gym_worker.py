@@ -32,9 +32,9 @@ def play(game: GymVectorGame, messages: int = MESSAGES) -> list[tuple]:
     received, step = [], game.reset(SEED)
     for index in range(messages):
         if index:
-            step = game.step(np.array([[policy(o)] for o in step.observation[:, 0]]))
+            step = game.step({"action": np.array([[policy(o)] for o in step.observation["observation"][:, 0]])})
         acting = np.ones(NUM_ENVS, bool) if step.acting is None else step.acting[:, 0].copy()
-        received.append((step.observation[:, 0].copy(), step.reward[:, 0].copy(), step.terminated.copy(),
+        received.append((step.observation["observation"][:, 0].copy(), step.reward[:, 0].copy(), step.terminated.copy(),
                          step.truncated.copy(), acting))
     return received
 
@@ -154,13 +154,14 @@ def test_native_cartpole_next_step_autoreset_reaches_the_host_as_a_restart_row()
 def test_reset_reseeds_and_a_second_reset_starts_fresh_episodes():
     game = GymVectorGame("CartPole-v1", sync_cartpole(SAME))
     try:
-        first = game.reset(SEED).observation.copy()
-        game.step(np.zeros((NUM_ENVS, 1), np.int64))
+        first = game.reset(SEED).observation["observation"].copy()
+        game.step({"action": np.zeros((NUM_ENVS, 1), np.int64)})
         again = game.reset(SEED)
-        np.testing.assert_array_equal(again.observation, first)
-        assert not again.terminated.any() and not again.reward.any() and again.observation.shape == (NUM_ENVS, 1, 4)
-        with pytest.raises(ValueError, match=r"actions have shape \(3,\), expected \(3, 1\)"):
-            game.step(np.zeros(NUM_ENVS, np.int64))
+        np.testing.assert_array_equal(again.observation["observation"], first)
+        assert not again.terminated.any() and not again.reward.any()
+        assert again.observation["observation"].shape == (NUM_ENVS, 1, 4)
+        with pytest.raises(ValueError, match=r"actions\['action'\] have shape \(3,\), expected \(3, 1\)"):
+            game.step({"action": np.zeros(NUM_ENVS, np.int64)})
     finally:
         game.close()
 

@@ -201,7 +201,10 @@ def test_worker_config_names_bad_fields():
 
 def test_env_spec_of_cartpole_and_unsupported_envs():
     envs, _ = make_vector_env("CartPole-v1", 2, "sync")
-    assert env_spec("CartPole-v1", envs) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=2)
+    named = env_spec("CartPole-v1", envs)  # v1's form: one tensor "observation", one head "action"
+    assert v1_of_named(named) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=2)
+    assert ([t.name for t in named.observation.tensors], [h.name for h in named.action.heads]) == (["observation"],
+                                                                                                  ["action"])
     envs.close()
     envs, _ = make_vector_env("Pendulum-v1", 1, "sync")
     with pytest.raises(UnsupportedEnv, match="v1 spec takes Discrete only"):
@@ -303,6 +306,7 @@ def test_gym_worker_process_steps_cartpole(vector):
     assert code == 0, output
     (session,) = backend.sessions
     assert v1_of_named(session.spec) == EnvSpec("CartPole-v1", (4,), np.float32, num_actions=2, num_envs=8)
+    assert session.protocol_version == 1  # a Box + Discrete env: named in the worker, v1 on the wire as always
     assert session.steps == 300 and backend.violations == [] and checks.problems == []
     assert session.episodes >= 40  # Random CartPole episodes last ~22 steps: 2400 env steps.
     assert all(ret == (float(length),) for ret, length in zip(session.episode_returns, session.episode_lengths))
