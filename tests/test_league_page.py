@@ -457,8 +457,11 @@ def test_a_real_browser_sees_the_league_change_as_results_arrive(tmp_path):
 
 # --- ratings and payoffs across --resume, and the page of a finished run ---------------------------
 
+# One Adam step an update (the game recipe takes 4 x 4 on a batch of 64 unrolls): these runs check ratings, payoffs and
+# the page across --resume, not learning, and their 120 updates are CPU the workers and league then have.
 KUHN = ("--env", "openspiel:kuhn_poker", "--no-eval", "--league-page", "off", "--checkpoint.interval-s", "2",
-        "--league.check-in-interval-s", "0.5", "--league-config.snapshot-interval-steps", "20")
+        "--league.check-in-interval-s", "0.5", "--league-config.snapshot-interval-steps", "20", "--learner.epochs", "1",
+        "--learner.minibatches", "1")
 
 
 def _train(run_dir: str, *flags: str) -> dict:
