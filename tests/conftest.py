@@ -133,6 +133,26 @@ def stopped_output(process: subprocess.Popen, timeout: float = 30.0) -> str:
                              f"{output[-8000:]}") from None
 
 
+def seedleague_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`seedleague ARGS` run in this process (the same main, without a process start and its imports: about 3 s of
+    CPU each), as a CompletedProcess with what it printed: for refusals (a run that starts would share this
+    process's logging, signals and devices). A refusal's console path as its own process is checked where its kind
+    is (tests/test_output.py's test_a_refusal_reaches_the_console_of_a_train_process; test_storage_faults'
+    read-only and truncated-database --resume)."""
+    from seedleague import cli
+
+    capsys.readouterr()
+    try:
+        status = cli.main(list(args))
+    except SystemExit as exit:  # argparse's refusals; a message in place of a status, as the interpreter shows it
+        status = exit.code
+        if isinstance(status, str):
+            print(status, file=sys.stderr)
+            status = 1
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["seedleague", *args], status, captured.out, captured.err)
+
+
 def check_worker_output(worker_command: list) -> str:
     """`seedleague check-worker -- WORKER_COMMAND` run as a user would, asserted to pass every check; its output."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
