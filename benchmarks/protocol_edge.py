@@ -111,13 +111,12 @@ def adapter(envs: int, calls: int, repeats: int) -> None:
         v1 = WorkerClient(ClientConfig("127.0.0.1:1"), spec)
         v1_named = NamedWorkerClient(ClientConfig("127.0.0.1:1"), named_of_v1(spec), protocol=1)
         v1.step = v1_named._v1.step = lambda *args: answer
-        game = argparse.Namespace(spec=spec)  # all that the exchange reads of a game
-        step = GameStep(np.zeros((envs, 1, 4), np.float32), np.zeros((envs, 1), np.float32), np.zeros(envs, bool),
-                        np.zeros(envs, bool), np.ones((envs, 1, 2), bool) if mask else None)
-        exchange = _exchange(game, v1_named)
-        before = min(timeit.repeat(lambda: v1.step(step.observation, step.reward, step.terminated, step.truncated,
-                                                    step.legal_mask, step.acting), number=calls, repeat=repeats))
-        after = min(timeit.repeat(lambda: exchange(step), number=calls, repeat=repeats))
+        observation, legal = np.zeros((envs, 1, 4), np.float32), np.ones((envs, 1, 2), bool) if mask else None
+        step = GameStep({"observation": observation}, np.zeros((envs, 1), np.float32), np.zeros(envs, bool),
+                        np.zeros(envs, bool), {"action": legal} if mask else None)  # a v1 game's step, named
+        before = min(timeit.repeat(lambda: v1.step(observation, step.reward, step.terminated, step.truncated,
+                                                    legal, step.acting), number=calls, repeat=repeats))
+        after = min(timeit.repeat(lambda: _exchange(v1_named, step), number=calls, repeat=repeats))
         before, after = before / calls * 1e6, after / calls * 1e6
         print(f"| {'yes' if mask else 'no'} | {before:.3f} | {after:.3f} | {after - before:+.3f} |", flush=True)
 

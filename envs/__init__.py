@@ -12,8 +12,8 @@ connect/reconnect/stop loop; `cpp/` is a native C++ worker. Workers never import
 GYM, OPENSPIEL and PETTINGZOO below are these workers as seedleague's game families (`seedleague.games`, registered
 as entry points in pyproject.toml): `seedleague train --env ID` starts them and reads their specs through these
 objects, so the seedleague package never imports this one. Each imports its worker module only when called.
-A family's `spec(game)` is the named spec the host will read from its worker's handshake
-(`worker_loop.declared_spec`), whichever protocol the worker speaks.
+A family's `spec(game)` is the named spec the host will read from its worker's handshake (the game's own `spec`),
+whichever protocol the worker speaks.
 """
 
 from __future__ import annotations
@@ -36,14 +36,13 @@ class _Gym:
         import gymnasium as gym
 
         from envs.gym_worker import GymVectorGame, UnsupportedEnv
-        from envs.worker_loop import declared_spec
 
         try:
             envs = gym.vector.SyncVectorEnv([lambda: gym.make(game)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except (gym.error.Error, ImportError, TypeError, ValueError):
             return None
         try:
-            return declared_spec(GymVectorGame(game, envs))
+            return GymVectorGame(game, envs).spec
         except UnsupportedEnv:
             return None
         finally:
@@ -84,7 +83,6 @@ class _PettingZoo:
         """A classic or MPE game's spec, read from one env made here; None for an Atari game (its ROM is checked by
         its worker)."""
         from envs import pettingzoo_worker as worker
-        from envs.worker_loop import declared_spec
 
         try:
             if worker.split_game_name(game)[0] not in ("classic", "mpe"):
@@ -93,7 +91,7 @@ class _PettingZoo:
         except worker.UnsupportedGame as error:
             raise UnsupportedGame(str(error)) from None
         try:
-            return declared_spec(vector_game)
+            return vector_game.spec
         finally:
             vector_game.close()
 

@@ -5,9 +5,13 @@ connection flags, and the session loop of a `VectorGame`.
     config = GameWorkerConfig(client=ClientConfig(address="127.0.0.1:50051"))
     stats = run_game_worker(game, config, stop)                       # until `stop` is set
 
-A `VectorGame` is a plain object stepped without gRPC: `reset(seed)` and
-`step(actions[E, S])` return the protocol's per-step arrays (`GameStep`), with
-same-step autoreset already applied (docs/protocol.md section 5). The worker
+A `VectorGame` is a plain object stepped without gRPC: it declares a named spec
+(`NamedEnvSpec`: observation tensors and action heads) and the protocol it speaks
+on the wire (`protocol`, 1 or 2); `reset(seed)` and `step({head: [E, S, ...]})`
+return one step's arrays by those names (`GameStep`), with same-step autoreset
+already applied (docs/protocol.md section 5). v1 exists only at the wire edge:
+`NamedWorkerClient(protocol=1)` sends a game of v1's form (one tensor, one discrete
+head) byte for byte as v1 workers always have. The worker
 modules own their games; this module owns what happens around them: handshake,
 lockstep steps, backoff and fresh episodes after a lost connection, SIGTERM/SIGINT
 (exit 0), and `HostRefused` (exit 2). Every Python worker is a `VectorGame` run
@@ -35,8 +39,7 @@ import numpy as np
 from seedleague.protocol import native_stream
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
 from seedleague.protocol.client_v2 import NamedWorkerClient
-from seedleague.protocol.specs import EnvSpec
-from seedleague.protocol.named import NamedEnvSpec, named_of_v1
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl.named_spec import v1_specs
 from seedleague.security import add_security_flags, client_security_from_args
 
@@ -61,11 +64,11 @@ class GameStep:
     """One step's arrays, laid out [env, seat, ...] as in docs/protocol.md section 2, named as the game's spec names
     its observation tensors and action heads (whichever protocol carries them on the wire)."""
 
-    observation: Any  # {tensor: [E, S, *shape]} over the spec's observation arrays
+    observation: dict  # {tensor: [E, S, *shape]} over the spec's observation arrays
     reward: np.ndarray  # [E, S] float32: what each seat got since the previous message
     terminated: np.ndarray  # [E] bool: the episode ended; `observation` already shows the next one
     truncated: np.ndarray  # [E] bool: the episode was cut off; likewise
-    legal_mask: Optional[Any] = None  # {head: [E, S, n] bool} for the heads that declare a legal mask
+    legal_mask: Optional[dict] = None  # {head: [E, S, n] bool} for the heads that declare a legal mask
     acting: Optional[np.ndarray] = None  # [E, S] bool: the seats whose action is applied
     # Where the game speaks protocol v2 (a v1 wire carries neither): the truncated envs' final observations
     # {name: [K, S, ...]} and episode stats {stat: [E, S]}.
@@ -89,14 +92,6 @@ class GameStep:
         self.terminated.fill(False)
         self.truncated.fill(False)
         return self
-
-
-def seat_actions(actions, spec: EnvSpec) -> np.ndarray:
-    """The host's actions as an [E, S] array, or ValueError naming the shape it should have."""
-    actions = np.asarray(actions)
-    if actions.shape != (spec.num_envs, spec.num_seats):
-        raise ValueError(f"actions have shape {actions.shape}, expected {(spec.num_envs, spec.num_seats)}")
-    return actions
 
 
 def head_actions(actions: dict, spec: NamedEnvSpec) -> np.ndarray:
@@ -167,19 +162,12 @@ def wire_protocol(game: VectorGame) -> int:
     return protocol
 
 
-def declared_spec(game: VectorGame) -> NamedEnvSpec:
-    """`game`'s spec as the host reads it from the handshake. A game still on v1's `EnvSpec` (being moved to named
-    specs family by family) has its spec as one tensor "observation" and one discrete head "action" (`named_of_v1`,
-    as the host's codec turns it)."""
-    return named_of_v1(game.spec) if isinstance(game.spec, EnvSpec) else game.spec
-
-
 def run_game_worker(
     game: VectorGame, config: GameWorkerConfig, stop: Optional[threading.Event] = None, logger: logging.Logger = log
 ) -> WorkerStats:
     """Step `game` for the host until `stop` is set or `max_steps` is reached. Raises HostRefused."""
     stop = stop if stop is not None else threading.Event()
-    client = NamedWorkerClient(config.client, declared_spec(game), protocol=wire_protocol(game))
+    client = NamedWorkerClient(config.client, game.spec, protocol=wire_protocol(game))
 
     def run_session(stats: WorkerStats, seed: Optional[int], backoff: Backoff) -> None:
         _run_game_session(game, client, stop, stats, seed, backoff, config, logger)
@@ -245,16 +233,11 @@ def split_envs(num_envs: int, streams: int) -> list[int]:
     return [share + (i < extra) for i in range(streams)]
 
 
-def _exchange(game: VectorGame, client: NamedWorkerClient) -> Callable[[GameStep], Any]:
-    """How one step of `game` goes to the host and its actions come back: its dicts as they are (the client speaks
-    the game's protocol on the wire). A game still on v1's `EnvSpec` hands arrays: its spec's one tensor and head."""
-    if not isinstance(game.spec, EnvSpec):
-        return lambda step: client.step(step.observation, step.reward, step.terminated, step.truncated,
-                                        step.legal_mask, step.acting, step.final_observation, step.episode_stats)
-    (tensor,), (head,) = client.spec.observation.tensors, client.spec.action.heads
-    masked = head.has_legal_mask
-    return lambda step: client.step({tensor.name: step.observation}, step.reward, step.terminated, step.truncated,
-                                    {head.name: step.legal_mask} if masked else None, step.acting)[head.name]
+def _exchange(client: NamedWorkerClient, step: GameStep) -> dict:
+    """One step to the host and its actions back, {head: [E, S, ...]}: the client speaks the game's protocol on
+    the wire (v1's adapter sends a v1 game's one tensor and head as v1 always did)."""
+    return client.step(step.observation, step.reward, step.terminated, step.truncated, step.legal_mask, step.acting,
+                       step.final_observation, step.episode_stats)
 
 
 def _run_game_session(
@@ -271,9 +254,8 @@ def _run_game_session(
     step = game.reset(seed)
     rate = RateLog(config.log_interval_s, stats.env_steps, logger)
     num_envs = game.spec.num_envs
-    exchange = _exchange(game, client)
     while not stop.is_set() and not budget_spent(config.max_steps, stats):
-        actions = exchange(step)
+        actions = _exchange(client, step)
         backoff.reset()
         step = game.step(actions)
         stats.steps += 1
