@@ -19,6 +19,7 @@ from seedleague import presets
 from seedleague.api import load_policy
 from seedleague.protocol.named import ContinuousHead, DiscreteHead, check_named_step, NamedStepBatch
 from seedleague.tools import check_worker as cw
+from conftest import seedleague_here
 from test_e2e import SEEDLEAGUE, run_cli, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -143,9 +144,8 @@ def test_the_worker_process_refuses_before_connecting():
     ("mpe/simple_nope_v3", "unsupported PettingZoo game 'mpe/simple_nope_v3': no such MPE game"),
     ("mpe/simple_tag_v3(curriculum=True)", "keyword 'curriculum' is refused: the worker never advances"),
 ])
-def test_train_refuses_an_unknown_mpe_game_or_keyword_before_starting_anything(tmp_path, game, message):
-    done = subprocess.run(SEEDLEAGUE + ["train", "--env", f"pettingzoo:{game}", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=60)
+def test_train_refuses_an_unknown_mpe_game_or_keyword_before_starting_anything(tmp_path, capsys, game, message):
+    done = seedleague_here(capsys, "train", "--env", f"pettingzoo:{game}", "--run-dir", str(tmp_path / "run"))
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"--env pettingzoo:{game} is refused: " in done.stderr and message in done.stderr, done.stderr[-2000:]
     assert not os.path.exists(tmp_path / "run" / "logs")

@@ -28,6 +28,7 @@ from seedleague.play.results import LeagueResults
 from seedleague.play.server import PLAY_READY, PlayConfig, PlayPage
 from seedleague.play.classic import ClassicGame, board_text
 from seedleague.play.session import OpenSpielGame, PlaySession
+from tests.conftest import seedleague_here
 from tests.test_league_page import CHROMIUM
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -277,10 +278,9 @@ def test_an_illegal_move_through_the_page_is_refused_and_the_game_goes_on(page):
     assert request(served, "POST", "/api/move", dict(table=answer["table"], action=legal), JSON)[0] == 200
 
 
-def test_the_command_refuses_a_run_dir_it_cannot_play_in_one_line(tmp_path):
+def test_the_command_refuses_a_run_dir_it_cannot_play_in_one_line(tmp_path, capsys):
     for run_dir, says in ((tmp_path / "none", "no such directory"), (tmp_path, "has no output yet")):
-        done = subprocess.run([sys.executable, "-m", "seedleague.cli", "play", "--run-dir", str(run_dir)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        done = seedleague_here(capsys, "play", "--run-dir", str(run_dir))  # seedleague play's main, in this process
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith("seedleague play: ") and says in done.stderr.lower(), done.stderr
 

@@ -23,7 +23,7 @@ from seedleague.host.league_link_config import LeagueLinkConfig
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
 from seedleague.rl.device_config import DeviceConfig, DistributedConfig
-from tests.conftest import xla_flags
+from tests.conftest import seedleague_here, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(ROOT, "tests", "sharding_checks.py")
@@ -160,10 +160,10 @@ def test_train_learns_on_two_devices_and_acts_on_a_separate_one(tmp_path):
     assert policy.act(np.zeros((2, 4), np.float32)).shape == (2,)
 
 
-def test_train_refuses_device_configs_that_do_not_fit(tmp_path):
+def test_train_refuses_device_configs_that_do_not_fit(tmp_path, capsys):
     base = ["train", "--env", "CartPole-v1", "--workers", "0", "--run-dir", str(tmp_path / "run"), "--max-seconds", "5"]
-    uneven = subprocess.run(SEEDLEAGUE + base + ["--batch_size", "6", "--devices.learner_devices", "4"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # in this process (one device, as the process it replaced): the batch's split is refused before devices count
+    uneven = seedleague_here(capsys, *base, "--batch_size", "6", "--devices.learner_devices", "4")
     assert uneven.returncode == 2 and "batch_size 6 does not split evenly" in uneven.stderr, uneven.stderr[-2000:]
     too_many = subprocess.run(SEEDLEAGUE + base + ["--batch_size", "8", "--devices.learner_devices", "4",
                                                    "--devices.inference_device", "separate"],

@@ -36,10 +36,10 @@ from seedleague.league.types import MatchResult, Role
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import INTERNAL, ProtocolError
 from seedleague.storage import StorageError
-from seedleague import cli
 from seedleague.api import load_policy, load_trained
 from seedleague.artifacts.networks import shared_network as _network
 from seedleague.rl.learner_config import LearnerConfig
+from conftest import seedleague_here
 from test_api import SMALL, save_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -347,19 +347,6 @@ def _seedleague(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
                           timeout=timeout)
 
 
-def _refused_here(capsys, *args: str) -> subprocess.CompletedProcess:
-    """`seedleague ARGS` run in this process (the same main, without a process start and its imports), as a
-    CompletedProcess: for refusals; each refusal's console path as its own process is checked by the tests that
-    resume after it (read-only run dir, truncated league database) and by the export below."""
-    capsys.readouterr()
-    try:
-        status = cli.main(list(args))
-    except SystemExit as exit:  # argparse's refusals
-        status = exit.code
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["seedleague", *args], status, captured.out, captured.err)
-
-
 def _one_line(done: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("seedleague")]
@@ -370,15 +357,15 @@ def _one_line(done: subprocess.CompletedProcess) -> str:
 def test_bad_budget_file_run_dir_and_read_only_run_dir_are_refused_in_one_line(tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("")
-    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--max-seconds", "-5", "--run-dir",
-                         str(tmp_path / "r"))
+    done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--max-seconds", "-5", "--run-dir",
+                           str(tmp_path / "r"))
     assert done.returncode == 2 and "--max-seconds must be >= 0" in _one_line(done)
-    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", str(a_file))
+    done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", str(a_file))
     assert done.returncode == 2 and f"--run-dir {a_file} is a file" in _one_line(done)
     read_only = str(tmp_path / "ro")
     _mount(read_only, "size=1m,ro")
     try:
-        done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", f"{read_only}/run")
+        done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--run-dir", f"{read_only}/run")
         assert done.returncode == 2 and "read-only" in _one_line(done) and f"{read_only}/run" in _one_line(done)
     finally:
         subprocess.run(["umount", "-l", read_only], check=False)
@@ -393,13 +380,13 @@ def test_workers_0_says_it_waits_for_workers_from_elsewhere_and_that_none_came(t
 
 
 def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused_in_one_line(tmp_path, capsys):
-    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume", "--run-dir",
-                         str(tmp_path / "empty"), "--max-seconds", "5")
+    done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume", "--run-dir",
+                           str(tmp_path / "empty"), "--max-seconds", "5")
     assert done.returncode == 2 and "holds no checkpoint" in _one_line(done) and "--resume-or-start" in done.stderr
     os.makedirs(tmp_path / "torn" / "league")
     (tmp_path / "torn" / "league" / "league.sqlite").write_bytes(np.random.default_rng(0).bytes(3000))
-    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
-                         str(tmp_path / "torn"), "--max-seconds", "5")
+    done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
+                           str(tmp_path / "torn"), "--max-seconds", "5")
     assert done.returncode == 2 and "not a usable league database" in done.stderr
     assert "Traceback" not in done.stderr
     db = str(tmp_path / "cut" / "league" / "league.sqlite")  # a real league database, its last 40% cut off
@@ -409,8 +396,8 @@ def test_resume_without_a_checkpoint_and_a_truncated_league_database_are_refused
     league.report_results(_results(5000))
     league.close()
     os.truncate(db, os.path.getsize(db) * 6 // 10)
-    done = _refused_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
-                         str(tmp_path / "cut"), "--max-seconds", "5")
+    done = seedleague_here(capsys, "train", "--env", "openspiel:kuhn_poker", "--resume-or-start", "--run-dir",
+                           str(tmp_path / "cut"), "--max-seconds", "5")
     line = _one_line(done)
     assert done.returncode == 2 and "not a usable league database" in line and db in line, done.stderr
     assert "malformed" in line and "--run-dir" in line
