@@ -14,8 +14,7 @@ import pytest
 from seedleague.games.openspiel import encode, load_game, observation_shape, shows_the_clock
 from envs.openspiel_worker import OpenSpielVectorGame
 from envs.worker_loop import ILLEGAL_LOG_EVERY
-from seedleague.testing.fakes import random_legal_actions
-from seedleague.protocol.named import v1_of_named
+from seedleague.protocol.named import random_named_actions, v1_of_named
 from seedleague.tools import check_worker as cw
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -24,7 +23,7 @@ FAST = cw.CheckConfig(steps=30, timeout_s=20.0, shutdown_timeout_s=5.0)
 
 def _random(rng: np.random.Generator, game: OpenSpielVectorGame, step) -> dict:
     """Random legal actions for the game's one head, "action"."""
-    return {"action": random_legal_actions(rng, v1_of_named(game.spec), step.legal_mask["action"])}
+    return random_named_actions(rng, game.spec, step.legal_mask)
 
 
 def _play(game: OpenSpielVectorGame, steps: int, seed: int = 0):

@@ -13,8 +13,7 @@ import pytest
 
 from envs.pettingzoo_classic import ClassicVectorGame, available_games
 from envs.pettingzoo_worker import UnsupportedGame, make_vector_game
-from seedleague.testing.fakes import random_legal_actions
-from seedleague.protocol.named import v1_of_named
+from seedleague.protocol.named import random_named_actions, v1_of_named
 from seedleague.tools import check_worker as cw
 from conftest import seedleague_here
 from test_e2e import run_cli, summary
@@ -148,7 +147,7 @@ def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
     for _ in range(300):
         assert (step.acting.sum(axis=1) == 1).all()
         assert (step.legal_mask["action"].any(axis=2) == step.acting).all()  # the mover has a legal action only
-        step = game.step({"action": random_legal_actions(rng, v1_of_named(game.spec), step.legal_mask["action"])})
+        step = game.step(random_named_actions(rng, game.spec, step.legal_mask))
         returns += step.reward
         for env in np.flatnonzero(step.terminated):
             outcomes.append(tuple(returns[env]))
