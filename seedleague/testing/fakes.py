@@ -26,7 +26,6 @@ import numpy as np
 
 from seedleague.host.session_limits import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
                                        check_named_step, random_named_actions, v1_model_of)
 
@@ -104,16 +103,6 @@ class FakeSession:
         self.steps += 1
         self._acted = np.ones(self.spec.num_envs, bool) if step.acting is None else step.acting.any(axis=1)
         self.last_step = step
-
-
-def random_legal_actions(rng: np.random.Generator, spec: EnvSpec, legal_mask: Optional[np.ndarray]) -> np.ndarray:
-    """[E, S] int32, uniform over the legal actions of each (env, seat); 0 where none is legal. For tests that
-    step a v1 game (`envs.worker_loop.VectorGame`) directly."""
-    shape = (spec.num_envs, spec.num_seats)
-    if legal_mask is None:
-        return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
-    keys = np.where(legal_mask, rng.random(shape + (spec.num_actions,)), -1.0)
-    return keys.argmax(axis=-1).astype(np.int32)
 
 
 class FakeBackend:
