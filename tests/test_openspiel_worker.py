@@ -13,15 +13,9 @@ import pytest
 
 from seedleague.games.openspiel import encode, load_game, observation_shape, shows_the_clock
 from envs.openspiel_worker import OpenSpielVectorGame
-from envs import worker_loop
 from envs.worker_loop import ILLEGAL_LOG_EVERY
-from seedleague.protocol import codec
-from seedleague.protocol.client import ClientConfig, WorkerClient
-from seedleague.protocol.client_v2 import NamedWorkerClient
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import random_named_actions, v1_of_named
 from seedleague.tools import check_worker as cw
-from seedleague.v1 import env_pb2
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAST = cw.CheckConfig(steps=30, timeout_s=20.0, shutdown_timeout_s=5.0)
@@ -249,40 +243,3 @@ def test_a_simultaneous_game_is_refused_with_the_turn_based_name_that_loads(game
     assert suggestion.startswith("turn_based_simultaneous_game(game=")
     assert load_game(suggestion).num_players() == 2
 
-
-class _Recorder:
-    """A stream that keeps every StepBatch's bytes and answers action 0 for every seat (legal in Kuhn poker)."""
-
-    kind = "recorder"
-
-    def __init__(self, num_envs: int):
-        self.sent: list[bytes] = []
-        self._answer = codec.encode_tensor(np.zeros((num_envs, 2), np.int32))
-
-    def exchange(self, message):
-        self.sent.append(message.SerializeToString())
-        return env_pb2.ActionBatch(sequence=message.sequence, action=self._answer)
-
-
-def test_a_named_game_of_v1s_form_sends_v1_byte_for_byte_as_a_v1_client_with_its_old_spec():
-    # The promise to v1 hosts: the game's named spec and dicts are turned back into v1 only by the client's
-    # adapter, and what reaches the wire is what a v1 WorkerClient sent for the EnvSpec the game used to declare.
-    num_envs, config = 4, ClientConfig("127.0.0.1:1", worker_name="w", native_stream="off")
-    old = WorkerClient(config, EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, num_envs, 2, True, 2.0))
-    named = NamedWorkerClient(config, OpenSpielVectorGame("kuhn_poker", num_envs).spec, protocol=1)
-    assert named._v1._handshake_request().SerializeToString() == old._handshake_request().SerializeToString()
-    sent = []
-    for client in (old, named._v1):
-        client._stream = recorder = _Recorder(num_envs)
-        client._set_template("session")
-        game = OpenSpielVectorGame("kuhn_poker", num_envs, seed=3)
-        step = game.reset(3)
-        for _ in range(12):
-            if client is old:
-                actions = {"action": old.step(step.observation["observation"], step.reward, step.terminated,
-                                              step.truncated, step.legal_mask["action"], step.acting)}
-            else:
-                actions = worker_loop._exchange(named, step)
-            step = game.step(actions)
-        sent.append(recorder.sent)
-    assert len(sent[0]) == 12 and sent[1] == sent[0]

@@ -26,11 +26,14 @@ from seedleague.protocol.client import (
     WorkerClient,
     classify_rpc_error,
 )
+from seedleague.protocol import codec
+from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import v1_of_named
 from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import wait_for
+from seedleague.v1 import env_pb2
 from tests.system_deps import cpp_skip_reason
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -223,6 +226,61 @@ def test_a_game_says_which_protocol_it_speaks_on_the_wire_and_one_that_does_not_
         game.protocol = bad
         with pytest.raises(ValueError, match=rf"TugGame.protocol must be 1 or 2 .*got {bad}"):
             worker_loop.run_game_worker(game, GameWorkerConfig(ClientConfig(address="127.0.0.1:1")))
+
+
+class _Recorder:
+    """A stream in gRPC's place that keeps every StepBatch's bytes and answers action 0 for every seat."""
+
+    kind = "recorder"
+
+    def __init__(self, shape: tuple[int, int]):
+        self.sent: list[bytes] = []
+        self._answer = codec.encode_tensor(np.zeros(shape, np.int32))
+
+    def exchange(self, message):
+        self.sent.append(message.SerializeToString())
+        return env_pb2.ActionBatch(sequence=message.sequence, action=self._answer)
+
+
+def _kuhn(num_envs: int):
+    from envs.openspiel_worker import OpenSpielVectorGame
+
+    return OpenSpielVectorGame("kuhn_poker", num_envs, seed=3)  # action 0 (pass, or fold) is always legal
+
+
+def _cartpole(num_envs: int):
+    from envs.gym_worker import GymVectorGame
+
+    return GymVectorGame("CartPole-v1", make_vector_env("CartPole-v1", num_envs, "sync")[0])
+
+
+@pytest.mark.parametrize("make_game, old_spec", [
+    (_kuhn, EnvSpec("openspiel:kuhn_poker", (11,), np.float32, 2, 4, 2, True, 2.0)),
+    (_cartpole, EnvSpec("CartPole-v1", (4,), np.float32, 2, 4)),
+])
+def test_a_named_game_of_v1s_form_sends_v1_byte_for_byte_as_a_v1_client_with_its_old_spec(make_game, old_spec):
+    # The promise to v1 hosts: a game's named spec and dicts turn back into v1 only in the client's adapter, and
+    # what reaches the wire is what v1's WorkerClient sent for the EnvSpec the game declared before (fed its arrays).
+    config = ClientConfig("127.0.0.1:1", worker_name="w", native_stream="off")
+    old, games = WorkerClient(config, old_spec), [make_game(4), make_game(4)]
+    named = NamedWorkerClient(config, games[1].spec, protocol=games[1].protocol)
+    assert named._v1._handshake_request().SerializeToString() == old._handshake_request().SerializeToString()
+    sent = []
+    for client, game in zip((old, named._v1), games):
+        client._stream = recorder = _Recorder((4, old_spec.num_seats))
+        client._set_template("session")
+        step = game.reset(3)
+        for _ in range(30):
+            if client is old:
+                mask = step.legal_mask["action"] if step.legal_mask else None
+                actions = {"action": old.step(step.observation["observation"], step.reward, step.terminated,
+                                              step.truncated, mask, step.acting)}
+            else:
+                actions = worker_loop._exchange(named, step)
+            step = game.step(actions)
+        sent.append(recorder.sent)
+        game.close()
+    assert len(sent[0]) == 30 and sent[1] == sent[0]
 
 
 def test_run_worker_in_process_stops_on_event():
