@@ -120,8 +120,9 @@ class VectorGame(Protocol):
     def reset(self, seed: Optional[int] = None) -> GameStep:
         """Fresh episodes in every env (rewards and flags zero); `seed` reseeds the game's randomness."""
 
-    def step(self, actions: np.ndarray) -> GameStep:
-        """Apply `actions` [E, S] int (non-acting seats' entries ignored); ended envs restart at once."""
+    def step(self, actions: dict) -> GameStep:
+        """Apply `actions` {head: [E, S] int or [E, S, d] float} (non-acting seats' entries ignored); ended envs
+        restart at once."""
 
     def summary(self) -> str:
         """One line for the worker's exit log, e.g. episodes played."""
