@@ -325,6 +325,9 @@ def _interrupted(launcher: subprocess.Popen, log_path) -> str:
 
 
 TINY = ["--unroll_length", "8", "--batch_size", "4", "--network.hidden_sizes", "16", "--replay.capacity", "64"]
+# For the two-node Kuhn league run: one Adam step an update (the game recipe takes 4 x 4). It checks placement, the
+# store, a lost node and results, not learning, and each host (and the one restarted) compiles its update.
+ONE_ADAM_STEP = ["--learner.epochs", "1", "--learner.minibatches", "1"]
 
 
 def _acknowledged(host_log: str) -> list[int]:
@@ -359,7 +362,7 @@ def test_two_players_on_two_nodes_share_a_pool_in_s3_and_a_killed_node_loses_no_
                "--players", "main,exploiter:main_exploiter", "--pool-url", pool,
                "--place", "main=node_a", "--place", "exploiter=node_b", "--workers", "1", "--envs-per-worker", "16",
                "--worker-cpus", "0.5", "--max-seconds", "600", "--no-eval", "--checkpoint.interval-s", "2",
-               "--league-args", "--snapshot-interval-steps 5", *TINY]
+               "--league-args", "--snapshot-interval-steps 5", *TINY, *ONE_ADAM_STEP]
     log_path = tmp_path / "launch.log"
     env = dict(os.environ, **s3)  # the store's variables: the launcher's environment only, not the nodes'
     fs = _fs(s3)
