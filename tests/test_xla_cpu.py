@@ -61,8 +61,9 @@ def _board_batch(network, rows=(4, 3), shape=(3, 6, 7), seed=0):
 
 def test_the_update_on_its_own_and_inside_a_callers_jit_is_the_same_update():
     # On its own the update compiles with the option; a caller's jit (the host's packed learner step) may not
-    # pass options to a nested jit, so there the update is inlined without them: the same maths either way.
-    config = LearnerConfig(loss="ppo", epochs=2, minibatches=2)
+    # pass options to a nested jit, so there the update is inlined without them: the same maths either way. Two
+    # minibatch steps (a board torso's are unrolled on CPU, each compiled twice here: alone and nested).
+    config = LearnerConfig(loss="ppo", epochs=1, minibatches=2)
     network = make_network(NetworkConfig(torso="board", hidden_sizes=(16,)), (3, 6, 7), np.float32, 3)
     update = make_update(config, network)
     batch = _board_batch(network)
