@@ -20,7 +20,7 @@ from seedleague.api import load_policy
 from seedleague.protocol.named import ContinuousHead, DiscreteHead, check_named_step, NamedStepBatch
 from seedleague.tools import check_worker as cw
 from conftest import seedleague_here
-from test_e2e import SEEDLEAGUE, run_cli, summary
+from test_e2e import run_cli, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--unroll_length", "5", "--batch_size", "4", "--replay.capacity", "16", "--network.hidden_sizes", "16",
