@@ -102,6 +102,8 @@ class Metrics:
             if self.league_outcomes:  # (wins + draws/2) / games over the recent window
                 out["league_win_rate"] = float(np.mean(self.league_outcomes))
             out.update({name: self._sums[name] / self._counts[name] for name in self._sums})
+            if "update_ms" in out and "sample_wait_ms" in out:  # the learner's share of time in updates, not waits
+                out["learner_busy"] = out["update_ms"] / max(out["update_ms"] + out["sample_wait_ms"], 1e-9)
             self._sums.clear()
             self._counts.clear()
             self._last_time, self._last_env_steps, self._last_learner_steps = now, self.env_steps, self.learner_steps
@@ -184,6 +186,8 @@ def progress_line(report: dict[str, float]) -> str:
         parts.append(f"replay {get('replay_size'):.0f}")
     if "update_ms" in report:
         parts.append(f"update {get('update_ms'):.1f}ms wait {get('sample_wait_ms', 0):.1f}ms")
+    if get("reused"):  # seedleague.host.data_reuse: the share of updates on a batch trained before
+        parts.append(f"reused {100 * get('reused'):.0f}%")
     if "insert_wait_ms" in report:
         parts.append(f"insert wait {get('insert_wait_ms'):.1f}ms")
     if "policy_lag" in report:

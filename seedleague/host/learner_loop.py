@@ -12,6 +12,10 @@ one LearnerLoop and each update is a collective over all of them: before every
 update the processes agree (a small all-gather) that each has a batch and none is
 stopping, so they update in lockstep and stop together at the same step.
 
+While the replay has no fresh batch, a `DataReuse` (seedleague.host.data_reuse) may hand the loop the newest batch
+to train again instead of waiting; every update records whether its batch was reused, and the report turns the
+update and wait times into the learner's busy share.
+
 An update whose loss or gradient norm is NaN or inf stops the loop before its params are
 published, saved or snapshotted (`NonFiniteUpdate`); a save the disk refuses stops it too
 (`seedleague.storage.StorageError`). Either is left in `error` for the host to stop the run
@@ -33,6 +37,7 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer, NonFiniteState
 from seedleague.host import packing
+from seedleague.host.data_reuse import DataReuse
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
 from seedleague.host.transfers import Transfers
@@ -69,9 +74,12 @@ class LearnerLoop:
         checkpoint_meta: Callable[[], dict] = dict,
         layout: Optional[sharding.DeviceLayout] = None,
         clock: Optional[Callable[[], float]] = None,
+        reuse: Optional[DataReuse] = None,
     ):
         """`layout`: where the state lives and inference acts (None: everything on the default device);
-        `clock`: the run's trained seconds, across --resume, for an anneal over time (None: this loop's own)."""
+        `clock`: the run's trained seconds, across --resume, for an anneal over time (None: this loop's own);
+        `reuse`: trains the newest batch again while no fresh one is ready (None: never; nor with several
+        processes, which update in lockstep)."""
         self._update = update
         self.state = state
         self._layout = layout
@@ -82,6 +90,8 @@ class LearnerLoop:
         self._checkpointer = checkpointer
         self._interval = checkpoint_interval_s
         self._meta = checkpoint_meta
+        multi_process = layout is not None and layout.multi_process
+        self._reuse = reuse if reuse is not None and reuse.enabled and not multi_process else None
         started = time.perf_counter()
         self._clock = clock or (lambda: time.perf_counter() - started)
         self._stop = threading.Event()
@@ -164,6 +174,8 @@ class LearnerLoop:
                         if self._layout is not None:
                             new_state = jax.device_put(new_state, self._layout.replicated)
                         self.state = new_state
+                        if self._reuse is not None:
+                            self._reuse.drop()
                         self._policy.publish(self._params_copy(new_state), int(new_state.step))
                 future.set_result(None if new_state is None else int(new_state.step))
             except BaseException as error:
@@ -184,11 +196,17 @@ class LearnerLoop:
     def _run(self) -> None:
         last_save = time.monotonic()
         lockstep = self._layout is not None and self._layout.multi_process
-        batch = None
+        batch = waited = None  # waited: when the loop began looking for its next batch (timed-out tries included)
         try:
             while lockstep or (not self._stop.is_set() and not self._replay.closed):
                 self._run_calls()
-                waited = time.perf_counter()
+                waited = time.perf_counter() if waited is None else waited
+                reused = False
+                if batch is None and self._reuse is not None:
+                    batch = self._replay.sample(timeout=0)
+                    if batch is None:
+                        batch = self._reuse.again()
+                        reused = batch is not None
                 if batch is None:
                     batch = self._replay.sample(timeout=0.5)
                 save = self._checkpointer is not None and time.monotonic() - last_save > self._interval
@@ -200,8 +218,8 @@ class LearnerLoop:
                         continue  # keep this process's batch until every process has one
                 if batch is None:
                     continue
-                self._learn(batch, waited)
-                batch = None
+                self._learn(batch, waited, reused)
+                batch = waited = None
                 if save:  # with several processes every one saves the same step (a collective write)
                     self.save()
                     last_save = time.monotonic()
@@ -212,8 +230,8 @@ class LearnerLoop:
             log.exception("learner failed")
             self.error = error
 
-    def _learn(self, batch: Any, waited: float) -> None:
-        """One update, then publish its params and record its metrics."""
+    def _learn(self, batch: Any, waited: float, reused: bool = False) -> None:
+        """One update on `batch` (`reused`: trained before), then publish its params and record its metrics."""
         started = time.perf_counter()
         with self._state_lock:
             clock = self.transfers.to_device(np.float32(self._clock()))
@@ -232,8 +250,11 @@ class LearnerLoop:
         self._check_finite(int(step), metrics)
         version = self._step = int(step)
         self._policy.publish(params, version)
+        if self._reuse is not None:
+            self._reuse.trained(batch, reused, metrics.get("policy_lag"))
         done = time.perf_counter()
-        metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started))
+        metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started),
+                       reused=float(reused))
         self._metrics.record_learner_step(**metrics)
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:

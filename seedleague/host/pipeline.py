@@ -20,6 +20,7 @@ from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.anchors import AnchorLoader
 from seedleague.host.config import HostConfig
+from seedleague.host.data_reuse import DataReuse, passes_for
 from seedleague.host.exploit import ExploitTarget
 from seedleague.host.league_link import LeagueLink
 from seedleague.host.learner_loop import LearnerLoop
@@ -132,10 +133,15 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: Name
     if config.learn:
         replay = Replay(config.replay, _example_unroll(spec, config.unroll_length, network), config.batch_size,
                         config.seed, batch_sharding=layout.batch_sharding)
+        passes = passes_for(config.replay, config.learner, layout.local_learner_devices[0].platform)
+        if passes > 1:
+            log.info("while no fresh batch is ready the learner trains the newest one again, up to %d updates a "
+                     "batch (--replay.reuse-when-idle off: never)", passes)
         learner = LearnerLoop(
             make_sharded_update(config.learner, network, layout.mesh), state, replay, policy, services.metrics,
             services.checkpointer, config.checkpoint.interval_s, services.checkpoint_meta, layout,
             services.trained_seconds,
+            DataReuse(passes),
         )
     pipeline = Pipeline(spec, network, policy, replay, learner, initial, target=services.target)
     if learner is not None:

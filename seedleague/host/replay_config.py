@@ -18,6 +18,10 @@ class ReplayConfig:
     min_size: int = 0  # unrolls needed before the first sample (0: one learner batch)
     error_buffer: float = 0.0  # slack around the target ratio, in samples (0: batch_size * max(1, spi))
     sampler: str = "fifo"  # "fifo": oldest unsampled first; "uniform": uniform over the buffer
+    # while no fresh batch is ready, train the newest one again (seedleague.host.data_reuse): "auto" where the learner
+    # is on an accelerator, whose idle time nothing else uses; "on"; "off"
+    reuse_when_idle: str = "auto"
+    max_passes: int = 0  # most updates on one batch, its first included (0: as many as keep its epochs <= 10)
 
     def __post_init__(self):
         if self.capacity < 1:
@@ -30,6 +34,11 @@ class ReplayConfig:
             raise ValueError(f"replay sampler must be 'fifo' or 'uniform', got {self.sampler!r}")
         if self.sampler == "fifo" and self.samples_per_insert > 1:
             raise ValueError("the fifo sampler reads each unroll once: use samples_per_insert <= 1 or sampler='uniform'")
+        if self.reuse_when_idle not in ("auto", "on", "off"):
+            raise ValueError(f"replay reuse_when_idle must be 'auto', 'on' or 'off', got {self.reuse_when_idle!r}")
+        if self.max_passes < 0:
+            raise ValueError(f"replay max_passes must be >= 0 (0: as many as keep a batch's epochs <= 10), "
+                             f"got {self.max_passes}")
 
     def error_buffer_for(self, batch_size: int) -> float:
         """The limiter's slack for a learner sampling `batch_size` unrolls at a time; ValueError where an explicit
