@@ -9,7 +9,7 @@ are the same for both versions:
 - the worker: the SDK's `step` (seedleague.protocol.client / client_v2) building, checking and
   serialising the StepBatch, then parsing, decoding and checking the host's ActionBatch;
 - the host: parsing and decoding the StepBatch, checking it against the spec, for v2 the
-  translation of a v1-shaped session onto the v1 model (seedleague.host.named), and
+  flat model's one action array put under its head's name (seedleague.host.named), and
   encoding and serialising the answer.
 The client's stream is replaced by the host's half, in the same thread, so one loop runs both.
 A third column, "v1 named", is v1 on the wire through the named client (`NamedWorkerClient(...,
@@ -26,12 +26,11 @@ import time
 
 import numpy as np
 
-from seedleague.host import named
 from seedleague.protocol import codec, codec_v2
 from seedleague.protocol.client import ClientConfig, WorkerClient
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.specs import ActionBatch, EnvSpec, check_step
-from seedleague.protocol.named import check_named_step, named_of_v1
+from seedleague.protocol.named import NamedActionBatch, check_named_step, named_of_v1
 from seedleague.v1 import env_pb2 as pb1
 from seedleague.v2 import env_pb2 as pb2
 
@@ -49,8 +48,8 @@ def host_v2(spec, actions: np.ndarray):
     def answer(message):
         step = codec_v2.decode_step(pb2.StepBatch.FromString(message.SerializeToString()))
         check_named_step(spec, step)
-        v1 = named.as_v1_step(step, spec)
-        reply = codec_v2.encode_actions(named.as_named_actions(ActionBatch(v1.sequence, actions, 0), spec))
+        head = spec.action.heads[0].name  # the flat model's one action array, under its head's name (host.named)
+        reply = codec_v2.encode_actions(NamedActionBatch(step.sequence, {head: actions}, 0))
         return pb2.ActionBatch.FromString(reply.SerializeToString())
     return answer
 

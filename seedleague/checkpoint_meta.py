@@ -24,9 +24,8 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
-from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedEnvSpec, ObservationSpec,
-                                       TensorSpec, flat_model, named_of_v1, v1_model_of)
+                                       TensorSpec, flat_model, flat_spec)
 from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.network_config import NetworkConfig
 
@@ -61,25 +60,25 @@ def spec_to_json(spec: NamedEnvSpec, protocol: int = 2) -> dict:
                     observation=[dict(name=t.name, shape=list(t.shape), dtype=t.dtype.str, masked=t.masked)
                                  for t in spec.observation.tensors],
                     action=[_head_to_json(h) for h in spec.action.heads])
-    v1 = v1_model_of(spec) if protocol == 1 else None
-    if v1 is None:
+    if protocol != 1 or not flat_model(spec):
         raise ValueError(f"{spec.env_name}'s spec cannot be recorded as protocol {protocol}: protocol 1 records the "
                          "flat model's spec (one unmasked tensor, one discrete head), protocol 2 any spec")
-    return dict(env_name=v1.env_name, observation_shape=list(v1.observation_shape),
-                observation_dtype=v1.observation_dtype.str, num_actions=v1.num_actions)
+    tensor, head = spec.observation.tensors[0], spec.action.heads[0]
+    return dict(env_name=spec.env_name, observation_shape=list(tensor.shape), observation_dtype=tensor.dtype.str,
+                num_actions=head.num_actions)
 
 
 def spec_from_json(data: dict) -> NamedEnvSpec:
     """The named spec of a checkpoint's record, either protocol: a protocol-1 record as one tensor "observation"
-    and one discrete head "action" (`named_of_v1`), of one env and one seat."""
+    and one discrete head "action" (`flat_spec`), of one env and one seat."""
     if _protocol_of_record(data) == 2:
         observation = ObservationSpec(tuple(TensorSpec(t["name"], tuple(t["shape"]), np.dtype(t["dtype"]), t["masked"])
                                             for t in data["observation"]))
         action = ActionSpec(tuple(_head_from_json(h) for h in data["action"]))
         return NamedEnvSpec(data["env_name"], observation, action, 1, len(data["seat_team"]) or 1,
                             tuple(data["episode_stats"]), tuple(data["seat_team"]))
-    return named_of_v1(EnvSpec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
-                               data["num_actions"], 1))
+    return flat_spec(data["env_name"], tuple(data["observation_shape"]), np.dtype(data["observation_dtype"]),
+                     data["num_actions"])
 
 
 def _protocol_of_record(data: dict) -> int:

@@ -24,7 +24,7 @@ from seedleague.host.session_limits import SessionLimits, check_spec
 from seedleague.protocol import codec
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, check_step, zero_step
-from seedleague.protocol.named import named_of_v1
+from seedleague.protocol.named import check_named_step, named_of_v1
 from seedleague.v1 import env_pb2 as pb
 
 EXAMPLES = int(os.environ.get("SEEDLEAGUE_FUZZ_EXAMPLES", "150"))
@@ -229,8 +229,10 @@ def test_steps_that_pass_check_step_can_be_served(spec_and_message):
     for name in ("observation", "reward"):  # what passes is finite and has the spec's layout
         value = getattr(step, name)
         assert value.dtype.kind != "f" or np.isfinite(value).all()
-    session = Session("s", named_of_v1(spec), "fuzz", unroll_length=0, initial_state=lambda n: np.zeros((n, 1)))
-    agents = session.flatten(step)  # the host's next move; must not fail on anything check_step let through
+    named_spec, named_step = named_of_v1(spec), codec.decode_named_step(message)  # the host's own path: v1's adapter
+    check_named_step(named_spec, named_step)  # what v1's check lets through, the host's named check does too
+    session = Session("s", named_spec, "fuzz", unroll_length=0, initial_state=lambda n: np.zeros((n, 1)))
+    agents = session.flatten(named_step)  # the host's next move; must not fail on anything check_step let through
     assert agents.observation.shape == (spec.num_agents,) + spec.observation_shape
     if spec.has_legal_mask:
         assert agents.legal_mask[agents.acting].any(axis=-1).all()

@@ -20,6 +20,7 @@ from seedleague.league.types import Role
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
 from seedleague.protocol.specs import EnvSpec, StepBatch
+from seedleague.protocol.named import flat_spec
 from seedleague.rl.networks import Network
 from seedleague.testing.fakes import FakeLeague
 from seedleague.testing.server_thread import ServerThread
@@ -347,7 +348,7 @@ def test_every_opponent_snapshot_in_a_batch_acts_with_its_own_params_in_one_stac
 
 def test_a_game_result_is_scored_from_the_learner_seats_return_sign():
     assert [results.outcome(r) for r in (2.0, 1e-9, 0.0, -0.5)] == [1.0, 1.0, 0.5, 0.0]
-    spec = EnvSpec("g", (2,), np.dtype(np.float32), 2, num_envs=3, num_seats=2)
+    spec = flat_spec("g", (2,), np.dtype(np.float32), 2, num_envs=3, num_seats=2)
     returns = np.array([1.0, -1.0, 0.5, 0.5, 0.0, 0.0], np.float32)  # env 1 pays both seats: not zero-sum
     assert results.not_zero_sum(spec, np.array([0, 2]), returns) is None
     assert "(env 1) ended with returns [0.5, 0.5]" in results.not_zero_sum(spec, np.array([1]), returns)

@@ -1,7 +1,7 @@
 """The training host with protocol v2 workers over a real socket: the named network acts (one action per
 head, legal and inside its Box), unrolls of named tensors reach the learner, truncated episodes bootstrap from
 their final observation, bad steps reach nothing, the checkpoint meta records the spec; a v1-shaped v2 worker
-runs on the v1 model."""
+runs on the flat model, and a v1 worker reaches the host as named steps (v1 is an adapter at the wire edge)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host import named
 from seedleague.host.host import Host, HostConfig
 from seedleague.host.replay_config import ReplayConfig
-from seedleague.host.sessions import AgentStep
+from seedleague.host.sessions import AgentStep, Session
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec_v2
-from seedleague.protocol.client import ClientConfig
+from seedleague.protocol.client import ClientConfig, WorkerClient
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
-from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
-                                       NamedEnvSpec, TensorSpec, zero_named_step)
+from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, NamedActionBatch, NamedEnvSpec,
+                                       NamedStepBatch, ObservationSpec, TensorSpec, flat_spec, named_of_v1,
+                                       zero_named_step)
+from seedleague.protocol.specs import EnvSpec
 from seedleague.rl.networks import Network
 from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.types import NamedUnroll
@@ -158,6 +160,61 @@ def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served)
     assert rows.observation.shape == (2, 5, 3) and not rows.truncated.any()
     assert rows.terminated[0].tolist() == [False, False, True, False, False]
     assert rows.reward[0, 2] != 1.0 and rows.reward[0, :2].tolist() == [1.0, 1.0]  # 1 + gamma * V(final)
+
+
+def test_a_v1_worker_reaches_the_host_as_named_steps_and_takes_named_actions_back(served):
+    # v1 is an adapter at the wire edge (protocol/codec.py): the host's step sees the named step (one tensor
+    # "observation", one mask "action", no final observations) and answers {"action": [E, S]}, which v1's codec
+    # sends as the one array v1's client reads.
+    host, server = served
+    seen, host_step = [], host.step
+
+    async def recording(step):
+        answer = await host_step(step)
+        seen.append((step, answer))
+        return answer
+
+    host.step = recording  # the servicer calls its backend's step
+    spec = EnvSpec("v1", (3,), np.float32, 4, num_envs=2, num_seats=2, has_legal_mask=True)
+    client = WorkerClient(ClientConfig(server.address, connect_timeout_s=60), spec)
+    client.connect()
+    legal = np.zeros((2, 2, 4), bool)
+    legal[..., 2] = True  # one legal action: the answer is known
+    nothing, no_end = np.zeros((2, 2), np.float32), np.zeros(2, bool)
+    try:
+        actions = [client.step(np.full((2, 2, 3), s, np.float32), nothing, no_end, no_end, legal) for s in range(3)]
+    finally:
+        client.close()
+    assert len(seen) == 3 and host.pipeline.spec == named_of_v1(spec) and isinstance(host.pipeline.network, Network)
+    for sequence, ((step, answer), action) in enumerate(zip(seen, actions)):
+        assert isinstance(step, NamedStepBatch) and step.sequence == sequence and step.final_observation is None
+        assert list(step.observation) == ["observation"] and list(step.legal_mask) == ["action"]
+        assert (step.observation["observation"] == sequence).all()
+        assert isinstance(answer, NamedActionBatch) and list(answer.action) == ["action"]
+        np.testing.assert_array_equal(answer.action["action"], action)
+        assert action.shape == (2, 2) and (action == 2).all()
+
+
+def test_a_flat_model_session_takes_the_named_steps_own_arrays():
+    # The flat model reads one array: a session of one tensor and one head flattens the named step's arrays in
+    # place (no copy), and the final observations of a truncated env go to its agent rows as one array.
+    spec = flat_spec("flat", (3,), np.float32, 4, num_envs=3, num_seats=2, has_legal_mask=True)
+    session = Session("s", spec, "test", unroll_length=0, initial_state=lambda n: ())
+    step = zero_named_step(spec, "s", acting=True)
+    step.observation["observation"][:] = np.arange(18, dtype=np.float32).reshape(3, 2, 3)
+    step.final_observation = {"observation": np.full((1, 2, 3), 9.0, np.float32)}
+    step.truncated[1] = True
+    first = session.flatten(step)  # the stream's first step ends no episode: no final observations
+    assert first.first.all() and first.final_observation is None and not first.truncated.any()
+    step.sequence = 1
+    agents = session.flatten(step)
+    assert agents.observation.shape == (6, 3) and agents.legal_mask.shape == (6, 4)
+    assert np.shares_memory(agents.observation, step.observation["observation"])
+    assert np.shares_memory(agents.legal_mask, step.legal_mask["action"])
+    assert agents.observation[5].tolist() == [15.0, 16.0, 17.0]  # env 2, seat 1
+    assert agents.truncated.tolist() == [False, False, True, True, False, False]
+    assert agents.final_rows.tolist() == [2, 3] and agents.final_observation.shape == (2, 3)
+    assert (agents.final_observation == 9.0).all()
 
 
 def test_bootstrap_adds_the_discounted_value_of_the_final_observation_by_hand():

@@ -158,6 +158,29 @@ def test_exactly_one_module_restores_orbax_checkpoints():
     assert calls, "seedleague.checkpoint no longer calls orbax's restore: this rule reads the wrong module"
 
 
+# Protocol v1's own representation (one observation array, one action array) and the conversions to and from it;
+# the package's one representation is v2's named tensors and heads (seedleague.protocol.named, docs/architecture.md).
+V1_NAMES = {f"seedleague.protocol.specs.{name}" for name in ("EnvSpec", "StepBatch", "ActionBatch", "zero_step",
+                                                               "check_step")}
+V1_NAMES |= {"seedleague.protocol.named.named_of_v1", "seedleague.protocol.named.v1_of_named", "seedleague.v1.env_pb2"}
+# The wire edge: v1's codec and client, the named client's v1 adapter, the servicer that serves both versions, and the
+# fake host, which says what v1 can carry of a spec and holds a v1 session's messages to its size limit.
+WIRE_EDGE = {"seedleague.protocol.specs", "seedleague.protocol.named", "seedleague.protocol.codec",
+             "seedleague.protocol.client", "seedleague.protocol.client_v2", "seedleague.host.servicer",
+             "seedleague.tools.fake_host"}
+
+
+def test_protocol_v1_is_an_adapter_at_the_wire_edge_and_nowhere_else():
+    found = [(path, line, imported) for name, (path, tree) in MODULES.items()
+             for line, imported in _imports(name, path, tree) if imported in V1_NAMES]
+    assert {"seedleague.protocol.codec", "seedleague.protocol.client"} <= {  # the rule reads what it is about
+        _module_name(path) for path, _, _ in found}
+    wrong = _report(entry for entry in found if _module_name(entry[0]) not in WIRE_EDGE)
+    assert not wrong, ("protocol v1's representation above the wire edge: " + "; ".join(wrong) + " (take "
+                       "seedleague.protocol.named's NamedEnvSpec, NamedStepBatch and NamedActionBatch; a spec of one "
+                       "tensor and one discrete head is protocol.named.flat_spec, and flat_model says it is one)")
+
+
 def test_trained_artifacts_sit_below_the_host_the_evaluation_and_the_output():
     # seedleague.artifacts is the floor both host/ and eval/ stand on (docs/architecture.md, "Trained artifacts").
     above = ("seedleague.host", "seedleague.eval", "seedleague.output", "seedleague.api", "seedleague.launch",

@@ -20,7 +20,7 @@ from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.specs import EnvSpec
 from seedleague.protocol.named import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec,
                                        NamedEnvSpec, TensorSpec, check_named_actions,
-                                       check_named_step, named_of_v1, v1_model_of, v1_of_named,
+                                       check_named_step, flat_spec, named_of_v1, v1_of_named,
                                        zero_named_step)
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
@@ -132,7 +132,7 @@ def test_the_return_bound_crosses_the_wire_and_both_spec_versions():
     v1 = EnvSpec("poker", (7,), np.float32, 3, 4, num_seats=2, has_legal_mask=True, return_bound=1200.0)
     assert named_of_v1(v1).return_bound == 1200.0
     assert v1_of_named(named_of_v1(v1)) == v1
-    assert v1_model_of(named_of_v1(v1)) == v1
+    assert named_of_v1(v1) == flat_spec("poker", (7,), np.float32, 3, 4, 2, True, 1200.0)
 
 
 @pytest.fixture

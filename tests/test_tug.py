@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from envs.tug_worker import CUES, SEAT_TEAM, TugGame, play_against_random
-from seedleague.protocol.named import v1_model_of
+from seedleague.protocol.named import flat_model
 
 
 def test_a_team_wins_by_pulling_on_its_cues_and_rewards_are_per_team_and_zero_sum():
     game = TugGame(2, seed=0)
-    assert game.spec.seat_team == SEAT_TEAM and v1_model_of(game.spec) is not None  # the v1 model, with teams
+    assert game.spec.seat_team == SEAT_TEAM and flat_model(game.spec)  # the flat model, with teams
     step = game.reset(seed=0)
     for turn in range(2):  # team 0 pulls on its cues, team 1 never does: +2 a step, won at the second
         cue = step.observation["observation"][:, :, 1:].argmax(-1)

@@ -20,8 +20,7 @@ import numpy as np
 
 from seedleague.artifacts.networks import shared_network
 from seedleague.buckets import pad, power_of_two
-from seedleague.protocol.named import NamedEnvSpec, named_of_v1
-from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.named import NamedEnvSpec, flat_spec
 from seedleague.rl import xla_cpu
 from seedleague.rl.networks import Network
 from seedleague.rl.network_config import NetworkConfig
@@ -117,7 +116,7 @@ class Policy:
         """The spec a host builds this policy's network for: one tensor "observation", one discrete head "action"
         (the flat model's, seedleague.protocol.named.flat_model), one env and seat."""
         spec = self.spec
-        return named_of_v1(EnvSpec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions, 1))
+        return flat_spec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions)
 
     # -- queries ------------------------------------------------------------------------------
 

@@ -34,7 +34,6 @@ from seedleague.league.model_pool import ModelPool
 from seedleague.league.types import LeagueAPI
 from seedleague.metrics import Metrics
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
-from seedleague.protocol.specs import ActionBatch
 from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch, check_named_step, flat_model
 from seedleague.rl import sharding
 from seedleague.rl.types import Unroll
@@ -139,16 +138,13 @@ class Host:
         session = self.sessions.get(step.session_id)
         if session.refusal:  # found while recording an earlier step (batcher thread), refused on this one
             raise ProtocolError(INVALID_ARGUMENT, session.refusal)
-        wire = session.spec
-        check_named_step(wire, step)  # nothing of a refused step goes further
+        check_named_step(session.spec, step)  # nothing of a refused step goes further
         named.record_episode_stats(self.metrics, step)
-        agents = session.flatten(step if session.named else named.as_v1_step(step, wire))
-        named.attach_final_v1(agents, step, wire)
+        agents = session.flatten(step)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.batcher.submit(Request(size=session.num_agents, payload=PendingStep(agents, step.sequence, future, loop)))
-        answer = await future
-        return named.as_named_actions(answer, wire)
+        return await future
 
     def close_session(self, session_id: str, reason: str) -> None:
         session = self.sessions.close(session_id)
@@ -233,8 +229,9 @@ class Host:
             offset += request.size
             self._record(step, _take(out.action, rows), _take(out.logits, rows), _take(out.core_state, rows),
                          out.policy_version)
-            action = named.split_actions(out.action, rows, step.session.spec.num_envs, step.session.spec.num_seats)
-            answers.append((request.payload, ActionBatch(request.payload.sequence, action, out.policy_version), None))
+            action = named.split_actions(out.action, rows, step.session.spec)
+            answers.append((request.payload, NamedActionBatch(request.payload.sequence, action, out.policy_version),
+                            None))
         answer_all(answers)  # one wake-up of the event loop for the whole batch, not one per request
 
     def _read_out_due(self) -> bool:

@@ -1,16 +1,14 @@
 """The host's named steps (every session's, whatever its protocol version) on the model they need, kept out of
 the wiring in host.py.
 
-A session whose spec is v1-shaped (one unmasked tensor, one discrete head; every v1
-worker's, and v2 ones of that shape: `protocol.named.flat_model`) runs on the flat model
-and data path (its teams seat league games, seedleague.host.seating): `as_v1_step`
-and `as_named_actions` translate at the edge without copies. Any other spec
-builds the named network: `batch_inputs`
-concatenates a batch's named tensors and legal masks, `split_actions` cuts the
-answer back into [E, S, ...] per head; `record_episode_stats` logs the episode
-statistics a worker declares. In a league both kinds seat, score and report games
-as v1 does (seedleague.host.seating, results), and a named network's opponent
-snapshots act in the same stacked pass over these dicts (seedleague.host.opponents).
+A session whose spec has one unmasked tensor and one discrete head (every v1 worker's, and v2 ones of that shape:
+`protocol.named.flat_model`) runs on the flat model and data path: `Session.flatten` hands it the spec's one
+tensor and mask as arrays, and `split_actions` puts the model's one action array back under its head's name. Any
+other spec builds the named network: `batch_inputs` concatenates a batch's named tensors and legal masks,
+`split_actions` cuts its answer back into [E, S, ...] per head. `record_episode_stats` logs the episode
+statistics a worker declares. In a league both kinds seat, score and report games the same way
+(seedleague.host.seating, results), and a named network's opponent snapshots act in the same stacked pass over
+these dicts (seedleague.host.opponents).
 For both, `bootstrap` folds the value of a truncated episode's final observation
 into its last reward:
 
@@ -30,36 +28,7 @@ import numpy as np
 
 from seedleague.buckets import pad
 from seedleague.host.sessions import AgentStep
-from seedleague.protocol.specs import ActionBatch, StepBatch
-from seedleague.protocol.named import NamedActionBatch, NamedEnvSpec, NamedStepBatch
-
-
-def as_v1_step(step: NamedStepBatch, spec: NamedEnvSpec) -> StepBatch:
-    """A checked v2 step of a v1-shaped spec as the v1 step it is (no copies)."""
-    tensor, head = spec.observation.tensors[0], spec.action.heads[0]
-    return StepBatch(step.session_id, step.sequence, step.observation[tensor.name], step.reward, step.terminated,
-                     step.truncated, step.legal_mask.get(head.name), step.acting)
-
-
-def final_rows(step: NamedStepBatch, num_seats: int) -> np.ndarray:
-    """The agent rows (env-major, seat-minor) of the final observations a v2 step carries."""
-    envs = np.flatnonzero(step.bootstrapped())
-    return (envs[:, None] * num_seats + np.arange(num_seats)).reshape(-1)
-
-
-def attach_final_v1(agents: AgentStep, step: NamedStepBatch, spec: NamedEnvSpec) -> None:
-    """Give a v1-shaped session's flattened step the final observations of its v2 message, [M, *shape]."""
-    if step.final_observation and agents.final_observation is None:
-        rows = final_rows(step, spec.num_seats)
-        array = step.final_observation[spec.observation.tensors[0].name]
-        agents.final_observation, agents.final_rows = array.reshape((len(rows),) + array.shape[2:]), rows
-
-
-def as_named_actions(answer: ActionBatch, spec: NamedEnvSpec) -> NamedActionBatch:
-    """The host's answer to a v2 step: a v1-shaped session's one action under its head's name; a named
-    session's dict as it is."""
-    action = answer.action if isinstance(answer.action, dict) else {spec.action.heads[0].name: answer.action}
-    return NamedActionBatch(answer.sequence, action, answer.policy_version)
+from seedleague.protocol.named import NamedEnvSpec, NamedStepBatch
 
 
 def record_episode_stats(metrics: Any, step: NamedStepBatch) -> None:
@@ -84,11 +53,13 @@ def batch_inputs(spec: NamedEnvSpec, agents: list[AgentStep]) -> tuple[dict, dic
     return observation, legal
 
 
-def split_actions(action: Any, rows: slice, num_envs: int, num_seats: int) -> Any:
-    """One request's rows of a batch's actions as [E, S, ...] (a dict per head for a named network)."""
+def split_actions(action: Any, rows: slice, spec: NamedEnvSpec) -> dict:
+    """One request's rows of a batch's actions as {head: [E, S, ...]}: the named network's dict per head, the flat
+    model's one array under its one head's name."""
+    agents = (spec.num_envs, spec.num_seats)
     if isinstance(action, dict):
-        return {k: v[rows].reshape((num_envs, num_seats) + v.shape[1:]) for k, v in action.items()}
-    return action[rows].reshape(num_envs, num_seats)
+        return {k: v[rows].reshape(agents + v.shape[1:]) for k, v in action.items()}
+    return {spec.action.heads[0].name: action[rows].reshape(agents)}
 
 
 def bootstrap(step: AgentStep, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,

@@ -16,7 +16,7 @@ import numpy as np
 
 from seedleague.host.seating import Seating
 from seedleague.league.types import MatchResult, outcome_of
-from seedleague.protocol.specs import EnvSpec
+from seedleague.protocol.named import NamedEnvSpec
 
 
 outcome = outcome_of  # 1 (win), 0.5 (draw) or 0 (loss) from the sign of the learner seat's return
@@ -40,7 +40,7 @@ def report(link, player: str, version: int, seating: Seating, envs: np.ndarray, 
 ZERO_SUM_TOLERANCE = 1e-3  # relative to the episode's largest return; rewards are float32 sums
 
 
-def beyond_return_bound(spec, returns: np.ndarray) -> Optional[str]:
+def beyond_return_bound(spec: NamedEnvSpec, returns: np.ndarray) -> Optional[str]:
     """Why `returns` (of episodes just ended, any shape) break the spec's declared return_bound, or None (also when
     it declares none): a league run scales rewards by that bound (seedleague.presets.scale_for_bound)."""
     bound = spec.return_bound
@@ -54,7 +54,7 @@ def beyond_return_bound(spec, returns: np.ndarray) -> Optional[str]:
             "can get in an episode, or 0 if the game does not know it")
 
 
-def not_zero_sum(spec: EnvSpec, envs: np.ndarray, returns: np.ndarray,
+def not_zero_sum(spec: NamedEnvSpec, envs: np.ndarray, returns: np.ndarray,
                  seating: Optional[Seating] = None) -> Optional[str]:
     """Why the episodes of `envs` (just ended; `returns` [E*S], env-major) break league play, or None.
 

@@ -22,8 +22,7 @@ import numpy as np
 from seedleague.host.seating import Seating
 from seedleague.host.unroll_store import UnrollStore
 from seedleague.protocol.errors import FAILED_PRECONDITION, ProtocolError
-from seedleague.protocol.specs import StepBatch
-from seedleague.protocol.named import NamedEnvSpec, flat_model
+from seedleague.protocol.named import NamedEnvSpec, NamedStepBatch, flat_model
 from seedleague.host.session_limits import SessionLimits, check_capacity
 
 
@@ -44,8 +43,9 @@ class AgentStep:
     learning: Optional[np.ndarray] = None  # [N] bool: learner rows of the episodes this step's actions continue
     opponents: Optional[np.ndarray] = None  # [N] object: snapshot key acting for each row, None = learner
     # Protocol v2: the final observations of the episodes this step truncated, {key: [M, *shape]}, and the agent
-    # rows [M] they belong to (None: none sent). With a named spec `observation` and `legal_mask` are dicts.
-    final_observation: Optional[dict] = None
+    # rows [M] they belong to (None: none sent). For the named network `observation`, `legal_mask` and
+    # `final_observation` are dicts; for the flat model the arrays of the spec's one tensor and one head.
+    final_observation: Any = None
     final_rows: Optional[np.ndarray] = None
 
 
@@ -92,14 +92,15 @@ class Session:
         self.every_agent = _read_only(np.ones(self.num_agents, bool))
         self.every_action = None if self.named or spec.has_legal_mask else _read_only(
             np.ones((self.num_agents, flat[1].num_actions), bool))
-        self._observation_shape = None if self.named else (self.num_agents,) + flat[0].shape
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
-    def flatten(self, step: StepBatch) -> AgentStep:
-        """[E, S, ...] tensors -> [N, ...] agents; the stream's first step starts every episode. With one
-        seat the step's own (read-only) arrays are used as they are, and an absent `acting` is one shared
-        read-only array: no copy of any per-env array."""
+    def flatten(self, step: NamedStepBatch) -> AgentStep:
+        """[E, S, ...] tensors -> [N, ...] agents; the stream's first step starts every episode. The flat model's
+        session takes its spec's one tensor and one head's mask as arrays, the named network's every one as dicts;
+        final observations go to the agent rows of the truncated envs (none on the first step, which ends no
+        episode). No copy of any per-env array: reshapes of the step's own (read-only) arrays, and an absent
+        `acting` is one shared read-only array."""
         seats, n = self.spec.num_seats, self.num_agents
         fresh, self._fresh = self._fresh, False
         if fresh:
@@ -109,35 +110,21 @@ class Session:
             terminated = step.terminated if seats == 1 else np.repeat(step.terminated, seats)
             truncated = step.truncated if seats == 1 else np.repeat(step.truncated, seats)
             first, reward = terminated | truncated, step.reward.reshape(n)
-        if self.named:
-            return self._flatten_named(step, first, reward, terminated, truncated, fresh)
-        return AgentStep(
-            session=self,
-            observation=step.observation.reshape(self._observation_shape),
-            first=first,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            acting=self.every_agent if step.acting is None else step.acting.reshape(n),
-            legal_mask=None if step.legal_mask is None else step.legal_mask.reshape(n, -1),
-        )
-
-    def _flatten_named(self, step, first, reward, terminated, truncated, fresh: bool) -> AgentStep:
-        """`flatten` for a v2 step: each named tensor and legal mask to [N, ...]; final observations to the agent
-        rows of the truncated envs (none on the stream's first step, which ends no episode)."""
-        n, seats = self.num_agents, self.spec.num_seats
+        observation = {k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()}
+        legal_mask = {k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None
         final, final_rows = None, None
         if step.final_observation and not fresh:
             envs = np.flatnonzero(step.bootstrapped())
             final_rows = (envs[:, None] * seats + np.arange(seats)).reshape(-1)
             final = {k: v.reshape((len(final_rows),) + v.shape[2:]) for k, v in step.final_observation.items()}
+        if not self.named:  # the flat model: one array in, one categorical out
+            tensor, head = self.spec.observation.tensors[0].name, self.spec.action.heads[0].name
+            observation, legal_mask = observation[tensor], (legal_mask or {}).get(head)
+            final = None if final is None else final[tensor]
         return AgentStep(
-            session=self,
-            observation={k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()},
-            first=first, reward=reward, terminated=terminated, truncated=truncated,
-            acting=self.every_agent if step.acting is None else step.acting.reshape(n),
-            legal_mask={k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None,
-            final_observation=final, final_rows=final_rows,
+            session=self, observation=observation, first=first, reward=reward, terminated=terminated,
+            truncated=truncated, acting=self.every_agent if step.acting is None else step.acting.reshape(n),
+            legal_mask=legal_mask, final_observation=final, final_rows=final_rows,
         )
 
     def finished_episodes(self, agents: AgentStep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,8 +13,10 @@ builds its network from it as it is:
     check_named_step(spec, step)                # ProtocolError naming the tensor, or None
     check_named_actions(spec, action, acting)   # ProtocolError naming the head, or None
 
-Every array is indexed [env, seat, ...] as in v1. A v1 `EnvSpec` is the special
-case `named_of_v1(spec)`; `v1_of_named` goes back when it can.
+Every array is indexed [env, seat, ...] as in v1. A v1 `EnvSpec` is the special case
+`named_of_v1(spec)` and `v1_of_named` goes back when it can: conversions for the wire edge (the codec,
+the clients, the worker tools) only. Above it a spec of that shape is `flat_spec(...)`, and `flat_model`
+says a spec runs on the flat model.
 """
 
 from __future__ import annotations
@@ -112,12 +114,18 @@ class NamedEnvSpec:
         return tuple(h for h in self.action.discrete if h.has_legal_mask)
 
 
+def flat_spec(env_name: str, observation_shape: tuple[int, ...], observation_dtype, num_actions: int,
+              num_envs: int = 1, num_seats: int = 1, has_legal_mask: bool = False,
+              return_bound: float = 0.0) -> NamedEnvSpec:
+    """The named spec of the flat model (`flat_model` holds): one tensor "observation", one discrete head "action"."""
+    observation, action = v1_specs(tuple(observation_shape), observation_dtype, num_actions, has_legal_mask)
+    return NamedEnvSpec(env_name, observation, action, num_envs, num_seats, return_bound=return_bound)
+
+
 def named_of_v1(spec: EnvSpec) -> NamedEnvSpec:
-    """A v1 spec as a v2 one: one tensor "observation", one discrete head "action"."""
-    observation, action = v1_specs(spec.observation_shape, spec.observation_dtype, spec.num_actions,
-                                   spec.has_legal_mask)
-    return NamedEnvSpec(spec.env_name, observation, action, spec.num_envs, spec.num_seats,
-                        return_bound=spec.return_bound)
+    """A v1 spec as a v2 one: one tensor "observation", one discrete head "action" (the wire edge's adapter)."""
+    return flat_spec(spec.env_name, spec.observation_shape, spec.observation_dtype, spec.num_actions, spec.num_envs,
+                     spec.num_seats, spec.has_legal_mask, spec.return_bound)
 
 
 def v1_of_named(spec: NamedEnvSpec) -> Optional[EnvSpec]:
@@ -136,17 +144,6 @@ def flat_model(spec: NamedEnvSpec) -> bool:
     `Unroll`): one unmasked tensor and one discrete head, every v1 worker's spec and v2 ones of that shape.
     Anything else builds the named network. The one place this choice is made."""
     return is_v1_shaped(spec.observation, spec.action)
-
-
-def v1_model_of(spec: NamedEnvSpec) -> Optional[EnvSpec]:
-    """The v1 spec whose model and data path serve a v2 spec of one unmasked tensor and one discrete head; its
-    teams and episode stats (which v1's spec cannot say) the host reads from the v2 spec and steps. None: the
-    named model."""
-    if not flat_model(spec):
-        return None
-    tensor, head = spec.observation.tensors[0], spec.action.heads[0]
-    return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
-                   head.has_legal_mask, spec.return_bound)
 
 
 @dataclasses.dataclass
@@ -320,6 +317,6 @@ def random_named_actions(rng: np.random.Generator, spec: NamedEnvSpec, legal_mas
 
 
 __all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
-           "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch",
-           "NamedActionBatch", "flat_model", "named_of_v1", "v1_of_named", "v1_model_of", "zero_named_step",
-           "check_named_step", "check_named_actions", "random_named_actions"]
+           "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch", "NamedActionBatch",
+           "flat_model", "flat_spec", "named_of_v1", "v1_of_named", "zero_named_step", "check_named_step",
+           "check_named_actions", "random_named_actions"]

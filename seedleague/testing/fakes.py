@@ -27,7 +27,7 @@ import numpy as np
 from seedleague.host.session_limits import SessionLimits, check_capacity
 from seedleague.protocol.errors import FAILED_PRECONDITION, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.named import (NamedActionBatch, NamedEnvSpec, NamedStepBatch,
-                                       check_named_step, random_named_actions, v1_model_of)
+                                       check_named_step, flat_model, random_named_actions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,25 +182,18 @@ class FakeBackend:
             check_capacity(spec, config.limits, open_sessions)
         except ProtocolError as error:
             self._refuse("handshake", error.code, error.message, error.field)
-        if config.observation_shape is not None or config.num_actions:
-            v1 = v1_model_of(spec)  # as the host: one tensor and one discrete head (with any stats or teams) fit v1
-            if v1 is None:
+        if config.observation_shape is not None or config.num_actions is not None:
+            if not flat_model(spec):  # as the host: one tensor and one discrete head (with any stats or teams)
                 self._refuse("handshake", FAILED_PRECONDITION, "the model takes one observation tensor and one "
                              f"discrete action head; the spec declares {len(spec.observation.tensors)} tensors and "
                              f"{len(spec.action.heads)} heads")
-            spec = v1
-        if config.observation_shape is not None and spec.observation_shape != config.observation_shape:
-            self._refuse(
-                "handshake",
-                FAILED_PRECONDITION,
-                f"observation shape {spec.observation_shape} does not fit the model's {config.observation_shape}",
-            )
-        if config.num_actions is not None and spec.num_actions != config.num_actions:
-            self._refuse(
-                "handshake",
-                FAILED_PRECONDITION,
-                f"{spec.num_actions} actions do not fit the model's {config.num_actions}",
-            )
+            shape, num_actions = spec.observation.tensors[0].shape, spec.action.heads[0].num_actions
+            if config.observation_shape is not None and shape != config.observation_shape:
+                self._refuse("handshake", FAILED_PRECONDITION,
+                             f"observation shape {shape} does not fit the model's {config.observation_shape}")
+            if config.num_actions is not None and num_actions != config.num_actions:
+                self._refuse("handshake", FAILED_PRECONDITION,
+                             f"{num_actions} actions do not fit the model's {config.num_actions}")
         if config.max_envs:
             with self._lock:
                 open_envs = sum(s.spec.num_envs for s in self._sessions.values() if s.closed is None)
