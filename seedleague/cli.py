@@ -489,6 +489,9 @@ class _CurrentStderrHandler(logging.StreamHandler):
 # added and run by the modules of "eval".
 _COMMANDS = ("fake-host", "check-worker", "league", "play", "eval", "report", "exploit", "export")
 _OWN_COMMANDS = ("train", "host", "serve", "worker", "ray-launch")  # parsed (or handed on) in this module
+# The commands whose run loads jax: their flags' module also says what is wrong with a command line that needs no
+# model to see (`refusal(args)`), so that such a refusal loads no jax either.
+_CHECKED_FIRST = ("eval", "report", "exploit", "export")
 
 
 def _command_given(argv: list[str]) -> Optional[str]:
@@ -598,6 +601,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     # force: an imported library may already have put a handler on the root logger, which would make this a no-op
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[_CurrentStderrHandler()], force=True)
+    if args.command in _CHECKED_FIRST:  # before the cache or the command's module loads jax
+        refusal = _parser_module(args.command).refusal(args)
+        if refusal:
+            print(f"seedleague {args.command}: {refusal}", file=sys.stderr)
+            return 2
     if args.command in ("serve", "eval", "report", "exploit", "export", "play"):  # they compile (train, host: _train)
         compile_cache.enable()
     try:

@@ -2,7 +2,8 @@
 its place on the `seedleague` command line and its own `python -m MODULE` entry point, both built from the
 module's `add_arguments(parser)`, `run(args) -> exit status` and docstring (whose first paragraph is the
 description). A command whose run loads jax keeps `add_arguments`, `add_parser` and that docstring in a jax-free
-module beside it (`eval.exploit_args` beside `eval.exploit`), so that `seedleague --help` needs no jax.
+module beside it (`eval.exploit_args` beside `eval.exploit`, which also holds `python -m seedleague.eval.exploit_args`),
+so that `seedleague --help` needs no jax.
 
     def add_parser(subparsers):
         return subcommand.register(subparsers, "fake-host", "serve random legal actions ...", __doc__, add_arguments)

@@ -10,6 +10,7 @@ dependency, imported where it is used).
 """
 
 import ast
+import json
 import pathlib
 import subprocess
 import sys
@@ -66,7 +67,7 @@ def test_the_rules_see_the_modules_they_are_about():
     # A rule that reads no module, or finds no command-line module, could not fail.
     assert {"seedleague.cli", "seedleague.presets", "seedleague.output", "seedleague.launch.local"} <= set(MODULES)
     assert {"seedleague.cli", "seedleague.eval.cli", "seedleague.league.cli", "seedleague.export.cli",
-            "seedleague.eval.exploit", "seedleague.tools.check_worker", "seedleague.tools.fake_host",
+            "seedleague.eval.exploit_args", "seedleague.tools.check_worker", "seedleague.tools.fake_host",
             "seedleague.launch.ray_cluster"} <= CLI_MODULES
     assert "seedleague.output" not in CLI_MODULES and "seedleague.subcommand" not in CLI_MODULES
     tree = ast.parse("from seedleague.eval import cli\nfrom ..eval.cli import run\nimport envs.gym_worker\n")
@@ -276,3 +277,37 @@ def test_the_top_level_help_loads_no_jax_nor_scipy():
                                         f"{HEAVY}: find the command whose flags load it with `python -X importtime "
                                         "-m seedleague.cli --help`")
 
+
+
+_REFUSED = [["exploit", "--run-dir", "/nonexistent/run"], ["exploit", "--run-dir", ".", "--max-seconds", "0"],
+            ["exploit", "--run-dir", ".", "--workers", "0"], ["export", "--run-dir", ".", "--out", "policy.txt"],
+            ["export", "--run-dir", "/nonexistent/run", "--out", "policy.onnx"],
+            ["eval", "--run-dir", ".", "--mixture", "main:1"],
+            ["eval", "--run-dir", ".", "--snapshot", "main:000001", "--step", "3"],
+            ["report", "--run-dir", "/nonexistent/run"]]
+_REFUSE = """
+import json, sys
+from seedleague import cli
+from seedleague.eval import exploit_args
+for argv in json.loads(sys.argv[1]) + [["--help"]]:
+    try:
+        status = cli.main(argv) if argv[0] != "--help" else exploit_args.main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    loaded = sorted({n.partition(".")[0] for n in sys.modules} & set(sys.argv[2:]))
+    print("status", status, "loads", loaded, "after", " ".join(argv), file=sys.stderr)
+"""
+
+
+def test_a_refused_command_line_of_a_command_that_loads_jax_loads_none():
+    # Each is refused before its command's module (or the compile cache) loads jax: seedleague.cli asks the flags'
+    # module (refusal), and so does `python -m seedleague.eval.exploit_args`, whose --help closes the list.
+    done = subprocess.run([sys.executable, "-c", _REFUSE, json.dumps(_REFUSED), *HEAVY], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("status")]
+    assert len(lines) == len(_REFUSED) + 1, done.stderr[-2000:]
+    refusals = [line for line in done.stderr.splitlines() if line.startswith("seedleague ")]
+    assert len(refusals) == len(_REFUSED), done.stderr[-2000:]  # one console line each, naming its command
+    for line, argv in zip(lines, _REFUSED):
+        assert line.startswith("status 2 loads []"), f"`seedleague {' '.join(argv)}`: {line}"
+    assert lines[-1].startswith("status 0 loads []"), lines[-1]

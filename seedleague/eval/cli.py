@@ -14,26 +14,11 @@ from typing import Optional
 
 from seedleague.artifacts.load import load_policy, load_snapshot
 from seedleague.eval import measure
+from seedleague.eval.cli_args import parse_mixture, refusal
 from seedleague.eval.curve import load_param_average
 from seedleague.eval.measure import QUICK, EvalConfig, append_history, check_average_fraction, evaluate
 from seedleague.eval.report import run_report
 from seedleague.eval.run_league import league_of
-
-
-def parse_mixture(text: str) -> list[tuple[str, float]]:
-    """[("main:000512", 0.7), ...] from "main:000512=0.7,main:001024=0.3"."""
-    pairs = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, weight = item.rpartition("=")
-        try:
-            pairs.append((key.strip(), float(weight)))
-        except ValueError:
-            key = ""
-        if not key:
-            raise ValueError(f"--mixture items must be KEY=WEIGHT (e.g. main:000512=0.7), got {item!r}")
-    if not pairs:
-        raise ValueError("--mixture needs at least one KEY=WEIGHT")
-    return pairs
 
 
 def evaluate_run(run_dir: str, quick: bool = False, config: Optional[EvalConfig] = None) -> Optional[dict]:
@@ -123,6 +108,9 @@ def format_entry(entry: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run `eval` or `report`; 0 on success, 2 with a message for bad input or nothing to evaluate."""
     try:
+        problem = refusal(args)  # seedleague.cli has checked before loading jax; a caller of this function may not
+        if problem:
+            raise ValueError(problem)
         if args.command == "report":
             return _report(args)
         return _eval(args)
@@ -137,8 +125,6 @@ def _eval(args: argparse.Namespace) -> int:
     if args.average is not None:
         check_average_fraction(args.average)
     if args.snapshot:
-        if args.step is not None:
-            raise ValueError("--step applies to --run-dir or --checkpoint; a snapshot key names its own step")
         policy, param_average = load_snapshot(args.run_dir, args.snapshot, seed=args.seed), None
     else:
         policy = load_policy(args.checkpoint or args.run_dir, args.step, seed=args.seed)
@@ -155,8 +141,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.run_dir):
-        raise FileNotFoundError(f"no such run directory: {args.run_dir!r}")
     league = league_of(args.run_dir)
     try:
         paths = run_report(args.run_dir, league, args.out)

@@ -13,13 +13,16 @@ MCTS at each `--mcts-sims`; `--vs` adds a head-to-head match in any OpenSpiel
 game. Every evaluation is printed as a table and appended as one JSON line to
 `<run_dir>/eval/history.jsonl`, which `seedleague report` plots.
 
-Kept apart from seedleague.eval.cli, which runs the two commands and loads jax, so that `seedleague --help`,
-`seedleague eval --help` and a refused flag need no jax.
+Kept apart from seedleague.eval.cli, which runs the two commands and loads jax, with what is wrong with a command
+line that needs no policy to see (`refusal`), so that `seedleague --help`, `seedleague eval --help` and a refused
+command line need no jax.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Optional
 
 
 def _sims(text: str) -> tuple[int, ...]:
@@ -59,3 +62,34 @@ def add_parser(sub) -> None:
                                         "report.md from the run's league and eval history.")
     report.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory")
     report.add_argument("--out", default=None, metavar="DIR", help="output directory (default <run-dir>/report)")
+
+
+def parse_mixture(text: str) -> list[tuple[str, float]]:
+    """[("main:000512", 0.7), ...] from "main:000512=0.7,main:001024=0.3"."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, weight = item.rpartition("=")
+        try:
+            pairs.append((key.strip(), float(weight)))
+        except ValueError:
+            key = ""
+        if not key:
+            raise ValueError(f"--mixture items must be KEY=WEIGHT (e.g. main:000512=0.7), got {item!r}")
+    if not pairs:
+        raise ValueError("--mixture needs at least one KEY=WEIGHT")
+    return pairs
+
+
+def refusal(args: argparse.Namespace) -> Optional[str]:
+    """What is wrong with an `eval` or `report` command line that no policy is needed to see, or None: checked by
+    seedleague.cli before seedleague.eval.cli (which loads jax) is imported."""
+    if args.command == "report":
+        return None if os.path.isdir(args.run_dir) else f"no such run directory: {args.run_dir!r}"
+    if args.snapshot and args.step is not None:
+        return "--step applies to --run-dir or --checkpoint; a snapshot key names its own step"
+    if args.mixture:
+        try:
+            parse_mixture(args.mixture)
+        except ValueError as error:
+            return str(error)
+    return None

@@ -19,7 +19,7 @@ from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.export import onnx_policy, onnx_named
-from seedleague.export.cli_args import FORMATS
+from seedleague.export.cli_args import FORMATS, out_problem, run_dir_problem
 from seedleague.league.types import parse_key
 
 
@@ -44,10 +44,12 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
     Raises ExportError (a ValueError) for a bad format, --out or snapshot key, FileNotFoundError
     for a missing run directory, snapshot or output, RecurrentPolicyError for an LSTM policy and
     onnx_named.UnsupportedPolicyError (a ValueError) for a protocol v2 network it cannot write."""
-    _check_out(out, format)
-    if not os.path.isdir(run_dir):
-        raise FileNotFoundError(f"no such run directory: {run_dir!r}: pass --run-dir the directory a `seedleague "
-                                "train --run-dir` wrote (it holds checkpoints/ and output.json)")
+    problem = out_problem(out, format)
+    if problem:
+        raise ExportError(problem)
+    problem = run_dir_problem(run_dir)
+    if problem:
+        raise FileNotFoundError(problem)
     resolved = _snapshot(run_dir, snapshot) if snapshot else output.resolve(run_dir)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if resolved.kind == "policy":
@@ -55,18 +57,6 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
         _writer(policy).write(policy, out, dict(kind="policy", output=resolved.describe()))
         return [out, out + ".json"]
     return _export_mixture(resolved, out)
-
-
-def _check_out(out: str, format: str) -> None:
-    if format not in FORMATS:
-        raise ExportError(f"--format {format!r} is not supported: seedleague export writes "
-                          f"{', '.join(FORMATS)} (pass --format onnx)")
-    if not out.endswith(FORMATS[format]) or out == FORMATS[format]:
-        raise ExportError(f"--out {out!r} must name a {FORMATS[format]} file for --format {format}, "
-                          f"e.g. policy{FORMATS[format]}")
-    if os.path.isdir(out):
-        raise ExportError(f"--out {out!r} is a directory: name the file to write, "
-                          f"e.g. {os.path.join(out, 'policy.onnx')}")
 
 
 def _snapshot(run_dir: str, key: str) -> output.Output:

@@ -12,13 +12,16 @@ where the output mixes its networks per seat); OUT itself is not written. A prot
 takes one input per named observation tensor (and entity and legal masks) and answers per action
 head. Recurrent (LSTM) policies are refused.
 
-Kept apart from seedleague.export.cli, which exports and loads jax, so that `seedleague --help`, `seedleague
-export --help` and a refused flag need no jax.
+Kept apart from seedleague.export.cli, which exports and loads jax, with what is wrong with a command line that
+needs no policy to see (`refusal`), so that `seedleague --help`, `seedleague export --help` and a refused command
+line need no jax.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Optional
 
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
 
@@ -38,3 +41,30 @@ def add_parser(sub) -> None:
     parser.add_argument("--out", required=True, metavar="FILE",
                         help="the file to write, e.g. policy.onnx; its sidecar FILE.json says how to feed it. A "
                              "mixture output writes FILE's members as <name>.member0.onnx, ... instead")
+
+
+def out_problem(out: str, format: str) -> Optional[str]:
+    """What is wrong with --out for --format, or None."""
+    if format not in FORMATS:
+        return (f"--format {format!r} is not supported: seedleague export writes {', '.join(FORMATS)} "
+                "(pass --format onnx)")
+    if not out.endswith(FORMATS[format]) or out == FORMATS[format]:
+        return (f"--out {out!r} must name a {FORMATS[format]} file for --format {format}, "
+                f"e.g. policy{FORMATS[format]}")
+    if os.path.isdir(out):
+        return f"--out {out!r} is a directory: name the file to write, e.g. {os.path.join(out, 'policy.onnx')}"
+    return None
+
+
+def run_dir_problem(run_dir: str) -> Optional[str]:
+    """What is wrong with --run-dir before anything in it is read, or None."""
+    if os.path.isdir(run_dir):
+        return None
+    return (f"no such run directory: {run_dir!r}: pass --run-dir the directory a `seedleague train --run-dir` wrote "
+            "(it holds checkpoints/ and output.json)")
+
+
+def refusal(args: argparse.Namespace) -> Optional[str]:
+    """What is wrong with an `export` command line that no policy is needed to see, or None: checked by seedleague.cli
+    before seedleague.export.cli (which loads jax) is imported."""
+    return out_problem(args.out, args.format) or run_dir_problem(args.run_dir)
