@@ -8,8 +8,8 @@ A family is an object with
 
     worker_command(game, num_envs) -> argv   # its worker's command line; the launcher adds --address and --seed
     spec(game) -> NamedEnvSpec or None       # the spec the host will read from its worker's handshake, read here
-                                             # from one env made in this process (a v1 worker's as named_of_v1
-                                             # gives it); None where it cannot tell without the worker;
+                                             # from one env made in this process; None where it cannot tell
+                                             # without the worker;
                                              # UnsupportedGame (one line: why, and what to give) for a bad name
     main(argv) -> exit status                # its worker in this process (`seedleague worker` runs gym's)
 
