@@ -282,6 +282,7 @@ def test_the_top_level_help_loads_no_jax_nor_scipy():
 _REFUSED = [["exploit", "--run-dir", "/nonexistent/run"], ["exploit", "--run-dir", ".", "--max-seconds", "0"],
             ["exploit", "--run-dir", ".", "--workers", "0"], ["export", "--run-dir", ".", "--out", "policy.txt"],
             ["export", "--run-dir", "/nonexistent/run", "--out", "policy.onnx"],
+            ["export", "--run-dir", ".", "--out", "policy.onnx", "--snapshot", "main"],
             ["eval", "--run-dir", ".", "--mixture", "main:1"],
             ["eval", "--run-dir", ".", "--snapshot", "main:000001", "--step", "3"],
             ["report", "--run-dir", "/nonexistent/run"]]

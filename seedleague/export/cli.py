@@ -19,7 +19,7 @@ from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.export import onnx_policy, onnx_named
-from seedleague.export.cli_args import FORMATS, out_problem, run_dir_problem
+from seedleague.export.cli_args import FORMATS, out_problem, run_dir_problem, snapshot_problem
 from seedleague.league.types import parse_key
 
 
@@ -61,13 +61,10 @@ def export(run_dir: str, out: str, format: str = "onnx", snapshot: str | None = 
 
 def _snapshot(run_dir: str, key: str) -> output.Output:
     """League snapshot `key` of `run_dir` as a one-member Output; ExportError/FileNotFoundError name what exists."""
-    try:
-        player, step = parse_key(key)
-    except ValueError as error:
-        raise ExportError(f"--snapshot: {error}, e.g. main:000512") from None
-    if step is None:
-        raise ExportError(f"--snapshot {key!r} names a player, not a snapshot: pass player:step, e.g. {key}:000512 "
-                          f"(or leave --snapshot out to export the run's output)")
+    problem = snapshot_problem(key)
+    if problem:
+        raise ExportError(problem)
+    player, step = parse_key(key)
     pool = os.path.join(run_dir, "pool")
     player_dir = os.path.join(pool, player)
     players = sorted(os.listdir(pool)) if os.path.isdir(pool) else []

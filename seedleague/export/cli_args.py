@@ -23,6 +23,8 @@ import argparse
 import os
 from typing import Optional
 
+from seedleague.league.types import parse_key
+
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
 
 
@@ -64,7 +66,20 @@ def run_dir_problem(run_dir: str) -> Optional[str]:
             "(it holds checkpoints/ and output.json)")
 
 
+def snapshot_problem(key: str) -> Optional[str]:
+    """What is wrong with a --snapshot key before the pool is read, or None."""
+    try:
+        _, step = parse_key(key)
+    except ValueError as error:
+        return f"--snapshot: {error}, e.g. main:000512"
+    if step is None:
+        return (f"--snapshot {key!r} names a player, not a snapshot: pass player:step, e.g. {key}:000512 "
+                "(or leave --snapshot out to export the run's output)")
+    return None
+
+
 def refusal(args: argparse.Namespace) -> Optional[str]:
     """What is wrong with an `export` command line that no policy is needed to see, or None: checked by seedleague.cli
     before seedleague.export.cli (which loads jax) is imported."""
-    return out_problem(args.out, args.format) or run_dir_problem(args.run_dir)
+    return (out_problem(args.out, args.format) or run_dir_problem(args.run_dir)
+            or (snapshot_problem(args.snapshot) if args.snapshot else None))
