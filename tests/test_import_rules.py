@@ -283,7 +283,8 @@ _REFUSED = [["exploit", "--run-dir", "/nonexistent/run"], ["exploit", "--run-dir
             ["exploit", "--run-dir", ".", "--workers", "0"], ["export", "--run-dir", ".", "--out", "policy.txt"],
             ["export", "--run-dir", "/nonexistent/run", "--out", "policy.onnx"],
             ["export", "--run-dir", ".", "--out", "policy.onnx", "--snapshot", "main"],
-            ["eval", "--run-dir", ".", "--mixture", "main:1"],
+            ["eval", "--run-dir", ".", "--mixture", "main:1"], ["eval", "--run-dir", ".", "--average", "2"],
+            ["eval", "--run-dir", ".", "--games", "0"],
             ["eval", "--run-dir", ".", "--snapshot", "main:000001", "--step", "3"],
             ["report", "--run-dir", "/nonexistent/run"]]
 _REFUSE = """

@@ -16,7 +16,8 @@ from seedleague.artifacts.load import load_policy, load_snapshot
 from seedleague.eval import measure
 from seedleague.eval.cli_args import parse_mixture, refusal
 from seedleague.eval.curve import load_param_average
-from seedleague.eval.measure import QUICK, EvalConfig, append_history, check_average_fraction, evaluate
+from seedleague.eval.eval_config import QUICK, EvalConfig
+from seedleague.eval.measure import append_history, evaluate
 from seedleague.eval.report import run_report
 from seedleague.eval.run_league import league_of
 
@@ -122,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     config = EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
     mixture = parse_mixture(args.mixture) if args.mixture else None
-    if args.average is not None:
-        check_average_fraction(args.average)
     if args.snapshot:
         policy, param_average = load_snapshot(args.run_dir, args.snapshot, seed=args.seed), None
     else:

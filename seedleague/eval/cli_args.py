@@ -24,6 +24,8 @@ import argparse
 import os
 from typing import Optional
 
+from seedleague.eval.eval_config import EvalConfig, check_average_fraction
+
 
 def _sims(text: str) -> tuple[int, ...]:
     try:
@@ -85,11 +87,14 @@ def refusal(args: argparse.Namespace) -> Optional[str]:
     seedleague.cli before seedleague.eval.cli (which loads jax) is imported."""
     if args.command == "report":
         return None if os.path.isdir(args.run_dir) else f"no such run directory: {args.run_dir!r}"
+    try:
+        EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
+        if args.mixture:
+            parse_mixture(args.mixture)
+        if args.average is not None:
+            check_average_fraction(args.average)
+    except ValueError as error:
+        return str(error)
     if args.snapshot and args.step is not None:
         return "--step applies to --run-dir or --checkpoint; a snapshot key names its own step"
-    if args.mixture:
-        try:
-            parse_mixture(args.mixture)
-        except ValueError as error:
-            return str(error)
     return None

@@ -3,6 +3,7 @@ of an OpenSpiel game, as one history entry (`evaluate`, `evaluate_run`), and `<r
 
     entry = evaluate(run_dir, policy, EvalConfig(games=100))   # {"time", "step", ..., "results": {...}}
     entry, why = evaluate_run(run_dir, QUICK)                  # the newest checkpoint and the run's output; or why not
+                                                               # (EvalConfig, QUICK: seedleague.eval.eval_config)
     append_history(run_dir, entry); read_history(run_dir)
 
 Imperfect-information games (poker) get exact exploitability (and that of a mixture, of the recent average of the
@@ -13,7 +14,6 @@ to any OpenSpiel game. `seedleague.eval.cli` parses the command and prints the e
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -26,6 +26,7 @@ from seedleague import output as run_output
 from seedleague.artifacts.load import load_policy, load_snapshot
 from seedleague.eval import board, metagame, openspiel_eval, output_score
 from seedleague.eval.curve import load_param_average
+from seedleague.eval.eval_config import EvalConfig, check_average_fraction
 from seedleague.eval.output_selection import POPULATION
 from seedleague.eval.tree_size import game_of, tree_too_large
 from seedleague.eval.run_league import league_of
@@ -34,26 +35,6 @@ from seedleague.league.model_pool import ModelPool, root_of
 from seedleague.league.nash import league_nash
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-    """How much to play in one `seedleague eval`."""
-
-    games: int = 100  # against random and head-to-head
-    mcts_sims: tuple[int, ...] = (100,)  # one MCTS opponent per simulation count
-    mcts_games: Optional[int] = None  # games against each MCTS opponent (None: `games`)
-    uct_c: float = 2.0
-    greedy: bool = False  # the policy plays its most probable legal action instead of sampling
-    seed: int = 0
-
-    def __post_init__(self):
-        object.__setattr__(self, "mcts_sims", tuple(self.mcts_sims))
-        if self.games < 1 or (self.mcts_games is not None and self.mcts_games < 1):
-            raise ValueError(f"--games and --mcts-games must be >= 1, got {self.games} and {self.mcts_games}")
-        if any(s < 1 for s in self.mcts_sims):
-            raise ValueError(f"--mcts-sims must be positive simulation counts, got {self.mcts_sims}")
-
-
-QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10)  # a few seconds: the end of `seedleague train`
 END_OF_RUN_AVERAGE = 1 / 3  # the end of `seedleague train` reports the average of the newest third of the snapshots
 
 
@@ -127,12 +108,6 @@ def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float
     policies = [resolve_policy(run_dir, key) for key, _ in mixture]
     value = openspiel_eval.mixture_exploitability(game, policies, [w for _, w in mixture])
     return {"mixture": dict(mixture), "mixture_exploitability": value}
-
-
-def check_average_fraction(fraction: float) -> float:
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"--average must be a fraction of the snapshots in (0, 1], got {fraction}")
-    return fraction
 
 
 def _recent_average(run_dir: str, game, fraction: float, param_average=None) -> dict:
