@@ -92,6 +92,8 @@ class Session:
         self.every_agent = _read_only(np.ones(self.num_agents, bool))
         self.every_action = None if self.named or spec.has_legal_mask else _read_only(
             np.ones((self.num_agents, flat[1].num_actions), bool))
+        self._flat_names = None if self.named else (flat[0].name, flat[1].name)  # the flat model's tensor and head
+        self._observation_shape = None if self.named else (self.num_agents,) + flat[0].shape
         self._episode_return = np.zeros(self.num_agents, np.float64)
         self._episode_length = np.zeros(self.num_agents, np.int64)
 
@@ -110,17 +112,19 @@ class Session:
             terminated = step.terminated if seats == 1 else np.repeat(step.terminated, seats)
             truncated = step.truncated if seats == 1 else np.repeat(step.truncated, seats)
             first, reward = terminated | truncated, step.reward.reshape(n)
-        observation = {k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()}
-        legal_mask = {k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None
+        if self.named:
+            observation = {k: v.reshape((n,) + v.shape[2:]) for k, v in step.observation.items()}
+            legal_mask = {k: v.reshape(n, -1) for k, v in step.legal_mask.items()} or None
+        else:  # the flat model: one array in, one categorical out
+            observation = step.observation[self._flat_names[0]].reshape(self._observation_shape)
+            legal_mask = step.legal_mask.get(self._flat_names[1])
+            legal_mask = None if legal_mask is None else legal_mask.reshape(n, -1)
         final, final_rows = None, None
         if step.final_observation and not fresh:
             envs = np.flatnonzero(step.bootstrapped())
             final_rows = (envs[:, None] * seats + np.arange(seats)).reshape(-1)
             final = {k: v.reshape((len(final_rows),) + v.shape[2:]) for k, v in step.final_observation.items()}
-        if not self.named:  # the flat model: one array in, one categorical out
-            tensor, head = self.spec.observation.tensors[0].name, self.spec.action.heads[0].name
-            observation, legal_mask = observation[tensor], (legal_mask or {}).get(head)
-            final = None if final is None else final[tensor]
+            final = final if self.named else final[self._flat_names[0]]
         return AgentStep(
             session=self, observation=observation, first=first, reward=reward, terminated=terminated,
             truncated=truncated, acting=self.every_agent if step.acting is None else step.acting.reshape(n),
