@@ -130,15 +130,15 @@ def test_the_loop_trains_the_newest_batch_again_only_while_nothing_fresh_is_read
         replay.put(jnp.array([0.0, 1.0]))  # batch 1, acted by version 0
         metrics.wait_for(3)  # its three passes, without waiting for a fresh batch
         replay.put(jnp.array([3.0, 2.0]), jnp.array([3.0, 3.0]))  # batches 2 and 3 (version 3): 3 waits for 2's end
-        metrics.wait_for(6)
+        metrics.wait_for(7)  # batch 3's three passes end it: nothing is left to train
     finally:
         loop.stop()
     trained = [(int(u["batch"]), bool(u["reused"])) for u in metrics.updates]
-    assert trained == [(1, False), (1, True), (1, True), (2, False), (3, False), (3, True)]
-    assert [u["policy_lag"] for u in metrics.updates] == [0, 1, 2, 0, 1, 2]
+    assert trained == [(1, False), (1, True), (1, True), (2, False), (3, False), (3, True), (3, True)]
+    assert [u["policy_lag"] for u in metrics.updates] == [0, 1, 2, 0, 1, 2, 3]
     report = metrics.report()
-    assert 0 < report["learner_busy"] <= 1 and report["reused"] == pytest.approx(0.5)
-    assert "reused 50%" in progress_line(report)
+    assert 0 < report["learner_busy"] <= 1 and report["reused"] == pytest.approx(4 / 7)
+    assert "reused 57%" in progress_line(report)
 
 
 def test_without_reuse_the_loop_waits_for_fresh_batches():
