@@ -43,6 +43,7 @@ from seedleague.host.replay import Replay
 from seedleague.host.transfers import Transfers
 from seedleague.metrics import Metrics
 from seedleague.rl import sharding
+from seedleague.rl.kl_step import KLStep
 from seedleague.rl.learner import Scales
 from seedleague.storage import StorageError
 
@@ -75,11 +76,13 @@ class LearnerLoop:
         layout: Optional[sharding.DeviceLayout] = None,
         clock: Optional[Callable[[], float]] = None,
         reuse: Optional[DataReuse] = None,
+        kl_step: Optional[KLStep] = None,
     ):
         """`layout`: where the state lives and inference acts (None: everything on the default device);
         `clock`: the run's trained seconds, across --resume, for an anneal over time (None: this loop's own);
         `reuse`: trains the newest batch again while no fresh one is ready (None: never; nor with several
-        processes, which update in lockstep)."""
+        processes, which update in lockstep); `kl_step`: steers the learning rate by each update's measured KL
+        (LearnerConfig.step_control "kl"; None: the schedule's rate)."""
         self._update = update
         self.state = state
         self._layout = layout
@@ -105,18 +108,29 @@ class LearnerLoop:
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
         self._poisoned = False  # the state holds an update with a non-finite loss: nothing may save it
+        self._kl_step = kl_step
+        self._scales_lock = threading.Lock()  # set_scales (any thread) and the KLStep's factor (this loop's)
         self.set_scales(Scales())
 
     def set_scales(self, scales: Scales) -> None:
         """Multipliers on the entropy cost, learning rate and kl_cost from the next update on (population-based
-        training: seedleague.league.pbt); traced by the update, so no recompile. Any thread."""
+        training: seedleague.league.pbt); traced by the update, so no recompile. Any thread. A KLStep's factor
+        multiplies the learning rate's on top."""
+        with self._scales_lock:
+            self.scales = Scales(*(float(v) for v in scales))  # as given, for logs and tests
+            self._put_scales()
+
+    def _put_scales(self) -> None:
+        """The multipliers the update reads: `scales`, the learning rate's times the KLStep's factor (callers hold
+        the scales lock)."""
+        factor = self._kl_step.factor if self._kl_step is not None else 1.0
+        scales = self.scales._replace(learning_rate=self.scales.learning_rate * factor)
         values = tuple(np.float32(v) for v in scales)
         if self._layout is None:
             values = jax.device_put(values)  # on the device once, not at every update
         elif not self._layout.multi_process:
             values = jax.device_put(values, self._layout.replicated)
         self._scales = Scales(*values)
-        self.scales = Scales(*(float(v) for v in scales))  # as given, for logs and tests
 
 
     @property
@@ -252,6 +266,12 @@ class LearnerLoop:
         self._policy.publish(params, version)
         if self._reuse is not None:
             self._reuse.trained(batch, reused, metrics.get("policy_lag"))
+        if self._kl_step is not None and "kl" in metrics:
+            factor = self._kl_step.factor
+            if self._kl_step.observe(metrics["kl"], metrics["entropy_cost"]) != factor:
+                with self._scales_lock:
+                    self._put_scales()
+            metrics["learning_rate_factor"] = self._kl_step.factor
         done = time.perf_counter()
         metrics.update(sample_wait_ms=1000 * (started - waited), update_ms=1000 * (done - started),
                        reused=float(reused))

@@ -33,6 +33,7 @@ from seedleague.metrics import Metrics
 from seedleague.protocol.named import NamedEnvSpec, flat_model
 from seedleague.host.unroll_store import named_rows
 from seedleague.rl import sharding
+from seedleague.rl.kl_step import KLStep
 from seedleague.rl.learner import init_train_state, make_sharded_update
 from seedleague.rl.types import Unroll
 
@@ -142,6 +143,8 @@ def build_pipeline(config: HostConfig, layout: sharding.DeviceLayout, spec: Name
             services.checkpointer, config.checkpoint.interval_s, services.checkpoint_meta, layout,
             services.trained_seconds,
             DataReuse(passes),
+            KLStep(config.learner.learning_rate, config.learner.kl_target) if config.learner.step_control == "kl"
+            else None,
         )
     pipeline = Pipeline(spec, network, policy, replay, learner, initial, target=services.target)
     if learner is not None:

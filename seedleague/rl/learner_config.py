@@ -105,6 +105,10 @@ class LearnerConfig:
         shrink with alpha to stay stable; benchmarks/qre_floor.py measures it), so alpha
         falling as 1 / sqrt(n) keeps it as low as the updates made so far can follow:
         lower on a faster machine or a longer budget, higher on a loaded one.
+    step_control, kl_target: "schedule" (the default): the learning rate is the anneal's; "kl" (loss "mmd" only):
+        the anneal's rate times a factor steered after every update so that its measured KL to the acting policy
+        follows kl_target * (alpha / alpha_0) ** 2, MMD's step shrinking with alpha (seedleague.rl.kl_step);
+        kl_target 0: the median KL of the run's first updates.
     anneal_seconds: when > 0, the anneal follows the learner's trained seconds
         (counted across --resume) instead of its updates, so a run annealed over
         its time budget ends annealed on a fast machine and a slow one alike.
@@ -183,6 +187,8 @@ class LearnerConfig:
     minibatches: int = 1
     normalize_advantages: bool = True
     kl_cost: float = 0.0
+    step_control: str = "schedule"  # "kl": the rate steered by each update's measured KL (seedleague.rl.kl_step)
+    kl_target: float = 0.0  # with step_control "kl": the KL an update is steered to at alpha_0 (0: calibrated)
     kl_follows_entropy: bool = False  # kl_cost x entropy_cost / alpha: MMD's step eta = 1 / kl_cost shrinks with alpha
     lookahead_interval: int = 0  # > 0: Lookahead's k, in updates: the params move to slow + rate * (params - slow)
     lookahead_rate: float = 0.5  # Lookahead's alpha (the slow params' step towards the fast ones)
@@ -228,6 +234,14 @@ class LearnerConfig:
         if self.lookahead_average and not self.lookahead_interval > 0:
             problems.append("lookahead_average averages over Lookahead's interval: set --learner.lookahead-interval "
                             "> 0 with it")
+        if self.step_control not in ("schedule", "kl"):
+            problems.append(f"step_control must be 'schedule' or 'kl', got {self.step_control!r}")
+        if self.step_control == "kl" and not (self.loss == "mmd" and self.entropy_cost > 0):
+            problems.append("step_control 'kl' steers the rate by the KL that loss 'mmd' measures, towards a target "
+                            "that follows its entropy cost: it needs --learner.loss mmd and --learner.entropy-cost > 0")
+        if not self.kl_target >= 0 or (self.kl_target and self.step_control != "kl"):
+            problems.append(f"kl_target must be >= 0 (0: calibrated from the first updates) and needs "
+                            f"--learner.step-control kl, got {self.kl_target} with {self.step_control!r}")
         if self.kl_cost and self.loss != "mmd":
             problems.append(f"kl_cost applies to loss 'mmd' only; loss is {self.loss!r} (set --learner.loss mmd)")
         if self.anneal_steps < 0:
