@@ -87,7 +87,10 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                                  "different workers, or give one with --workers N for N copies. The run's settings "
                                  "come from the first worker's spec: two or more seats train in a league with the "
                                  "game recipe. Its exit status 2 (it refuses its game) stops the run")
-        parser.add_argument("--workers", type=int, default=None, help="env worker processes (default: preset)")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="env worker processes (default: the preset's on a CPU-only machine; when the host "
+                                 "runs on an accelerator, every usable CPU but 2 runs a worker, at least the "
+                                 "preset's" + (f" {preset.workers}" if preset else "") + ")")
         parser.add_argument("--envs-per-worker", type=int, default=None, help="envs each worker steps (default: preset)")
     league = parser.add_argument_group(
         "league (two-player games: openspiel:<game>, pettingzoo:pong_v3, pettingzoo:classic/tictactoe_v3)",
@@ -133,7 +136,8 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
     player_args = tuple(_forwarded_flags(argv))
     page = "" if args.league_page == "off" else args.league_page
     try:
-        return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args, page_address=page)
+        return LeagueSpec(service_flags=service_flags, players=players, player_args=player_args, page_address=page,
+                          player_workers=preset.workers if args.env else 0)
     except ValueError as error:
         raise ValueError(f"--league-page: {error}") from None
 
@@ -290,7 +294,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         envs = preset.envs_per_worker if args.envs_per_worker is None else args.envs_per_worker
         if count < 0 or envs < 1:
             raise ValueError(f"--workers must be >= 0 and --envs-per-worker >= 1, got {count} and {envs}")
-        workers = WorkerSpec(count, games.worker_command(args.env, envs))
+        # With no --workers, the host fits the preset's count to its machine once its devices are known (launch.local).
+        workers = WorkerSpec(count, games.worker_command(args.env, envs), fit_machine=args.workers is None)
     budget = Budget(
         max_env_steps=args.max_steps,
         max_learner_steps=preset.max_learner_steps if args.max_learner_steps is None else args.max_learner_steps,

@@ -29,6 +29,9 @@ DEFAULT_ENV = "openspiel:kuhn_poker"  # `make run`: a league run that ends by pr
 @dataclasses.dataclass(frozen=True)
 class Preset:
     host: HostConfig
+    # The built-in env workers on a CPU-only machine, where they share its cores with the learner and inference
+    # (each preset's count was measured on 2 cores). A host on an accelerator raises it to the machine's CPUs
+    # (seedleague.launch.run_config.machine_share) unless --workers is given.
     workers: int
     envs_per_worker: int
     target_return: float | None = None

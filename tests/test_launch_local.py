@@ -16,7 +16,10 @@ class FakeLeague:
     def start(self, host_config):
         return host_config
 
-    def start_players(self):
+    def hosts_here(self):
+        return 1
+
+    def start_players(self, machine):
         pass
 
     def summary(self):

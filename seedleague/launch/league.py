@@ -61,6 +61,9 @@ class LeagueSpec:
     service_flags: tuple[str, ...] = ()  # LeagueConfig flags for the started service, e.g. ("--mode", "pfsp")
     players: tuple[PlayerSpec, ...] = (PlayerSpec("main"),)  # the first is played by this process's host
     player_args: tuple[str, ...] = ()  # `seedleague train` arguments the extra players' hosts are started with
+    # the built-in workers of each extra player's host before they are fitted to the machine (the preset's);
+    # 0: its command line decides (a --worker-cmd's)
+    player_workers: int = 0
     page_address: str = "127.0.0.1:0"  # the live league page's host:port (port 0: a free one); "" = no page
     start_timeout_s: float = 60.0
     max_restarts: int = 10  # a league service that dies is restarted (same address, same run dir) this often at most
@@ -213,7 +216,8 @@ class PlayerProcesses:
         self.address, self.pool_dir, self.security = address, pool_dir, security
         self._children: list[Child] = []
 
-    def start(self, players: Sequence[PlayerSpec]) -> None:
+    def start(self, players: Sequence[PlayerSpec], workers: int = 0) -> None:
+        """One host process per player, each with `workers` built-in workers (0: its own command line's)."""
         for index, player in enumerate(players, start=1):
             run_dir = os.path.join(self.run_dir, "players", player.name)
             os.makedirs(run_dir, exist_ok=True)
@@ -222,6 +226,7 @@ class PlayerProcesses:
                 "--run-dir", run_dir,
                 "--league.address", self.address, "--league.player", player.name, "--league.role", player.role.value,
                 "--league.pool_dir", self.pool_dir, "--seed", str(index * 7919), "--no-eval",
+                *(("--workers", str(workers)) if workers else ()),
                 *_tls_flags(self.security, server=True), *self.spec.player_args,
             ]
             child = Child(command, os.path.join(run_dir, "player.log"), name=f"player {player.name}",

@@ -46,7 +46,7 @@ from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.launch import ADDRESS_ENV
 from seedleague.launch.child import Child, ChildExited, log_tail, stop_all
 from seedleague.launch.league import LeagueProcess, PlayerProcesses
-from seedleague.launch.run_config import RunConfig, WorkerSpec
+from seedleague.launch.run_config import Machine, RunConfig, WorkerSpec, machine_share, usable_cpus
 from seedleague.league.model_pool import record_root
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,11 @@ def _already_stopping(signum, frame):
         os.write(2, _STOPPING_NOTICE)
 
 
-def run(config: RunConfig) -> dict:
+def run(config: RunConfig, machine: Optional[Machine] = None) -> dict:
     """Run the host (and workers) until the budget ends; returns the run summary.
+
+    Built-in workers whose count nobody gave (`WorkerSpec.fit_machine`) are fitted to `machine`, by
+    default this process's: the platform of its host's devices and its usable CPUs.
 
     SIGTERM during start-up (model restore, compiles) raises KeyboardInterrupt so
     everything started so far is still stopped; once serving, SIGINT and SIGTERM
@@ -163,7 +166,9 @@ def run(config: RunConfig) -> dict:
         host = Host(host_config, metrics, resume=config.resume, league=league.client,
                     start_if_none=config.start_if_none)
         _say_resumed(host, metrics)
-        league.start_players()
+        machine = machine or Machine(host.layout.inference_device.platform, usable_cpus())
+        config = _fit_workers(config, machine, league.hosts_here())
+        league.start_players(machine)
         summary, fault = asyncio.run(_serve(config, host, metrics, run_dir, league))
         summary.update(league.summary())
     finally:
@@ -191,6 +196,14 @@ def run(config: RunConfig) -> dict:
 
 # Faults that stop a run with one console line: `run` raises them once every process it started is stopped.
 RUN_FAULTS = (storage.StorageError, NonFiniteUpdate, NonFiniteState, DamagedCheckpoint, ProtocolError)
+
+
+def _fit_workers(config: RunConfig, machine: Machine, hosts: int) -> RunConfig:
+    """`config` with its built-in workers fitted to `machine` (one of `hosts` hosts on it), said in one line."""
+    workers, line = config.workers.fitted(machine, hosts)
+    if line:
+        print(line, flush=True)
+    return dataclasses.replace(config, workers=workers)
 
 
 def _fault(host: Optional[Host]) -> Optional[Exception]:
@@ -284,13 +297,20 @@ class _League:
         self.client = LeagueClient(address, client_security, retry_deadline_s=5.0)
         return dataclasses.replace(host_config, league=link)
 
-    def start_players(self) -> None:
+    def hosts_here(self) -> int:
+        """Hosts this run starts on this machine: its own and one per extra player."""
+        spec = self.config.league
+        return len(spec.players) if spec is not None and spec.players else 1
+
+    def start_players(self, machine: Machine) -> None:
+        """The extra players' hosts, each with its share of `machine`'s workers when they are built-in."""
         spec = self.config.league
         if spec is None or len(spec.players) < 2 or self.client is None:
             return
         self.players = PlayerProcesses(self.run_dir, self.config.env_id, spec, self.client.address,
                                        self.pool_dir, self.config.security)
-        self.players.start(spec.players[1:])
+        workers = machine_share(spec.player_workers, machine, self.hosts_here()) if spec.player_workers else 0
+        self.players.start(spec.players[1:], workers)
 
     def check(self) -> None:
         """Restart the league service if it died (same address and run dir; the host keeps retrying meanwhile);

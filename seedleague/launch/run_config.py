@@ -1,6 +1,8 @@
 """What a run is, before anything starts: its workers (`WorkerSpec`), when it ends (`Budget`) and the whole run
 (`RunConfig`), which seedleague.launch.local runs. Jax-free, as every component's config is (the *_config modules):
-`seedleague train` builds and refuses a RunConfig without loading the host.
+`seedleague train` builds and refuses a RunConfig without loading the host. How many built-in workers fit the
+machine (`Machine`, `machine_share`) is decided here too, from what local.run measures once the host's devices are
+known.
 
     config = RunConfig(run_dir="runs/x", host=HostConfig(), workers=WorkerSpec(4, command),
                        budget=Budget(max_seconds=60))
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Optional
 
 from seedleague.artifacts.output_config import OutputConfig
@@ -57,6 +60,41 @@ SEED_PLACEHOLDER = "{seed}"  # in a --worker-cmd: a seed distinct per worker and
 # host:port, as `seedleague check-worker` gives them.
 
 
+HOST_CPUS = 2  # CPUs each host on the machine keeps for itself: its gRPC server, batching and learner threads
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity where the OS reports it, else os.cpu_count()."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What a run's built-in worker count is fitted to: the JAX platform its host's inference and learner run on
+    ("cpu", "gpu", "tpu", ...) and the CPUs the run may use (`usable_cpus`)."""
+
+    platform: str
+    cpus: int
+
+    @property
+    def accelerated(self) -> bool:
+        return self.platform != "cpu"
+
+
+def machine_share(floor: int, machine: Machine, hosts: int = 1) -> int:
+    """Built-in workers for each of `hosts` hosts on `machine`, never fewer than `floor` (the preset's).
+
+    On an accelerator the CPUs are the workers' but HOST_CPUS per host, split evenly among the hosts; on a
+    CPU-only machine `floor`: the learner and inference run on the same cores as the workers, which is how
+    the presets were measured.
+    """
+    if not machine.accelerated:
+        return floor
+    return max(floor, (machine.cpus - HOST_CPUS * hosts) // max(hosts, 1))
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
     """The env workers `run` starts and keeps alive.
@@ -64,18 +102,41 @@ class WorkerSpec:
     Built-in workers: `count` processes of `command`, with --address and --seed appended.
     Any other worker binary (`seedleague train --worker-cmd`): worker i runs `templates[i % len]`,
     an argv in which `{address}` and `{seed}` are replaced and nothing is appended.
+    With `fit_machine` (built-in workers whose count nobody gave), `count` is the least: `run` raises it
+    to the machine's share (`fitted`) once the host's devices are known.
     """
 
     count: int = 0
     command: tuple[str, ...] = ()
     templates: tuple[tuple[str, ...], ...] = ()
     max_restarts: int = 10
+    fit_machine: bool = False
 
     def __post_init__(self):
         if self.count < 0:
             raise ValueError(f"worker count must be >= 0, got {self.count}")
         if self.count and not (self.command or self.templates):
             raise ValueError("workers need a command: a built-in worker's or a --worker-cmd")
+        if self.fit_machine and self.templates:
+            raise ValueError("a --worker-cmd's count is the one given: only built-in workers are fitted to the machine")
+
+    def fitted(self, machine: Machine, hosts: int = 1) -> tuple[WorkerSpec, str]:
+        """This spec with its count for `machine` (one of `hosts` hosts on it), and the console line that says
+        the count, why, and how to choose another ("" for a spec that is not fitted)."""
+        if not self.fit_machine:
+            return self, ""
+        count = machine_share(self.count, machine, hosts)
+        each = f"each of the {hosts} hosts" if hosts > 1 else "the host"
+        kept = f"{machine.cpus} usable CPUs less {HOST_CPUS} for {each}" + (", shared" if hosts > 1 else "")
+        if not machine.accelerated:
+            why = ("the preset's: the learner and inference run on this machine's CPUs beside the workers, as the "
+                   "presets were measured")
+        elif count > self.count:
+            why = f"{kept}, since {each} runs on {machine.platform}; the preset's {self.count} suit a CPU-only machine"
+        else:
+            why = f"the preset's: {each} runs on {machine.platform}, and {kept} leave no more"
+        line = f"env workers: {count} ({why}); --workers N sets the count"
+        return dataclasses.replace(self, count=count, fit_machine=False), line
 
     def argv(self, index: int, address: str, seed: int) -> list[str]:
         """Worker `index`'s command line for a host on `address`."""
