@@ -27,13 +27,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import multiprocessing
-import os
 import time
 from typing import Callable
 
 import gymnasium as gym
 
 from envs.atari import is_atari, make_atari_env, make_atari_vector_env
+from seedleague.launch.run_config import usable_cpus as usable_cores  # the CPUs this process may run on
 
 VECTOR_MODES = ("auto", "native", "sync", "async")
 PROBE_SECONDS = 0.2  # how long "auto" steps one env to time it
@@ -71,13 +71,6 @@ def has_native_vector_env(env_id: str) -> bool:
     except gym.error.Error:
         return False
     return spec.vector_entry_point is not None
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity where the OS reports it, else os.cpu_count())."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def probe_step_seconds(make_one: Callable[[], gym.Env], seconds: float = PROBE_SECONDS) -> float:
