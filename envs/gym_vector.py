@@ -33,7 +33,7 @@ from typing import Callable
 import gymnasium as gym
 
 from envs.atari import is_atari, make_atari_env, make_atari_vector_env
-from seedleague.launch.run_config import usable_cpus as usable_cores  # the CPUs this process may run on
+from seedleague.launch.cpus import usable_cpus as usable_cores  # the CPUs this process may run on
 
 VECTOR_MODES = ("auto", "native", "sync", "async")
 PROBE_SECONDS = 0.2  # how long "auto" steps one env to time it

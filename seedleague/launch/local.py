@@ -46,7 +46,8 @@ from seedleague.security import TOKEN_ENV_VAR, ClientSecurity, ServerSecurity
 from seedleague.launch import ADDRESS_ENV
 from seedleague.launch.child import Child, ChildExited, log_tail, stop_all
 from seedleague.launch.league import LeagueProcess, PlayerProcesses
-from seedleague.launch.run_config import Machine, RunConfig, WorkerSpec, machine_share, usable_cpus
+from seedleague.launch.cpus import usable_cpus
+from seedleague.launch.run_config import Machine, RunConfig, WorkerSpec, machine_share
 from seedleague.league.model_pool import record_root
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ known.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Optional
 
 from seedleague.artifacts.output_config import OutputConfig
@@ -63,17 +62,10 @@ SEED_PLACEHOLDER = "{seed}"  # in a --worker-cmd: a seed distinct per worker and
 HOST_CPUS = 2  # CPUs each host on the machine keeps for itself: its gRPC server, batching and learner threads
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on: its affinity where the OS reports it, else os.cpu_count()."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 @dataclasses.dataclass(frozen=True)
 class Machine:
     """What a run's built-in worker count is fitted to: the JAX platform its host's inference and learner run on
-    ("cpu", "gpu", "tpu", ...) and the CPUs the run may use (`usable_cpus`)."""
+    ("cpu", "gpu", "tpu", ...) and the CPUs the run may use (seedleague.launch.cpus.usable_cpus)."""
 
     platform: str
     cpus: int
