@@ -3,10 +3,6 @@ pass and policy-lag bounds, and only where the learner's device would otherwise 
 
 from __future__ import annotations
 
-import collections
-import threading
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -14,8 +10,9 @@ import pytest
 from seedleague.host.data_reuse import LAG_FACTOR, DataReuse, passes_for
 from seedleague.host.learner_loop import LearnerLoop
 from seedleague.host.replay_config import ReplayConfig
-from seedleague.metrics import Metrics, progress_line
+from seedleague.metrics import progress_line
 from seedleague.rl.learner_config import LearnerConfig
+from seedleague.testing.learner_loop import LoopState, ReadyBatches, RecordingMetrics, TakesParams
 
 
 @pytest.mark.parametrize("reuse, platform, epochs, max_passes, expected", [
@@ -62,68 +59,15 @@ def test_a_batch_is_reused_until_its_passes_or_its_lag_run_out():
     assert not DataReuse(max_passes=1).enabled
 
 
-class _State(NamedTuple):
-    params: Any
-    step: Any
-
-
 def _update(state, batch, clock, scales):
     """Counts updates; reports which batch it trained (batch[1]) and its lag (step minus batch[0], its version)."""
     lag = state.step.astype(jnp.float32) - batch[0]
-    return _State(state.params + 1.0, state.step + 1), {"batch": batch[1], "policy_lag": lag}
-
-
-class _QueueReplay:
-    """The replay's interface over batches the test puts: a fresh batch is there only once the test puts it."""
-
-    def __init__(self):
-        self._fresh: collections.deque = collections.deque()
-        self._ready = threading.Condition()
-        self.closed = False
-
-    def put(self, *batches):
-        """Make `batches` ready at once, in order."""
-        with self._ready:
-            self._fresh.extend(batches)
-            self._ready.notify_all()
-
-    def sample(self, timeout=None):
-        with self._ready:
-            if not self._ready.wait_for(lambda: self._fresh, timeout or 0):
-                return None
-            return self._fresh.popleft()
-
-    def close(self):
-        self.closed = True
-
-
-class _Policy:
-    def publish(self, params, version):
-        pass
-
-
-class _Recording(Metrics):
-    """Metrics that also keep each update's values in order and signal each one."""
-
-    def __init__(self):
-        super().__init__()
-        self.updates: list[dict[str, float]] = []
-        self.changed = threading.Condition()
-
-    def record_learner_step(self, **values):
-        super().record_learner_step(**values)
-        with self.changed:
-            self.updates.append(values)
-            self.changed.notify_all()
-
-    def wait_for(self, count: int) -> None:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.updates) >= count, timeout=60), self.updates
+    return LoopState(state.params + 1.0, state.step + 1), {"batch": batch[1], "policy_lag": lag}
 
 
 def test_the_loop_trains_the_newest_batch_again_only_while_nothing_fresh_is_ready():
-    replay, metrics = _QueueReplay(), _Recording()
-    loop = LearnerLoop(jax.jit(_update), _State(jnp.zeros(()), jnp.asarray(0, jnp.int32)), replay, _Policy(),
+    replay, metrics = ReadyBatches(), RecordingMetrics()
+    loop = LearnerLoop(jax.jit(_update), LoopState(jnp.zeros(()), jnp.asarray(0, jnp.int32)), replay, TakesParams(),
                        metrics, reuse=DataReuse(max_passes=3))
     loop.start()
     try:
@@ -142,8 +86,8 @@ def test_the_loop_trains_the_newest_batch_again_only_while_nothing_fresh_is_read
 
 
 def test_without_reuse_the_loop_waits_for_fresh_batches():
-    replay, metrics = _QueueReplay(), _Recording()
-    loop = LearnerLoop(jax.jit(_update), _State(jnp.zeros(()), jnp.asarray(0, jnp.int32)), replay, _Policy(),
+    replay, metrics = ReadyBatches(), RecordingMetrics()
+    loop = LearnerLoop(jax.jit(_update), LoopState(jnp.zeros(()), jnp.asarray(0, jnp.int32)), replay, TakesParams(),
                        metrics, reuse=DataReuse(max_passes=1))
     loop.start()
     try:

@@ -3,18 +3,15 @@ and the learner loop applying its factor on top of population-based training's s
 
 from __future__ import annotations
 
-import threading
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from seedleague.host.learner_loop import LearnerLoop
-from seedleague.metrics import Metrics
 from seedleague.rl import kl_step
 from seedleague.rl.kl_step import KLStep
 from seedleague.rl.learner import Scales
+from seedleague.testing.learner_loop import LoopState, ReadyBatches, RecordingMetrics, TakesParams
 
 
 def _calibrated(kls=(0.01,) * kl_step.CALIBRATION, alpha=0.2, **kwargs) -> KLStep:
@@ -61,65 +58,24 @@ def test_a_given_target_replaces_the_calibrated_one_and_bad_readings_change_noth
     assert still.target(0.2) is None and still.observe(1.0, 0.2) == 1.0
 
 
-class _State(NamedTuple):
-    params: Any
-    step: Any
-
-
 def _update(state, batch, clock, scales):
     """Reports a KL that grows with the learning rate's multiplier, and the multipliers it was given."""
-    return _State(state.params, state.step + 1), {"kl": 0.1 * scales.learning_rate, "entropy_cost": jnp.float32(0.2),
-                                                  "lr_scale": scales.learning_rate,
-                                                  "entropy_scale": scales.entropy_cost}
-
-
-class _Replay:
-    closed = False
-
-    def __init__(self, batches: int):
-        self._left = batches
-        self._lock = threading.Lock()
-
-    def sample(self, timeout=None):
-        with self._lock:
-            if self._left == 0:
-                return None
-            self._left -= 1
-            return jnp.zeros(())
-
-    def close(self):
-        self.closed = True
-
-
-class _Policy:
-    def publish(self, params, version):
-        pass
-
-
-class _Recording(Metrics):
-    def __init__(self, count: int):
-        super().__init__()
-        self.updates: list[dict[str, float]] = []
-        self.done = threading.Event()
-        self._count = count
-
-    def record_learner_step(self, **values):
-        super().record_learner_step(**values)
-        self.updates.append(values)
-        if len(self.updates) == self._count:
-            self.done.set()
+    metrics = {"kl": 0.1 * scales.learning_rate, "entropy_cost": jnp.float32(0.2), "lr_scale": scales.learning_rate,
+               "entropy_scale": scales.entropy_cost}
+    return LoopState(state.params, state.step + 1), metrics
 
 
 def test_the_loop_multiplies_the_learning_rate_by_the_steered_factor_on_top_of_the_scales():
     updates = kl_step.CALIBRATION + 3
-    metrics = _Recording(updates)
+    metrics, replay = RecordingMetrics(), ReadyBatches()
+    replay.put(*[jnp.zeros(())] * updates)
     step = KLStep(learning_rate=1e-3, kl_target=0.002)  # the update's KL stays over twice that throughout
-    loop = LearnerLoop(jax.jit(_update), _State(jnp.zeros(()), jnp.asarray(0, jnp.int32)), _Replay(updates),
-                       _Policy(), metrics, kl_step=step)
+    loop = LearnerLoop(jax.jit(_update), LoopState(jnp.zeros(()), jnp.asarray(0, jnp.int32)), replay, TakesParams(),
+                       metrics, kl_step=step)
     loop.set_scales(Scales(entropy_cost=2.0, learning_rate=0.5, kl_cost=1.0))  # population-based training's
     loop.start()
     try:
-        assert metrics.done.wait(60)
+        metrics.wait_for(updates)
     finally:
         loop.stop()
     lr_scales = [u["lr_scale"] for u in metrics.updates]
