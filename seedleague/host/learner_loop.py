@@ -93,8 +93,8 @@ class LearnerLoop:
         self._checkpointer = checkpointer
         self._interval = checkpoint_interval_s
         self._meta = checkpoint_meta
-        multi_process = layout is not None and layout.multi_process
-        self._reuse = reuse if reuse is not None and reuse.enabled and not multi_process else None
+        self._lockstep = layout is not None and layout.multi_process  # several processes update together
+        self._reuse = reuse if reuse is not None and reuse.enabled and not self._lockstep else None
         started = time.perf_counter()
         self._clock = clock or (lambda: time.perf_counter() - started)
         self._stop = threading.Event()
@@ -103,7 +103,7 @@ class LearnerLoop:
         self.transfers = Transfers()  # an update: its clock in, its step and metrics out
         # Packed: the step and metrics leave the update as one buffer (not where a multi-process learner's arrays
         # span processes: each fetches its own replica of each).
-        self._packed = self.transfers.packed and not (layout is not None and layout.multi_process)
+        self._packed = self.transfers.packed and not self._lockstep
         self._returned: Optional[packing.Layout] = None  # the packed step and metrics, once traced
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
         self.error: Optional[BaseException] = None
@@ -165,7 +165,7 @@ class LearnerLoop:
         read the state (e.g. to save a snapshot). Raises TimeoutError if the learner
         does not get to it in time (stopped or failed).
         """
-        if self._layout is not None and self._layout.multi_process:
+        if self._lockstep:
             raise RuntimeError("LearnerLoop.call would change one process's state of a multi-process learner")
         if self._poisoned:  # the thread stopped at a NaN update: nothing may read or save its state
             raise NonFiniteUpdate("the learner stopped at a non-finite update; its state is not used")
@@ -209,7 +209,7 @@ class LearnerLoop:
 
     def _run(self) -> None:
         last_save = time.monotonic()
-        lockstep = self._layout is not None and self._layout.multi_process
+        lockstep = self._lockstep
         batch = waited = None  # waited: when the loop began looking for its next batch (timed-out tries included)
         try:
             while lockstep or (not self._stop.is_set() and not self._replay.closed):
