@@ -57,7 +57,7 @@ from envs.worker_loop import (
     head_actions,
 )
 from seedleague.protocol.named import NamedEnvSpec
-from seedleague.rl.named_spec import v1_specs
+from seedleague.rl.named_spec import flat_specs
 
 log = logging.getLogger("envs.gym_worker")
 
@@ -99,7 +99,7 @@ def env_spec(env_id: str, envs: gym.vector.VectorEnv) -> NamedEnvSpec:
         raise UnsupportedEnv(
             f"{env_id} has observation space {observation_space}; wrap it in gymnasium.wrappers.FlattenObservation"
         )
-    observation, action = v1_specs(tuple(observation_space.shape), protocol_dtype(observation_space.dtype),
+    observation, action = flat_specs(tuple(observation_space.shape), protocol_dtype(observation_space.dtype),
                                    int(action_space.n), False)
     return NamedEnvSpec(env_id, observation, action, envs.num_envs)
 

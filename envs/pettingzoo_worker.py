@@ -54,7 +54,7 @@ from envs.pettingzoo_parallel import ParallelVectorGame
 from envs.worker_loop import (EnvPerSlot, GameStep, add_game_worker_arguments, game_worker_main, head_actions,
                                positive_int)
 from seedleague.protocol.named import NamedEnvSpec
-from seedleague.rl.named_spec import v1_specs
+from seedleague.rl.named_spec import flat_specs
 
 log = logging.getLogger("envs.pettingzoo_worker")
 
@@ -161,7 +161,7 @@ class PettingZooVectorGame(EnvPerSlot):
         self._open_envs(lambda: make_parallel_env(game_name, max_frames), num_envs)
         self._agents = list(self._envs[0].possible_agents)
         self.num_actions = int(self._envs[0].action_space(self._agents[0]).n)
-        observation, action = v1_specs((SCREEN_SIZE, SCREEN_SIZE, FRAME_STACK), np.uint8, self.num_actions, False)
+        observation, action = flat_specs((SCREEN_SIZE, SCREEN_SIZE, FRAME_STACK), np.uint8, self.num_actions, False)
         self.spec = NamedEnvSpec(f"pettingzoo:{game_name}", observation, action, num_envs, NUM_SEATS)
         self._out = GameStep.zeros(self.spec, acting=True)
         (self._stacks,) = self._out.observation.values()  # [E, 2, 84, 84, 4]: each seat's frame stack

@@ -40,7 +40,7 @@ from seedleague.protocol import native_stream
 from seedleague.protocol.client import Backoff, ClientConfig, ConnectionLost, HostRefused, WorkerClient
 from seedleague.protocol.client_v2 import NamedWorkerClient
 from seedleague.protocol.named import NamedEnvSpec
-from seedleague.rl.named_spec import v1_specs
+from seedleague.rl.named_spec import flat_specs
 from seedleague.security import add_security_flags, client_security_from_args
 
 log = logging.getLogger("envs.worker_loop")
@@ -529,7 +529,7 @@ def turn_based_spec(env_name: str, observation_shape: Sequence[int], num_actions
     "observation", and one discrete head "action" with a legal mask (all False for the seats not to move), as the
     OpenSpiel and PettingZoo classic workers send; `return_bound` is the game's largest absolute payoff where it
     declares one (0: not declared). v1's form: such a game speaks v1 on the wire, byte for byte what it always sent."""
-    observation, action = v1_specs(tuple(observation_shape), np.float32, num_actions, True)
+    observation, action = flat_specs(tuple(observation_shape), np.float32, num_actions, True)
     return NamedEnvSpec(env_name, observation, action, num_envs, num_seats, return_bound=return_bound)
 
 

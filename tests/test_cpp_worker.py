@@ -204,7 +204,7 @@ def test_host_trains_on_the_cpp_worker(worker_binary, tmp_path, protocol):
     assert worker_alive_after_host, logs
     assert worker_rc == 0, logs
     assert f"protocol {1 if protocol else 2})" in worker_log.read_text(), logs  # "connected to ... (..., protocol N)"
-    # Either way the host runs the game on its v1 model (one tensor, one discrete head: protocol.named.flat_model):
+    # Either way the host runs the game on its flat model (one tensor, one discrete head: protocol.named.flat_model):
     # its checkpoints record the v1 spec (protocol 1), and the run's output is a v1 policy.
     meta = checkpoint_meta.read(str(run_dir / "checkpoints"))
     assert meta.record_protocol == 1, meta
@@ -373,7 +373,7 @@ def test_train_worker_cmd_runs_a_league_over_tls_with_rated_games_between_snapsh
     run_dir, output = league_run
     assert ("'ConnectFour-cpp' (protocol v2): observation {board float32[2x6x7]}, action {column discrete(7, legal "
             "mask)}, 16 envs x 2 seats, stats ['win', 'moves'], teams [0, 1]") in output, output[-4000:]
-    # One tensor and one discrete head: the host trains it on the v1 model, the board torso for [C, H, W] planes.
+    # One tensor and one discrete head: the host trains it on the flat model, the board torso for [C, H, W] planes.
     trained = load_trained(run_dir)
     assert trained.network_config.torso == "board" and isinstance(trained.spec, PolicySpec), trained.spec
     ticks = progress.read(str(run_dir))

@@ -80,7 +80,7 @@ def test_pendulum_speaks_v2_and_sends_the_final_observation_of_every_truncated_e
     assert not np.allclose(ends[0].final_observation["observation"], ends[0].observation["observation"])
 
 
-def test_protocol_2_forces_a_v1_shaped_v2_spec_which_the_host_runs_on_the_v1_model():
+def test_protocol_2_forces_a_flat_shaped_v2_spec_which_the_host_runs_on_the_flat_model():
     host = Host(dataclasses.replace(preset_for("CartPole-v1").host, batch_size=2), Metrics())
     with ServerThread(host) as server:
         game = make_gym_game("CartPole-v1", 4, "native", protocol=2)

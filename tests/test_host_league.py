@@ -372,7 +372,7 @@ def test_seating_with_teams_gives_the_learner_every_seat_of_one_team():
 
 @pytest.mark.parametrize("named", [False, True], ids=["v1-shaped", "two-tensors-hybrid-action"])
 def test_a_2v2_team_game_over_protocol_v2_reports_one_result_per_game_from_the_learner_team(league_host, named):
-    """A v1-shaped v2 spec runs on the v1 model; one of two named tensors and a discrete plus a continuous head on
+    """A flat-shaped v2 spec runs on the flat model; one of two named tensors and a discrete plus a continuous head on
     the named network: teams seat, score and report the same way for both."""
     from seedleague.protocol.client import ClientConfig
     from seedleague.protocol.client_v2 import NamedWorkerClient

@@ -1,6 +1,6 @@
 """The training host with protocol v2 workers over a real socket: the named network acts (one action per
 head, legal and inside its Box), unrolls of named tensors reach the learner, truncated episodes bootstrap from
-their final observation, bad steps reach nothing, the checkpoint meta records the spec; a v1-shaped v2 worker
+their final observation, bad steps reach nothing, the checkpoint meta records the spec; a flat-shaped v2 worker
 runs on the flat model, and a v1 worker reaches the host as named steps (v1 is an adapter at the wire edge)."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_episode_stats_reach_the_metrics_as_running_means(served):
     assert host.metrics.report()["episode_stats/win"] == pytest.approx(2 / 3)
 
 
-def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
+def test_a_flat_shaped_v2_worker_runs_on_the_flat_model(served):
     host, server = served
     spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                         ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
@@ -139,7 +139,7 @@ def test_a_v1_shaped_v2_worker_runs_on_the_v1_model(served):
     assert host.pipeline.spec == spec and isinstance(host.pipeline.network, Network)  # the flat model and data path
 
 
-def test_a_v1_shaped_v2_worker_bootstraps_its_truncations_on_the_v1_path(served):
+def test_a_flat_shaped_v2_worker_bootstraps_its_truncations_on_the_flat_path(served):
     host, server = served
     spec = NamedEnvSpec("v1-shaped", ObservationSpec((TensorSpec("obs", (3,), np.float32),)),
                         ActionSpec((DiscreteHead("act", 2),)), num_envs=2)
@@ -285,7 +285,7 @@ def test_a_named_run_resumes_and_loads_as_a_named_policy(tmp_path):
     assert single["aim"].shape == (2,) and np.shape(policy.value(observation)) == (3,)
 
 
-def test_a_recurrent_named_policy_is_refused_as_the_v1_api_refuses_one():
+def test_a_recurrent_named_policy_is_refused_as_the_flat_policy_refuses_one():
     from seedleague.api import RecurrentPolicyError
     from seedleague.rl.networks import Network
     from seedleague.rl.network_config import NetworkConfig

@@ -1,4 +1,4 @@
-"""Joint loss inputs over action heads: v1's numbers exactly for one discrete head, sums over heads otherwise,
+"""Joint loss inputs over action heads: the flat numbers exactly for one discrete head, sums over heads otherwise,
 and the learner update on a named batch."""
 
 import functools
@@ -14,10 +14,10 @@ from seedleague.rl.learner import init_train_state, make_update
 from seedleague.rl.learner_config import LearnerConfig
 from seedleague.rl.networks import make_network
 from seedleague.rl.network_config import NetworkConfig
-from seedleague.rl.named_losses import named_loss_inputs, named_unroll_from_v1
+from seedleague.rl.named_losses import named_loss_inputs, named_unroll_from_flat
 from seedleague.rl.named_network import NamedNetworkConfig, make_named_network
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                      v1_specs)
+                                      flat_specs)
 from seedleague.rl.types import NamedUnroll, Unroll
 
 MAYBE_JIT = pytest.mark.parametrize("maybe_jit", [lambda f: f, jax.jit], ids=["eager", "jit"])
@@ -30,8 +30,8 @@ LOSSES = {
 }
 
 
-def _v1_batch(batch=3, rows=5, seed=0):
-    """Random v1 unrolls with episode ends, a truncation and a legal mask that hides actions."""
+def _flat_batch(batch=3, rows=5, seed=0):
+    """Random flat unrolls with episode ends, a truncation and a legal mask that hides actions."""
     rng = np.random.default_rng(seed)
     legal = np.ones((batch, rows, NUM_ACTIONS), bool)
     legal[0, ::2, 2] = False
@@ -47,29 +47,29 @@ def _v1_batch(batch=3, rows=5, seed=0):
 
 @pytest.mark.parametrize("loss, maybe_jit", [(name, jax.jit) for name in sorted(LOSSES)] + [("vtrace", lambda f: f)],
                          ids=[f"{name}-jit" for name in sorted(LOSSES)] + ["vtrace-eager"])
-def test_one_discrete_head_gives_v1s_numbers_exactly(loss, maybe_jit):
-    batch = _v1_batch()
+def test_one_discrete_head_gives_the_flat_numbers_exactly(loss, maybe_jit):
+    batch = _flat_batch()
     rng = np.random.default_rng(1)
     logits = rng.normal(size=batch.behaviour_logits.shape).astype(np.float32)
     values = rng.normal(size=batch.reward.shape).astype(np.float32)
-    heads = ActionHeads(v1_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True)[1])
+    heads = ActionHeads(flat_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True)[1])
 
-    def v1_path(logits, values, batch):
+    def flat_path(logits, values, batch):
         return LOSSES[loss](losses.loss_inputs(logits, values, batch, 0.9))
 
     def named_path(logits, values, batch):
-        inputs = named_loss_inputs(heads, {"action": logits}, values, named_unroll_from_v1(batch), 0.9)
+        inputs = named_loss_inputs(heads, {"action": logits}, values, named_unroll_from_flat(batch), 0.9)
         return LOSSES[loss](inputs)
 
-    v1_loss, v1_metrics = maybe_jit(v1_path)(logits, values, batch)
+    flat_loss, flat_metrics = maybe_jit(flat_path)(logits, values, batch)
     loss_value, metrics = maybe_jit(named_path)(logits, values, batch)
-    np.testing.assert_array_equal(loss_value, v1_loss)
-    assert metrics.keys() == v1_metrics.keys()
+    np.testing.assert_array_equal(loss_value, flat_loss)
+    assert metrics.keys() == flat_metrics.keys()
     for name in metrics:
-        np.testing.assert_array_equal(metrics[name], v1_metrics[name], err_msg=name)
-    v1_grad = jax.grad(lambda x: v1_path(x, values, batch)[0])(logits)
+        np.testing.assert_array_equal(metrics[name], flat_metrics[name], err_msg=name)
+    flat_grad = jax.grad(lambda x: flat_path(x, values, batch)[0])(logits)
     grad = jax.grad(lambda x: named_path(x, values, batch)[0])(logits)
-    np.testing.assert_array_equal(grad, v1_grad)
+    np.testing.assert_array_equal(grad, flat_grad)
 
 
 @MAYBE_JIT
@@ -143,19 +143,19 @@ def test_learner_update_runs_on_a_named_batch():
     assert int(state.step) == 3 and {"magnet_kl", "entropy"} <= set(metrics)
 
 
-def test_learner_update_with_a_v1_shaped_named_network_is_v1s_update():
+def test_learner_update_with_a_flat_shaped_named_network_is_the_flat_update():
     config = LearnerConfig(loss="vtrace", minibatches=2)
-    v1 = make_network(NetworkConfig(hidden_sizes=(16,)), (3,), np.float32, NUM_ACTIONS)
+    flat = make_network(NetworkConfig(hidden_sizes=(16,)), (3,), np.float32, NUM_ACTIONS)
     named = make_named_network(NamedNetworkConfig(NetworkConfig(hidden_sizes=(16,))),
-                               *v1_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True))
-    batch = _v1_batch(batch=4)
-    v1_state, v1_metrics = make_update(config, v1)(init_train_state(config, v1, jax.random.key(0)), batch)
+                               *flat_specs((3,), np.float32, NUM_ACTIONS, has_legal_mask=True))
+    batch = _flat_batch(batch=4)
+    flat_state, flat_metrics = make_update(config, flat)(init_train_state(config, flat, jax.random.key(0)), batch)
     state, metrics = make_update(config, named)(init_train_state(config, named, jax.random.key(0)),
-                                                named_unroll_from_v1(batch))
-    for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(v1_state.params)):
+                                                named_unroll_from_flat(batch))
+    for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(flat_state.params)):
         np.testing.assert_array_equal(x, y)
     for name in metrics:
-        np.testing.assert_array_equal(metrics[name], v1_metrics[name], err_msg=name)
+        np.testing.assert_array_equal(metrics[name], flat_metrics[name], err_msg=name)
 
 
 def test_learner_refuses_neurd_for_several_heads():

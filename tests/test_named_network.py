@@ -1,4 +1,4 @@
-"""The named network: specs, encoder choice, a Dict-like spec end to end, entity masks, v1 exactly."""
+"""The named network: specs, encoder choice, a Dict-like spec end to end, entity masks, the flat network exactly."""
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,7 @@ from seedleague.rl.named_losses import named_loss_inputs
 from seedleague.rl.named_network import (NamedNetworkConfig, act, all_legal, check_observation,
                                          make_named_network)
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                      mask_key, v1_specs)
+                                      mask_key, flat_specs)
 from seedleague.rl.types import NamedUnroll
 
 OBSERVATION_SPEC = ObservationSpec((
@@ -123,16 +123,16 @@ def test_masked_out_entities_do_not_change_the_output(dict_network):
     np.testing.assert_allclose(network.apply(params, permuted, first, ())[1], base[1], rtol=1e-4, atol=1e-5)
 
 
-def test_v1_spec_builds_the_v1_network_exactly():
+def test_a_flat_spec_builds_the_flat_network_exactly():
     config = NetworkConfig(hidden_sizes=(16,))
-    v1 = make_network(config, (3,), np.float32, 4)
-    observation_spec, action_spec = v1_specs((3,), np.float32, 4, has_legal_mask=True)
+    flat = make_network(config, (3,), np.float32, 4)
+    observation_spec, action_spec = flat_specs((3,), np.float32, 4, has_legal_mask=True)
     named = make_named_network(NamedNetworkConfig(config), observation_spec, action_spec)
-    params = v1.init(jax.random.key(1))
+    params = flat.init(jax.random.key(1))
     assert jax.tree.structure(named.init(jax.random.key(1))) == jax.tree.structure(params)
     obs = np.random.default_rng(0).normal(size=(2, 3, 3)).astype(np.float32)
     first = np.zeros((2, 3), bool)
-    logits, value, _ = v1.apply(params, obs, first, ())
+    logits, value, _ = flat.apply(params, obs, first, ())
     outputs, named_value, _ = named.apply(params, {"observation": obs}, first, ())
     np.testing.assert_array_equal(outputs["action"], logits)
     np.testing.assert_array_equal(named_value, value)

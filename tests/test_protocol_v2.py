@@ -320,7 +320,7 @@ def test_a_fake_host_with_a_model_shape_takes_a_v1_shaped_spec_with_stats_and_te
     column = ActionSpec((DiscreteHead("column", 7, has_legal_mask=True),))
     backend = FakeBackend(FakeHostConfig(observation_shape=(2, 6, 7), num_actions=7))
     with_stats = NamedEnvSpec("c4", board, column, 2, 2, episode_stats=("win",), seat_team=(0, 1))
-    assert backend.open_session(with_stats, "w")  # the host runs it on the v1 model (protocol.named.flat_model)
+    assert backend.open_session(with_stats, "w")  # the host runs it on the flat model (protocol.named.flat_model)
     two_heads = ActionSpec(column.heads + (DiscreteHead("pass", 2),))
     with pytest.raises(ProtocolError) as refused:
         backend.open_session(NamedEnvSpec("c4", board, two_heads, 2, 2), "w")

@@ -1,4 +1,4 @@
-"""One policy network over one observation array (protocol v1's shape) with its params: batched, jitted queries.
+"""One policy network over one observation array (the flat shape) with its params: batched, jitted queries.
 
     policy = Policy(network_config, params, PolicySpec("openspiel:kuhn_poker", (11,), np.float32, 2))
     probs = policy.action_probabilities(observation, legal_mask)   # [B, A]; illegal exactly 0

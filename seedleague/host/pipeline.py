@@ -93,7 +93,7 @@ def spec_difference(spec: NamedEnvSpec, mine: NamedEnvSpec) -> Optional[str]:
 
 
 def _flat_fields(spec: NamedEnvSpec, mine: NamedEnvSpec):
-    """(name, spec's, mine's) of what the flat model is built from, named as v1's spec names them."""
+    """(name, spec's, mine's) of what the flat model is built from, named as its PolicySpec names them."""
     (tensor, head), (my_tensor, my_head) = ((s.observation.tensors[0], s.action.heads[0]) for s in (spec, mine))
     return (("observation_shape", tensor.shape, my_tensor.shape), ("observation_dtype", tensor.dtype, my_tensor.dtype),
             ("num_actions", head.num_actions, my_head.num_actions))

@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 
 from seedleague.protocol.errors import INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, PROTOCOL_VERSION, ActionBatch, EnvSpec, StepBatch
-from seedleague.protocol.named import (V1_ACTION, V1_OBSERVATION, NamedActionBatch, NamedEnvSpec,
+from seedleague.protocol.named import (FLAT_ACTION, FLAT_OBSERVATION, NamedActionBatch, NamedEnvSpec,
                                        NamedStepBatch, named_of_v1)
 from seedleague.v1 import env_pb2 as pb
 
@@ -232,9 +232,9 @@ def decode_named_step(message: pb.StepBatch) -> NamedStepBatch:
     return NamedStepBatch(
         session_id=message.session_id,
         sequence=message.sequence,
-        observation={V1_OBSERVATION: tensors.pop("observation")},
+        observation={FLAT_OBSERVATION: tensors.pop("observation")},
         **tensors,
-        legal_mask={V1_ACTION: decode_tensor(message.legal_mask, "legal_mask")}
+        legal_mask={FLAT_ACTION: decode_tensor(message.legal_mask, "legal_mask")}
         if message.HasField("legal_mask") else {},
         acting=optional_tensor(message, "acting"),
         final_observation=None,  # v1 carries none: the learner bootstraps a truncated episode from V(s_t)
@@ -242,7 +242,7 @@ def decode_named_step(message: pb.StepBatch) -> NamedStepBatch:
 
 
 def encode_named_step(step: NamedStepBatch) -> pb.StepBatch:
-    """A named step of a v1-shaped spec as the v1 StepBatch message a v1 worker sends (its one tensor and mask)."""
+    """A named step of a flat-shaped spec as the v1 StepBatch message a v1 worker sends (its one tensor and mask)."""
     (observation,) = step.observation.values()
     legal_mask = next(iter(step.legal_mask.values()), None)
     return encode_step(StepBatch(step.session_id, step.sequence, observation, step.reward, step.terminated,
@@ -252,7 +252,7 @@ def encode_named_step(step: NamedStepBatch) -> pb.StepBatch:
 def encode_named_actions(actions: NamedActionBatch) -> pb.ActionBatch:
     """The host's named answer to a v1 session (its one head, "action") as a v1 ActionBatch message."""
     message = pb.ActionBatch(sequence=actions.sequence, policy_version=actions.policy_version)
-    encode_tensor(np.asarray(actions.action[V1_ACTION], np.int32), message.action)
+    encode_tensor(np.asarray(actions.action[FLAT_ACTION], np.int32), message.action)
     return message
 
 

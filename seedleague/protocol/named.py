@@ -30,7 +30,7 @@ import numpy as np
 from seedleague.protocol.errors import INVALID_ARGUMENT, ProtocolError
 from seedleague.protocol.specs import MAX_RANK, EnvSpec, _expect, _expect_finite, return_bound_problem
 from seedleague.rl.named_spec import (ActionSpec, ContinuousHead, DiscreteHead, ObservationSpec, TensorSpec,
-                                      V1_ACTION, V1_OBSERVATION, _check_name, is_v1_shaped, v1_specs)
+                                      FLAT_ACTION, FLAT_OBSERVATION, _check_name, flat_specs, is_flat_shaped)
 
 PROTOCOL_VERSION_V2 = 2
 MAX_NAMED = 256  # most observation tensors, action heads or episode stats in one spec
@@ -118,7 +118,7 @@ def flat_spec(env_name: str, observation_shape: tuple[int, ...], observation_dty
               num_envs: int = 1, num_seats: int = 1, has_legal_mask: bool = False,
               return_bound: float = 0.0) -> NamedEnvSpec:
     """The named spec of the flat model (`flat_model` holds): one tensor "observation", one discrete head "action"."""
-    observation, action = v1_specs(tuple(observation_shape), observation_dtype, num_actions, has_legal_mask)
+    observation, action = flat_specs(tuple(observation_shape), observation_dtype, num_actions, has_legal_mask)
     return NamedEnvSpec(env_name, observation, action, num_envs, num_seats, return_bound=return_bound)
 
 
@@ -129,10 +129,10 @@ def named_of_v1(spec: EnvSpec) -> NamedEnvSpec:
 
 
 def v1_of_named(spec: NamedEnvSpec) -> Optional[EnvSpec]:
-    """The v1 spec a v2 spec is, when it is v1-shaped (one unmasked tensor, one discrete head) and carries
+    """The v1 spec a v2 spec is, when it has the flat shape (one unmasked tensor, one discrete head) and carries
     nothing v1 lacks (stats, teams of more than one seat); else None."""
     teams = spec.seat_team and spec.seat_team != tuple(range(spec.num_seats))  # one seat per team: v1's seats
-    if not is_v1_shaped(spec.observation, spec.action) or spec.episode_stats or teams:
+    if not is_flat_shaped(spec.observation, spec.action) or spec.episode_stats or teams:
         return None
     tensor, head = spec.observation.tensors[0], spec.action.heads[0]
     return EnvSpec(spec.env_name, tensor.shape, tensor.dtype, head.num_actions, spec.num_envs, spec.num_seats,
@@ -143,7 +143,7 @@ def flat_model(spec: NamedEnvSpec) -> bool:
     """Whether `spec` runs on the flat model (one observation array in, one categorical out: rl/networks.py,
     `Unroll`): one unmasked tensor and one discrete head, every v1 worker's spec and v2 ones of that shape.
     Anything else builds the named network. The one place this choice is made."""
-    return is_v1_shaped(spec.observation, spec.action)
+    return is_flat_shaped(spec.observation, spec.action)
 
 
 @dataclasses.dataclass
@@ -316,7 +316,7 @@ def random_named_actions(rng: np.random.Generator, spec: NamedEnvSpec, legal_mas
     return out
 
 
-__all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "V1_ACTION",
-           "V1_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch", "NamedActionBatch",
+__all__ = ["ActionSpec", "ContinuousHead", "DiscreteHead", "ObservationSpec", "TensorSpec", "FLAT_ACTION",
+           "FLAT_OBSERVATION", "PROTOCOL_VERSION_V2", "NamedEnvSpec", "NamedStepBatch", "NamedActionBatch",
            "flat_model", "flat_spec", "named_of_v1", "v1_of_named", "zero_named_step", "check_named_step",
            "check_named_actions", "random_named_actions"]

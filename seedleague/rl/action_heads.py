@@ -17,7 +17,7 @@ independent given the state, so the joint log-probability, entropy and KL are
 sums over heads.
 
 Discrete heads are categorical over the legal actions (`seedleague.rl.losses`'
-masked maths, so a single discrete head gives v1's numbers exactly). A
+masked maths, so a single discrete head gives the flat model's numbers exactly). A
 continuous head over a Box [low, high]^d is a diagonal Gaussian, either
 
 - "squashed": u ~ N(mean, std), a = centre + half * tanh(u) (Haarnoja et al.
@@ -80,7 +80,7 @@ def sample_legal(logits: jax.Array, legal: jax.Array, rng: Optional[jax.Array], 
     """int32 actions [...] from logits [..., A] and a bool mask `legal` [..., A] (True where legal): drawn from
     the softmax over the legal actions with `rng`, or, greedy, the legal argmax (lowest index on ties; `rng`
     unused). An illegal action is never chosen while its row has a legal one. The one sampling step of every
-    discrete policy: `Categorical.sample` and `mode` here, and seedleague.host.policy's v1 forward pass."""
+    discrete policy: `Categorical.sample` and `mode` here, and seedleague.host.policy's flat forward pass."""
     masked = jnp.where(legal, logits, jnp.finfo(logits.dtype).min)
     action = jnp.argmax(masked, axis=-1) if greedy else jax.random.categorical(rng, masked)
     return action.astype(jnp.int32)

@@ -43,7 +43,7 @@ class ImageEncoder(nn.Module):
 
     Frames whose smaller side fits them get the Nature CNN's strided convolutions
     (Mnih et al. 2015); smaller ones, boards, get 3x3 stride-1 convolutions that keep
-    every square's features (as the v1 board torso).
+    every square's features (as the flat network's board torso).
     """
 
     layout: str
@@ -96,8 +96,8 @@ class EntityEncoder(nn.Module):
 class ObservationEncoders(nn.Module):
     """One encoder per named tensor, their features concatenated in spec order, then dense layers.
 
-    The dense layers are tanh when every tensor is a vector (as v1's MLP torso)
-    and relu otherwise (as v1's conv torsos).
+    The dense layers are tanh when every tensor is a vector (as the flat network's MLP
+    torso) and relu otherwise (as its conv torsos).
     """
 
     observation_spec: ObservationSpec

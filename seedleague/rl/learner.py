@@ -37,7 +37,7 @@ import optax
 from seedleague.rl import losses, sharding, named_losses, xla_cpu
 from seedleague.rl.networks import Network
 from seedleague.rl.named_network import NamedNetwork
-from seedleague.rl.named_spec import is_v1_shaped
+from seedleague.rl.named_spec import is_flat_shaped
 from seedleague.rl.types import NamedUnroll, Unroll
 from seedleague.rl.learner_config import LearnerConfig
 
@@ -160,7 +160,7 @@ def _toward(mean: Any, params: Any, weight: jax.Array) -> Any:
 
 def _loss_inputs(network: Network | NamedNetwork, outputs: Any, values: jax.Array,
                  batch: Unroll | NamedUnroll, config: LearnerConfig) -> losses.LossInputs:
-    """v1's loss inputs for an `Unroll`; the joint (summed over heads) ones for a `NamedUnroll`. Rewards
+    """The flat loss inputs for an `Unroll`; the joint (summed over heads) ones for a `NamedUnroll`. Rewards
     are multiplied by `config.reward_scale` first, so values and returns are learnt in its units."""
     if config.reward_scale != 1.0:
         batch = batch._replace(reward=batch.reward * config.reward_scale)
@@ -416,7 +416,7 @@ def make_update(
 def _check_network(config: LearnerConfig, network: Network | NamedNetwork) -> None:
     """Refuse settings the network's action spec cannot support."""
     if (config.neurd_bound is not None and isinstance(network, NamedNetwork)
-            and not is_v1_shaped(network.observation_spec, network.heads.spec)):
+            and not is_flat_shaped(network.observation_spec, network.heads.spec)):
         raise ValueError("neurd_bound (NeuRD) is defined for a single discrete action head; this network has heads "
                          f"{[h.name for h in network.heads.spec.heads]}: leave neurd_bound unset")
 

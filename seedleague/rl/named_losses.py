@@ -4,7 +4,7 @@ This file owns the step from a named network's outputs and a
 `NamedUnroll` to the `LossInputs` that V-trace, PPO and MMD
 (seedleague.rl.losses) already take. The losses themselves do not change: their
 log pi, log mu, entropy and KL are those of the whole action, each a sum over the
-action's independent heads. With one discrete head the numbers are v1's exactly.
+action's independent heads. With one discrete head the numbers are the flat model's exactly.
 
     outputs, values, _ = network.apply(params, batch.observation, batch.first, batch.core_state)
     inputs = named_loss_inputs(network.heads, outputs, values, batch, discount=0.99)
@@ -52,7 +52,7 @@ def named_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batc
     """
     _check(heads, outputs, values, batch)
     # Each term slices the outputs itself, as losses.loss_inputs does, so that one discrete head sums its
-    # gradients in v1's order and gives v1's gradients bit for bit.
+    # gradients in the flat losses' order and gives their gradients bit for bit.
     tm1, t = (lambda tree: _rows(tree, slice(None, -1))), (lambda tree: _rows(tree, slice(1, None)))
     mu_tm1 = {name: x.astype(jnp.float32) for name, x in tm1(batch.behaviour_params).items()}
     a_tm1, legal_tm1 = tm1(batch.action), tm1(batch.legal_mask)
@@ -73,10 +73,10 @@ def named_loss_inputs(heads: ActionHeads, outputs: dict, values: jax.Array, batc
     )
 
 
-def named_unroll_from_v1(batch: Unroll, observation_name: str = "observation",
-                         head_name: str = "action") -> NamedUnroll:
-    """A v1 `Unroll` as a `NamedUnroll` of one observation tensor and one discrete head (the names of
-    `seedleague.rl.named_spec.v1_specs`). No copies: the same arrays under the spec's names."""
+def named_unroll_from_flat(batch: Unroll, observation_name: str = "observation",
+                           head_name: str = "action") -> NamedUnroll:
+    """A flat `Unroll` as a `NamedUnroll` of one observation tensor and one discrete head (the names of
+    `seedleague.rl.named_spec.flat_specs`). No copies: the same arrays under the spec's names."""
     return NamedUnroll(
         observation={observation_name: batch.observation},
         first=batch.first,

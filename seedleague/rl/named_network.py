@@ -13,10 +13,10 @@ Like `seedleague.rl.networks` it hands out pure functions and holds no params:
 
 The model: one encoder per named observation (seedleague.rl.encoders),
 concatenated, the dense torso, the optional LSTM core, then one dense layer per
-action head and the value head. A v1-shaped spec (one unmasked tensor, one
-discrete head) builds v1's network itself (`seedleague.rl.networks.make_network`):
-the same params, so v1 checkpoints load, and the same outputs, under the names
-of the spec.
+action head and the value head. A spec of the flat shape (one unmasked tensor,
+one discrete head: `is_flat_shaped`) builds the flat network itself
+(`seedleague.rl.networks.make_network`): the same params, so the flat model's
+checkpoints load, and the same outputs, under the names of the spec.
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ from seedleague.rl.action_heads import ActionHeads
 from seedleague.rl.encoders import ObservationEncoders, encoder_kind
 from seedleague.rl.networks import CoreState, Params, _initial_state, _ScannedLSTM, make_network
 from seedleague.rl.network_config import NetworkConfig
-from seedleague.rl.named_spec import ActionSpec, ObservationSpec, is_v1_shaped
+from seedleague.rl.named_spec import ActionSpec, ObservationSpec, is_flat_shaped
 
 
 @dataclasses.dataclass(frozen=True)
 class NamedNetworkConfig:
     """The named network's shape.
 
-    network: torso sizes, LSTM core and torso sharing as for v1 (NetworkConfig);
-        its `torso` must stay "auto" unless the spec is v1-shaped (each tensor's
+    network: torso sizes, LSTM core and torso sharing as for the flat network (NetworkConfig);
+        its `torso` must stay "auto" unless the spec has the flat shape (each tensor's
         encoder follows from its spec).
     continuous: "squashed" (tanh) or "clipped" Gaussian for continuous heads
         (seedleague.rl.action_heads).
@@ -104,7 +104,7 @@ class _NamedActorCritic(nn.Module):
         if self.lstm_size:
             core_state, x = _ScannedLSTM(self.lstm_size, name="lstm")(core_state, (x, first))
         value_x = x if self.shared_torso else features("value_torso")
-        # Heads start near uniform / near mean 0, log_std 0 (100x smaller weights, as v1's policy head).
+        # Heads start near uniform / near mean 0, log_std 0 (100x smaller weights, as the flat network's policy head).
         outputs = {
             head.name: nn.Dense(self.heads.num_params(head.name), kernel_init=nn.initializers.orthogonal(0.01),
                                 name=f"policy_head_{head.name}")(x).astype(jnp.float32)
@@ -141,22 +141,22 @@ def _apply(module: _NamedActorCritic, observation_spec: ObservationSpec, params:
     return module.apply(params, dict(observation), first.astype(bool), core_state)
 
 
-def _apply_v1(v1_apply: Callable, observation_name: str, head_name: str, observation_spec: ObservationSpec,
-              params: Params, observation: dict, first: jax.Array, core_state: CoreState):
+def _apply_flat(flat_apply: Callable, observation_name: str, head_name: str, observation_spec: ObservationSpec,
+                params: Params, observation: dict, first: jax.Array, core_state: CoreState):
     check_observation(observation_spec, observation, jnp.asarray(first))
-    logits, value, core_state = v1_apply(params, observation[observation_name], first, core_state)
+    logits, value, core_state = flat_apply(params, observation[observation_name], first, core_state)
     return {head_name: logits}, value, core_state
 
 
-def _v1_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
-                heads: ActionHeads) -> NamedNetwork:
-    """v1's own network under the spec's names."""
+def _flat_network(config: NamedNetworkConfig, observation_spec: ObservationSpec,
+                  heads: ActionHeads) -> NamedNetwork:
+    """The flat network (seedleague.rl.networks) under the spec's names."""
     tensor, head = observation_spec.tensors[0], heads.spec.heads[0]
-    v1 = make_network(config.network, tensor.shape, tensor.dtype, head.num_actions)
+    flat = make_network(config.network, tensor.shape, tensor.dtype, head.num_actions)
     return NamedNetwork(
-        init=v1.init,
-        apply=functools.partial(_apply_v1, v1.apply, tensor.name, head.name, observation_spec),
-        initial_state=v1.initial_state,
+        init=flat.init,
+        apply=functools.partial(_apply_flat, flat.apply, tensor.name, head.name, observation_spec),
+        initial_state=flat.initial_state,
         heads=heads,
         observation_spec=observation_spec,
     )
@@ -166,8 +166,8 @@ def make_named_network(config: NamedNetworkConfig, observation_spec: Observation
                        action_spec: ActionSpec) -> NamedNetwork:
     """Build the actor-critic `NamedNetwork` for one observation spec and action spec."""
     heads = ActionHeads(action_spec, config.continuous)
-    if is_v1_shaped(observation_spec, action_spec):
-        return _v1_network(config, observation_spec, heads)
+    if is_flat_shaped(observation_spec, action_spec):
+        return _flat_network(config, observation_spec, heads)
     if config.network.torso != "auto":
         raise ValueError(f"NetworkConfig.torso={config.network.torso!r} applies to one observation tensor only; "
                          "with several named tensors (or a masked one) each tensor's encoder follows from its spec: "
@@ -190,10 +190,10 @@ def make_named_network(config: NamedNetworkConfig, observation_spec: Observation
 
 def act(network: NamedNetwork, params: Params, observation: dict, first: jax.Array, core_state: CoreState,
         legal: dict, rng: jax.Array, greedy: bool = False) -> tuple[dict, dict, CoreState]:
-    """One inference step for N agents (what seedleague.host.policy does for v1): observation {key: [N, *shape]},
-    first [N], legal {discrete head: [N, n]} -> (actions {head: [N] or [N, d]}, the distribution params that
-    acted {head: [N, P]}, the next core state). Greedy takes every head's mode. Jit it with `network` and
-    `greedy` static."""
+    """One inference step for N agents (what seedleague.host.policy does for the flat network): observation
+    {key: [N, *shape]}, first [N], legal {discrete head: [N, n]} -> (actions {head: [N] or [N, d]}, the
+    distribution params that acted {head: [N, P]}, the next core state). Greedy takes every head's mode. Jit it
+    with `network` and `greedy` static."""
     outputs, _, core_state = network.apply(params, {key: x[:, None] for key, x in observation.items()},
                                            jnp.asarray(first)[:, None], core_state)
     outputs = {name: x[:, 0] for name, x in outputs.items()}

@@ -3,8 +3,10 @@
 This file owns what a named (protocol v2) agent sees and does, as the learner
 needs to know it: an `ObservationSpec` is a tuple of named tensors, an `ActionSpec`
 a tuple of named heads, each discrete (n actions, optional legal mask) or
-continuous (a float32 Box with finite low/high bounds). v1's spec, one observation
-tensor and one discrete action, is the special case `v1_specs(...)`:
+continuous (a float32 Box with finite low/high bounds). The flat shape, one
+observation tensor and one discrete action (what protocol v1 carries, and what
+the flat model of seedleague.rl.networks takes), is the special case
+`flat_specs(...)`:
 
     observation_spec = ObservationSpec((
         TensorSpec("vector", (32,), np.float32),
@@ -170,19 +172,20 @@ class ActionSpec:
         return tuple(h for h in self.heads if isinstance(h, DiscreteHead))
 
 
-V1_OBSERVATION = "observation"
-V1_ACTION = "action"
+FLAT_OBSERVATION = "observation"
+FLAT_ACTION = "action"
 
 
-def v1_specs(observation_shape: tuple[int, ...], observation_dtype, num_actions: int,
-             has_legal_mask: bool = False) -> tuple[ObservationSpec, ActionSpec]:
-    """v1's spec (one observation tensor, one discrete action) as named specs: one tensor named
-    "observation", one discrete head named "action" (`is_v1_shaped` holds for the result)."""
-    return (ObservationSpec((TensorSpec(V1_OBSERVATION, observation_shape, observation_dtype),)),
-            ActionSpec((DiscreteHead(V1_ACTION, int(num_actions), has_legal_mask),)))
+def flat_specs(observation_shape: tuple[int, ...], observation_dtype, num_actions: int,
+               has_legal_mask: bool = False) -> tuple[ObservationSpec, ActionSpec]:
+    """The flat shape (one observation tensor, one discrete action) as named specs: one tensor named
+    "observation", one discrete head named "action" (`is_flat_shaped` holds for the result)."""
+    return (ObservationSpec((TensorSpec(FLAT_OBSERVATION, observation_shape, observation_dtype),)),
+            ActionSpec((DiscreteHead(FLAT_ACTION, int(num_actions), has_legal_mask),)))
 
 
-def is_v1_shaped(observation_spec: ObservationSpec, action_spec: ActionSpec) -> bool:
-    """One unmasked observation tensor and one discrete head: what v1's network and losses handle as they are."""
+def is_flat_shaped(observation_spec: ObservationSpec, action_spec: ActionSpec) -> bool:
+    """One unmasked observation tensor and one discrete head: the flat shape, which the flat network and losses
+    (seedleague.rl.networks, `Unroll`) handle as they are."""
     return (len(observation_spec.tensors) == 1 and not observation_spec.tensors[0].masked
             and len(action_spec.heads) == 1 and isinstance(action_spec.heads[0], DiscreteHead))

@@ -29,7 +29,7 @@ class Unroll(NamedTuple):
 
 
 class NamedUnroll(NamedTuple):
-    """`Unroll` for named specs (seedleague.rl.named_spec): the same rows, with a dict where v1 has
+    """`Unroll` for named specs (seedleague.rl.named_spec): the same rows, with a dict where the flat `Unroll` has
     the one observation, action, behaviour logits or legal mask."""
 
     observation: dict  # {key: [B, T+1, *shape]} over ObservationSpec.arrays() (entity masks included)
