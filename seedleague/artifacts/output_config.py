@@ -21,6 +21,10 @@ SOURCES = {
                 "measured",
 }
 MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
+CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
+# What `--choose` measures when it names nothing: the sources that need no game tree and no league table
+# (league_nash's win rates estimate the same snapshots' meta-game with more noise; name it to include it).
+CHOICE_DEFAULT = ("param_average", "average_policy", "final")
 
 
 def choices_text() -> str:
