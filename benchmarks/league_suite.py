@@ -37,6 +37,12 @@ scale the MMD paper reports beside each method (the issue's big games: `--games 
 'openspiel:dark_hex(gameversion=adh)' --seconds 3600 --methods recipe self-play --exploit-seconds 1200
 --exploit-uniform`). Best responses run one after the other, after the run they measure.
 
+`--choose-seconds C` adds the output choice a user's game gets without a tree: after each run (and before its
+`--exploit-seconds` response), `seedleague exploit --run-dir DIR --choose --max-seconds C` measures each of the
+run's outputs with a best response (in DIR/exploit/suite-choice) and records the least exploitable as the run's
+output. The row keeps the recorded output's score in "final output" and adds the chosen one's, scored the same
+way, with the estimates it was chosen by.
+
 One after the other, no run shares the machine with another. On a machine with
 cores to spare (a GPU box), `--parallel K` trains K at once: every run of that call then shares
 the machine, so its rows compare methods and seeds with each other, not with rows from another
@@ -179,6 +185,38 @@ def exploit_run(run_dir: str, seconds: float, source: Optional[str] = None) -> d
                 still_rising=bool(found.get("still_rising")), seconds=seconds, run_dir=out)
 
 
+def choose_run(run_dir: str, game_name: str, seconds: float, budget: output_score.BoardBudget) -> dict:
+    """`seedleague exploit --choose` of the run's outputs, a best response of `seconds` to each, in
+    RUN/exploit/suite-choice (console output beside it as .log; a rerun reuses the finished responses); the choice
+    file's entry with the chosen output's score as "score", or {"error"}."""
+    from seedleague.eval import exploit_choice
+    from seedleague.games.openspiel import load_game
+
+    out = os.path.join(run_dir, "exploit", "suite-choice")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    command = [*seedleague_command(), "exploit", "--run-dir", run_dir, "--choose", "--max-seconds", f"{seconds:g}",
+               "--out", out]
+    with open(out + ".log", "a") as log:
+        returncode = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with open(os.path.join(run_dir, exploit_choice.FILE)) as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return dict(error=f"no choice (exit {returncode}): see {out}.log", seconds=seconds)
+    game = load_game(game_name.partition(":")[2])
+    too_large = exact_score_problem(game, game_name)
+    entry.update(dict(score=None, error=too_large) if too_large else
+                 _scored(lambda: output_score.score(game, load_output(run_dir)[0], budget)))
+    return entry
+
+
+def choice_cell(found: Optional[dict]) -> str:
+    """"0.0423 (average_policy)", "n/a" (too large to score) or "error"; the choice's source either way."""
+    if not found or "chosen" not in found:
+        return "error" if found else "n/a"
+    return f"{output_score.format_score(found.get('score'))} ({found['chosen']})"
+
+
 def exploit_cell(found: Optional[dict]) -> str:
     """"0.1234 +- 0.0050", "0.1234 +- 0.0050 rising" (still learning at its end), "n/a" (none), or "error"."""
     if not found:
@@ -288,14 +326,17 @@ def _point_cell(point: dict) -> str:
     return cell if point.get("snapshot_wall_s") is None else f"{cell} (at {point['snapshot_wall_s']:.0f} s)"
 
 
-def markdown_table(rows: Sequence[dict], fractions: Sequence[float], exploit_seconds: float = 0.0) -> str:
+def markdown_table(rows: Sequence[dict], fractions: Sequence[float], exploit_seconds: float = 0.0,
+                   choose_seconds: float = 0.0) -> str:
     """One line per run: game, method, run, the score at each fraction of the budget (with the training
     time of the snapshot nearest it) and of the final output (exploitability, or wins/draws/losses
     against random and MCTS; with the loader used), env steps, learner updates, and the seconds the output's
     choice took after the training's budget (`--max-seconds` bounds the training; "-": no choice was made); with
-    `exploit_seconds`, the best response's estimate of the output (`exploit_cell`)."""
+    `exploit_seconds`, the best response's estimate of the output (`exploit_cell`); with `choose_seconds`, the
+    output chosen by best responses and its score (`choice_cell`)."""
     at = [f"{round(100 * f)}% (snapshot)" for f in fractions]
     response = [f"best response ({exploit_seconds:g} s)"] if exploit_seconds else []
+    response = ([f"chosen by best responses ({choose_seconds:g} s each)"] if choose_seconds else []) + response
     lines = ["| game | method | run | " + " | ".join(at + ["final output"] + response) + " | env steps | "
              "learner updates | output choice s |",
              "|---|---|---:|" + "---:|" * (len(at) + len(response)) + "---:|---:|---:|---:|"]
@@ -307,7 +348,8 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float], exploit_sec
             final += f" ({row['final']['output']})"
         number = lambda x: "n/a" if x is None else f"{x:,}"
         choice = "-" if row.get("choice_s") is None else f"{row['choice_s']:.0f}"
-        cells += [final] + ([exploit_cell(row.get("exploit"))] if exploit_seconds else [])
+        cells += [final] + ([choice_cell(row.get("choice"))] if choose_seconds else [])
+        cells += [exploit_cell(row.get("exploit"))] if exploit_seconds else []
         lines.append(f"| {row['game']} | {row['method']} | {row['run']} | " + " | ".join(cells) +
                      f" | {number(row.get('env_steps'))} | {number(row.get('learner_steps'))} | {choice} |")
     return "\n".join(lines) + "\n"
@@ -316,10 +358,12 @@ def markdown_table(rows: Sequence[dict], fractions: Sequence[float], exploit_sec
 def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fractions: Sequence[float],
               budget: output_score.BoardBudget, train_fn: Callable[..., int] = train,
               methods: Optional[dict[str, tuple[str, ...]]] = None, parallel: int = 1, exploit_seconds: float = 0.0,
-              exploit_uniform: bool = False, exploit_fn: Callable[..., dict] = exploit_run) -> list[dict]:
+              exploit_uniform: bool = False, exploit_fn: Callable[..., dict] = exploit_run, choose_seconds: float = 0.0,
+              choose_fn: Callable[..., dict] = choose_run) -> list[dict]:
     """Train and score every (game, run, method) not already in OUT/league_suite.jsonl, one at a time (or
-    `parallel` at once), with a best response of `exploit_seconds` to each output (and, `exploit_uniform`, one row
-    per game for the uniform policy); returns every row (old and new) and writes the table."""
+    `parallel` at once), with the output chosen by best responses of `choose_seconds` each, a best response of
+    `exploit_seconds` to each output (and, `exploit_uniform`, one row per game for the uniform policy); returns
+    every row (old and new) and writes the table."""
     os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
     rows = read_rows(out_dir)
     done = {(r["game"], r["method"], r["run"]) for r in rows}
@@ -334,19 +378,21 @@ def run_suite(games: Sequence[str], seconds: float, runs: int, out_dir: str, fra
         row = dict(game=game, method=method, run=run, run_dir=run_dir, seconds=seconds,
                    command=command, returncode=returncode)
         row.update(score_run(run_dir, game, seconds, fractions, budget))
+        if choose_seconds:
+            row["choice"] = choose_fn(run_dir, game, choose_seconds, budget)
         if exploit_seconds:
             row["exploit"] = exploit_fn(run_dir, exploit_seconds)
         append_row(out_dir, row)
         rows.append(row)
-        print(markdown_table([row], fractions, exploit_seconds).splitlines()[-1], flush=True)
+        print(markdown_table([row], fractions, exploit_seconds, choose_seconds).splitlines()[-1], flush=True)
         if exploit_uniform and exploit_seconds and (game, UNIFORM, 0) not in done:
             done.add((game, UNIFORM, 0))
             uniform = dict(game=game, method=UNIFORM, run=0, run_dir=run_dir, seconds=seconds, points=[],
                            final=dict(score=None), exploit=exploit_fn(run_dir, exploit_seconds, UNIFORM))
             append_row(out_dir, uniform)
             rows.append(uniform)
-            print(markdown_table([uniform], fractions, exploit_seconds).splitlines()[-1], flush=True)
-    table = markdown_table(rows, fractions, exploit_seconds)
+            print(markdown_table([uniform], fractions, exploit_seconds, choose_seconds).splitlines()[-1], flush=True)
+    table = markdown_table(rows, fractions, exploit_seconds, choose_seconds)
     with open(os.path.join(out_dir, TABLE_FILE), "w") as f:
         f.write(table)
     return rows
@@ -377,19 +423,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                              "exploit`); 0: none")
     parser.add_argument("--exploit-uniform", action="store_true",
                         help="with --exploit-seconds, also measure each game's uniform random policy the same way")
+    parser.add_argument("--choose-seconds", type=float, default=0.0,
+                        help="after each run, choose its output by a best response of this many seconds to each "
+                             "candidate (`seedleague exploit --choose`) and score the chosen one; 0: none")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.runs < 1 or args.parallel < 1 or not all(0 < f <= 1 for f in args.at):
         parser.error("--seconds must be > 0, --runs >= 1, --parallel >= 1 and every --at fraction in (0, 1]")
     if args.exploit_seconds < 0 or (args.exploit_uniform and not args.exploit_seconds):
         parser.error("--exploit-seconds must be >= 0, and --exploit-uniform needs --exploit-seconds > 0")
+    if args.choose_seconds < 0:
+        parser.error(f"--choose-seconds must be >= 0 (0: no choice), got {args.choose_seconds:g}")
     try:
         methods = parse_methods(args.methods, args.method)
     except ValueError as error:
         parser.error(str(error))
     budget = output_score.BoardBudget(args.games_vs_random, args.games_vs_mcts, args.mcts_simulations)
     rows = run_suite(args.games, args.seconds, args.runs, args.out, sorted(args.at), budget, methods=methods,
-                     parallel=args.parallel, exploit_seconds=args.exploit_seconds, exploit_uniform=args.exploit_uniform)
-    print("\n" + markdown_table(rows, sorted(args.at), args.exploit_seconds))
+                     parallel=args.parallel, exploit_seconds=args.exploit_seconds, exploit_uniform=args.exploit_uniform,
+                     choose_seconds=args.choose_seconds)
+    print("\n" + markdown_table(rows, sorted(args.at), args.exploit_seconds, args.choose_seconds))
     print(f"rows: {os.path.join(args.out, ROWS_FILE)}; table: {os.path.join(args.out, TABLE_FILE)}")
 
 if __name__ == "__main__":

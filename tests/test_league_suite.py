@@ -120,6 +120,60 @@ def test_each_output_gets_a_best_response_and_each_game_one_for_the_uniform_poli
     assert league_suite.exploit_cell(dict(error="no estimate")) == "error" and league_suite.exploit_cell(None) == "n/a"
 
 
+def test_each_output_is_chosen_by_best_responses_before_its_own_response_and_the_choice_is_scored(tmp_path):
+    """The suite's choice is faked here (`choose_fn`); the next test scores a real choice file."""
+    calls, order = [], []
+
+    def fake_choose(run_dir, game, seconds, budget):
+        order.append(("choose", os.path.basename(run_dir), seconds))
+        return dict(chosen="average_policy", previous="param_average", score={"exploitability": 0.0423})
+
+    def fake_exploit(run_dir, seconds, source=None):
+        order.append(("exploit", os.path.basename(run_dir), seconds))
+        return dict(value=0.04, ci95=0.01, games=1000, still_rising=False, seconds=seconds)
+
+    out = str(tmp_path / "R")
+    rows = league_suite.run_suite(["openspiel:kuhn_poker"], SECONDS, 1, out, [0.5], output_score.BoardBudget(),
+                                  fake_train(calls), methods={"recipe": ()}, exploit_seconds=30.0,
+                                  exploit_fn=fake_exploit, choose_seconds=20.0, choose_fn=fake_choose)
+    assert order == [("choose", "openspiel_kuhn_poker-recipe-0", 20.0), ("exploit", "openspiel_kuhn_poker-recipe-0", 30.0)]
+    table = league_suite.markdown_table(rows, [0.5], 30.0, 20.0).splitlines()
+    assert "| final output | chosen by best responses (20 s each) | best response (30 s) |" in table[0]
+    assert "| 0.0423 (average_policy) | 0.0400 +- 0.0100 |" in table[2]
+    assert league_suite.choice_cell(dict(error="no choice")) == "error" and league_suite.choice_cell(None) == "n/a"
+
+
+def test_a_choice_the_command_recorded_is_read_back_and_the_chosen_output_scored_exactly(tmp_path, monkeypatch):
+    from seedleague import output
+    from seedleague.eval import exploit_choice
+
+    run_dir = str(tmp_path / "run")
+    fake_train([])(["train"], run_dir, SECONDS)
+    output.record(run_dir, output.OutputConfig("param_average"))
+    commands = []
+
+    def fake_command(command, stdout, stderr):  # stands in for `seedleague exploit --choose` (tests/test_exploit.py)
+        commands.append(command)
+        measured = [exploit_choice.Measured("param_average", 0.3, 0.01, False, ""),
+                    exploit_choice.Measured("average_policy", 0.1, 0.01, False, "")]
+        exploit_choice.write(run_dir, measured, exploit_choice.choose(measured, "param_average"), 20.0)
+        return 0
+
+    monkeypatch.setattr(league_suite.subprocess, "call", fake_command)
+    found = league_suite.choose_run(run_dir, "openspiel:kuhn_poker", 20.0, output_score.BoardBudget())
+    command = commands[0]
+    assert command[command.index("exploit"):] == ["exploit", "--run-dir", run_dir, "--choose", "--max-seconds", "20",
+                                                  "--out", os.path.join(run_dir, "exploit", "suite-choice")]
+    assert found["chosen"] == "average_policy" and found["previous"] == "param_average"
+    mixture = api.load_trained(run_dir)
+    expected = openspiel_eval.mixture_exploitability(KUHN, mixture.members, mixture.weights, reference=True)
+    assert found["score"]["exploitability"] == pytest.approx(expected)
+    monkeypatch.setattr(league_suite.subprocess, "call", lambda command, stdout, stderr: 1)
+    os.remove(os.path.join(run_dir, exploit_choice.FILE))
+    assert league_suite.choose_run(run_dir, "openspiel:kuhn_poker", 20.0, output_score.BoardBudget())["error"] \
+        .startswith("no choice (exit 1)")
+
+
 def test_a_game_too_large_for_an_exact_score_gets_cells_that_say_why(tmp_path):
     from seedleague.games.openspiel import load_game
 
