@@ -14,12 +14,13 @@ import os
 import sys
 from typing import Optional
 
-from seedleague import checkpoint_config, compile_cache, config_flags, games, presets
-from seedleague.artifacts import output_config
+from seedleague import checkpoint_config, compile_cache, config_flags, games, object_store, presets
+from seedleague.artifacts import output_config, run_files
 from seedleague.host.config import HostConfig
 from seedleague.launch.run_config import Budget, RunConfig, WorkerSpec
 from seedleague.league.config import LeagueConfig
-from seedleague.league.types import Mode, Role
+from seedleague.league.pool_paths import root_of
+from seedleague.league.types import Mode, Role, parse_key
 from seedleague.protocol.errors import ProtocolError
 from seedleague.protocol.named import NamedEnvSpec
 from seedleague.security import add_security_flags, server_security_from_args
@@ -397,13 +398,21 @@ def _checkpoint_dir(path: str) -> str:
     for candidate in (os.path.join(path, "checkpoints"), path):
         if os.path.isdir(candidate) and Checkpointer(CheckpointConfig(directory=candidate)).latest_step() is not None:
             return os.path.abspath(candidate)
-    raise SystemExit(f"seedleague serve: no checkpoint found in {path!r} or {os.path.join(path, 'checkpoints')!r}")
+    raise SystemExit(_no_checkpoint(path))
+
+
+def _no_checkpoint(path: str) -> str:
+    return f"seedleague serve: no checkpoint found in {path!r} or {os.path.join(path, 'checkpoints')!r}"
+
+
+def _no_snapshot(key: str, root: str, player: str, known: list[str]) -> str:
+    """`serve --snapshot KEY`'s refusal: no such snapshot in the pool at `root`, whose `player` has `known`."""
+    return f"seedleague serve: no snapshot {key!r} in {root} (latest of {player}: {', '.join(known[-5:]) or 'none'})"
 
 
 def _snapshot_dir(run_dir: str, key: str) -> tuple[str, int]:
     """(pool player directory, step) of league snapshot `key` in `run_dir`'s model pool, or SystemExit."""
-    from seedleague.league.model_pool import ModelPool, root_of
-    from seedleague.league.types import parse_key
+    from seedleague.league.model_pool import ModelPool  # loads jax: only a command that runs imports it (see main)
 
     try:
         player, step = parse_key(key)
@@ -411,9 +420,31 @@ def _snapshot_dir(run_dir: str, key: str) -> tuple[str, int]:
         raise SystemExit(f"seedleague serve: {error}") from None
     pool = ModelPool(root_of(run_dir))
     if step is None or key not in pool.keys(player):
-        known = ", ".join(pool.keys(player)[-5:]) or "none"
-        raise SystemExit(f"seedleague serve: no snapshot {key!r} in {pool.root} (latest of {player}: {known})")
+        raise SystemExit(_no_snapshot(key, pool.root, player, pool.keys(player)))
     return pool.player_dir(player), step
+
+
+def _serve_refusal(args: argparse.Namespace) -> Optional[str]:
+    """What `_serve_target` would refuse where the run's file names show it (seedleague.artifacts.run_files), in its
+    words, or None: checked before the compile cache and the checkpoint reader load jax."""
+    path = args.checkpoint
+    if args.snapshot:
+        try:
+            player, _ = parse_key(args.snapshot)
+        except ValueError as error:
+            return f"seedleague serve: {error}"
+        root = root_of(path)
+        player_dir = os.path.join(root, player)
+        if (object_store.is_url(root) or not run_files.holds_no_step(player_dir)
+                or (os.path.isdir(player_dir) and checkpoint_config.path_problem(player_dir))):
+            return None  # the pool's steps are orbax's to list (and an unreadable path a Checkpointer's to refuse)
+        return _no_snapshot(args.snapshot, os.path.abspath(root), player, [])
+    if os.path.isdir(os.path.join(path, "checkpoints")) or os.path.exists(os.path.join(path, output_config.FILE)):
+        problem = run_files.output_problem(path)  # seedleague.output.resolve's "no output yet"
+        return f"seedleague serve: {problem}" if problem else None
+    if os.path.isdir(path) and (checkpoint_config.path_problem(path) or not run_files.holds_no_step(path)):
+        return None  # a Checkpointer's to refuse or read
+    return _no_checkpoint(path)
 
 
 def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, str]:
@@ -442,7 +473,11 @@ def _serve_target(args: argparse.Namespace) -> tuple[str, Optional[int], bool, s
 
 def _serve(args: argparse.Namespace) -> int:
     """Inference only: same protocol and batching as training, params from a checkpoint, no learning."""
-    from seedleague.launch import local
+    refusal = _serve_refusal(args)  # before the compile cache or the checkpoint reader loads jax
+    if refusal:
+        raise SystemExit(refusal)
+    compile_cache.enable()
+    from seedleague.launch import local  # loads jax: imported once the command line is accepted
     from seedleague import checkpoint_meta, output
 
     directory, step, average, mixture = _serve_target(args)
@@ -611,7 +646,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if refusal:
             print(f"seedleague {args.command}: {refusal}", file=sys.stderr)
             return 2
-    if args.command in ("serve", "eval", "report", "exploit", "export", "play"):  # they compile (train, host: _train)
+    if args.command in ("eval", "report", "exploit", "export", "play"):  # they compile (train, host, serve: their own)
         compile_cache.enable()
     try:
         if args.command in ("host", "serve") and args.address is config_flags.NOT_GIVEN:

@@ -11,6 +11,7 @@ dependency, imported where it is used).
 
 import ast
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -296,20 +297,45 @@ for argv in json.loads(sys.argv[1]) + [["--help"]]:
         status = cli.main(argv) if argv[0] != "--help" else exploit_args.main(argv)
     except SystemExit as stop:
         status = stop.code
+        if isinstance(status, str):  # SystemExit(message), serve's: the interpreter prints it and exits 1
+            print(status, file=sys.stderr)
+            status = 1
     loaded = sorted({n.partition(".")[0] for n in sys.modules} & set(sys.argv[2:]))
     print("status", status, "loads", loaded, "after", " ".join(argv), file=sys.stderr)
 """
 
 
-def test_a_refused_command_line_of_a_command_that_loads_jax_loads_none():
+def _refused_by_files(root) -> list[tuple[list[str], int]]:
+    """Command lines refused for what a run's files lack (seedleague.artifacts.run_files), with their exit status:
+    runs under `root` without a checkpoint, an output or the snapshot named."""
+    empty, waiting, pooled = (str(root / name) for name in ("empty", "waiting", "pooled"))
+    os.makedirs(empty)
+    os.makedirs(os.path.join(waiting, "checkpoints"))
+    os.makedirs(os.path.join(pooled, "pool", "main"))
+    return [(["eval", "--run-dir", empty], 2), (["eval", "--run-dir", empty, "--checkpoint", waiting], 2),
+            (["eval", "--run-dir", empty, "--snapshot", "main:000001"], 2),
+            (["eval", "--run-dir", pooled, "--snapshot", "main:000001"], 2),
+            (["export", "--run-dir", empty, "--out", "policy.onnx"], 2),
+            (["export", "--run-dir", waiting, "--out", "policy.onnx"], 2),
+            (["export", "--run-dir", pooled, "--out", "policy.onnx", "--snapshot", "main:000001"], 2),
+            (["serve", "--checkpoint", empty], 1), (["serve", "--checkpoint", waiting], 1),
+            (["serve", "--checkpoint", pooled, "--snapshot", "main:000001"], 1)]
+
+
+def test_a_refused_command_line_of_a_command_that_loads_jax_loads_none(tmp_path):
     # Each is refused before its command's module (or the compile cache) loads jax: seedleague.cli asks the flags'
-    # module (refusal), and so does `python -m seedleague.eval.exploit_args`, whose --help closes the list.
-    done = subprocess.run([sys.executable, "-c", _REFUSE, json.dumps(_REFUSED), *HEAVY], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    # module (refusal), and so does `python -m seedleague.eval.exploit_args`, whose --help closes the list. A run
+    # directory without what the command reads is refused so too, where its file names show it (serve's refusal
+    # is a SystemExit message: status 1).
+    refused = [(argv, 2) for argv in _REFUSED] + _refused_by_files(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _REFUSE, json.dumps([argv for argv, _ in refused]), *HEAVY],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [line for line in done.stderr.splitlines() if line.startswith("status")]
-    assert len(lines) == len(_REFUSED) + 1, done.stderr[-2000:]
+    assert len(lines) == len(refused) + 1, done.stderr[-2000:]
     refusals = [line for line in done.stderr.splitlines() if line.startswith("seedleague ")]
-    assert len(refusals) == len(_REFUSED), done.stderr[-2000:]  # one console line each, naming its command
-    for line, argv in zip(lines, _REFUSED):
-        assert line.startswith("status 2 loads []"), f"`seedleague {' '.join(argv)}`: {line}"
+    assert len(refusals) == len(refused), done.stderr[-2000:]  # one console line each, naming its command
+    for line, refusal, (argv, status) in zip(lines, refusals, refused):
+        assert line.startswith(f"status {status} loads []"), f"`seedleague {' '.join(argv)}`: {line}"
+        assert refusal.startswith(f"seedleague {argv[0]}: "), (argv, refusal)
     assert lines[-1].startswith("status 0 loads []"), lines[-1]
+    assert not os.path.exists(os.path.join(ROOT, "policy.onnx"))

@@ -7,6 +7,8 @@
     mixture.py      PolicyMixture and its weights: a strategy over whole games, one member per episode
     load.py         reading policies out of checkpoints and league snapshots (orbax through seedleague.checkpoint,
                     the one module that restores checkpoints)
+    run_files.py    what a run directory holds as far as its file names tell (no jax): the refusals a command line
+                    gets before jax loads, in the loading path's words
     run_output.py   what a run's output is: its recorded `--output` config and its members
 
 Nothing here imports the host, the evaluation, the league's services or a command-line module; the public face

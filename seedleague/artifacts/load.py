@@ -23,14 +23,14 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from seedleague import checkpoint, object_store
+from seedleague import checkpoint
 from seedleague.artifacts.networks import shared_network, named_network_for
 from seedleague.artifacts.policy import Policy, PolicySpec, recurrent_error
 from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import CHECKSUM_KEY, PARTS_KEY, DamagedCheckpoint, non_finite_leaves, state_checksum
 from seedleague.checkpoint_meta import CheckpointMeta
-from seedleague.league.model_pool import player_dir_of
-from seedleague.league.types import parse_key
+# checkpoint_dir re-exported: its callers name it as this module's.
+from seedleague.artifacts.run_files import checkpoint_dir, no_checkpoint_message, snapshot_dir
 from seedleague.rl.learner import ParamAverage
 from seedleague.rl.networks import Network
 from seedleague.rl.network_config import NetworkConfig
@@ -40,28 +40,6 @@ log = logging.getLogger(__name__)
 
 class NoParamAverageError(ValueError):
     """`load_policy(average=True)` on a checkpoint whose learner kept no param average, or none yet."""
-
-
-def checkpoint_dir(path: str) -> str:
-    """`<path>/checkpoints` for a run directory, else `path` itself (a Checkpointer or pool player directory)."""
-    if object_store.is_url(path):  # a pool player or checkpoints in object storage: read from this machine's mirror
-        return object_store.mirror(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such directory: {path!r}")
-    if not os.path.isdir(path):
-        raise NotADirectoryError(f"{path!r} is a file; pass a run directory or a checkpoint directory")
-    candidate = os.path.join(path, "checkpoints")
-    return os.path.abspath(candidate if os.path.isdir(candidate) else path)
-
-
-def _no_checkpoint_message(path: str, directory: str) -> str:
-    message = f"no checkpoint in {directory!r}"
-    pool = os.path.join(path, "pool")
-    if os.path.isdir(pool):
-        players = sorted(os.listdir(pool))
-        message += (f"; the run's model pool has players {players}: use load_snapshot({path!r}, 'player:step') "
-                    f"or load_policy({os.path.join(pool, players[0]) if players else pool!r})")
-    return message
 
 
 def _params_of(state: Any) -> Any:
@@ -174,7 +152,7 @@ def load_policies(path: str, steps: Sequence[Optional[int]], seed: int = 0, aver
     try:
         available = sorted(manager.all_steps())
         if not available:
-            raise FileNotFoundError(_no_checkpoint_message(path, directory))
+            raise FileNotFoundError(no_checkpoint_message(path, directory))
         templates: dict = {}  # the params' tree metadata, by network and spec (`_restore_params`)
         return [_load_step(manager, directory, available, step, seed, average, templates) for step in steps]
     finally:
@@ -243,18 +221,7 @@ def _load_verified(manager: Any, directory: str, step: int, seed: int, average: 
 
 def load_snapshot(run_dir: str, key: str, seed: int = 0) -> Policy:
     """Load league snapshot `key` ("player:step", e.g. "main:000512") from `<run_dir>/pool/<player>`."""
-    player, step = parse_key(key)
-    if step is None:
-        raise ValueError(
-            f"{key!r} names a live player, not a snapshot: pass 'player:step' (e.g. '{key}:000512'), "
-            f"load_policy({run_dir!r}) for the learner's newest checkpoint, or "
-            f"load_policy({os.path.join(run_dir, 'pool', key)!r}) for {key}'s newest snapshot"
-        )
-    player_dir = player_dir_of(run_dir, player)  # the run's pool: <run_dir>/pool or its recorded URL
-    if not object_store.is_url(player_dir) and not os.path.isdir(player_dir):
-        pool = os.path.join(run_dir, "pool")
-        known = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
-        raise FileNotFoundError(f"snapshot {key!r}: no player directory {player_dir!r} (the pool has players {known})")
+    player_dir, step = snapshot_dir(run_dir, key)  # the run's pool: <run_dir>/pool or its recorded URL
     return load_policy(player_dir, step, seed=seed)
 
 

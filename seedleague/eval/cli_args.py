@@ -14,8 +14,8 @@ game. Every evaluation is printed as a table and appended as one JSON line to
 `<run_dir>/eval/history.jsonl`, which `seedleague report` plots.
 
 Kept apart from seedleague.eval.cli, which runs the two commands and loads jax, with what is wrong with a command
-line that needs no policy to see (`refusal`), so that `seedleague --help`, `seedleague eval --help` and a refused
-command line need no jax.
+line that needs no policy to see (`refusal`: its flags, and a run whose file names show there is no policy to
+load), so that `seedleague --help`, `seedleague eval --help` and a refused command line need no jax.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import os
 from typing import Optional
 
+from seedleague.artifacts import run_files
 from seedleague.eval.eval_config import EvalConfig, check_average_fraction
 
 
@@ -97,4 +98,14 @@ def refusal(args: argparse.Namespace) -> Optional[str]:
         return str(error)
     if args.snapshot and args.step is not None:
         return "--step applies to --run-dir or --checkpoint; a snapshot key names its own step"
-    return None
+    return _policy_problem(args)
+
+
+def _policy_problem(args: argparse.Namespace) -> Optional[str]:
+    """What loading the policy to evaluate would refuse first (seedleague.artifacts.load: load_snapshot, load_policy),
+    where the run's file names show it (seedleague.artifacts.run_files), or None."""
+    try:
+        path = run_files.snapshot_dir(args.run_dir, args.snapshot)[0] if args.snapshot else None
+    except (ValueError, FileNotFoundError) as error:
+        return str(error)
+    return run_files.checkpoint_problem(path or args.checkpoint or args.run_dir)

@@ -19,7 +19,8 @@ from seedleague.artifacts.named import NamedPolicy
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.export import onnx_policy, onnx_named
-from seedleague.export.cli_args import FORMATS, out_problem, run_dir_problem, snapshot_problem
+from seedleague.export.cli_args import (FORMATS, missing_snapshot, out_problem, run_dir_problem, snapshot_dir_problem,
+                                       snapshot_problem)
 from seedleague.league.types import parse_key
 
 
@@ -64,19 +65,14 @@ def _snapshot(run_dir: str, key: str) -> output.Output:
     problem = snapshot_problem(key)
     if problem:
         raise ExportError(problem)
+    problem = snapshot_dir_problem(run_dir, key)
+    if problem:
+        raise FileNotFoundError(problem)
     player, step = parse_key(key)
-    pool = os.path.join(run_dir, "pool")
-    player_dir = os.path.join(pool, player)
-    players = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
-    if not os.path.isdir(player_dir):
-        raise FileNotFoundError(f"--snapshot {key!r}: {run_dir!r} has no league snapshots of player {player!r} "
-                                f"(its pool has players {players}): pick a snapshot of one of them, or leave "
-                                "--snapshot out to export the run's output")
+    player_dir = os.path.join(run_dir, "pool", player)
     steps = checkpoint_steps(player_dir)
     if step not in steps:
-        known = ", ".join(f"{player}:{s:06d}" for s in steps[-5:]) or "none"
-        raise FileNotFoundError(f"--snapshot {key!r}: no such snapshot in {player_dir!r} ({len(steps)} snapshots of "
-                                f"{player}, the newest: {known}): pass one of those to --snapshot")
+        raise FileNotFoundError(missing_snapshot(key, player_dir, steps))
     return output.Output("snapshot", (output.Member(f"{player}:{step:06d}", 1.0, player_dir, step),))
 
 

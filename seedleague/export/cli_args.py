@@ -23,6 +23,7 @@ import argparse
 import os
 from typing import Optional
 
+from seedleague.artifacts import run_files
 from seedleague.league.types import parse_key
 
 FORMATS = {"onnx": ".onnx"}  # --format -> the file extension --out must have
@@ -79,7 +80,32 @@ def snapshot_problem(key: str) -> Optional[str]:
 
 
 def refusal(args: argparse.Namespace) -> Optional[str]:
-    """What is wrong with an `export` command line that no policy is needed to see, or None: checked by seedleague.cli
-    before seedleague.export.cli (which loads jax) is imported."""
+    """What is wrong with an `export` command line that no policy is needed to see (its flags, and a run whose file
+    names show there is nothing to export: seedleague.artifacts.run_files), or None: checked by seedleague.cli
+    before seedleague.export.cli (which loads jax) is imported, in the order `export` meets them."""
+    if args.snapshot:
+        return (out_problem(args.out, args.format) or run_dir_problem(args.run_dir) or snapshot_problem(args.snapshot)
+                or snapshot_dir_problem(args.run_dir, args.snapshot))
     return (out_problem(args.out, args.format) or run_dir_problem(args.run_dir)
-            or (snapshot_problem(args.snapshot) if args.snapshot else None))
+            or run_files.output_problem(args.run_dir))  # seedleague.output.resolve's "no output yet"
+
+
+def snapshot_dir_problem(run_dir: str, key: str) -> Optional[str]:
+    """What is wrong with a valid --snapshot key in `run_dir`'s pool that its file names show (no such player, or a
+    player without a snapshot), or None."""
+    player, _ = parse_key(key)
+    pool = os.path.join(run_dir, "pool")
+    player_dir = os.path.join(pool, player)
+    if not os.path.isdir(player_dir):
+        players = sorted(os.listdir(pool)) if os.path.isdir(pool) else []
+        return (f"--snapshot {key!r}: {run_dir!r} has no league snapshots of player {player!r} (its pool has players "
+                f"{players}): pick a snapshot of one of them, or leave --snapshot out to export the run's output")
+    return missing_snapshot(key, player_dir, []) if run_files.holds_no_step(player_dir) else None
+
+
+def missing_snapshot(key: str, player_dir: str, steps: list[int]) -> str:
+    """The refusal of a --snapshot key whose step is not among the player's `steps`."""
+    player, _ = parse_key(key)
+    known = ", ".join(f"{player}:{s:06d}" for s in steps[-5:]) or "none"
+    return (f"--snapshot {key!r}: no such snapshot in {player_dir!r} ({len(steps)} snapshots of {player}, the "
+            f"newest: {known}): pass one of those to --snapshot")

@@ -9,7 +9,8 @@ any of them). Snapshot "main:000512" is `<root>/main`, step 512.
 The root may be object storage (`s3://bucket/run/pool`, seedleague.object_store): each snapshot is then
 uploaded once it has verified, listed by other hosts only once whole, and copied to this machine's cache
 of the URL the first time it is read. A run whose pool is not `<run_dir>/pool` records the pool's place
-in `<run_dir>/pool.url` (`record_root`), and commands that read a run's snapshots find it with `root_of`.
+in `<run_dir>/pool.url` (`record_root`), and commands that read a run's snapshots find it with `root_of`
+(both in seedleague.league.pool_paths, which loads no jax).
 
 Hosts load opponents through `ParamsCache`, an LRU of device params, so a
 second or restarted host sees the same pool and only keeps the opponents it is
@@ -28,34 +29,13 @@ from typing import Any, Callable
 from seedleague import object_store
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
+# Where a run's pool is, re-exported: its callers name them as the model pool's.
+from seedleague.league.pool_paths import player_dir_of, record_root, root_of
 from seedleague.league.types import parse_key, snapshot_key
 
 log = logging.getLogger(__name__)
 
 _KEEP_ALL = 2**31 - 1  # snapshots are never rotated away: the league refers to every one
-_ROOT_RECORD = "pool.url"  # <run_dir>/pool.url: where the run's pool is, when not <run_dir>/pool
-
-
-def root_of(run_dir: str) -> str:
-    """The model pool of the run in `run_dir`: the URL it recorded, else `<run_dir>/pool`."""
-    try:
-        with open(os.path.join(run_dir, _ROOT_RECORD)) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return os.path.join(run_dir, "pool")
-
-
-def player_dir_of(run_dir: str, player: str) -> str:
-    """`player`'s snapshot directory (or URL) in the pool of the run in `run_dir`."""
-    root = root_of(run_dir)
-    return object_store.join(root, player) if object_store.is_url(root) else os.path.join(root, player)
-
-
-def record_root(run_dir: str, root: str) -> None:
-    """Note in `run_dir` that its pool is `root` (object storage); a local pool needs no note."""
-    if object_store.is_url(root):
-        with open(os.path.join(run_dir, _ROOT_RECORD), "w") as f:
-            f.write(root + "\n")
 
 
 class ModelPool:
