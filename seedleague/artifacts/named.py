@@ -52,7 +52,7 @@ class NamedPolicy:
 
     def __init__(self, network_config: NetworkConfig, params: Any, spec: NamedEnvSpec, step: int = 0,
                  meta: Optional[dict] = None, source: str = "", seed: int = 0, continuous: str = "squashed"):
-        if network_config.lstm_size:  # as Policy refuses a v1 one (load_policy refuses before reading params)
+        if network_config.lstm_size:  # as Policy refuses a flat one (load_policy refuses before reading params)
             raise recurrent_error(source, network_config.lstm_size)
         self.spec = spec
         self.step = int(step)
