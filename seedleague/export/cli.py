@@ -1,8 +1,8 @@
 """`seedleague export`: write a run's trained policy as a file another program runs (in-game inference).
 
 What it writes, and its flags, are in seedleague.export.cli_args (jax-free, so that `--help` and a refused flag
-load no jax). This file owns choosing what to export and where its files go; seedleague.export.onnx_policy (v1)
-and seedleague.export.onnx_named (v2) own the graphs and what their sidecars say. See
+load no jax). This file owns choosing what to export and where its files go; seedleague.export.onnx_policy (the flat
+model's) and seedleague.export.onnx_named (the named network's) own the graphs and what their sidecars say. See
 docs/export.md.
 """
 
@@ -77,7 +77,7 @@ def _snapshot(run_dir: str, key: str) -> output.Output:
 
 
 def _writer(policy):
-    """The module that writes `policy`'s graph: onnx_named for a protocol v2 NamedPolicy, else onnx_policy."""
+    """The module that writes `policy`'s graph: onnx_named for a NamedPolicy, else onnx_policy (a flat Policy)."""
     return onnx_named if isinstance(policy, NamedPolicy) else onnx_policy
 
 

@@ -8,9 +8,10 @@ seedleague.api.load_trained define it. One network (sources final, param_average
 OUT.json. A mixture (average_policy, league_nash: one member played per whole episode) becomes one
 file per member, OUT with ".onnx" replaced by ".member0.onnx", ".member1.onnx", ... (each with its
 own .json), and OUT.json lists the members, their files, keys and weights (and each seat's weights,
-where the output mixes its networks per seat); OUT itself is not written. A protocol v1 policy's graph takes one observation and legal mask; a protocol v2 one's
-takes one input per named observation tensor (and entity and legal masks) and answers per action
-head. Recurrent (LSTM) policies are refused.
+where the output mixes its networks per seat); OUT itself is not written. A flat policy's graph (one
+observation tensor, one discrete action) takes one observation and legal mask; a named one's takes one input per
+named observation tensor (and entity and legal masks) and answers per action head. Recurrent (LSTM) policies are
+refused.
 
 Kept apart from seedleague.export.cli, which exports and loads jax, with what is wrong with a command line that
 needs no policy to see (`refusal`), so that `seedleague --help`, `seedleague export --help` and a refused command
