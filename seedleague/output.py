@@ -35,6 +35,7 @@ from seedleague.artifacts.load import checkpoint_steps, param_average_count
 # What a run's output is, re-exported: callers name them as seedleague.output's.
 from seedleague.artifacts.run_output import AVERAGE_FRACTION, Member, Output, record, recorded
 from seedleague.artifacts.output_config import FILE, MIXTURES, SOURCES, OutputConfig, choices_text
+from seedleague.eval import sampled_metagame
 from seedleague.eval.output_selection import select
 from seedleague.eval.tree_size import unmeasurable
 from seedleague.eval.run_league import league_of, pbt_output
@@ -43,6 +44,7 @@ from seedleague.league.nash import league_nash
 from seedleague.league.types import parse_key
 
 log = logging.getLogger(__name__)
+PARAM_AVERAGE_KEY = "param_average:"  # a member key's prefix for a checkpoint's param average ("param_average:000010")
 
 __all__ = ["AVERAGE_FRACTION", "FILE", "MIXTURES", "SOURCES", "Member", "Output", "OutputConfig", "choices_text",
            "record", "recorded", "resolve", "average_policy"]
@@ -76,6 +78,8 @@ def _source(run_dir: str, config: OutputConfig) -> Output:
         return average_policy(run_dir, AVERAGE_FRACTION, config.player)
     if config.source == "league_nash":
         return _league_nash(run_dir, config.player)
+    if config.source == "population_nash":
+        return _population_nash(run_dir, config.player)
     step = _newest_checkpoint(run_dir, config.source)
     final = Output(config.source, (Member(f"checkpoint:{step:06d}", 1.0, run_dir, step),))
     if config.source == "final":
@@ -151,6 +155,39 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
             members = [dataclasses.replace(m, weight=0.5 / len(keys)) for m in members]
             members.append(Member(f"param_average:{steps[-1]:06d}", 0.5, run_dir, steps[-1], average=True))
     return Output("average_policy", tuple(members))
+
+
+def population(run_dir: str, player: str, size: int) -> Output:
+    """The newest `size` of `player`'s snapshots and the newest checkpoint's param average (where it keeps one),
+    uniformly weighted: the members of the sampled meta-game (seedleague.host.population)."""
+    if size < 1:
+        raise ValueError(f"a population needs at least one snapshot, got size {size}")
+    keys = _snapshot_keys(run_dir, player, "population_nash")[-size:]
+    player_dir = _player_dir(run_dir, player)
+    members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
+    directory = os.path.join(run_dir, "checkpoints")
+    steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
+    if steps and param_average_count(run_dir, steps[-1]) > 0:
+        members.append(Member(f"{PARAM_AVERAGE_KEY}{steps[-1]:06d}", 1.0, run_dir, steps[-1], average=True))
+    return Output("population", tuple(dataclasses.replace(m, weight=1.0 / len(members)) for m in members))
+
+
+def _population_nash(run_dir: str, player: str) -> Output:
+    """The Nash mixture of the run's sampled meta-game (`seedleague exploit --choose population_nash` estimates
+    it: seedleague.eval.sampled_metagame), one mix per seat over the members either seat plays."""
+    nash = sampled_metagame.read(run_dir)
+    player_dir = _player_dir(run_dir, player)
+    members = []
+    for key, w0, w1 in zip(nash.keys, *nash.seat_weights):
+        if w0 <= 0 and w1 <= 0:
+            continue
+        average = key.startswith(PARAM_AVERAGE_KEY)
+        step = int(key.partition(":")[2]) if average else parse_key(key)[1]
+        members.append(Member(key, (w0 + w1) / 2, run_dir if average else player_dir, step, average=average,
+                              seat_weights=(w0, w1)))
+    note = (f"the Nash mixture of {len(nash.keys)} networks' meta-game from {nash.games:,} evaluation games "
+            f"(largest entry's 95% half-width {nash.max_half_width:.4f})")
+    return Output("population_nash", tuple(members), note)
 
 
 def _league_nash(run_dir: str, player: str) -> Output:

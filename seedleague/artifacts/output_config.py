@@ -15,12 +15,14 @@ SOURCES = {
     "param_average": "the learner's running mean of its params; final where the checkpoint keeps none",
     "average_policy": "the newest third of the player's snapshots mixed uniformly, the param average at half weight",
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
+    "population_nash": "the Nash mixture, one mix per seat, of the meta-game among the newest snapshots and the param "
+                       "average, estimated from evaluation games (`seedleague exploit --choose population_nash`)",
     "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
                 "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
                 "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
                 "measured",
 }
-MIXTURES = ("average_policy", "league_nash")  # sources that need a league's snapshots
+MIXTURES = ("average_policy", "league_nash", "population_nash")  # sources that need a league's snapshots
 CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
 # What `--choose` measures when it names nothing: the sources that need no game tree and no league table
 # (league_nash's win rates estimate the same snapshots' meta-game with more noise; name it to include it).

@@ -38,6 +38,10 @@ class HostConfig:
     # serving: act with this run directory's output (seedleague.output); a mixture draws one member per env per
     # episode and plays the whole episode with it (`seedleague serve --checkpoint RUN_DIR` sets it for mixtures)
     serve_output: str = ""
+    # serving: with serve_output, play evaluation games among that run's newest this many snapshots and its param
+    # average instead of its output, each seat's member drawn uniformly per episode, every game scored by every
+    # member: the sampled meta-game (seedleague.host.population); 0: serve the output
+    population_size: int = 0
     # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
@@ -75,6 +79,9 @@ class HostConfig:
         if self.serve_output and (self.learn or self.serve_param_average or self.checkpoint.restore_step is not None):
             raise ValueError("serve_output serves a run's recorded output: it needs --learn false and neither "
                              "--serve-param-average nor --checkpoint.restore-step (the output names its networks)")
+        if self.population_size < 0 or (self.population_size and not self.serve_output):
+            raise ValueError(f"population_size plays evaluation games among a run's snapshots: it must be >= 0 and "
+                             f"needs serve_output (the run), got {self.population_size}")
         if self.exploit_output and (not self.learn or self.serve_output or self.league.enabled):
             raise ValueError("exploit_output trains a best response to a run's output: it needs a learning host "
                              "(--learn true) outside any league, and no --serve-output")

@@ -41,6 +41,8 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
         step.learning = step.learning_before
         return
     seats = session.spec.num_seats
+    if pipeline.population is not None:  # evaluation games among snapshots: each one counts for every pair
+        pipeline.population.record(session, ended, returns)
     if league is not None:
         envs = np.flatnonzero(ended[::seats])
         if session.refusal is None and (problem := results.not_zero_sum(session.spec, envs, returns, seating)):
@@ -56,5 +58,7 @@ def end_and_seat(step: AgentStep, pipeline: Pipeline, player: str, metrics: Metr
             metrics.record(best_response_return=float(learner_returns.mean()))
     started_envs = np.flatnonzero(step.first[::seats])
     seating.start(started_envs, pipeline.opponents().draw(len(started_envs)))
+    if pipeline.population is not None:
+        pipeline.population.reset(session, step.first)
     step.learning = seating.learning()
     step.opponents = seating.opponents()

@@ -81,7 +81,12 @@ class Host:
             where = self.checkpointer.directory if self.checkpointer is not None else "the run directory"
             raise ValueError(f"--resume: {where} holds no checkpoint to continue from; pass --resume-or-start to "
                              "start a new run there when it has none, or give another --run-dir")
-        if config.serve_output:
+        if config.serve_output and config.population_size:
+            restored, games = restore.population(config, self.layout.inference_device, self.config.batcher.bucket)
+            self.config = restored.config
+            pipeline = self._build_pipeline(restored.spec, restored.state)
+            pipeline.mixture, pipeline.population = games.mixture, games
+        elif config.serve_output:
             restored, mixture = restore.from_output(config, self.layout.inference_device)
             self.config = restored.config
             self._build_pipeline(restored.spec, restored.state).mixture = mixture
@@ -223,6 +228,8 @@ class Host:
         out = inference.forward(pipeline.policy, self._opponent_table, self.config.batcher.bucket, observation, first,
                                 core, legal, opponents, None if opponents is None else pipeline.opponents().opponent_params)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
+        if pipeline.population is not None:  # evaluation games: every member's probability of each action
+            pipeline.population.score(agents, observation, legal, out.action, pipeline.policy)
         offset, answers = 0, []
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)

@@ -25,6 +25,7 @@ from seedleague.host.exploit import ExploitTarget
 from seedleague.host.league_link import LeagueLink
 from seedleague.host.learner_loop import LearnerLoop
 from seedleague.host.mixture import ServedMixture
+from seedleague.host.population import PopulationGames
 from seedleague.host.policy import InferencePolicy
 from seedleague.host.replay import Replay
 from seedleague.league.model_pool import ModelPool
@@ -53,6 +54,7 @@ class Pipeline:
     league: Optional[LeagueLink] = None
     mixture: Optional[ServedMixture] = None  # serving a mixture: its members take the seats, episode by episode
     target: Optional[ExploitTarget] = None  # training a best response: the output's members take the other seats
+    population: Optional[PopulationGames] = None  # evaluation games among snapshots: `mixture` seats them, this scores
 
     def opponents(self) -> Optional[Any]:
         """Who seats each episode and holds the params of the networks in `Seating.opponents()`."""

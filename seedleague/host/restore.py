@@ -25,9 +25,11 @@ from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import UNIFORM, HostConfig
 from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
+from seedleague.host import population as population_lib
 from seedleague.host.mixture import ServedMixture
+from seedleague.host.population import PopulationGames
 from seedleague.host.pipeline import build_network
-from seedleague.protocol.named import NamedEnvSpec
+from seedleague.protocol.named import NamedEnvSpec, flat_model
 from seedleague.rl.learner import init_train_state
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,28 @@ def from_output(config: HostConfig, device: Any) -> tuple[Restored, ServedMixtur
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     log.info("serving the output of %s: %s", config.serve_output, resolved.describe())
     return Restored(config, spec, state), mixture
+
+
+def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, PopulationGames]:
+    """The newest `config.population_size` snapshots of the run `config.serve_output` names, with its param average,
+    as the players of evaluation games scored by every member (seedleague.host.population)."""
+    run_dir = config.serve_output
+    resolved = output.population(run_dir, output.recorded(run_dir).player, config.population_size)
+    loaded = resolved.load(config.seed)
+    members = loaded.members if resolved.kind == "mixture" else [loaded]
+    first = members[0]
+    spec = first.model_spec
+    if not flat_model(spec) or first.network_config.lstm_size:
+        raise ValueError(f"the sampled meta-game scores one discrete action with a feed-forward network; "
+                         f"{spec.env_name}'s networks are not of that kind")
+    config = dataclasses.replace(config, network=first.network_config)
+    state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
+    state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
+    params = [jax.device_put(m.params, device) for m in members]
+    games = PopulationGames([m.key for m in resolved.members], params, population_lib.stack(params, device), spec,
+                            np.random.default_rng(config.seed), bucket)
+    log.info("evaluation games among %d networks of %s: %s", len(members), run_dir, resolved.describe())
+    return Restored(config, spec, state), games
 
 
 def exploit_target(config: HostConfig, device: Any) -> tuple[HostConfig, ExploitTarget]:

@@ -184,6 +184,8 @@ def run(config: RunConfig, machine: Optional[Machine] = None) -> dict:
     summary.update(learner_step=_learner_step(host))  # ... and its last update, the one the final checkpoint holds
     if host is not None and host.pipeline is not None and host.pipeline.target is not None:  # seedleague exploit
         summary.update(exploit=host.pipeline.target.summary(exploit.WINDOW_SHARE))
+    if host is not None and host.pipeline is not None and host.pipeline.population is not None:  # evaluation games
+        summary.update(population=host.pipeline.population.summary())
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
     fault = fault or _fault(host)  # a final checkpoint the disk refused

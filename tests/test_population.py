@@ -1,0 +1,73 @@
+"""Evaluation games among snapshots scored by every member (seedleague.host.population): the action's
+log-probability by hand, the log reaches a game's rows gather step by step and what a finished game adds to the
+meta-game, with the policy's stacked forward pass faked (tests/test_exploit.py runs the real command on Kuhn)."""
+
+import types
+
+import numpy as np
+import pytest
+
+from seedleague.host.config import HostConfig
+from seedleague.host.population import LOG_FLOOR, PopulationGames, action_log_probs
+
+
+def test_the_log_probability_of_the_taken_action_is_over_the_legal_actions_only():
+    logits = np.array([[[0.0, 0.0, 5.0]], [[np.log(3.0), 0.0, 0.0]]])  # [K=2, N=1, A=3]
+    legal = np.array([[True, True, False]])
+    found = action_log_probs(logits, legal, np.array([0]))
+    # member 0: the illegal third action does not count, so 1/2; member 1: 3 / (3 + 1)
+    assert found == pytest.approx(np.log([[0.5], [0.75]]))
+    # an action a member gives probability 0 is floored, not -inf
+    assert action_log_probs(np.array([[[0.0, -np.inf]]]), np.ones((1, 2), bool), np.array([1]))[0, 0] == LOG_FLOOR
+
+
+class FakePolicy:
+    """Stands in for the host's InferencePolicy: member k's logits are `table[k]` for every row."""
+
+    def __init__(self, table):
+        self.table = np.asarray(table, np.float32)  # [K, A]
+        self.calls = []
+
+    def act_stacked(self, params, observation, first, core, legal):
+        self.calls.append(observation.shape)
+        members, rows = observation.shape[:2]
+        logits = np.broadcast_to(self.table[:, None, :], (members, rows, self.table.shape[1]))
+        return types.SimpleNamespace(logits=logits)
+
+
+def _step(session, first, acting):
+    return types.SimpleNamespace(session=session, first=np.asarray(first, bool), acting=np.asarray(acting, bool))
+
+
+def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_meta_game():
+    # two members, two actions: member 0 plays action 0 with probability 1/2, member 1 with 3/4 (logits log 3, 0)
+    policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, types.SimpleNamespace(num_seats=2),
+                            np.random.default_rng(0), bucket=lambda n: 8)
+    assert games.mixture.seat_weights.tolist() == [[0.5, 0.5], [0.5, 0.5]]  # each seat's member drawn uniformly
+    session = types.SimpleNamespace(id="s", num_agents=2)  # one env, two seats: rows 0 and 1
+    legal = np.ones((2, 2), bool)
+    start = _step(session, [True, True], [True, False])
+    games.reset(session, start.first)
+    games.score([start], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 0 acts: action 0
+    second = _step(session, [False, False], [False, True])
+    games.score([second], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 1 acts: action 1
+    assert policy.calls == [(2, 8, 3), (2, 8, 3)]  # every member, the batch padded to its bucket
+    games.record(session, np.array([True, True]), np.array([2.0, -2.0]))
+    # seat 0's reaches (1/2, 3/4), weights (0.8, 1.2); seat 1's (1/2, 1/4), weights (4/3, 2/3)
+    expected = 2.0 * np.outer([0.8, 1.2], [4 / 3, 2 / 3])
+    assert games.table.games == 1 and games.table.matrix() == pytest.approx(expected)
+    games.reset(session, np.array([True, True]))  # the next episode starts from a reach of 1
+    games.record(session, np.array([True, True]), np.array([1.0, -1.0]))
+    assert games.table.matrix() == pytest.approx((expected + np.ones((2, 2))) / 2)
+    assert games.summary()["keys"] == ["main:1", "main:2"]
+
+
+def test_a_summary_before_two_games_says_so():
+    games = PopulationGames(["main:1"], [{}], {}, None, np.random.default_rng(0), bucket=lambda n: n)
+    assert "too few" in games.summary()["error"]
+
+
+def test_evaluation_games_need_the_run_they_evaluate():
+    with pytest.raises(ValueError, match="needs serve_output"):
+        HostConfig(learn=False, population_size=8)
