@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 
 from seedleague import checkpoint_meta
+from seedleague.artifacts import run_files
 from seedleague.artifacts.load import checkpoint_steps, param_average_count
 # What a run's output is, re-exported: callers name them as seedleague.output's.
 from seedleague.artifacts.run_output import AVERAGE_FRACTION, Member, Output, record, recorded
@@ -113,11 +114,7 @@ def _newest_checkpoint(run_dir: str, source: str) -> int:
     directory = os.path.join(run_dir, "checkpoints")
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if not steps:
-        raise FileNotFoundError(
-            f"{run_dir!r} has no output yet: its output ({source}) is read from the learner's checkpoints and "
-            f"{directory} holds none; a run writes its first after --checkpoint.interval-s of training and "
-            "one when it stops, so wait for one (or resume the run)"
-        )
+        raise FileNotFoundError(run_files.no_output_message(run_dir, source, directory))
     return steps[-1]
 
 

@@ -319,7 +319,8 @@ def _refused_by_files(root) -> list[tuple[list[str], int]]:
             (["export", "--run-dir", waiting, "--out", "policy.onnx"], 2),
             (["export", "--run-dir", pooled, "--out", "policy.onnx", "--snapshot", "main:000001"], 2),
             (["serve", "--checkpoint", empty], 1), (["serve", "--checkpoint", waiting], 1),
-            (["serve", "--checkpoint", pooled, "--snapshot", "main:000001"], 1)]
+            (["serve", "--checkpoint", pooled, "--snapshot", "main:000001"], 1),
+            (["exploit", "--run-dir", empty], 2), (["exploit", "--run-dir", waiting, "--output", "final"], 2)]
 
 
 def test_a_refused_command_line_of_a_command_that_loads_jax_loads_none(tmp_path):
