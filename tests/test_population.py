@@ -63,6 +63,37 @@ def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_m
     assert games.summary()["keys"] == ["main:1", "main:2"]
 
 
+class FakeNamedPolicy:
+    """A named network's stacked pass: dict inputs, logits per head (`tables[head][k]` for every row)."""
+
+    def __init__(self, tables):
+        self.tables = {head: np.asarray(t, np.float32) for head, t in tables.items()}
+        self.calls = []
+
+    def act_stacked(self, params, observation, first, core, legal):
+        self.calls.append(({k: v.shape for k, v in observation.items()}, sorted(legal)))
+        members, rows = first.shape
+        return types.SimpleNamespace(logits={h: np.broadcast_to(t[:, None, :], (members, rows, t.shape[1]))
+                                             for h, t in self.tables.items()})
+
+
+def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabilities():
+    # head "move" (masked): member 0 uniform over 2, member 1 3:1; head "say" (no mask): member 0 1:1, member 1 1:3
+    policy = FakeNamedPolicy({"move": [[0.0, 0.0], [np.log(3.0), 0.0]], "say": [[0.0, 0.0], [0.0, np.log(3.0)]]})
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, None, np.random.default_rng(0), bucket=lambda n: 4)
+    session = types.SimpleNamespace(id="s", num_agents=2)
+    step = _step(session, [True, True], [True, False])
+    games.reset(session, step.first)
+    observation = {"board": np.zeros((2, 3)), "hand": np.zeros((2, 1))}
+    legal = {"move": np.ones((2, 2), bool)}
+    games.score([step], observation, legal, {"move": np.array([0, 0]), "say": np.array([1, 1])}, policy)
+    assert policy.calls == [({"board": (2, 4, 3), "hand": (2, 4, 1)}, ["move"])]
+    games.record(session, np.array([True, True]), np.array([1.0, -1.0]))
+    # seat 0's reach: member 0 1/2 * 1/2 = 1/4, member 1 3/4 * 3/4 = 9/16: weights 8/13 and 18/13; seat 1 took no
+    # action, so both reach it with 1 and weigh 1
+    assert games.table.matrix() == pytest.approx(np.outer([8 / 13, 18 / 13], [1.0, 1.0]))
+
+
 def test_a_summary_before_two_games_says_so():
     games = PopulationGames(["main:1"], [{}], {}, None, np.random.default_rng(0), bucket=lambda n: n)
     assert "too few" in games.summary()["error"]

@@ -74,18 +74,24 @@ class PopulationGames:
         """Rows whose episode starts on this step begin with a reach of 1 (log 0)."""
         self._reach_of(session)[np.asarray(first, bool)] = 0.0
 
-    def score(self, agents: Sequence[Any], observation: np.ndarray, legal: np.ndarray, action: np.ndarray,
-              policy: Any) -> None:
+    def score(self, agents: Sequence[Any], observation: Any, legal: Any, action: Any, policy: Any) -> None:
         """Add every member's log-probability of each acting row's action (rows in the order of `agents`' steps,
-        as the batch's forward pass had them)."""
-        count = len(action)
+        as the batch's forward pass had them). The flat model's observation, legal mask and action are arrays; a
+        named network's are dicts (per tensor, per head), and an action's log-probability sums its heads'."""
+        count = sum(len(step.first) for step in agents)
         size = self._bucket(count)
         members = self.table.size
-        stacked_input = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members,) + (size,) + x.shape[1:])
-        first = np.zeros(count, bool)
-        out = policy.act_stacked(self._stacked, stacked_input(observation, 0), stacked_input(first, True), (),
-                                 stacked_input(legal, True))
-        log_probs = action_log_probs(np.asarray(out.logits)[:, :count], legal, np.asarray(action))  # [K, N]
+        stacked = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members, size) + x.shape[1:])
+        each = lambda tree, fill: {k: stacked(v, fill) for k, v in tree.items()} if isinstance(tree, dict) \
+            else stacked(tree, fill)
+        out = policy.act_stacked(self._stacked, each(observation, 0), stacked(np.zeros(count, bool), True), (),
+                                 each(legal, True))
+        if isinstance(action, dict):  # the named network's discrete heads (a head without a mask: all legal)
+            log_probs = sum(action_log_probs(np.asarray(out.logits[head])[:, :count],
+                                             legal.get(head, np.ones((count, np.shape(out.logits[head])[-1]), bool)),
+                                             np.asarray(action[head])) for head in action)
+        else:
+            log_probs = action_log_probs(np.asarray(out.logits)[:, :count], legal, np.asarray(action))  # [K, N]
         offset = 0
         for step in agents:
             rows = slice(offset, offset + len(step.first))

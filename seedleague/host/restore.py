@@ -29,7 +29,7 @@ from seedleague.host import population as population_lib
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.population import PopulationGames
 from seedleague.host.pipeline import build_network
-from seedleague.protocol.named import NamedEnvSpec, flat_model
+from seedleague.protocol.named import NamedEnvSpec
 from seedleague.rl.learner import init_train_state
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,10 @@ def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, Popul
     members = loaded.members if resolved.kind == "mixture" else [loaded]
     first = members[0]
     spec = first.model_spec
-    if not flat_model(spec) or first.network_config.lstm_size:
-        raise ValueError(f"the sampled meta-game scores one discrete action with a feed-forward network; "
-                         f"{spec.env_name}'s networks are not of that kind")
+    if len(spec.action.discrete) < len(spec.action.heads) or first.network_config.lstm_size:
+        raise ValueError(f"the sampled meta-game scores discrete actions of feed-forward networks; {spec.env_name}'s "
+                         "networks have a continuous action head or a recurrent core, so --choose population_nash "
+                         "cannot estimate it: choose among the other outputs")
     config = dataclasses.replace(config, network=first.network_config)
     state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
