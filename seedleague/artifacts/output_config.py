@@ -7,6 +7,8 @@ command line (`seedleague train --help`, a refused flag) needs no jax.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 
 FILE = "output.json"
@@ -46,3 +48,22 @@ class OutputConfig:
             raise ValueError(f"--output must be one of {', '.join(SOURCES)}, got {self.source!r}: {choices_text()}")
         if not self.player:
             raise ValueError("the output's player must be a league player's name, e.g. main")
+
+
+def record(run_dir: str, config: OutputConfig) -> str:
+    """Write `<run_dir>/output.json` (atomically: a reader never sees half a file); returns its path."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(dataclasses.asdict(config), f)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def recorded(run_dir: str) -> OutputConfig:
+    """The run's recorded output config; `final` for a run that predates output.json."""
+    path = os.path.join(run_dir, FILE)
+    if not os.path.exists(path):
+        return OutputConfig()
+    with open(path) as f:
+        return OutputConfig(**json.load(f))

@@ -14,12 +14,11 @@ seedleague.output), so a refusal reads the same either way:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
 from seedleague import object_store
-from seedleague.artifacts.output_config import FILE, OutputConfig
+from seedleague.artifacts.output_config import recorded
 from seedleague.league.pool_paths import player_dir_of
 from seedleague.league.types import parse_key
 
@@ -114,10 +113,7 @@ def output_problem(run_dir: str, source: Optional[str] = None) -> Optional[str]:
         return None
     if source is None:
         try:
-            with open(os.path.join(run_dir, FILE)) as f:
-                source = OutputConfig(**json.load(f)).source
-        except FileNotFoundError:
-            source = OutputConfig().source  # a run that predates output.json (seedleague.artifacts.run_output)
+            source = recorded(run_dir).source
         except (OSError, ValueError, TypeError):
             return None
     directory = os.path.join(run_dir, "checkpoints")

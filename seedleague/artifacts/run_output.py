@@ -14,34 +14,14 @@ network is and its weight); `Output.load` loads it:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import Optional
 
 from seedleague.artifacts.load import load_policy
 from seedleague.artifacts.mixture import PolicyMixture
-from seedleague.artifacts.output_config import FILE, MIXTURES, OutputConfig
+# record and recorded (jax-free, in output_config) are re-exported: callers name them as this module's
+from seedleague.artifacts.output_config import MIXTURES, record, recorded  # noqa: F401
 
 AVERAGE_FRACTION = 1 / 3  # average_policy mixes this newest fraction of the snapshots (as evaluate_run reports)
-
-
-def record(run_dir: str, config: OutputConfig) -> str:
-    """Write `<run_dir>/output.json` (atomically: a reader never sees half a file); returns its path."""
-    os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(dataclasses.asdict(config), f)
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def recorded(run_dir: str) -> OutputConfig:
-    """The run's recorded output config; `final` for a run that predates output.json."""
-    path = os.path.join(run_dir, FILE)
-    if not os.path.exists(path):
-        return OutputConfig()
-    with open(path) as f:
-        return OutputConfig(**json.load(f))
 
 
 @dataclasses.dataclass(frozen=True)
