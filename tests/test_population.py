@@ -3,6 +3,7 @@ log-probability by hand, the log reaches a game's rows gather step by step and w
 meta-game, with the policy's stacked forward pass faked (tests/test_exploit.py runs the real command on Kuhn)."""
 
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -17,8 +18,12 @@ def test_the_log_probability_of_the_taken_action_is_over_the_legal_actions_only(
     found = action_log_probs(logits, legal, np.array([0]))
     # member 0: the illegal third action does not count, so 1/2; member 1: 3 / (3 + 1)
     assert found == pytest.approx(np.log([[0.5], [0.75]]))
-    # an action a member gives probability 0 is floored, not -inf
+    # an action a member gives probability 0 is floored, not -inf; a row without a legal action (a seat that does
+    # not act) gets the floor too, with no warning
     assert action_log_probs(np.array([[[0.0, -np.inf]]]), np.ones((1, 2), bool), np.array([1]))[0, 0] == LOG_FLOOR
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert action_log_probs(np.zeros((1, 1, 2)), np.zeros((1, 2), bool), np.array([0]))[0, 0] == LOG_FLOOR
 
 
 class FakePolicy:

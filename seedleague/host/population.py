@@ -35,7 +35,8 @@ def action_log_probs(logits: np.ndarray, legal: np.ndarray, action: np.ndarray) 
     [N, A] (a softmax over the legal actions, as the host samples them)."""
     masked = np.where(legal[None], logits.astype(np.float64), -np.inf)
     top = masked.max(axis=-1, keepdims=True)
-    log_norm = top[..., 0] + np.log(np.exp(masked - top).sum(axis=-1))
+    top = np.where(np.isfinite(top), top, 0.0)  # a row without a legal action (a seat not acting): no warning
+    log_norm = top[..., 0] + np.log(np.maximum(np.exp(masked - top).sum(axis=-1), np.finfo(np.float64).tiny))
     taken = np.take_along_axis(masked, action[None, :, None].astype(np.int64), axis=-1)[..., 0]
     return np.maximum(taken - log_norm, LOG_FLOOR)
 
