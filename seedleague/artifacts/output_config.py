@@ -26,9 +26,10 @@ SOURCES = {
 }
 MIXTURES = ("average_policy", "league_nash", "population_nash")  # sources that need a league's snapshots
 CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
-# What `--choose` measures when it names nothing: the sources that need no game tree and no league table
-# (league_nash's win rates estimate the same snapshots' meta-game with more noise; name it to include it).
-CHOICE_DEFAULT = ("param_average", "average_policy", "final")
+# What `--choose` measures when it names nothing: the averages and the snapshots' sampled meta-game's Nash, which
+# need no game tree (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the
+# param average wherever it was measured: name either to include it).
+CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
 
 
 def choices_text() -> str:
