@@ -57,7 +57,7 @@ def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_m
     games.score([start], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 0 acts: action 0
     second = _step(session, [False, False], [False, True])
     games.score([second], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 1 acts: action 1
-    assert policy.calls == [(2, 8, 3), (2, 8, 3)]  # every member, the batch padded to its bucket
+    assert policy.calls == [(2, 8, 3), (2, 8, 3)]  # every member, the acting row padded to its bucket
     games.record(session, np.array([True, True]), np.array([2.0, -2.0]))
     # seat 0's reaches (1/2, 3/4), weights (0.8, 1.2); seat 1's (1/2, 1/4), weights (4/3, 2/3)
     expected = 2.0 * np.outer([0.8, 1.2], [4 / 3, 2 / 3])
@@ -97,6 +97,23 @@ def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabili
     # seat 0's reach: member 0 1/2 * 1/2 = 1/4, member 1 3/4 * 3/4 = 9/16: weights 8/13 and 18/13; seat 1 took no
     # action, so both reach it with 1 and weigh 1
     assert games.table.matrix() == pytest.approx(np.outer([8 / 13, 18 / 13], [1.0, 1.0]))
+
+
+def test_only_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_probabilities():
+    # two workers' steps in one batch: the first's seat 0 acts (action 0), the second's seat 1 (action 1)
+    policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, None, np.random.default_rng(0), bucket=lambda n: n)
+    first, second = (types.SimpleNamespace(id=name, num_agents=2) for name in ("a", "b"))
+    steps = [_step(first, [True, True], [True, False]), _step(second, [True, True], [False, True])]
+    for step in steps:
+        games.reset(step.session, step.first)
+    games.score(steps, np.zeros((4, 3)), np.ones((4, 2), bool), np.array([0, 0, 0, 1]), policy)
+    assert policy.calls == [(2, 2, 3)]  # the two acting rows only
+    assert np.exp(games._reach_of(first)) == pytest.approx(np.array([[0.5, 0.75], [1.0, 1.0]]))
+    assert np.exp(games._reach_of(second)) == pytest.approx(np.array([[1.0, 1.0], [0.5, 0.25]]))
+    games.score([_step(first, [False, False], [False, False])], np.zeros((2, 3)), np.ones((2, 2), bool),
+                np.zeros(2, int), policy)
+    assert len(policy.calls) == 1  # nobody acted: no pass
 
 
 def test_a_summary_before_two_games_says_so():

@@ -78,28 +78,33 @@ class PopulationGames:
     def score(self, agents: Sequence[Any], observation: Any, legal: Any, action: Any, policy: Any) -> None:
         """Add every member's log-probability of each acting row's action (rows in the order of `agents`' steps,
         as the batch's forward pass had them). The flat model's observation, legal mask and action are arrays; a
-        named network's are dicts (per tensor, per head), and an action's log-probability sums its heads'."""
-        count = sum(len(step.first) for step in agents)
-        size = self._bucket(count)
+        named network's are dicts (per tensor, per head), and an action's log-probability sums its heads'. Only
+        the acting rows are passed forward (in a turn-based game the other seat's rows wait)."""
+        acting = np.concatenate([np.asarray(step.acting, bool) for step in agents])
+        rows = np.flatnonzero(acting)
+        if not rows.size:
+            return
+        size = self._bucket(rows.size)
         members = self.table.size
+        take = lambda tree: {k: v[rows] for k, v in tree.items()} if isinstance(tree, dict) else tree[rows]
         stacked = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members, size) + x.shape[1:])
         each = lambda tree, fill: {k: stacked(v, fill) for k, v in tree.items()} if isinstance(tree, dict) \
             else stacked(tree, fill)
-        out = policy.act_stacked(self._stacked, each(observation, 0), stacked(np.zeros(count, bool), True), (),
+        observation, legal, action = take(observation), take(legal), take(action)
+        out = policy.act_stacked(self._stacked, each(observation, 0), stacked(np.zeros(rows.size, bool), True), (),
                                  each(legal, True))
         if isinstance(action, dict):  # the named network's discrete heads (a head without a mask: all legal)
-            log_probs = sum(action_log_probs(np.asarray(out.logits[head])[:, :count],
-                                             legal.get(head, np.ones((count, np.shape(out.logits[head])[-1]), bool)),
+            log_probs = sum(action_log_probs(np.asarray(out.logits[head])[:, :rows.size],
+                                             legal.get(head, np.ones((rows.size, np.shape(out.logits[head])[-1]),
+                                                                     bool)),
                                              np.asarray(action[head])) for head in action)
         else:
-            log_probs = action_log_probs(np.asarray(out.logits)[:, :count], legal, np.asarray(action))  # [K, N]
-        offset = 0
-        for step in agents:
-            rows = slice(offset, offset + len(step.first))
-            offset += len(step.first)
-            acting = np.asarray(step.acting, bool)
-            reach = self._reach_of(step.session)
-            reach[acting] += log_probs[:, rows][:, acting].T
+            log_probs = action_log_probs(np.asarray(out.logits)[:, :rows.size], legal, np.asarray(action))  # [K, n]
+        done = 0
+        for step in agents:  # the acting rows of each step, in batch order
+            mine = np.flatnonzero(np.asarray(step.acting, bool))
+            self._reach_of(step.session)[mine] += log_probs[:, done:done + mine.size].T
+            done += mine.size
 
     def summary(self) -> dict:
         """summary.json's "population": the estimated meta-game's Nash mixture (one mix per seat), its games and
