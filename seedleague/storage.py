@@ -16,6 +16,7 @@ its own faults, and `object_store_error` says each in the same one line.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -128,3 +129,11 @@ def _chain(error: BaseException) -> list[BaseException]:
         error = error.__cause__ or error.__context__
         seen += 1
     return chain
+
+
+def write_json(path: str, data: dict, indent: Optional[int] = None) -> None:
+    """`data` as JSON at `path`, atomically: written beside it and renamed, so a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=indent)
+        f.write("\n")
+    os.replace(path + ".tmp", path)

@@ -47,8 +47,7 @@ def _step(session, first, acting):
 def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_meta_game():
     # two members, two actions: member 0 plays action 0 with probability 1/2, member 1 with 3/4 (logits log 3, 0)
     policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
-    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, types.SimpleNamespace(num_seats=2),
-                            np.random.default_rng(0), bucket=lambda n: 8)
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 8)
     assert games.mixture.seat_weights.tolist() == [[0.5, 0.5], [0.5, 0.5]]  # each seat's member drawn uniformly
     session = types.SimpleNamespace(id="s", num_agents=2)  # one env, two seats: rows 0 and 1
     legal = np.ones((2, 2), bool)
@@ -85,7 +84,7 @@ class FakeNamedPolicy:
 def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabilities():
     # head "move" (masked): member 0 uniform over 2, member 1 3:1; head "say" (no mask): member 0 1:1, member 1 1:3
     policy = FakeNamedPolicy({"move": [[0.0, 0.0], [np.log(3.0), 0.0]], "say": [[0.0, 0.0], [0.0, np.log(3.0)]]})
-    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, None, np.random.default_rng(0), bucket=lambda n: 4)
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 4)
     session = types.SimpleNamespace(id="s", num_agents=2)
     step = _step(session, [True, True], [True, False])
     games.reset(session, step.first)
@@ -102,7 +101,7 @@ def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabili
 def test_only_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_probabilities():
     # two workers' steps in one batch: the first's seat 0 acts (action 0), the second's seat 1 (action 1)
     policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
-    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, None, np.random.default_rng(0), bucket=lambda n: n)
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: n)
     first, second = (types.SimpleNamespace(id=name, num_agents=2) for name in ("a", "b"))
     steps = [_step(first, [True, True], [True, False]), _step(second, [True, True], [False, True])]
     for step in steps:
@@ -117,7 +116,7 @@ def test_only_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_proba
 
 
 def test_a_summary_before_two_games_says_so():
-    games = PopulationGames(["main:1"], [{}], {}, None, np.random.default_rng(0), bucket=lambda n: n)
+    games = PopulationGames(["main:1"], [{}], {}, np.random.default_rng(0), bucket=lambda n: n)
     assert "too few" in games.summary()["error"]
 
 

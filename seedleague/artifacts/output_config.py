@@ -10,6 +10,8 @@ import dataclasses
 import json
 import os
 
+from seedleague import storage
+
 
 FILE = "output.json"
 SOURCES = {
@@ -55,9 +57,7 @@ def record(run_dir: str, config: OutputConfig) -> str:
     """Write `<run_dir>/output.json` (atomically: a reader never sees half a file); returns its path."""
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(dataclasses.asdict(config), f)
-    os.replace(path + ".tmp", path)
+    storage.write_json(path, dataclasses.asdict(config))
     return path
 
 

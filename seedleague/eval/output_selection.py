@@ -41,6 +41,7 @@ import os
 import time
 from typing import Optional
 
+from seedleague import storage
 from seedleague.artifacts.load import NoParamAverageError, load_policies, load_policy
 from seedleague.artifacts.run_output import Member  # one network of an output: key, weight, path, step, average
 from seedleague.eval import least_exploitable, metagame, openspiel_eval
@@ -93,9 +94,7 @@ def cached(run_dir: str, stamp: dict) -> Optional[Choice]:
 
 def _write(run_dir: str, choice: Choice) -> None:
     path = os.path.join(run_dir, FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(dict(dataclasses.asdict(choice), members=[dataclasses.asdict(m) for m in choice.members]), f)
-    os.replace(path + ".tmp", path)
+    storage.write_json(path, dict(dataclasses.asdict(choice), members=[dataclasses.asdict(m) for m in choice.members]))
 
 
 def _normalised(members: list[Member]) -> tuple[Member, ...]:

@@ -29,6 +29,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from seedleague import storage
 from seedleague.league.nash import solve_zero_sum
 
 Z_95 = 1.959963984540054
@@ -117,9 +118,7 @@ class SampledMetagame:
 def write(run_dir: str, nash: PopulationNash, extra: Optional[dict] = None) -> str:
     """`<run_dir>/population_nash.json`, atomically; returns its path."""
     path = os.path.join(run_dir, FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump({**nash.to_json(), **(extra or {})}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    storage.write_json(path, {**nash.to_json(), **(extra or {})}, indent=1)
     return path
 
 

@@ -25,7 +25,6 @@ with it.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from typing import Any, Callable
@@ -34,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seedleague import storage
 from seedleague.artifacts.policy import Policy
 from seedleague.rl.networks import _resolve_torso
 
@@ -157,10 +157,7 @@ def describe(policy: Policy, model: Any) -> dict:
 
 def write_json(path: str, data: dict) -> None:
     """`data` as indented JSON at `path`, atomically (a reader never sees half a file)."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    storage.write_json(path, data, indent=2)
 
 
 def write(policy: Policy, path: str, extra: dict | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Evaluation games among a run's newest snapshots, every game scored by every member: the sampled meta-game.
 
-A serving host whose output is a population (`HostConfig.population_output`, `population_size` K) seats its
+A serving host given a run and a population size K (`HostConfig.serve_output`, `population_size`) seats the run's
 members as a served mixture with one uniform mix per seat, so each seat's member is drawn uniformly and
 independently per episode (seedleague.host.mixture). After every forward pass `score` computes, for every acting
 row, each of the K members' log-probability of the action the row's own member took (one stacked forward pass of
@@ -8,7 +8,7 @@ all K, the host's `act_stacked`), and adds it to that row's running log reach; w
 seat-0 return and both seats' log reaches [K] to a SampledMetagame (seedleague.eval.sampled_metagame), which
 counts the game for every pair of members by importance weighting.
 
-    games = PopulationGames(mixture, stacked_params, spec, bucket)
+    games = PopulationGames(keys, params, stacked_params, rng, bucket)
     games.record(session, ended, returns)          # batcher thread, before the step's new episodes are seated
     games.reset(session, first)                    # ... and after
     games.score(agents, observation, legal, action, policy)   # after the step's forward pass
@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
-import jax
 import numpy as np
 
 from seedleague.buckets import pad
@@ -44,12 +43,11 @@ def action_log_probs(logits: np.ndarray, legal: np.ndarray, action: np.ndarray) 
 class PopulationGames:
     """The members as a served mixture, each acting row's log reach per member, and the sampled meta-game."""
 
-    def __init__(self, keys: Sequence[str], params: Sequence[Any], stacked: Any, spec: Any, rng: np.random.Generator,
+    def __init__(self, keys: Sequence[str], params: Sequence[Any], stacked: Any, rng: np.random.Generator,
                  bucket: Callable[[int], int]):
         size = len(keys)
         self.keys = list(keys)
         self.mixture = ServedMixture(keys, [1.0] * size, params, rng, seat_weights=np.full((2, size), 1.0 / size))
-        self.spec = spec
         self.table = SampledMetagame(size)
         self._stacked = stacked  # the members' params with a leading [K] axis, on the inference device
         self._bucket = bucket
@@ -113,9 +111,3 @@ class PopulationGames:
             if self.table.games < 2:
                 return dict(error=f"{self.table.games} evaluation games finished: too few for a meta-game")
             return self.table.nash(self.keys).to_json()
-
-
-def stack(params: Sequence[Any], device: Any) -> Any:
-    """K param trees of one network as one tree with a leading [K] axis, on `device`."""
-    stacked = jax.tree.map(lambda *leaves: np.stack([np.asarray(x) for x in leaves]), *params)
-    return jax.device_put(stacked, device)

@@ -25,8 +25,8 @@ from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import UNIFORM, HostConfig
 from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
-from seedleague.host import population as population_lib
 from seedleague.host.mixture import ServedMixture
+from seedleague.host.policy import stack_params
 from seedleague.host.population import PopulationGames
 from seedleague.host.pipeline import build_network
 from seedleague.protocol.named import NamedEnvSpec
@@ -120,7 +120,7 @@ def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, Popul
     state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     params = [jax.device_put(m.params, device) for m in members]
-    games = PopulationGames([m.key for m in resolved.members], params, population_lib.stack(params, device), spec,
+    games = PopulationGames([m.key for m in resolved.members], params, jax.device_put(stack_params(params), device),
                             np.random.default_rng(config.seed), bucket)
     log.info("evaluation games among %d networks of %s: %s", len(members), run_dir, resolved.describe())
     return Restored(config, spec, state), games

@@ -19,6 +19,7 @@ import select
 import time
 from typing import Optional
 
+from seedleague import storage
 from seedleague.grpc_server import ThreadedServer
 from seedleague.league.client import DEFAULT_MAX_MESSAGE_BYTES
 from seedleague.league.config import LeagueConfig, anchor_member
@@ -93,9 +94,7 @@ SERVING_NAME = "league.serving"  # {"pid", "address"} while a service serves the
 def _write_marker(path: str, address: str) -> None:
     """Say which process serves this league and where (`seedleague play` reports its games there)."""
     try:
-        with open(path + ".tmp", "w") as f:  # renamed whole: a reader never sees half of it
-            json.dump(dict(pid=os.getpid(), address=address), f)
-        os.replace(path + ".tmp", path)
+        storage.write_json(path, dict(pid=os.getpid(), address=address))
     except OSError as error:  # a read-only run dir is refused elsewhere; the marker is only a convenience
         say(f"could not write {path} ({error.strerror}); seedleague play will need --league {address}")
 
