@@ -21,6 +21,9 @@ from seedleague.rl.network_config import NetworkConfig
 
 
 UNIFORM = "uniform"  # exploit_source's uniform random policy in the run's network (`seedleague exploit --output uniform`)
+# A best response read out by update count (exploit_read_out_updates) ends at this many times its time budget even
+# where it has not made them: an output that serves this much slower is measured by an under-trained response
+UPDATES_TIME_CAP = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +52,10 @@ class HostConfig:
     # training a best response: after this many seconds of the run's clock its learner stops and its rows act
     # greedily, so the games after that measure one fixed pure response (seedleague.host.exploit); 0: never
     exploit_read_out_s: float = 0.0
+    # ... or after this many learner updates (equal training for responses to outputs that serve at different
+    # speeds), and the run then ends once the read-out has lasted exploit_read_out_length_s; 0: never
+    exploit_read_out_updates: int = 0
+    exploit_read_out_length_s: float = 0.0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -87,6 +94,17 @@ class HostConfig:
                              "(--learn true) outside any league, and no --serve-output")
         if self.exploit_read_out_s < 0 or (self.exploit_read_out_s and not self.exploit_output):
             raise ValueError(f"exploit_read_out_s must be >= 0 and needs exploit_output, got {self.exploit_read_out_s}")
+        if self.exploit_read_out_updates < 0 or self.exploit_read_out_length_s < 0:
+            raise ValueError("exploit_read_out_updates and exploit_read_out_length_s must be >= 0, got "
+                             f"{self.exploit_read_out_updates} and {self.exploit_read_out_length_s}")
+        if self.exploit_read_out_updates and (self.exploit_read_out_s or not self.exploit_output
+                                              or not self.exploit_read_out_length_s):
+            raise ValueError("exploit_read_out_updates starts a best response's read-out at an update count: it needs "
+                             "exploit_output and exploit_read_out_length_s (how long the read-out lasts), and no "
+                             "exploit_read_out_s (a read-out by the clock)")
+        if self.exploit_read_out_length_s and not self.exploit_read_out_updates:
+            raise ValueError("exploit_read_out_length_s is how long a read-out begun at exploit_read_out_updates lasts: "
+                             "give exploit_read_out_updates too")
         if self.exploit_source and not self.exploit_output:
             raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:

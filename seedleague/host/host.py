@@ -242,8 +242,20 @@ class Host:
         answer_all(answers)  # one wake-up of the event loop for the whole batch, not one per request
 
     def _read_out_due(self) -> bool:
-        return (self._target is not None and self._target.read_out_at is None and self.config.exploit_read_out_s > 0
-                and self._trained_seconds() >= self.config.exploit_read_out_s)
+        if self._target is None or self._target.read_out_at is not None:
+            return False
+        if self.config.exploit_read_out_updates:
+            return self.pipeline.learner.step >= self.config.exploit_read_out_updates
+        return 0 < self.config.exploit_read_out_s <= self._trained_seconds()
+
+    def finished(self) -> Optional[str]:
+        """Why this host's work is done before any budget, or None: a best response read out by update count
+        (HostConfig.exploit_read_out_updates) is done once its read-out has lasted exploit_read_out_length_s."""
+        length = self.config.exploit_read_out_length_s
+        if length and self._target is not None and self._target.read_out_seconds() >= length:
+            return (f"the best response's read-out lasted {length:g} s, after "
+                    f"{self.config.exploit_read_out_updates} learner updates")
+        return None
 
     def _begin_read_out(self) -> None:
         """A best response's read-out (HostConfig.exploit_read_out_s): the learner stops and writes its checkpoint,

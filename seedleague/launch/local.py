@@ -393,8 +393,8 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
             fault = _fault(host)
             if isinstance(fault, RuntimeError) and not isinstance(fault, NonFiniteUpdate):
                 raise fault
-            ended = f"stopped by a fault: {fault}" if fault else config.budget.reached(
-                metrics, _learner_step(host), time.perf_counter() - start)
+            ended = f"stopped by a fault: {fault}" if fault else (config.budget.reached(
+                metrics, _learner_step(host), time.perf_counter() - start) or host.finished())
             if ended:
                 reason = ended
                 break
