@@ -601,8 +601,10 @@ def test_damaged_newest_checkpoints_of_a_real_run_resume_from_the_newest_good_on
     logs.mkdir()
     run_dir = str(tmp_path / "run")
     checkpoints = os.path.join(run_dir, "checkpoints")
-    run = _Run(logs, "first", *KUHN_RUN, "--checkpoint.max-to-keep", "100", "--run-dir", run_dir, "--max-seconds",
-               "600")
+    # a checkpoint every second (the last flag of a name wins): the four it waits for come in half the time, and the
+    # resume has that much less to train back
+    run = _Run(logs, "first", *KUHN_RUN, "--checkpoint.interval-s", "1", "--checkpoint.max-to-keep", "100", "--run-dir",
+               run_dir, "--max-seconds", "600")
 
     def snapshot_after_four_checkpoints() -> bool:  # four before the stop: its own may repeat the newest step
         snapshots = [int(step) for step in SNAPSHOT_ADDED.findall(run.stderr())]
