@@ -78,6 +78,14 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                              "after that, which takes seconds to minutes and is printed with how long it took")
     parser.add_argument("--target-return", type=float, default=None,
                         help="stop when the mean return of the last 100 episodes reaches this")
+    if with_workers:
+        parser.add_argument("--choose-share", type=float, default=None, metavar="F",
+                            help="the share of --max-seconds spent after training on choosing the output without a game "
+                                 "tree: evaluation games among the newest snapshots estimate the population's Nash "
+                                 "mixture, then a best response to it and one to the param average decide which is the "
+                                 "output (`seedleague exploit --choose`, docs/league.md). Default "
+                                 f"{output_config.CHOICE_SHARE:g} for a one-player league run whose output is the "
+                                 "param average and whose budget is --max-seconds alone; 0: train for the whole budget")
     add_security_flags(parser, "server")
     if with_workers:
         parser.add_argument("--worker-cmd", action="append", default=None, metavar="CMD",
@@ -303,17 +311,64 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         max_seconds=preset.max_seconds if args.max_seconds is None else args.max_seconds,
         target_return=preset.target_return if args.target_return is None else args.target_return,
     )
-    if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
-        host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     league = _league_spec(args, preset, argv or [], multiplayer, name)
     chosen_output = _output_config(args, preset, host, league, name)
+    choose_s = _choice_seconds(args, budget, league, chosen_output, host) if with_workers else 0.0
+    budget = dataclasses.replace(budget, max_seconds=budget.max_seconds - choose_s)  # training's share
+    if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
+        host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     # Last of the refusals, since it creates the directory: a file, a read-only or full directory is refused before
     # any process starts.
     check_writable(run_dir)
     return RunConfig(run_dir=run_dir, host=host, workers=workers, budget=budget, resume=resume,
                      start_if_none=args.resume_or_start and not args.resume,
                      security=server_security_from_args(args), league=league, env_id=args.env or "",
-                     output=chosen_output)
+                     output=chosen_output, choose_output_s=choose_s)
+
+
+def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: output_config.OutputConfig,
+                    host: HostConfig) -> float:
+    """Seconds of the budget that choosing the output takes after training (--choose-share): the default share where
+    the choice applies, 0 where it does not, ValueError where --choose-share asks for it there."""
+    share = output_config.CHOICE_SHARE if args.choose_share is None else args.choose_share
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"--choose-share must be in [0, 1), got {share:g}: the share of --max-seconds spent choosing "
+                         "the output after training (0: none)")
+    why_not = None
+    if league is None or host.league.address:
+        why_not = "it chooses among a league's snapshots, in a league this run starts itself"
+    elif len(league.players) > 1:
+        why_not = "it chooses one player's output, and this run trains several (--players, --pbt)"
+    elif chosen.source != "param_average":
+        why_not = f"it chooses between the param average and the population's Nash, and --output is {chosen.source}"
+    elif not budget.max_seconds or budget.max_env_steps or budget.max_learner_steps or budget.target_return is not None:
+        why_not = "its share is of a budget in seconds alone (no --max-steps, --max-learner-steps or --target-return)"
+    elif host.network.lstm_size:
+        why_not = "the population's evaluation games score feed-forward networks, and this one is recurrent"
+    if why_not is None:
+        return share * budget.max_seconds
+    if args.choose_share:
+        raise ValueError(f"--choose-share {share:g} does not apply to this run: {why_not}; drop --choose-share")
+    return 0.0
+
+
+def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
+    """After training: the run's share of its budget for the output choice (`seedleague exploit --choose` between
+    output_config.TRAIN_CHOICE, a third of the share each for the evaluation games and the two best responses)."""
+    from seedleague.eval import exploit_args
+
+    seconds = config.choose_output_s / 3
+    print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "
+          f"(--choose-share), {seconds:.0f} s each for evaluation games and two best responses", flush=True)
+    argv = ["--run-dir", config.run_dir, "--choose", *output_config.TRAIN_CHOICE, "--max-seconds", f"{seconds:g}",
+            "--seed", str(config.host.seed)]
+    for command in args.worker_cmd or ():
+        argv += ["--worker-cmd", command]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
+    parser = argparse.ArgumentParser(prog="seedleague exploit")
+    exploit_args.add_arguments(parser)
+    exploit_args.run(parser.parse_args(argv))
 
 
 def _default_run_dir(name: str) -> str:
@@ -344,6 +399,8 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
         from seedleague.league.tables import standings_table
 
         print("\nleague standings:\n" + standings_table([_standing(s) for s in summary["standings"]], top=10))
+    if config.choose_output_s and summary["reason"].startswith("reached") and summary.get("learner_step", 0) > 0:
+        _choose_output(config, args)
     if config.league is not None and not args.no_eval and summary.get("learner_step", 0) > 0:
         from seedleague.eval import cli as eval_cli
 

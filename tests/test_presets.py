@@ -2,12 +2,14 @@
 
 import argparse
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
 from seedleague.games.openspiel import load_game, observation_shape
 from seedleague import cli, presets
+from seedleague.artifacts import output_config
 from seedleague.eval import tree_size
 from seedleague.protocol.named import named_of_v1
 from seedleague.protocol.specs import EnvSpec
@@ -90,15 +92,44 @@ def dataclasses_without_network(preset, learner=None):
 
 
 def test_the_recipes_anneal_follows_the_time_budget():
+    # training's share of it: the rest chooses the output (--choose-share)
     learner = _run_config("openspiel:leduc_poker").host.learner
-    assert learner.anneal_seconds == presets.ANNEALED_SHARE * 600.0
-    learner = _run_config("openspiel:leduc_poker", "--max-seconds", "1800").host.learner
+    assert learner.anneal_seconds == pytest.approx(presets.ANNEALED_SHARE * 600.0 * (1 - output_config.CHOICE_SHARE))
+    learner = _run_config("openspiel:leduc_poker", "--max-seconds", "1800", "--choose-share", "0").host.learner
     assert learner.anneal_seconds == presets.ANNEALED_SHARE * 1800.0
     # Explicit flags win: an anneal over updates, or one over given seconds; no budget, no anneal.
     learner = _run_config("openspiel:leduc_poker", "--learner.anneal_steps", "5000").host.learner
     assert (learner.anneal_steps, learner.anneal_seconds) == (5000, 0.0)
     assert _run_config("openspiel:kuhn_poker", "--learner.anneal_seconds", "30").host.learner.anneal_seconds == 30.0
     assert _run_config("openspiel:kuhn_poker", "--max-seconds", "0").host.learner.anneal_seconds == 0.0
+
+
+def test_choosing_the_output_takes_its_share_of_a_league_runs_budget_in_seconds_and_nothing_else():
+    config = _run_config("openspiel:kuhn_poker")
+    assert config.choose_output_s == pytest.approx(output_config.CHOICE_SHARE * 600.0)
+    assert config.budget.max_seconds == pytest.approx(600.0 - config.choose_output_s)
+    config = _run_config("openspiel:kuhn_poker", "--choose-share", "0.25", "--max-seconds", "100")
+    assert (config.choose_output_s, config.budget.max_seconds) == (25.0, 75.0)
+    for flags in (("--max-learner-steps", "20"), ("--max-steps", "1000"), ("--output", "final"),
+                  ("--players", "main,exploiter:main_exploiter"), ("--choose-share", "0")):
+        config = _run_config("openspiel:kuhn_poker", *flags)
+        assert (config.choose_output_s, config.budget.max_seconds) == (0.0, 600.0), flags
+    assert _run_config("openspiel:kuhn_poker", "--max-seconds", "0").choose_output_s == 0.0  # no time budget
+    assert _run_config("CartPole-v1").choose_output_s == 0.0  # no league: nothing to choose among
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--choose-share", "1"), "--choose-share must be in [0, 1)"),
+    (("--choose-share", "-0.1"), "--choose-share must be in [0, 1)"),
+    (("--choose-share", "0.3", "--max-learner-steps", "5"), "a budget in seconds alone"),
+    (("--choose-share", "0.3", "--output", "average_policy"), "--output is average_policy"),
+    (("--choose-share", "0.3", "--players", "main,exploiter:main_exploiter"), "this run trains several"),
+])
+def test_a_choose_share_that_cannot_apply_is_refused_with_why(flags, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _run_config("openspiel:kuhn_poker", *flags)
+    with pytest.raises(ValueError, match="no league|league"):
+        _run_config("CartPole-v1", "--choose-share", "0.3")
 
 
 def test_single_agent_envs_keep_their_presets_and_do_not_anneal_over_the_budget():

@@ -32,6 +32,13 @@ CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what 
 # need no game tree (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the
 # param average wherever it was measured: name either to include it).
 CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
+# What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash
+# first, so that its response (served from a mixture, the slower) sets the learner updates the param average's
+# response gets in less time; the average policy's 129-network mixture serves too slowly to fit a run's budget.
+TRAIN_CHOICE = ("population_nash", "param_average")
+# The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (its evaluation
+# games and two best responses, a third each): on Kuhn a 150 s response was already within 0.004 of the exact value.
+CHOICE_SHARE = 0.4
 
 
 def choices_text() -> str:

@@ -155,3 +155,5 @@ class RunConfig:
     league: Optional[LeagueSpec] = None  # two-player games: the league this run's host plays in
     env_id: str = ""  # what the extra league players' hosts train on
     output: Optional[OutputConfig] = None  # the run's output, recorded in <run_dir>/output.json at its start
+    # seconds after the budget that `seedleague train` spends choosing the output by best responses (--choose-share)
+    choose_output_s: float = 0.0
