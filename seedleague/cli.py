@@ -74,8 +74,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
                         help="stop once the learner has made this many updates in all (counts across --resume; "
                              "default: the preset's, 0: no limit)")
     parser.add_argument("--max-seconds", type=float, default=None,
-                        help="stop training after this many seconds (0: no limit); a `selected` output is chosen "
-                             "after that, which takes seconds to minutes and is printed with how long it took")
+                        help="stop training after this many seconds (0: no limit); a league run's last "
+                             "--choose-share of them chooses its output by best responses; a `selected` output is "
+                             "chosen after them, which takes seconds to minutes and is printed with how long it took")
     parser.add_argument("--target-return", type=float, default=None,
                         help="stop when the mean return of the last 100 episodes reaches this")
     if with_workers:
