@@ -52,9 +52,10 @@ class HostConfig:
     # training a best response: after this many seconds of the run's clock its learner stops and its rows act
     # greedily, so the games after that measure one fixed pure response (seedleague.host.exploit); 0: never
     exploit_read_out_s: float = 0.0
-    # ... or after this many learner updates (equal training for responses to outputs that serve at different
-    # speeds), and the run then ends once the read-out has lasted exploit_read_out_length_s; 0: never
+    # training a best response: after this many learner updates instead (equal training for responses to outputs
+    # that serve at different speeds: `seedleague exploit --response-updates`); 0: never
     exploit_read_out_updates: int = 0
+    # with exploit_read_out_updates: the run ends once its read-out has lasted this many seconds
     exploit_read_out_length_s: float = 0.0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
