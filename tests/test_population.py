@@ -29,9 +29,10 @@ def test_the_log_probability_of_the_taken_action_is_over_the_legal_actions_only(
 class FakePolicy:
     """Stands in for the host's InferencePolicy: member k's logits are `table[k]` for every row."""
 
-    def __init__(self, table):
+    def __init__(self, table, greedy=False):
         self.table = np.asarray(table, np.float32)  # [K, A]
         self.calls = []
+        self.greedy, self.version = greedy, 7
 
     def act_stacked(self, params, observation, first, core, legal):
         self.calls.append(observation.shape)
@@ -44,27 +45,56 @@ def _step(session, first, acting):
     return types.SimpleNamespace(session=session, first=np.asarray(first, bool), acting=np.asarray(acting, bool))
 
 
+def _observations(*rows):
+    return np.array(rows, np.float32)[:, None] * np.ones((1, 3), np.float32)  # [N, 3]: row i all rows[i]
+
+
 def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_meta_game():
     # two members, two actions: member 0 plays action 0 with probability 1/2, member 1 with 3/4 (logits log 3, 0)
     policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
+    probability = np.array([[0.5, 0.5], [0.75, 0.25]])  # [member, action]
     games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 8)
     assert games.mixture.seat_weights.tolist() == [[0.5, 0.5], [0.5, 0.5]]  # each seat's member drawn uniformly
     session = types.SimpleNamespace(id="s", num_agents=2)  # one env, two seats: rows 0 and 1
     legal = np.ones((2, 2), bool)
+    seated = np.array(["main:2", "main:1"], object)  # seat 0 plays member 1, seat 1 member 0
     start = _step(session, [True, True], [True, False])
     games.reset(session, start.first)
-    games.score([start], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 0 acts: action 0
-    second = _step(session, [False, False], [False, True])
-    games.score([second], np.zeros((2, 3)), legal, np.array([0, 1]), policy)  # seat 1 acts: action 1
+    first = games.act([start], _observations(0, 1), legal, seated, policy)  # seat 0 acts
+    second_step = _step(session, [False, False], [False, True])
+    second = games.act([second_step], _observations(0, 2), legal, seated, policy)  # seat 1 acts
     assert policy.calls == [(2, 8, 3), (2, 8, 3)]  # every member, the acting row padded to its bucket
+    assert first.policy_version == 7 and first.action[1] == 0 and not first.logits[1].any()  # seat 1 waited
+    assert first.logits[0].tolist() == pytest.approx([np.log(3.0), 0.0])  # seat 0's own member's logits
+    a, b = int(first.action[0]), int(second.action[1])
     games.record(session, np.array([True, True]), np.array([2.0, -2.0]))
-    # seat 0's reaches (1/2, 3/4), weights (0.8, 1.2); seat 1's (1/2, 1/4), weights (4/3, 2/3)
-    expected = 2.0 * np.outer([0.8, 1.2], [4 / 3, 2 / 3])
+    # each seat's reach of its action under each member, weighed by its mean over the members (balance heuristic)
+    weights = lambda action: probability[:, action] / probability[:, action].mean()
+    expected = 2.0 * np.outer(weights(a), weights(b))
     assert games.table.games == 1 and games.table.matrix() == pytest.approx(expected)
     games.reset(session, np.array([True, True]))  # the next episode starts from a reach of 1
     games.record(session, np.array([True, True]), np.array([1.0, -1.0]))
     assert games.table.matrix() == pytest.approx((expected + np.ones((2, 2))) / 2)
     assert games.summary()["keys"] == ["main:1", "main:2"]
+
+
+def test_each_row_draws_its_action_from_its_own_members_policy_over_the_legal_actions():
+    # member 0 plays (0.8, 0.2, 0), member 1 (0.2, 0.8, 0) once action 2 is masked out (its logit is the largest)
+    policy = FakePolicy([[np.log(4.0), 0.0, 9.0], [0.0, np.log(4.0), 9.0]])
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(3), bucket=lambda n: n)
+    rows = 4000
+    session = types.SimpleNamespace(id="s", num_agents=rows)
+    step = _step(session, np.ones(rows), np.ones(rows))
+    games.reset(session, step.first)
+    seated = np.array(["main:1", "main:2"] * (rows // 2), object)
+    legal = np.tile([True, True, False], (rows, 1))
+    out = games.act([step], np.zeros((rows, 3), np.float32), legal, seated, policy)
+    assert policy.calls == [(2, 1, 3)]  # 4000 alike rows: one distinct row goes forward
+    assert not (out.action == 2).any()
+    share = [np.mean(out.action[member::2] == member) for member in (0, 1)]  # each member's favourite, 0.8
+    assert share == pytest.approx([0.8, 0.8], abs=0.03)  # 3.4 standard deviations over 2000 draws each
+    greedy = FakePolicy(policy.table, greedy=True)
+    assert games.act([step], np.zeros((rows, 3), np.float32), legal, seated, greedy).action[:4].tolist() == [0, 1, 0, 1]
 
 
 class FakeNamedPolicy:
@@ -73,6 +103,7 @@ class FakeNamedPolicy:
     def __init__(self, tables):
         self.tables = {head: np.asarray(t, np.float32) for head, t in tables.items()}
         self.calls = []
+        self.greedy, self.version = False, 0
 
     def act_stacked(self, params, observation, first, core, legal):
         self.calls.append(({k: v.shape for k, v in observation.items()}, sorted(legal)))
@@ -81,7 +112,7 @@ class FakeNamedPolicy:
                                              for h, t in self.tables.items()})
 
 
-def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabilities():
+def test_a_named_networks_action_is_drawn_per_head_and_scored_by_the_sum_of_its_heads_log_probabilities():
     # head "move" (masked): member 0 uniform over 2, member 1 3:1; head "say" (no mask): member 0 1:1, member 1 1:3
     policy = FakeNamedPolicy({"move": [[0.0, 0.0], [np.log(3.0), 0.0]], "say": [[0.0, 0.0], [0.0, np.log(3.0)]]})
     games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 4)
@@ -90,29 +121,33 @@ def test_a_named_networks_action_is_scored_by_the_sum_of_its_heads_log_probabili
     games.reset(session, step.first)
     observation = {"board": np.zeros((2, 3)), "hand": np.zeros((2, 1))}
     legal = {"move": np.ones((2, 2), bool)}
-    games.score([step], observation, legal, {"move": np.array([0, 0]), "say": np.array([1, 1])}, policy)
+    out = games.act([step], observation, legal, np.array(["main:1", "main:1"], object), policy)
     assert policy.calls == [({"board": (2, 4, 3), "hand": (2, 4, 1)}, ["move"])]
+    assert sorted(out.action) == ["move", "say"] and out.logits["say"].shape == (2, 2)
+    move, say = int(out.action["move"][0]), int(out.action["say"][0])
     games.record(session, np.array([True, True]), np.array([1.0, -1.0]))
-    # seat 0's reach: member 0 1/2 * 1/2 = 1/4, member 1 3/4 * 3/4 = 9/16: weights 8/13 and 18/13; seat 1 took no
-    # action, so both reach it with 1 and weigh 1
-    assert games.table.matrix() == pytest.approx(np.outer([8 / 13, 18 / 13], [1.0, 1.0]))
+    # seat 0's reach is the product of its heads' probabilities; seat 1 took no action, so both reach it with 1
+    reach = np.array([0.5 * 0.5, [0.75, 0.25][move] * [0.25, 0.75][say]])
+    assert games.table.matrix() == pytest.approx(np.outer(reach / reach.mean(), [1.0, 1.0]))
 
 
-def test_only_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_probabilities():
-    # two workers' steps in one batch: the first's seat 0 acts (action 0), the second's seat 1 (action 1)
-    policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])
+def test_only_distinct_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_probabilities():
+    # two workers' steps in one batch: the first's seat 0 acts, the second's seat 1; member 1 always plays action 0
+    policy = FakePolicy([[0.0, 0.0], [0.0, -np.inf]])
     games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: n)
     first, second = (types.SimpleNamespace(id=name, num_agents=2) for name in ("a", "b"))
     steps = [_step(first, [True, True], [True, False]), _step(second, [True, True], [False, True])]
     for step in steps:
         games.reset(step.session, step.first)
-    games.score(steps, np.zeros((4, 3)), np.ones((4, 2), bool), np.array([0, 0, 0, 1]), policy)
-    assert policy.calls == [(2, 2, 3)]  # the two acting rows only
-    assert np.exp(games._reach_of(first)) == pytest.approx(np.array([[0.5, 0.75], [1.0, 1.0]]))
-    assert np.exp(games._reach_of(second)) == pytest.approx(np.array([[1.0, 1.0], [0.5, 0.25]]))
-    games.score([_step(first, [False, False], [False, False])], np.zeros((2, 3)), np.ones((2, 2), bool),
-                np.zeros(2, int), policy)
-    assert len(policy.calls) == 1  # nobody acted: no pass
+    seated = np.array(["main:2", "main:1", "main:1", "main:2"], object)
+    games.act(steps, _observations(1, 2, 3, 4), np.ones((4, 2), bool), seated, policy)
+    assert policy.calls == [(2, 2, 3)]  # the two acting rows only, distinct
+    assert np.exp(games._reach_of(first)) == pytest.approx(np.array([[0.5, 1.0], [1.0, 1.0]]))
+    assert np.exp(games._reach_of(second)) == pytest.approx(np.array([[1.0, 1.0], [0.5, 1.0]]))
+    nobody = games.act([_step(first, [False, False], [False, False])], _observations(1, 2), np.ones((2, 2), bool),
+                       seated[:2], policy)
+    assert nobody.action.tolist() == [0, 0] and nobody.logits.shape == (2, 2)  # an answer shaped as usual
+    assert np.exp(games._reach_of(first)) == pytest.approx(np.array([[0.5, 1.0], [1.0, 1.0]]))  # unchanged
 
 
 def test_a_summary_before_two_games_says_so():

@@ -225,11 +225,13 @@ class Host:
             core = jax.tree.map(lambda *xs: np.concatenate(xs), *[a.session.core_state for a in agents])
         opponents = None if pipeline.opponents() is None else np.concatenate([a.opponents for a in agents])
         start = time.perf_counter()
-        out = inference.forward(pipeline.policy, self._opponent_table, self.config.batcher.bucket, observation, first,
-                                core, legal, opponents, None if opponents is None else pipeline.opponents().opponent_params)
+        if pipeline.population is not None:  # evaluation games: one pass of every member acts and scores each action
+            out = pipeline.population.act(agents, observation, legal, opponents, pipeline.policy)
+        else:
+            out = inference.forward(pipeline.policy, self._opponent_table, self.config.batcher.bucket, observation,
+                                    first, core, legal, opponents,
+                                    None if opponents is None else pipeline.opponents().opponent_params)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
-        if pipeline.population is not None:  # evaluation games: every member's probability of each action
-            pipeline.population.score(agents, observation, legal, out.action, pipeline.policy)
         offset, answers = 0, []
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)

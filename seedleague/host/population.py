@@ -2,16 +2,17 @@
 
 A serving host given a run and a population size K (`HostConfig.serve_output`, `population_size`) seats the run's
 members as a served mixture with one uniform mix per seat, so each seat's member is drawn uniformly and
-independently per episode (seedleague.host.mixture). After every forward pass `score` computes, for every acting
-row, each of the K members' log-probability of the action the row's own member took (one stacked forward pass of
-all K, the host's `act_stacked`), and adds it to that row's running log reach; when a game ends, `record` hands its
-seat-0 return and both seats' log reaches [K] to a SampledMetagame (seedleague.eval.sampled_metagame), which
-counts the game for every pair of members by importance weighting.
+independently per episode (seedleague.host.mixture). The members act for their rows themselves: `act` runs one
+stacked forward pass of all K (the host's `act_stacked`) over the batch's distinct acting rows (a small game's rows
+repeat a few information states), draws each row's action from its own member's policy, and adds every member's
+log-probability of that action to the row's running log reach; when a game ends, `record` hands its seat-0 return
+and both seats' log reaches [K] to a SampledMetagame (seedleague.eval.sampled_metagame), which counts the game for
+every pair of members by importance weighting.
 
     games = PopulationGames(keys, params, stacked_params, rng, bucket)
     games.record(session, ended, returns)          # batcher thread, before the step's new episodes are seated
     games.reset(session, first)                    # ... and after
-    games.score(agents, observation, legal, action, policy)   # after the step's forward pass
+    actions = games.act(agents, observation, legal, members, policy)   # the batch's pass: Actions
     games.summary()                                 # summary.json's "population": the Nash mixture and its bound
 """
 
@@ -20,24 +21,45 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 
 from seedleague.buckets import pad
 from seedleague.eval.sampled_metagame import SampledMetagame
 from seedleague.host.mixture import ServedMixture
+from seedleague.host.policy import Actions
 
 LOG_FLOOR = -1e9  # the log-probability of an action a member gives probability 0 (a reach of exactly 0)
 
 
+def legal_log_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """[..., N, A] log-probabilities of the softmax of `logits` over the `legal` [N, A] actions (as the host samples
+    them): -inf off them (a row without a legal action, a seat not acting: -inf throughout, with no warning)."""
+    masked = np.where(legal, logits.astype(np.float64), -np.inf)
+    top = masked.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    log_norm = top + np.log(np.maximum(np.exp(masked - top).sum(axis=-1, keepdims=True), np.finfo(np.float64).tiny))
+    return masked - log_norm
+
+
 def action_log_probs(logits: np.ndarray, legal: np.ndarray, action: np.ndarray) -> np.ndarray:
     """[K, N] log-probability of each row's `action` [N] under each member's logits [K, N, A] masked to `legal`
-    [N, A] (a softmax over the legal actions, as the host samples them)."""
-    masked = np.where(legal[None], logits.astype(np.float64), -np.inf)
-    top = masked.max(axis=-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)  # a row without a legal action (a seat not acting): no warning
-    log_norm = top[..., 0] + np.log(np.maximum(np.exp(masked - top).sum(axis=-1), np.finfo(np.float64).tiny))
-    taken = np.take_along_axis(masked, action[None, :, None].astype(np.int64), axis=-1)[..., 0]
-    return np.maximum(taken - log_norm, LOG_FLOOR)
+    [N, A], floored at LOG_FLOOR."""
+    log_pi = legal_log_softmax(logits, legal[None])
+    taken = np.take_along_axis(log_pi, action[None, :, None].astype(np.int64), axis=-1)[..., 0]
+    return np.maximum(taken, LOG_FLOOR)
+
+
+def distinct_rows(observation: Any, legal: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row [U], each row's place among them [n]) of rows alike in every observation and
+    legal-mask array (arrays, or dicts of them): a small game's rows repeat a few information states, and each
+    distinct one needs the members' pass only once."""
+    leaves = [x for tree in (observation, legal) for x in (tree.values() if isinstance(tree, dict) else [tree])]
+    count = len(leaves[0])
+    raw = np.hstack([np.ascontiguousarray(x).reshape(count, -1).view(np.uint8) for x in leaves])
+    keys = np.ascontiguousarray(raw).view(np.dtype((np.void, raw.shape[1])))[:, 0]
+    _, distinct, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return distinct, inverse.reshape(-1)
 
 
 class PopulationGames:
@@ -53,6 +75,8 @@ class PopulationGames:
         self._bucket = bucket
         self._log_reach: dict[str, np.ndarray] = {}  # session id -> [E*S, K]
         self._lock = threading.Lock()
+        self._index = {key: i for i, key in enumerate(self.keys)}
+        self._rng = rng  # draws each row's action from its member's policy
 
     def _reach_of(self, session) -> np.ndarray:
         if session.id not in self._log_reach:
@@ -73,36 +97,62 @@ class PopulationGames:
         """Rows whose episode starts on this step begin with a reach of 1 (log 0)."""
         self._reach_of(session)[np.asarray(first, bool)] = 0.0
 
-    def score(self, agents: Sequence[Any], observation: Any, legal: Any, action: Any, policy: Any) -> None:
-        """Add every member's log-probability of each acting row's action (rows in the order of `agents`' steps,
-        as the batch's forward pass had them). The flat model's observation, legal mask and action are arrays; a
-        named network's are dicts (per tensor, per head), and an action's log-probability sums its heads'. Only
-        the acting rows are passed forward (in a turn-based game the other seat's rows wait)."""
+    def act(self, agents: Sequence[Any], observation: Any, legal: Any, members: np.ndarray, policy: Any) -> Actions:
+        """The batch's actions: each acting row's drawn from its own member (`members` [N]: the key seated on each
+        row), and every member's log-probability of it added to the row's log reach, from one stacked pass of all
+        K members over the batch's distinct acting rows (rows in the order of `agents`' steps). The flat model's
+        observation, legal mask and action are arrays; a named network's are dicts (per tensor, per head), and an
+        action's log-probability sums its heads'. A row that does not act (in a turn-based game the other seat's
+        rows wait) gets action 0 and zero logits, which its worker ignores."""
+        count = len(members)
         acting = np.concatenate([np.asarray(step.acting, bool) for step in agents])
         rows = np.flatnonzero(acting)
-        if not rows.size:
-            return
-        size = self._bucket(rows.size)
-        members = self.table.size
-        take = lambda tree: {k: v[rows] for k, v in tree.items()} if isinstance(tree, dict) else tree[rows]
-        stacked = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members, size) + x.shape[1:])
-        each = lambda tree, fill: {k: stacked(v, fill) for k, v in tree.items()} if isinstance(tree, dict) \
-            else stacked(tree, fill)
-        observation, legal, action = take(observation), take(legal), take(action)
-        out = policy.act_stacked(self._stacked, each(observation, 0), stacked(np.zeros(rows.size, bool), True), (),
-                                 each(legal, True))
-        if isinstance(action, dict):  # the named network's discrete heads (a head without a mask: all legal)
-            log_probs = sum(action_log_probs(np.asarray(out.logits[head])[:, :rows.size],
-                                             legal.get(head, np.ones((rows.size, np.shape(out.logits[head])[-1]),
-                                                                     bool)),
-                                             np.asarray(action[head])) for head in action)
-        else:
-            log_probs = action_log_probs(np.asarray(out.logits)[:, :rows.size], legal, np.asarray(action))  # [K, n]
+        take = lambda tree, index: {k: v[index] for k, v in tree.items()} if isinstance(tree, dict) else tree[index]
+        probe = rows if rows.size else np.arange(1)  # nobody acts: one row's pass still shapes the answer
+        named, heads = self._pass(take(observation, probe), take(legal, probe), policy)
+        own = np.array([self._index[key] for key in members[rows]], np.int64)
+        actions, logits, log_probs = {}, {}, np.zeros((self.table.size, rows.size))
+        for head, (log_pi, raw) in heads.items():  # log_pi [K, n, A]: every member's policy at each acting row
+            actions[head] = np.zeros(count, np.int32)
+            logits[head] = np.zeros((count, raw.shape[-1]), np.float32)
+            if not rows.size:
+                continue
+            mine = log_pi[own, np.arange(rows.size)]  # [n, A]: the row's own member's
+            pick = mine if getattr(policy, "greedy", False) else mine + self._rng.gumbel(size=mine.shape)
+            chosen = np.argmax(pick, axis=-1)  # Gumbel-max: a draw from the member's policy over the legal actions
+            log_probs += np.maximum(np.take_along_axis(log_pi, chosen[None, :, None], axis=-1)[..., 0], LOG_FLOOR)
+            actions[head][rows] = chosen
+            logits[head][rows] = raw[own, np.arange(rows.size)]
         done = 0
         for step in agents:  # the acting rows of each step, in batch order
             mine = np.flatnonzero(np.asarray(step.acting, bool))
             self._reach_of(step.session)[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
+        flat = lambda tree: tree if named else tree[None]
+        return Actions(flat(actions), flat(logits), (), policy.version)
+
+    def _pass(self, observation: Any, legal: Any, policy: Any) -> tuple[bool, dict]:
+        """(whether the network is named, {head: (log-probabilities [K, n, A] over the legal actions, logits
+        [K, n, A])}) of every member at each row (a flat model's one head is None); the stacked pass runs once per
+        distinct row."""
+        count = len(jax.tree.leaves(observation)[0])
+        distinct, inverse = distinct_rows(observation, legal)
+        size = self._bucket(distinct.size)
+        members = self.table.size
+        take = lambda tree, index: {k: v[index] for k, v in tree.items()} if isinstance(tree, dict) else tree[index]
+        stacked = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members, size) + x.shape[1:])
+        each = lambda tree, fill: {k: stacked(v, fill) for k, v in tree.items()} if isinstance(tree, dict) \
+            else stacked(tree, fill)
+        out = policy.act_stacked(self._stacked, each(take(observation, distinct), 0),
+                                 stacked(np.zeros(distinct.size, bool), True), (), each(take(legal, distinct), True))
+        named = isinstance(out.logits, dict)
+        raw, legal = (out.logits, legal) if named else ({None: out.logits}, {None: legal})
+        heads = {}
+        for head, logits in raw.items():  # a named head without a mask: every action legal
+            logits = np.asarray(logits)[:, inverse]  # [K, n, A]: each row's distinct row's
+            mask = legal.get(head, np.ones((count, logits.shape[-1]), bool))
+            heads[head] = (legal_log_softmax(logits, mask), logits)
+        return named, heads
 
     def summary(self) -> dict:
         """summary.json's "population": the estimated meta-game's Nash mixture (one mix per seat), its games and
