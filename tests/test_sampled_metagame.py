@@ -90,3 +90,21 @@ def test_the_nash_is_written_and_read_back_and_a_missing_file_says_how_to_make_o
     assert read(str(tmp_path)) == nash
     with pytest.raises(FileNotFoundError, match="--choose population_nash"):
         read(str(tmp_path / "elsewhere"))
+
+
+def test_the_noise_benchmark_draws_tables_whose_mean_is_the_exact_table():
+    from benchmarks.sampled_metagame_noise import sampled_table
+
+    # a deal c (1/2 each), then seat 0 plays a seeing c, seat 1 plays b not seeing it; seat 0 gets u[c, a, b].
+    # Member i of seat 0 plays a = 0 with probability p0[i, c], member j of seat 1 plays b = 0 with q0[j]
+    u = np.array([[[2.0, -1.0], [0.0, 1.0]], [[-3.0, 1.0], [1.0, 2.0]]])
+    p0, q0 = np.array([[0.9, 0.2], [0.4, 0.5]]), np.array([0.7, 0.1])
+    histories = [(c, a, b) for c in (0, 1) for a in (0, 1) for b in (0, 1)]
+    chance = np.full(8, 0.5)
+    utility = np.array([u[h] for h in histories])
+    reach0 = np.array([[p0[i, c] if a == 0 else 1 - p0[i, c] for i in (0, 1)] for c, a, _ in histories])
+    reach1 = np.array([[q0[j] if b == 0 else 1 - q0[j] for j in (0, 1)] for _, _, b in histories])
+    exact = reach0.T @ ((chance * utility)[:, None] * reach1)  # M[i, j] = sum_h c u reach0[h, i] reach1[h, j]
+    rng = np.random.default_rng(0)
+    mean = np.mean([sampled_table(chance, utility, reach0, reach1, 2000, rng) for _ in range(400)], axis=0)
+    assert mean == pytest.approx(exact, abs=0.02)  # 800K games in all; the entries' standard errors are < 0.005
