@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import RawWorker
-from seedleague import checkpoint_config, cli, output
+from seedleague import checkpoint, checkpoint_config, cli, output
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.api import Policy, PolicyMixture, load_policy, load_trained
@@ -94,6 +94,18 @@ def test_each_source_of_the_same_run(league_run):
         np.testing.assert_allclose(mixture.weights[-1], 0.5)
     finally:
         with_source(run_dir, "league_nash")
+
+
+def test_a_mixtures_members_are_read_with_each_directorys_checkpoint_list_opened_once(league_run, monkeypatch):
+    run_dir, _ = league_run
+    population = output.population(run_dir, "main", 64)  # every snapshot of the pool and the param average
+    assert len(population.members) > 3 and population.members[-1].average
+    opened = []
+    real_open = checkpoint.open_read_only
+    monkeypatch.setattr(checkpoint, "open_read_only", lambda directory: opened.append(directory) or real_open(directory))
+    mixture = population.load(seed=3)
+    assert sorted(opened) == sorted({os.path.join(run_dir, "pool", "main"), os.path.join(run_dir, "checkpoints")})
+    assert [(m.step, "average" in m.meta) for m in mixture.members] == [(m.step, m.average) for m in population.members]
 
 
 def test_a_stopped_run_gives_its_newest_checkpoint_and_param_average_falls_back_with_a_note(tmp_path, caplog):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from seedleague.artifacts.load import load_policy
+from seedleague.artifacts.load import load_policies, load_policy
 from seedleague.artifacts.mixture import PolicyMixture
 # record and recorded (jax-free, in output_config) are re-exported: callers name them as this module's
 from seedleague.artifacts.output_config import MIXTURES, record, recorded  # noqa: F401
@@ -81,8 +81,20 @@ class Output:
         """The output's Policy, or a PolicyMixture whose draw() gives one member per episode."""
         if self.kind == "policy":
             return self.members[0].load(seed)
-        return PolicyMixture([m.load(seed) for m in self.members], [m.weight for m in self.members], seed,
-                             self.seat_weights())
+        return PolicyMixture(self._load_members(seed), [m.weight for m in self.members], seed, self.seat_weights())
+
+    def _load_members(self, seed: int) -> list:
+        """Every member's policy, in order; the members of one directory (a player's pool, the run's param average)
+        are read with its checkpoint list opened once, not once each."""
+        groups: dict[tuple[str, bool], list[int]] = {}
+        for i, member in enumerate(self.members):
+            groups.setdefault((member.path, member.average), []).append(i)
+        policies: list = [None] * len(self.members)
+        for (path, average), index in groups.items():
+            steps = [self.members[i].step for i in index]
+            for i, policy in zip(index, load_policies(path, steps, seed=seed, average=average)):
+                policies[i] = policy
+        return policies
 
     def seat_weights(self) -> "list[list[float]] | None":
         """[seats][members]: each seat's mix, where the output has one per seat; else None."""
