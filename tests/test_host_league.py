@@ -96,6 +96,21 @@ def play_until_a_reset(host, worker) -> None:
         assert time.monotonic() < deadline, "no reset happened"
 
 
+def test_a_call_on_a_learner_whose_loop_has_ended_fails_at_once(league_host):
+    # the end of a run closes the replay, which ends the learner's loop; a league check-in that then asks it to save
+    # a snapshot must not wait out the call's timeout (it held up the link's stop until its join gave up)
+    league, host, worker, steps = duel_against_a_snapshot(league_host)
+    learner = host.pipeline.learner
+    seen = []
+    learner.call(lambda state: seen.append(int(state.step)))  # a live loop runs calls
+    assert seen and seen[0] >= 0
+    host.stop_serving()
+    assert wait_for(lambda: not learner._thread.is_alive())
+    with pytest.raises(TimeoutError, match="the learner has stopped"):
+        learner.call(lambda state: None, timeout=120)
+    worker.close()
+
+
 def test_single_seat_game_is_refused_in_a_league(league_host):
     host, server = league_host(FakeLeague())
     with pytest.raises(Exception, match="2 or more seats"):

@@ -106,6 +106,7 @@ class LearnerLoop:
         self._packed = self.transfers.packed and not self._lockstep
         self._returned: Optional[packing.Layout] = None  # the packed step and metrics, once traced
         self._calls: "queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]]" = queue.SimpleQueue()
+        self._ended = threading.Event()  # the loop has returned: calls fail at once
         self.error: Optional[BaseException] = None
         self._poisoned = False  # the state holds an update with a non-finite loss: nothing may save it
         self._kl_step = kl_step
@@ -171,7 +172,19 @@ class LearnerLoop:
             raise NonFiniteUpdate("the learner stopped at a non-finite update; its state is not used")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._calls.put((fn, future))
+        if self._ended.is_set():  # the loop is over: nothing would run the call (its own exit may have missed it)
+            self._fail_calls()
         return future.result(timeout)
+
+    def _fail_calls(self) -> None:
+        """Fail every waiting call at once: the loop has ended (the replay closed at the end of a run, a stop, a
+        fault), so a caller (a league check-in saving a snapshot) does not wait out its timeout."""
+        while True:
+            try:
+                _, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(TimeoutError("the learner has stopped: nothing runs calls on its thread any more"))
 
     def _run_calls(self) -> None:
         while True:
@@ -243,6 +256,9 @@ class LearnerLoop:
         except BaseException as error:  # surfaced by the host, which stops the run
             log.exception("learner failed")
             self.error = error
+        finally:
+            self._ended.set()
+            self._fail_calls()
 
     def _learn(self, batch: Any, waited: float, reused: bool = False) -> None:
         """One update on `batch` (`reused`: trained before), then publish its params and record its metrics."""
