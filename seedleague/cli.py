@@ -400,7 +400,7 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
         from seedleague.league.tables import standings_table
 
         print("\nleague standings:\n" + standings_table([_standing(s) for s in summary["standings"]], top=10))
-    if config.choose_output_s and summary["reason"].startswith("reached") and summary.get("learner_step", 0) > 0:
+    if config.choose_output_s and summary.get("budget_reached") and summary.get("learner_step", 0) > 0:
         _choose_output(config, args)
     if config.league is not None and not args.no_eval and summary.get("learner_step", 0) > 0:
         from seedleague.eval import cli as eval_cli

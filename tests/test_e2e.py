@@ -65,7 +65,7 @@ def cartpole_run(tmp_path_factory):
 def test_train_takes_learner_steps_then_resumes_from_its_checkpoint(cartpole_run, capsys):
     run_dir, out, first, _ = cartpole_run
     common = train_command(run_dir)
-    assert first["reason"] == "reached 5 learner steps", out.stdout[-2000:]
+    assert first["reason"] == "reached 5 learner steps" and first["budget_reached"], out.stdout[-2000:]
     assert first["learner_step"] >= 5 and first["env_steps"] > 0 and first["episodes"] > 0
     assert str(first["learner_step"]) in os.listdir(os.path.join(run_dir, "checkpoints"))  # final checkpoint
     assert "checkpoints:" in out.stdout and "tensorboard:" in out.stdout
@@ -178,7 +178,7 @@ def test_worker_reconnects_after_the_host_is_killed_and_restarted(tmp_path):
         assert worker.returncode == 0, output[-3000:]
         assert "reconnect" in output.lower(), output[-3000:]
         resumed = summary(run_dir)
-        assert resumed["env_steps"] > 0 and resumed["reason"] == "interrupted"
+        assert resumed["env_steps"] > 0 and resumed["reason"] == "interrupted" and not resumed["budget_reached"]
     finally:
         for proc in (host, worker):
             if proc.poll() is None:

@@ -378,6 +378,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
     workers.start()
     start = time.perf_counter()
     reason = "interrupted"
+    budget_reached = False  # the run's budget ended it (not a fault, an interruption or a finished read-out)
     fault = None
     ticks = _progress_file(run_dir, resumed_from)
     try:
@@ -393,10 +394,10 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
             fault = _fault(host)
             if isinstance(fault, RuntimeError) and not isinstance(fault, NonFiniteUpdate):
                 raise fault
-            ended = f"stopped by a fault: {fault}" if fault else (config.budget.reached(
-                metrics, _learner_step(host), time.perf_counter() - start) or host.finished())
+            spent = None if fault else config.budget.reached(metrics, _learner_step(host), time.perf_counter() - start)
+            ended = f"stopped by a fault: {fault}" if fault else (spent or host.finished())
             if ended:
-                reason = ended
+                reason, budget_reached = ended, spent is not None
                 break
         if fault is None:
             _report(host, metrics, ticks)  # the counts at the stop: a run shorter than one interval has a tick too
@@ -414,6 +415,7 @@ async def _serve(config: RunConfig, host: Host, metrics: Metrics, run_dir: str,
         reason += f"; no env worker connected to {address} (this run starts none)"
     return dict(
         reason=reason,
+        budget_reached=budget_reached,
         wall_s=round(elapsed, 2),
         env_steps=metrics.env_steps,
         episodes=metrics.episodes,
