@@ -27,6 +27,7 @@ import numpy as np
 from seedleague.buckets import pad
 from seedleague.eval.sampled_metagame import SampledMetagame
 from seedleague.host.mixture import ServedMixture
+from seedleague.host.opponents import take_rows
 from seedleague.host.policy import Actions
 
 LOG_FLOOR = -1e9  # the log-probability of an action a member gives probability 0 (a reach of exactly 0)
@@ -107,9 +108,8 @@ class PopulationGames:
         count = len(members)
         acting = np.concatenate([np.asarray(step.acting, bool) for step in agents])
         rows = np.flatnonzero(acting)
-        take = lambda tree, index: {k: v[index] for k, v in tree.items()} if isinstance(tree, dict) else tree[index]
         probe = rows if rows.size else np.arange(1)  # nobody acts: one row's pass still shapes the answer
-        named, heads = self._pass(take(observation, probe), take(legal, probe), policy)
+        named, heads = self._pass(take_rows(observation, probe), take_rows(legal, probe), policy)
         own = np.array([self._index[key] for key in members[rows]], np.int64)
         actions, logits, log_probs = {}, {}, np.zeros((self.table.size, rows.size))
         for head, (log_pi, raw) in heads.items():  # log_pi [K, n, A]: every member's policy at each acting row
@@ -135,23 +135,22 @@ class PopulationGames:
         """(whether the network is named, {head: (log-probabilities [K, n, A] over the legal actions, logits
         [K, n, A])}) of every member at each row (a flat model's one head is None); the stacked pass runs once per
         distinct row."""
-        count = len(jax.tree.leaves(observation)[0])
         distinct, inverse = distinct_rows(observation, legal)
+        observation, legal = take_rows(observation, distinct), take_rows(legal, distinct)
         size = self._bucket(distinct.size)
         members = self.table.size
-        take = lambda tree, index: {k: v[index] for k, v in tree.items()} if isinstance(tree, dict) else tree[index]
         stacked = lambda x, fill: np.broadcast_to(pad(x, size, fill)[None], (members, size) + x.shape[1:])
-        each = lambda tree, fill: {k: stacked(v, fill) for k, v in tree.items()} if isinstance(tree, dict) \
-            else stacked(tree, fill)
-        out = policy.act_stacked(self._stacked, each(take(observation, distinct), 0),
-                                 stacked(np.zeros(distinct.size, bool), True), (), each(take(legal, distinct), True))
+        out = policy.act_stacked(self._stacked, jax.tree.map(lambda x: stacked(x, 0), observation),
+                                 stacked(np.zeros(distinct.size, bool), True), (),
+                                 jax.tree.map(lambda x: stacked(x, True), legal))
         named = isinstance(out.logits, dict)
         raw, legal = (out.logits, legal) if named else ({None: out.logits}, {None: legal})
         heads = {}
         for head, logits in raw.items():  # a named head without a mask: every action legal
-            logits = np.asarray(logits)[:, inverse]  # [K, n, A]: each row's distinct row's
-            mask = legal.get(head, np.ones((count, logits.shape[-1]), bool))
-            heads[head] = (legal_log_softmax(logits, mask), logits)
+            logits = np.asarray(logits)[:, :distinct.size]  # [K, U, A] over the distinct rows
+            mask = legal.get(head, np.ones(logits.shape[1:], bool))
+            # each row's: softmax once per distinct row, then spread to the rows [K, n, A]
+            heads[head] = (legal_log_softmax(logits, mask)[:, inverse], logits[:, inverse])
         return named, heads
 
     def summary(self) -> dict:
