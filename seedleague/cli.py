@@ -354,13 +354,16 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
 
 
 def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
-    """After training: the run's share of its budget for the output choice (`seedleague exploit --choose` between
-    output_config.TRAIN_CHOICE, a third of the share each for the evaluation games and the two best responses)."""
-    from seedleague.eval import exploit_args
+    """After training: the run's share of its budget for the output choice (`seedleague exploit --choose` among
+    output_config.TRAIN_CHOICE), in equal parts for each round of evaluation games and each best response."""
+    from seedleague.eval import exploit_args, sampled_metagame
 
-    seconds = config.choose_output_s / 3
+    rounds = sum(source in sampled_metagame.FILES for source in output_config.TRAIN_CHOICE)
+    responses = len(output_config.TRAIN_CHOICE)
+    seconds = config.choose_output_s / (rounds + responses)
     print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "
-          f"(--choose-share), {seconds:.0f} s each for evaluation games and two best responses", flush=True)
+          f"(--choose-share), {seconds:.0f} s each for {rounds} rounds of evaluation games and {responses} best "
+          "responses", flush=True)
     argv = ["--run-dir", config.run_dir, "--choose", *output_config.TRAIN_CHOICE, "--max-seconds", f"{seconds:g}",
             "--seed", str(config.host.seed)]
     for command in args.worker_cmd or ():

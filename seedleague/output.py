@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from seedleague.league.types import parse_key
 
 log = logging.getLogger(__name__)
 PARAM_AVERAGE_KEY = "param_average:"  # a member key's prefix for a checkpoint's param average ("param_average:000010")
+RESPONSE_KEY = "response:"  # a learned best response's, by its run directory's name ("response:population_nash")
 
 __all__ = ["AVERAGE_FRACTION", "FILE", "MIXTURES", "SOURCES", "Member", "Output", "OutputConfig", "choices_text",
            "record", "recorded", "resolve", "average_policy"]
@@ -79,8 +80,8 @@ def _source(run_dir: str, config: OutputConfig) -> Output:
         return average_policy(run_dir, AVERAGE_FRACTION, config.player)
     if config.source == "league_nash":
         return _league_nash(run_dir, config.player)
-    if config.source == "population_nash":
-        return _population_nash(run_dir, config.player)
+    if config.source in sampled_metagame.FILES:
+        return _population_nash(run_dir, config.player, config.source)
     step = _newest_checkpoint(run_dir, config.source)
     final = Output(config.source, (Member(f"checkpoint:{step:06d}", 1.0, run_dir, step),))
     if config.source == "final":
@@ -154,11 +155,15 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
     return Output("average_policy", tuple(members))
 
 
-def population(run_dir: str, player: str, size: int) -> Output:
+def population(run_dir: str, player: str, size: int, responses: Sequence[str] = ()) -> Output:
     """The newest `size` of `player`'s snapshots and the newest checkpoint's param average (where it keeps one),
-    uniformly weighted: the members of the sampled meta-game (seedleague.host.population)."""
+    then the newest checkpoint of each best response's run directory in `responses`, uniformly weighted: the
+    networks of the sampled meta-game (seedleague.host.population), the responses last."""
     if size < 1:
         raise ValueError(f"a population needs at least one snapshot, got size {size}")
+    names = [os.path.basename(os.path.normpath(path)) for path in responses]
+    if len(set(names)) < len(names):
+        raise ValueError(f"best responses are keyed by their run directories' names, and {list(responses)} repeat one")
     keys = _snapshot_keys(run_dir, player, "population_nash")[-size:]
     player_dir = _player_dir(run_dir, player)
     members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
@@ -166,13 +171,16 @@ def population(run_dir: str, player: str, size: int) -> Output:
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if steps and param_average_count(run_dir, steps[-1]) > 0:
         members.append(Member(f"{PARAM_AVERAGE_KEY}{steps[-1]:06d}", 1.0, run_dir, steps[-1], average=True))
+    for name, path in zip(names, responses):
+        members.append(Member(f"{RESPONSE_KEY}{name}", 1.0, path, _newest_checkpoint(path, "a best response")))
     return Output("population", tuple(dataclasses.replace(m, weight=1.0 / len(members)) for m in members))
 
 
-def _population_nash(run_dir: str, player: str) -> Output:
+def _population_nash(run_dir: str, player: str, source: str = "population_nash") -> Output:
     """The Nash mixture of the run's sampled meta-game (`seedleague exploit --choose population_nash` estimates
-    it: seedleague.eval.sampled_metagame), one mix per seat over the members either seat plays."""
-    nash = sampled_metagame.read(run_dir)
+    it: seedleague.eval.sampled_metagame), one mix per seat over the members either seat plays; `population_psro`'s
+    likewise, solved against the learned responses too (which its mixes never include)."""
+    nash = sampled_metagame.read(run_dir, source)
     player_dir = _player_dir(run_dir, player)
     members = []
     for key, w0, w1 in zip(nash.keys, *nash.seat_weights):
@@ -182,9 +190,11 @@ def _population_nash(run_dir: str, player: str) -> Output:
         step = int(key.partition(":")[2]) if average else parse_key(key)[1]
         members.append(Member(key, (w0 + w1) / 2, run_dir if average else player_dir, step, average=average,
                               seat_weights=(w0, w1)))
-    note = (f"the Nash mixture of {len(nash.keys)} networks' meta-game from {nash.games:,} evaluation games "
-            f"(largest entry's 95% half-width {nash.max_half_width:.4f})")
-    return Output("population_nash", tuple(members), note)
+    responses = sum(key.startswith(RESPONSE_KEY) for key in nash.keys)
+    against = f", mixed against {responses} learned best responses too" if responses else ""
+    note = (f"the Nash mixture of {len(nash.keys) - responses} networks' meta-game from {nash.games:,} evaluation "
+            f"games{against} (largest entry's 95% half-width {nash.max_half_width:.4f})")
+    return Output(source, tuple(members), note)
 
 
 def _league_nash(run_dir: str, player: str) -> Output:

@@ -155,6 +155,24 @@ def test_a_summary_before_two_games_says_so():
     assert "too few" in games.summary()["error"]
 
 
+def test_with_learned_responses_the_summary_mixes_the_members_alone_against_every_network():
+    # members rock and paper, a response playing scissors (seat 0's payoffs): the members' plain Nash is paper alone,
+    # the summary's is rock 1/3, paper 2/3 in each seat with no weight on the response (one step of PSRO)
+    games = PopulationGames(["main:1", "main:2", "response:population_nash"], [{}] * 3, {}, np.random.default_rng(0),
+                            bucket=lambda n: n, mixed=2)
+    pure = [np.log(np.where(np.arange(3) == k, 1.0, 1e-300)) for k in range(3)]
+    rps = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
+    pairs = [(i, j) for i in range(3) for j in range(3)]
+    games.table.add(np.array([rps[i, j] for i, j in pairs]), np.array([pure[i] for i, _ in pairs]),
+                    np.array([pure[j] for _, j in pairs]))
+    found = games.summary()
+    assert found["keys"] == games.keys and found["games"] == 9
+    for seat in found["seat_weights"]:
+        assert seat == pytest.approx([1 / 3, 2 / 3, 0.0], abs=1e-6)
+
+
 def test_evaluation_games_need_the_run_they_evaluate():
     with pytest.raises(ValueError, match="needs serve_output"):
         HostConfig(learn=False, population_size=8)
+    with pytest.raises(ValueError, match="population_responses join evaluation games"):
+        HostConfig(learn=False, serve_output="/runs/x", population_responses=("/runs/x/exploit/br",))

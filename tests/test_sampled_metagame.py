@@ -83,6 +83,31 @@ def test_the_nash_of_matching_pennies_members_mixes_them_evenly():
         table.nash(["main:000001"])
 
 
+def test_one_psro_step_mixes_the_members_against_the_responses_too():
+    # pure rock and paper are the members, pure scissors a learned response: among the members paper dominates, but
+    # against every network each seat's best mix of the members is rock 1/3, paper 2/3 (hand-solved: seat 0's worst
+    # payoffs are 1-a, -a and 2a-1 with a on rock, equal at a = 1/3, its value -1/3; seat 1's mirror image, +1/3)
+    table = SampledMetagame(3)
+    pure = [np.log(np.where(np.arange(3) == k, 1.0, 1e-300)) for k in range(3)]
+    rps = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
+    pairs = [(i, j) for i in range(3) for j in range(3)]
+    table.add(np.array([rps[i, j] for i, j in pairs]), np.array([pure[i] for i, _ in pairs]),
+              np.array([pure[j] for _, j in pairs]))
+    assert table.matrix() == pytest.approx(rps)
+    keys = ["main:000001", "main:000002", "response:population_nash"]
+    step = table.nash(keys, mixed=2)
+    assert step.seat_weights[0] == pytest.approx((1 / 3, 2 / 3, 0.0), abs=1e-6)
+    assert step.seat_weights[1] == pytest.approx((1 / 3, 2 / 3, 0.0), abs=1e-6)
+    assert step.value == pytest.approx(0.0, abs=1e-6)  # the mean of seat 0's -1/3 and seat 1's +1/3 (seat 0's side)
+    members_only = SampledMetagame(2)
+    members_only.add(np.array([rps[i, j] for i, j in pairs if max(i, j) < 2]),
+                     np.array([pure[i][:2] for i, j in pairs if max(i, j) < 2]),
+                     np.array([pure[j][:2] for i, j in pairs if max(i, j) < 2]))
+    assert members_only.nash(keys[:2]).seat_weights == ((0.0, 1.0), (0.0, 1.0))  # paper alone, without the response
+    with pytest.raises(ValueError, match=r"mixed must be in \[1, 3\]"):
+        table.nash(keys, mixed=0)
+
+
 def test_the_nash_is_written_and_read_back_and_a_missing_file_says_how_to_make_one(tmp_path):
     nash = PopulationNash(("main:000001", "param_average:000009"), ((1.0, 0.0), (0.25, 0.75)), -0.05, 1000, 0.01)
     path = write(str(tmp_path), nash, dict(evaluation_run="/runs/x"))
@@ -90,6 +115,10 @@ def test_the_nash_is_written_and_read_back_and_a_missing_file_says_how_to_make_o
     assert read(str(tmp_path)) == nash
     with pytest.raises(FileNotFoundError, match="--choose population_nash"):
         read(str(tmp_path / "elsewhere"))
+    write(str(tmp_path), nash, source="population_psro")
+    assert read(str(tmp_path), "population_psro") == nash and (tmp_path / "population_psro.json").exists()
+    with pytest.raises(FileNotFoundError, match="--choose population_nash param_average population_psro"):
+        read(str(tmp_path / "elsewhere"), "population_psro")
 
 
 def test_the_noise_benchmark_draws_tables_whose_mean_is_the_exact_table():

@@ -21,12 +21,15 @@ SOURCES = {
     "league_nash": "the Nash mixture over the player's snapshots, from the league's payoff table",
     "population_nash": "the Nash mixture, one mix per seat, of the meta-game among the newest snapshots and the param "
                        "average, estimated from evaluation games (`seedleague exploit --choose population_nash`)",
+    "population_psro": "one step of PSRO on that meta-game: the same networks' mix, one per seat, against them and the "
+                       "learned best responses to the outputs measured before it (`seedleague exploit --choose "
+                       "population_nash param_average population_psro`)",
     "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
                 "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
                 "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
                 "measured",
 }
-MIXTURES = ("average_policy", "league_nash", "population_nash")  # sources that need a league's snapshots
+MIXTURES = ("average_policy", "league_nash", "population_nash", "population_psro")  # need a league's snapshots
 CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
 # What `--choose` measures when it names nothing: the averages and the snapshots' sampled meta-game's Nash, which
 # need no game tree (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the
@@ -34,10 +37,12 @@ CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what 
 CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
 # What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash
 # first, so that its response (served from a mixture, the slower) sets the learner updates the param average's
-# response gets in less time; the average policy's 129-network mixture serves too slowly to fit a run's budget.
-TRAIN_CHOICE = ("population_nash", "param_average")
-# The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (its evaluation
-# games and two best responses, a third each): on Kuhn a 150 s response was already within 0.004 of the exact value.
+# response gets in less time; then one step of PSRO with those two responses as opponents, measured the same way.
+# The average policy's 129-network mixture serves too slowly to fit a run's budget.
+TRAIN_CHOICE = ("population_nash", "param_average", "population_psro")
+# The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (two rounds of
+# evaluation games and three best responses, a fifth each): on Kuhn a 150 s response was already within 0.004 of the
+# exact value.
 CHOICE_SHARE = 0.4
 
 

@@ -17,7 +17,13 @@ from the sample variance of the products. On Kuhn a million such games reach the
     table = SampledMetagame(64)
     table.add(returns_seat0, log_reach_seat0, log_reach_seat1)     # [G], [G, K], [G, K] of G finished games
     table.matrix(), table.half_widths()                            # [K, K] each
-    mixture = table.nash()                                          # PopulationNash: one mix per seat, its bound
+    mixture = table.nash(keys)                                      # PopulationNash: one mix per seat, its bound
+    mixture = table.nash(keys, mixed=62)     # the first 62 mixed, the rest (learned responses) opponents only
+
+With learned best responses among the networks, the mixture is one step of PSRO: the members' mix against the
+members and the responses (Anytime PSRO's restricted distribution, McAleer et al. 2022): seat 0's mix over the
+members maximises its worst payoff against every network in seat 1, seat 1's likewise, so a response that beats
+the members' plain Nash moves the mix away from what it exploits, and the responses themselves are never mixed in.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from seedleague.league.nash import solve_zero_sum
 
 Z_95 = 1.959963984540054
 FILE = "population_nash.json"  # in the run directory: the `population_nash` output (seedleague.output)
+FILES = {"population_nash": FILE, "population_psro": "population_psro.json"}  # each estimated output's file
+# how `seedleague exploit` estimates each (population_psro's games include the responses to the others measured)
+CHOOSE = {"population_nash": "population_nash", "population_psro": "population_nash param_average population_psro"}
 
 
 def balance_weights(log_reach: np.ndarray) -> np.ndarray:
@@ -105,28 +114,42 @@ class SampledMetagame:
         variance = np.maximum(self._squares / self.games - mean**2, 0.0) * self.games / (self.games - 1)
         return Z_95 * np.sqrt(variance / self.games)
 
-    def nash(self, keys: Sequence[str]) -> PopulationNash:
-        """The estimated matrix's Nash equilibrium, one mix per seat (seat 0 maximises, seat 1 minimises)."""
+    def nash(self, keys: Sequence[str], mixed: Optional[int] = None) -> PopulationNash:
+        """The estimated matrix's Nash equilibrium, one mix per seat (seat 0 maximises, seat 1 minimises). With
+        `mixed` < K, each seat mixes only the first `mixed` networks against all K in the other seat (the
+        restricted distribution: see the module docstring); `value` is then the mean of the two restricted games'
+        values for seat 0 (each seat's guaranteed payoff, the other's counted from seat 0's side)."""
         if len(keys) != self.size:
             raise ValueError(f"one key per member: {self.size} members, got {len(keys)} keys")
-        row, column, value = solve_zero_sum(self.matrix())
+        mixed = self.size if mixed is None else mixed
+        if not 1 <= mixed <= self.size:
+            raise ValueError(f"mixed must be in [1, {self.size}] (the networks a seat may mix), got {mixed}")
+        matrix = self.matrix()
+        if mixed == self.size:
+            row, column, value = solve_zero_sum(matrix)
+        else:
+            row, _, value0 = solve_zero_sum(matrix[:mixed])
+            _, column, value1 = solve_zero_sum(matrix[:, :mixed])
+            row, column = (np.append(w, np.zeros(self.size - mixed)) for w in (row, column))
+            value = 0.5 * (value0 + value1)
         clean = lambda w: tuple(float(x) for x in np.where(w > 1e-9, w, 0.0) / np.where(w > 1e-9, w, 0.0).sum())
         return PopulationNash(tuple(keys), (clean(np.asarray(row)), clean(np.asarray(column))), float(value),
                               self.games, float(self.half_widths().max()))
 
 
-def write(run_dir: str, nash: PopulationNash, extra: Optional[dict] = None) -> str:
-    """`<run_dir>/population_nash.json`, atomically; returns its path."""
-    path = os.path.join(run_dir, FILE)
+def write(run_dir: str, nash: PopulationNash, extra: Optional[dict] = None, source: str = "population_nash") -> str:
+    """`<run_dir>/population_nash.json` (or the file of `source`, one of FILES), atomically; returns its path."""
+    path = os.path.join(run_dir, FILES[source])
     storage.write_json(path, {**nash.to_json(), **(extra or {})}, indent=1)
     return path
 
 
-def read(run_dir: str) -> PopulationNash:
-    """The run's estimated population Nash; FileNotFoundError saying how to make one."""
-    path = os.path.join(run_dir, FILE)
+def read(run_dir: str, source: str = "population_nash") -> PopulationNash:
+    """The run's estimated population Nash (or `source`'s mixture); FileNotFoundError saying how to make one."""
+    path = os.path.join(run_dir, FILES[source])
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{run_dir} has no {FILE}: estimate it with `seedleague exploit --run-dir "
-                                f"{run_dir} --choose population_nash ...` (evaluation games among its newest snapshots)")
+        raise FileNotFoundError(f"{run_dir} has no {FILES[source]}: estimate it with `seedleague exploit --run-dir "
+                                f"{run_dir} --choose {CHOOSE[source]} ...` (evaluation games among its newest "
+                                "snapshots)")
     with open(path) as f:
         return PopulationNash.from_json(json.load(f))

@@ -45,6 +45,9 @@ class HostConfig:
     # average instead of its output, each seat's member drawn uniformly per episode, every game scored by every
     # member: the sampled meta-game (seedleague.host.population); 0: serve the output
     population_size: int = 0
+    # with population_size: the run directories of learned best responses (`seedleague exploit`) that join the
+    # evaluation games as opponents only, so the members' mix is solved against them too (one step of PSRO)
+    population_responses: tuple[str, ...] = ()
     # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
@@ -90,6 +93,9 @@ class HostConfig:
         if self.population_size < 0 or (self.population_size and not self.serve_output):
             raise ValueError(f"population_size plays evaluation games among a run's snapshots: it must be >= 0 and "
                              f"needs serve_output (the run), got {self.population_size}")
+        if self.population_responses and not self.population_size:
+            raise ValueError("population_responses join evaluation games among a run's snapshots: they need "
+                             "population_size (and serve_output)")
         if self.exploit_output and (not self.learn or self.serve_output or self.league.enabled):
             raise ValueError("exploit_output trains a best response to a run's output: it needs a learning host "
                              "(--learn true) outside any league, and no --serve-output")

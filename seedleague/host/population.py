@@ -14,12 +14,15 @@ every pair of members by importance weighting.
     games.reset(session, first)                    # ... and after
     actions = games.act(agents, observation, legal, members, policy)   # the batch's pass: Actions
     games.summary()                                 # summary.json's "population": the Nash mixture and its bound
+
+With `mixed` < K the last networks are learned best responses (`HostConfig.population_responses`): they play
+like the others, and the summary's mixture mixes the members alone against all of them (one step of PSRO).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import numpy as np
@@ -67,9 +70,10 @@ class PopulationGames:
     """The members as a served mixture, each acting row's log reach per member, and the sampled meta-game."""
 
     def __init__(self, keys: Sequence[str], params: Sequence[Any], stacked: Any, rng: np.random.Generator,
-                 bucket: Callable[[int], int]):
+                 bucket: Callable[[int], int], mixed: Optional[int] = None):
         size = len(keys)
         self.keys = list(keys)
+        self.mixed = size if mixed is None else mixed  # the first `mixed` networks mix; the rest are responses
         self.mixture = ServedMixture(keys, [1.0] * size, params, rng, seat_weights=np.full((2, size), 1.0 / size))
         self.table = SampledMetagame(size)
         self._stacked = stacked  # the members' params with a leading [K] axis, on the inference device
@@ -154,9 +158,10 @@ class PopulationGames:
         return named, heads
 
     def summary(self) -> dict:
-        """summary.json's "population": the estimated meta-game's Nash mixture (one mix per seat), its games and
-        the largest entry's 95% half-width; {"error"} before two games."""
+        """summary.json's "population": the estimated meta-game's Nash mixture (one mix per seat; with responses,
+        the members' mix against every network), its games and the largest entry's 95% half-width; {"error"} before
+        two games."""
         with self._lock:
             if self.table.games < 2:
                 return dict(error=f"{self.table.games} evaluation games finished: too few for a meta-game")
-            return self.table.nash(self.keys).to_json()
+            return self.table.nash(self.keys, self.mixed).to_json()

@@ -107,7 +107,8 @@ def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, Popul
     """The newest `config.population_size` snapshots of the run `config.serve_output` names, with its param average,
     as the players of evaluation games scored by every member (seedleague.host.population)."""
     run_dir = config.serve_output
-    resolved = output.population(run_dir, output.recorded(run_dir).player, config.population_size)
+    resolved = output.population(run_dir, output.recorded(run_dir).player, config.population_size,
+                                 config.population_responses)
     loaded = resolved.load(config.seed)
     members = loaded.members if resolved.kind == "mixture" else [loaded]
     first = members[0]
@@ -121,7 +122,8 @@ def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, Popul
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     params = [jax.device_put(m.params, device) for m in members]
     games = PopulationGames([m.key for m in resolved.members], params, jax.device_put(stack_params(params), device),
-                            np.random.default_rng(config.seed), bucket)
+                            np.random.default_rng(config.seed), bucket,
+                            mixed=len(members) - len(config.population_responses))
     log.info("evaluation games among %d networks of %s: %s", len(members), run_dir, resolved.describe())
     return Restored(config, spec, state), games
 
