@@ -361,9 +361,9 @@ def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
     rounds = sum(source in sampled_metagame.FILES for source in output_config.TRAIN_CHOICE)
     responses = len(output_config.TRAIN_CHOICE)
     seconds = config.choose_output_s / (rounds + responses)
+    games = "evaluation games" if rounds == 1 else f"{rounds} rounds of evaluation games"
     print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "
-          f"(--choose-share), {seconds:.0f} s each for {rounds} rounds of evaluation games and {responses} best "
-          "responses", flush=True)
+          f"(--choose-share), {seconds:.0f} s each for {games} and {responses} best responses", flush=True)
     argv = ["--run-dir", config.run_dir, "--choose", *output_config.TRAIN_CHOICE, "--max-seconds", f"{seconds:g}",
             "--seed", str(config.host.seed)]
     for command in args.worker_cmd or ():

@@ -37,12 +37,13 @@ CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what 
 CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
 # What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash
 # first, so that its response (served from a mixture, the slower) sets the learner updates the param average's
-# response gets in less time; then one step of PSRO with those two responses as opponents, measured the same way.
-# The average policy's 129-network mixture serves too slowly to fit a run's budget.
-TRAIN_CHOICE = ("population_nash", "param_average", "population_psro")
-# The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (two rounds of
-# evaluation games and three best responses, a fifth each): on Kuhn a 150 s response was already within 0.004 of the
-# exact value.
+# response gets in less time; the average policy's 129-network mixture serves too slowly to fit a run's budget.
+# population_psro (one PSRO step with those two responses) is not among them: inside the same share its round of
+# games and its response left each part a fifth instead of a third, and the shorter responses chose worse on Kuhn
+# (benchmarks/README.md, "One PSRO step inside the choice"); name it to `seedleague exploit --choose`.
+TRAIN_CHOICE = ("population_nash", "param_average")
+# The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (its evaluation
+# games and two best responses, a third each): on Kuhn a 150 s response was already within 0.004 of the exact value.
 CHOICE_SHARE = 0.4
 
 
