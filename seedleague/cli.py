@@ -359,7 +359,8 @@ def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
     from seedleague.eval import exploit_args, sampled_metagame
 
     rounds = sum(source in sampled_metagame.FILES for source in output_config.TRAIN_CHOICE)
-    responses = len(output_config.TRAIN_CHOICE)
+    # population_nash's response records the mixture's moves, and the network distilled from them is measured too
+    responses = len(output_config.TRAIN_CHOICE) + ("population_nash" in output_config.TRAIN_CHOICE)
     seconds = config.choose_output_s / (rounds + responses)
     games = "evaluation games" if rounds == 1 else f"{rounds} rounds of evaluation games"
     print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "

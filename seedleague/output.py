@@ -35,7 +35,7 @@ from seedleague.artifacts import run_files
 from seedleague.artifacts.load import checkpoint_steps, param_average_count
 # What a run's output is, re-exported: callers name them as seedleague.output's.
 from seedleague.artifacts.run_output import AVERAGE_FRACTION, Member, Output, record, recorded
-from seedleague.artifacts.output_config import FILE, MIXTURES, SOURCES, OutputConfig, choices_text
+from seedleague.artifacts.output_config import DISTILLED_DIR, FILE, MIXTURES, SOURCES, OutputConfig, choices_text
 from seedleague.eval import sampled_metagame
 from seedleague.eval.output_selection import select
 from seedleague.eval.tree_size import unmeasurable
@@ -82,6 +82,8 @@ def _source(run_dir: str, config: OutputConfig) -> Output:
         return _league_nash(run_dir, config.player)
     if config.source in sampled_metagame.FILES:
         return _population_nash(run_dir, config.player, config.source)
+    if config.source == "distilled":
+        return _distilled(run_dir)
     step = _newest_checkpoint(run_dir, config.source)
     final = Output(config.source, (Member(f"checkpoint:{step:06d}", 1.0, run_dir, step),))
     if config.source == "final":
@@ -100,6 +102,15 @@ def _source(run_dir: str, config: OutputConfig) -> Output:
         why = unmeasurable(checkpoint_meta.read(os.path.join(run_dir, "checkpoints"), step).spec.env_name)
         note = f"this game's exploitability cannot be measured ({why}), so nothing is selected: the output is the param average"
     return Output(config.source, (Member(f"param_average:{step:06d}", 1.0, run_dir, step, average=True),), note)
+
+
+def _distilled(run_dir: str) -> Output:
+    directory = os.path.join(run_dir, DISTILLED_DIR)
+    steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
+    if not steps:
+        raise FileNotFoundError(f"{run_dir!r} has no distilled output: `seedleague exploit --run-dir {run_dir} --choose "
+                                "population_nash` fits one to the population's Nash mixture while measuring it")
+    return Output("distilled", (Member(f"distilled:{steps[-1]:06d}", 1.0, directory, steps[-1]),))
 
 
 def _selected(run_dir: str, step: int, player: str) -> "Output | None":

@@ -24,11 +24,14 @@ SOURCES = {
     "population_psro": "one step of PSRO on that meta-game: the same networks' mix, one per seat, against them and the "
                        "learned best responses to the outputs measured before it (`seedleague exploit --choose "
                        "population_nash param_average population_psro`)",
+    "distilled": "one network that plays as the population_nash mixture does, fitted to that mixture's own moves in "
+                 "the games of its best response (`seedleague exploit --choose` records and fits it)",
     "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
                 "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
                 "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
                 "measured",
 }
+DISTILLED_DIR = "distilled"  # the `distilled` output's checkpoint directory in the run directory
 MIXTURES = ("average_policy", "league_nash", "population_nash", "population_psro")  # need a league's snapshots
 CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
 # What `--choose` measures when it names nothing: the averages and the snapshots' sampled meta-game's Nash, which

@@ -60,6 +60,10 @@ class HostConfig:
     exploit_read_out_updates: int = 0
     # with exploit_read_out_updates: the run ends once its read-out has lasted this many seconds
     exploit_read_out_length_s: float = 0.0
+    # training a best response: keep a uniform sample of this many of the output's own moves (the states its networks
+    # played, their policy there), written to output_samples.npz beside the checkpoints when the host stops: the
+    # data `seedleague exploit --choose` distils a mixture into one network from (seedleague.host.output_samples)
+    exploit_samples: int = 0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -112,6 +116,8 @@ class HostConfig:
         if self.exploit_read_out_length_s and not self.exploit_read_out_updates:
             raise ValueError("exploit_read_out_length_s is how long a read-out begun at exploit_read_out_updates lasts: "
                              "give exploit_read_out_updates too")
+        if self.exploit_samples < 0 or (self.exploit_samples and not self.exploit_output):
+            raise ValueError(f"exploit_samples must be >= 0 and needs exploit_output, got {self.exploit_samples}")
         if self.exploit_source and not self.exploit_output:
             raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:

@@ -1,0 +1,108 @@
+"""One network that plays as a mixture of networks does: supervised learning on the mixture's own play.
+
+A mixture that draws member k with weight w_k for a whole game is realization-equivalent to one behaviour policy,
+
+    pi(a | s) = sum_k w_k rho_k(s) pi_k(a | s) / sum_k w_k rho_k(s),
+
+rho_k(s) being member k's own reach of information state s (Heinrich, Lanctot & Silver 2015, Theorem 7). Recorded
+from the mixture's own games, where each game draws its member by weight, a state s comes with member k's policy in
+proportion to w_k rho_k(s) times what chance and the other seats contribute, which is the same for every member.
+So the network that minimises the cross-entropy to the recorded members' policies over those samples plays pi:
+NFSP's average-policy network (Heinrich & Silver 2016) and Deep CFR's (Brown et al. 2019) are trained the same
+way, by supervised learning on the states their own play reached.
+
+    samples = Samples(observation, legal, probs)          # [N, ...], [N, A] bool, [N, A] (each row sums to 1)
+    fitted = fit(network, params, samples, steps=4000)   # Fitted: params, held-out cross-entropy and entropy
+
+`fit` starts from `params` (the run's param average, whose play is close), holds out a tenth of the samples, and
+reports on them the mean cross-entropy and the targets' own entropy: their difference is the mean KL from the
+mixture's recorded policies to the fitted network's (which is >= 0 and is 0 where the targets are the behaviour
+policy itself; single members' targets leave the between-member spread in it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from seedleague.rl.networks import Network
+
+HELD_OUT = 0.1  # share of the samples `fit` scores and never trains on
+LEARNING_RATE = 1e-3  # Adam's, cosine-annealed to 0 over `steps`
+BATCH = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """States the mixture played and the policy it played there: observation [N, ...], legal [N, A] bool, probs
+    [N, A] (0 off the legal actions, each row summing to 1)."""
+
+    observation: np.ndarray
+    legal: np.ndarray
+    probs: np.ndarray
+
+    def __post_init__(self):
+        count = len(self.observation)
+        if len(self.legal) != count or len(self.probs) != count or self.legal.shape != self.probs.shape:
+            raise ValueError(f"samples need one legal mask and one policy per observation, got observation "
+                             f"{self.observation.shape}, legal {self.legal.shape}, probs {self.probs.shape}")
+        if count and (self.probs[~self.legal.astype(bool)] > 1e-6).any():
+            raise ValueError("the recorded policies put probability on illegal actions: record the masked policy")
+
+    def __len__(self) -> int:
+        return len(self.observation)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fitted:
+    params: Any
+    cross_entropy: float  # on the held-out samples, nats per sample
+    target_entropy: float  # the held-out targets' own mean entropy: cross_entropy minus this is their mean KL
+    samples: int  # trained on
+
+
+def _cross_entropy(network: Network, params, observation, legal, probs):
+    first = jnp.ones((observation.shape[0], 1), bool)
+    logits, _, _ = network.apply(params, observation[:, None], first, ())
+    log_probs = jax.nn.log_softmax(jnp.where(legal, logits[:, 0], -1e9), axis=-1)
+    return -(probs * jnp.where(legal, log_probs, 0.0)).sum(-1).mean()
+
+
+def fit(network: Network, params: Any, samples: Samples, steps: int = 4000, seed: int = 0) -> Fitted:
+    """`network`'s params fitted to `samples` by Adam on the cross-entropy, from `params` (see the module
+    docstring); ValueError with fewer than 20 samples (no held-out score to trust)."""
+    if len(samples) < 20:
+        raise ValueError(f"distilling a mixture needs at least 20 recorded states, got {len(samples)}: play more "
+                         "games of the mixture")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(samples))
+    cut = max(1, int(HELD_OUT * len(samples)))
+    held, train = order[:cut], order[cut:]
+    optimizer = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, steps))
+    loss = functools.partial(_cross_entropy, network)
+
+    @jax.jit
+    def step(params, state, observation, legal, probs):
+        value, grads = jax.value_and_grad(loss)(params, observation, legal, probs)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    params = jax.tree.map(jnp.asarray, params)
+    state = optimizer.init(params)
+    observation, legal = samples.observation, samples.legal.astype(bool)
+    probs = samples.probs.astype(np.float32)
+    for _ in range(steps):
+        batch = train[rng.integers(0, len(train), BATCH)]
+        params, state, _ = step(params, state, observation[batch], legal[batch], probs[batch])
+    cross_entropy = float(loss(params, observation[held], legal[held], probs[held]))
+    held_probs = probs[held]
+    entropy = float(-(held_probs * np.log(np.where(held_probs > 0, held_probs, 1.0))).sum(-1).mean())
+    return Fitted(params, cross_entropy, entropy, len(train))

@@ -1,0 +1,58 @@
+"""Distilling a mixture into one network (seedleague.artifacts.distill): the fitted network plays the mixture's
+behaviour policy, reach-weighted, not the plain average of its members."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seedleague.artifacts.distill import Samples, fit
+from seedleague.rl.network_config import NetworkConfig
+from seedleague.rl.networks import make_network
+
+# Two members of weight 1/2 over a two-state game of one player: state 0 first; action 0 there leads to state 1.
+MEMBERS = np.array([[[0.9, 0.1], [0.2, 0.8]],   # member A at states 0, 1
+                    [[0.1, 0.9], [0.6, 0.4]]])  # member B
+# By hand: both reach state 0, so there the mix is (0.5, 0.5). State 1 is reached by A with 0.9, by B with 0.1:
+# (0.5 * 0.9 * (0.2, 0.8) + 0.5 * 0.1 * (0.6, 0.4)) / (0.5 * 0.9 + 0.5 * 0.1) = (0.12, 0.38) / 0.5 = (0.24, 0.76),
+# where the members' plain average would be (0.4, 0.6).
+BEHAVIOUR = np.array([[0.5, 0.5], [0.24, 0.76]])
+
+
+def _mixture_play(games: int, rng: np.random.Generator) -> Samples:
+    """The states the mixture's games reach, each with the policy of the member that game drew."""
+    member = rng.integers(0, 2, games)
+    states, members = [np.zeros(games, int)], [member]
+    went_on = rng.random(games) < MEMBERS[member, 0, 0]  # action 0 at state 0
+    states.append(np.ones(went_on.sum(), int))
+    members.append(member[went_on])
+    state, member = np.concatenate(states), np.concatenate(members)
+    return Samples(np.eye(2, dtype=np.float32)[state], np.ones((len(state), 2), bool), MEMBERS[member, state])
+
+
+def _probs(network, params, observation):
+    logits, _, _ = network.apply(params, jnp.asarray(observation)[:, None], jnp.ones((len(observation), 1), bool), ())
+    return np.asarray(jax.nn.softmax(logits[:, 0], axis=-1))
+
+
+def test_the_fitted_network_plays_the_reach_weighted_mixture():
+    network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(16,)), (2,), np.float32, 2)
+    params = network.init(jax.random.key(0))
+    samples = _mixture_play(20_000, np.random.default_rng(0))
+    fitted = fit(network, params, samples, steps=1500)
+    np.testing.assert_allclose(_probs(network, fitted.params, np.eye(2, dtype=np.float32)), BEHAVIOUR, atol=0.03)
+    # the held-out score: the targets are single members' policies, so the network's cross-entropy to them exceeds
+    # their entropy by at least the KL of each member's policy to the behaviour one
+    assert fitted.cross_entropy > fitted.target_entropy
+    assert fitted.samples == len(samples) - len(samples) // 10
+
+
+def test_illegal_probability_and_too_few_states_are_refused():
+    legal = np.array([[True, False]] * 30)
+    with pytest.raises(ValueError, match="illegal actions"):
+        Samples(np.zeros((30, 2), np.float32), legal, np.full((30, 2), 0.5))
+    network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(4,)), (2,), np.float32, 2)
+    params = network.init(jax.random.key(0))
+    few = Samples(np.zeros((5, 2), np.float32), np.ones((5, 2), bool), np.full((5, 2), 0.5))
+    with pytest.raises(ValueError, match="at least 20 recorded states"):
+        fit(network, params, few)
