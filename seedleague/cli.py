@@ -213,6 +213,10 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
                    name: str) -> output_config.OutputConfig:
     """The run's output source (--output, else the preset's) and the player whose snapshots it mixes."""
     source = args.output or preset.output
+    if source == "distilled":
+        raise ValueError("--output distilled is fitted after training, to the population's Nash mixture, by the output "
+                         "choice: a league run with a --max-seconds budget and the default --output makes it in its "
+                         "--choose-share, or `seedleague exploit --run-dir RUN --choose population_nash` on a finished run")
     if source in output_config.MIXTURES and league is None:
         raise ValueError(f"--output {source} mixes a league's snapshots, and {name} is single-agent (no league): "
                          "use --output final or param_average")

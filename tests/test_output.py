@@ -225,6 +225,7 @@ def test_a_served_mixture_with_one_mix_per_seat_draws_each_seats_member_by_its_o
     (["--env", "openspiel:kuhn_poker", "--output", "league_nash", "--league_config.mode", "self_play"],
      "self-play leaves empty"),
     (["--env", "CartPole-v1", "--output", "average_policy"], "CartPole-v1 is single-agent"),
+    (["--env", "openspiel:kuhn_poker", "--output", "distilled"], "--output distilled is fitted after training"),
 ])
 def test_refusals_come_before_anything_starts(tmp_path, capsys, args, message):
     """`seedleague train` run in this process (the same main; the console path of one refusal as its own
