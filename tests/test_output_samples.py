@@ -47,10 +47,15 @@ def test_the_sample_is_written_whole_and_read_back_as_distillation_samples(tmp_p
     assert os.listdir(tmp_path) == ["output_samples.npz"]  # nothing half-written left beside it
 
 
-def test_a_directory_that_cannot_be_written_is_named_with_the_fix(tmp_path):
+def test_memory_is_bounded_and_a_directory_that_cannot_be_written_is_named_with_the_fix(tmp_path):
     samples = OutputSamples(8, np.random.default_rng(0))
     samples.add(*_rows(0, 5))
     with pytest.raises(StorageError, match="could not write the output's recorded play to .*missing"):
         samples.save(str(tmp_path / "missing" / "output_samples.npz"))
+    # rows of 4 + 3 + 12 bytes (one float32 observation, three legal flags, three float32 probabilities): 100 bytes
+    # hold 5 of them, whatever the capacity asked
+    small = OutputSamples(1000, np.random.default_rng(0), max_bytes=100)
+    small.add(*_rows(0, 50))
+    assert small.capacity == 5 and len(small) == 5 and small.seen == 50
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         OutputSamples(0, np.random.default_rng(0))

@@ -20,6 +20,7 @@ from seedleague.artifacts.distill import Samples
 from seedleague.storage import storage_error
 
 FILE = "output_samples.npz"  # in the best response's run directory
+MAX_BYTES = 1 << 28  # the sample's memory: rows of large observations (images) are kept fewer, not bigger
 
 
 def masked_probs(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
@@ -31,12 +32,14 @@ def masked_probs(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
 
 
 class OutputSamples:
-    """A uniform sample of at most `capacity` (observation, legal, probs) rows of every row `add` was given."""
+    """A uniform sample of at most `capacity` (observation, legal, probs) rows of every row `add` was given, and of no
+    more rows than fit in `max_bytes` (the first `add` sets the row's size)."""
 
-    def __init__(self, capacity: int, rng: np.random.Generator):
+    def __init__(self, capacity: int, rng: np.random.Generator, max_bytes: int = MAX_BYTES):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.seen = 0
         self._rng = rng
         self._columns: dict[str, np.ndarray] = {}
@@ -50,6 +53,8 @@ class OutputSamples:
                     probs=masked_probs(np.asarray(logits, np.float32), np.asarray(legal, bool)))
         count = len(rows["observation"])
         if not self._columns and count:
+            row_bytes = sum(x[0].nbytes for x in rows.values())
+            self.capacity = max(1, min(self.capacity, self.max_bytes // row_bytes))
             self._columns = {name: np.zeros((self.capacity,) + x.shape[1:], x.dtype) for name, x in rows.items()}
         # Row i of the stream (0-based) goes to slot i while the reservoir fills, then to a slot drawn uniformly
         # from [0, i] and is kept only where that slot is < capacity: every row seen stays with equal probability.
