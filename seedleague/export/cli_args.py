@@ -4,8 +4,9 @@
     seedleague export --run-dir runs/kuhn --snapshot main:000512 --out main512.onnx
 
 Without --snapshot it exports the run's output as seedleague.output.resolve and
-seedleague.api.load_trained define it. One network (sources final, param_average) becomes OUT and
-OUT.json. A mixture (average_policy, league_nash: one member played per whole episode) becomes one
+seedleague.api.load_trained define it. One network (sources final, param_average, distilled: the population's
+Nash mixture fitted into one network by the output choice) becomes OUT and OUT.json. A mixture (average_policy,
+league_nash, population_nash: one member played per whole episode) becomes one
 file per member, OUT with ".onnx" replaced by ".member0.onnx", ".member1.onnx", ... (each with its
 own .json), and OUT.json lists the members, their files, keys and weights (and each seat's weights,
 where the output mixes its networks per seat); OUT itself is not written. A flat policy's graph (one
