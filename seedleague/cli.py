@@ -83,8 +83,9 @@ def _add_run_flags(parser: argparse.ArgumentParser, with_workers: bool, env: Opt
         parser.add_argument("--choose-share", type=float, default=None, metavar="F",
                             help="the share of --max-seconds spent after training on choosing the output without a game "
                                  "tree: evaluation games among the newest snapshots estimate the population's Nash "
-                                 "mixture, then a best response to it and one to the param average decide which is the "
-                                 "output (`seedleague exploit --choose`, docs/league.md). Default "
+                                 "mixture, which is distilled into one network, then a best response to it and one to "
+                                 "the param average decide which is the output (`seedleague exploit --choose`, "
+                                 "docs/league.md). Default "
                                  f"{output_config.CHOICE_SHARE:g} for a one-player league run whose output is the "
                                  "param average and whose budget is --max-seconds alone; 0: train for the whole budget")
     add_security_flags(parser, "server")
@@ -216,7 +217,7 @@ def _output_config(args: argparse.Namespace, preset: presets.Preset, host: HostC
     if source == "distilled":
         raise ValueError("--output distilled is fitted after training, to the population's Nash mixture, by the output "
                          "choice: a league run with a --max-seconds budget and the default --output makes it in its "
-                         "--choose-share, or `seedleague exploit --run-dir RUN --choose population_nash` on a finished run")
+                         "--choose-share, or `seedleague exploit --run-dir RUN --choose distilled` on a finished run")
     if source in output_config.MIXTURES and league is None:
         raise ValueError(f"--output {source} mixes a league's snapshots, and {name} is single-agent (no league): "
                          "use --output final or param_average")
@@ -345,7 +346,8 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
     elif len(league.players) > 1:
         why_not = "it chooses one player's output, and this run trains several (--players, --pbt)"
     elif chosen.source != "param_average":
-        why_not = f"it chooses between the param average and the population's Nash, and --output is {chosen.source}"
+        why_not = (f"it chooses between the param average and the population's Nash distilled into one network, and "
+                   f"--output is {chosen.source}")
     elif not budget.max_seconds or budget.max_env_steps or budget.max_learner_steps or budget.target_return is not None:
         why_not = "its share is of a budget in seconds alone (no --max-steps, --max-learner-steps or --target-return)"
     elif host.network.lstm_size:
@@ -360,11 +362,10 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
 def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
     """After training: the run's share of its budget for the output choice (`seedleague exploit --choose` among
     output_config.TRAIN_CHOICE), in equal parts for each round of evaluation games and each best response."""
-    from seedleague.eval import exploit_args, sampled_metagame
+    from seedleague.eval import exploit_args
 
-    rounds = sum(source in sampled_metagame.FILES for source in output_config.TRAIN_CHOICE)
-    # population_nash's response records the mixture's moves, and the network distilled from them is measured too
-    responses = len(output_config.TRAIN_CHOICE) + ("population_nash" in output_config.TRAIN_CHOICE)
+    rounds = output_config.evaluation_rounds(output_config.TRAIN_CHOICE)
+    responses = len(output_config.TRAIN_CHOICE)
     seconds = config.choose_output_s / (rounds + responses)
     games = "evaluation games" if rounds == 1 else f"{rounds} rounds of evaluation games"
     print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "

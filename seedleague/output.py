@@ -109,7 +109,7 @@ def _distilled(run_dir: str) -> Output:
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if not steps:
         raise FileNotFoundError(f"{run_dir!r} has no distilled output: `seedleague exploit --run-dir {run_dir} --choose "
-                                "population_nash` fits one to the population's Nash mixture while measuring it")
+                                "distilled` fits one to the population's Nash mixture and measures it")
     return Output("distilled", (Member(f"distilled:{steps[-1]:06d}", 1.0, directory, steps[-1]),))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from seedleague.host.config import HostConfig
+from seedleague.host.population_samples import MoveSamples
 from seedleague.host.population import LOG_FLOOR, PopulationGames, action_log_probs
 
 
@@ -76,6 +77,29 @@ def test_a_games_rows_gather_each_members_log_reach_and_its_end_adds_it_to_the_m
     games.record(session, np.array([True, True]), np.array([1.0, -1.0]))
     assert games.table.matrix() == pytest.approx((expected + np.ones((2, 2))) / 2)
     assert games.summary()["keys"] == ["main:1", "main:2"]
+
+
+def test_with_samples_each_move_is_kept_with_every_members_policy_and_its_reach_before_the_move():
+    policy = FakePolicy([[0.0, 0.0], [np.log(3.0), 0.0]])  # members play action 0 with 1/2 and 3/4
+    probability = np.array([[0.5, 0.5], [0.75, 0.25]])  # [member, action]
+    samples = MoveSamples(10, np.random.default_rng(0))
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 8,
+                            samples=samples)
+    session = types.SimpleNamespace(id="s", num_agents=2)
+    legal, seated = np.ones((2, 2), bool), np.array(["main:2", "main:1"], object)
+    start = _step(session, [True, True], [True, False])
+    games.reset(session, start.first)
+    first = games.act([start], _observations(10, 11), legal, seated, policy)  # seat 0's first move
+    games.act([_step(session, [False, False], [False, True])], _observations(20, 21), legal, seated, policy)  # seat 1
+    games.act([_step(session, [False, False], [True, False])], _observations(30, 31), legal, seated, policy)  # seat 0
+    assert samples.seen == 3  # the acting rows only
+    kept = samples._columns
+    assert kept["seat"][:3].tolist() == [0, 1, 0] and kept["observation"][:3, 0].tolist() == [10, 21, 30]
+    # before its first move each seat's reach is 1 under every member; before seat 0's second, each member's
+    # probability of the action seat 0 took first
+    a = int(first.action[0])
+    np.testing.assert_allclose(np.exp(kept["log_reach"][:3]), [[1, 1], [1, 1], probability[:, a]], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(kept["log_pi"][2]), probability, rtol=1e-6)  # [member, action] at the row
 
 
 def test_each_row_draws_its_action_from_its_own_members_policy_over_the_legal_actions():

@@ -4,20 +4,21 @@ A mixture that draws member k with weight w_k for a whole game is realization-eq
 
     pi(a | s) = sum_k w_k rho_k(s) pi_k(a | s) / sum_k w_k rho_k(s),
 
-rho_k(s) being member k's own reach of information state s (Heinrich, Lanctot & Silver 2015, Theorem 7). Recorded
-from the mixture's own games, where each game draws its member by weight, a state s comes with member k's policy in
-proportion to w_k rho_k(s) times what chance and the other seats contribute, which is the same for every member.
-So the network that minimises the cross-entropy to the recorded members' policies over those samples plays pi:
-NFSP's average-policy network (Heinrich & Silver 2016) and Deep CFR's (Brown et al. 2019) are trained the same
-way, by supervised learning on the states their own play reached.
+rho_k(s) being member k's own reach of information state s (Heinrich, Lanctot & Silver 2015, Theorem 7). Given
+states s_n and the targets pi(. | s_n) (seedleague.host.population_samples computes them from games where every
+member scored every move), the network that minimises the mean cross-entropy to the targets plays pi at the states
+sampled. Two ways of sampling give the same minimiser: the mixture's own games with each state's target the policy
+of the member that game drew (a member's share of a state is then w_k rho_k(s) times what chance and the other
+seats contribute, the same for every member), or any games that reach the states with the exact targets. NFSP's
+average-policy network (Heinrich & Silver 2016) and Deep CFR's (Brown et al. 2019) are trained this way, by
+supervised learning on recorded play.
 
     samples = Samples(observation, legal, probs)          # [N, ...], [N, A] bool, [N, A] (each row sums to 1)
     fitted = fit(network, params, samples, steps=4000)   # Fitted: params, held-out cross-entropy and entropy
 
-`fit` starts from `params` (the run's param average, whose play is close), holds out a tenth of the samples, and
-reports on them the mean cross-entropy and the targets' own entropy: their difference is the mean KL from the
-mixture's recorded policies to the fitted network's (which is >= 0 and is 0 where the targets are the behaviour
-policy itself; single members' targets leave the between-member spread in it).
+`fit` starts from `params` (the run's param average, whose play is close), holds out one sample in ten, and
+reports on them the mean cross-entropy and the targets' own entropy: with exact targets their difference is the
+mean KL from the mixture's policy to the fitted network's, 0 for a perfect fit.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import optax
 
 from seedleague.rl.networks import Network
 
-HELD_OUT = 0.1  # share of the samples `fit` scores and never trains on
+HELD_OUT = 10  # one sample in this many is scored by `fit` and never trained on
 LEARNING_RATE = 1e-3  # Adam's, cosine-annealed to 0 over `steps`
 BATCH = 512
 
@@ -84,7 +85,7 @@ def fit(network: Network, params: Any, samples: Samples, steps: int = 4000, seed
         raise ValueError(f"steps must be >= 1, got {steps}")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(samples))
-    cut = max(1, int(HELD_OUT * len(samples)))
+    cut = max(1, len(samples) // HELD_OUT)
     held, train = order[:cut], order[cut:]
     optimizer = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, steps))
     loss = functools.partial(_cross_entropy, network)

@@ -24,8 +24,8 @@ SOURCES = {
     "population_psro": "one step of PSRO on that meta-game: the same networks' mix, one per seat, against them and the "
                        "learned best responses to the outputs measured before it (`seedleague exploit --choose "
                        "population_nash param_average population_psro`)",
-    "distilled": "one network that plays as the population_nash mixture does, fitted to that mixture's own moves in "
-                 "the games of its best response (`seedleague exploit --choose` records and fits it)",
+    "distilled": "one network that plays as the population_nash mixture does, fitted to that mixture's play in the "
+                 "evaluation games that estimate it (`seedleague exploit --choose distilled`)",
     "selected": "the least exploitable of final, param_average, the newest snapshots' Nash mixture and average, and the "
                 "least exploitable mixture of them all, measured exactly on the game tree (an explicit choice for "
                 "OpenSpiel imperfect-information games small enough to walk); param_average where that cannot be "
@@ -38,16 +38,24 @@ CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what 
 # need no game tree (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the
 # param average wherever it was measured: name either to include it).
 CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
-# What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash
-# first, so that its response (served from a mixture, the slower) sets the learner updates the param average's
-# response gets in less time; the average policy's 129-network mixture serves too slowly to fit a run's budget.
-# population_psro (one PSRO step with those two responses) is not among them: inside the same share its round of
-# games and its response left each part a fifth instead of a third, and the shorter responses chose worse on Kuhn
-# (benchmarks/README.md, "One PSRO step inside the choice"); name it to `seedleague exploit --choose`.
-TRAIN_CHOICE = ("population_nash", "param_average")
+# What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash mixture
+# distilled into one network (population_nash itself where it cannot be: a named network's run) and the param
+# average. The mixture is not measured beside its distilled network: inside the same share a third response left
+# its evaluation games three quarters of the time, and the Nash of fewer games came out worse in 3 of 3 Kuhn runs
+# (benchmarks/README.md, "The population's Nash mixture as one network"). population_psro (one PSRO step with the
+# responses) is not among them either: its round of games and its response left each part a fifth instead of a
+# third, and the shorter responses chose worse on Kuhn ("One PSRO step inside the choice"); name it to
+# `seedleague exploit --choose`. The average policy's 129-network mixture serves too slowly to fit a run's budget.
+TRAIN_CHOICE = ("distilled", "param_average")
 # The share of `seedleague train --max-seconds` that choosing among TRAIN_CHOICE takes after training (its evaluation
 # games and two best responses, a third each): on Kuhn a 150 s response was already within 0.004 of the exact value.
 CHOICE_SHARE = 0.4
+
+
+def evaluation_rounds(sources) -> int:
+    """The rounds of evaluation games among a run's snapshots that choosing among `sources` plays: one for
+    population_nash or distilled (which is fitted to the first round's play), one more for population_psro."""
+    return int(bool({"population_nash", "distilled"} & set(sources))) + int("population_psro" in sources)
 
 
 def choices_text() -> str:

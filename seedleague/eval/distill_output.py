@@ -1,13 +1,14 @@
 """A run's population_nash mixture as one network: the `distilled` output.
 
-A best response to the population's Nash mixture (`seedleague exploit --choose`) records the mixture's own moves,
-the states its members played and their policies there (seedleague.host.output_samples). `distil` fits the run's
-network to them (seedleague.artifacts.distill: the mixture's realization-equivalent behaviour policy), starting from
-the run's param average, and saves it as checkpoint `<run_dir>/distilled/<step>` (the step of the mixture's newest
-member) in the learner's checkpoint format, so `seedleague.api.load_trained(run, source="distilled")`, `serve` and
-`export` read it as they read any network:
+The evaluation games that estimate the population's meta-game (`seedleague exploit --choose`, seedleague.eval.
+sampled_metagame) record a uniform sample of their moves, each with every member's policy and own reach there
+(seedleague.host.population_samples). Once the meta-game's Nash mixture is known, that gives the mixture's own
+behaviour policy at every recorded state; `distil` fits the run's network to it (seedleague.artifacts.distill),
+starting from the run's param average, and saves it as checkpoint `<run_dir>/distilled/<step>` (the step of the
+mixture's newest member) in the learner's checkpoint format, so `seedleague.api.load_trained(run,
+source="distilled")`, `serve` and `export` read it as they read any network:
 
-    path = distil(run_dir, "<response run>/output_samples.npz")   # -> "<run_dir>/distilled", or ValueError
+    path = distil(run_dir, "<evaluation games>/population_samples.npz")   # -> "<run_dir>/distilled", or ValueError
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from seedleague.artifacts.output_config import DISTILLED_DIR
 from seedleague.artifacts.policy import Policy
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
-from seedleague.host import output_samples
+from seedleague.eval import sampled_metagame
+from seedleague.host import population_samples
 
 MIXTURE = "population_nash"  # the mixture whose play is distilled
-FIT_STEPS = 4000  # Adam steps of BATCH samples: about 2 epochs of a 100K-row sample; seconds on a CPU
+FIT_STEPS = 4000  # Adam steps of distill.BATCH samples: about 20 epochs of a 100K-row sample; seconds on a CPU
 
 
 def distil(run_dir: str, samples_path: str, seed: int = 0) -> str:
     """Fit and save the distilled network (see the module docstring); returns its directory. ValueError where the
-    run's network is not a flat feed-forward one or the samples are too few."""
-    samples = output_samples.load(samples_path)
+    run's network is not a flat feed-forward one, the samples are too few or do not score the mixture's networks."""
+    nash = sampled_metagame.read(run_dir, MIXTURE)
+    samples = population_samples.load(samples_path).behaviour(nash.seat_weights)
     player = output.recorded(run_dir).player
     mixture = output.resolve(run_dir, output.OutputConfig(MIXTURE, player))
     start = output.resolve(run_dir, output.OutputConfig("param_average", player)).load(seed)
@@ -47,7 +50,7 @@ def distil(run_dir: str, samples_path: str, seed: int = 0) -> str:
         checkpointer.save(mixture.step, {"params": fitted.params}, meta)
     finally:
         checkpointer.close()
-    print(f"distilled {MIXTURE} ({len(mixture.members)} networks) into one network from {fitted.samples:,} of its "
-          f"recorded moves: held-out cross-entropy {fitted.cross_entropy:.4f} nats against the members' own entropy "
-          f"{fitted.target_entropy:.4f}; {directory}", flush=True)
+    print(f"distilled {MIXTURE} ({len(mixture.members)} networks) into one network from {fitted.samples:,} recorded "
+          f"moves of its evaluation games: held-out cross-entropy {fitted.cross_entropy:.4f} nats against the "
+          f"mixture's own entropy {fitted.target_entropy:.4f}; {directory}", flush=True)
     return directory

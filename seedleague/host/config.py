@@ -48,6 +48,10 @@ class HostConfig:
     # with population_size: the run directories of learned best responses (`seedleague exploit`) that join the
     # evaluation games as opponents only, so the members' mix is solved against them too (one step of PSRO)
     population_responses: tuple[str, ...] = ()
+    # with population_size: keep a uniform sample of this many of the games' moves (each state, every member's policy
+    # and reach there), written to population_samples.npz in the run directory when the host stops: what the
+    # `distilled` output is fitted to (seedleague.host.population_samples); 0: none
+    population_samples: int = 0
     # training a best response (`seedleague exploit`): the learner's only opponent is this run directory's output,
     # frozen (a mixture's members drawn per episode by weight), and the learner's returns against it are tallied
     exploit_output: str = ""
@@ -60,10 +64,6 @@ class HostConfig:
     exploit_read_out_updates: int = 0
     # with exploit_read_out_updates: the run ends once its read-out has lasted this many seconds
     exploit_read_out_length_s: float = 0.0
-    # training a best response: keep a uniform sample of this many of the output's own moves (the states its networks
-    # played, their policy there), written to output_samples.npz beside the checkpoints when the host stops: the
-    # data `seedleague exploit --choose` distils a mixture into one network from (seedleague.host.output_samples)
-    exploit_samples: int = 0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
     # in the data, so the responses to them are still trained (see docs/league.md)
@@ -97,6 +97,9 @@ class HostConfig:
         if self.population_size < 0 or (self.population_size and not self.serve_output):
             raise ValueError(f"population_size plays evaluation games among a run's snapshots: it must be >= 0 and "
                              f"needs serve_output (the run), got {self.population_size}")
+        if self.population_samples < 0 or (self.population_samples and not self.population_size):
+            raise ValueError(f"population_samples keeps moves of evaluation games among a run's snapshots: it must be "
+                             f">= 0 and needs population_size, got {self.population_samples}")
         if self.population_responses and not self.population_size:
             raise ValueError("population_responses join evaluation games among a run's snapshots: they need "
                              "population_size (and serve_output)")
@@ -116,8 +119,6 @@ class HostConfig:
         if self.exploit_read_out_length_s and not self.exploit_read_out_updates:
             raise ValueError("exploit_read_out_length_s is how long a read-out begun at exploit_read_out_updates lasts: "
                              "give exploit_read_out_updates too")
-        if self.exploit_samples < 0 or (self.exploit_samples and not self.exploit_output):
-            raise ValueError(f"exploit_samples must be >= 0 and needs exploit_output, got {self.exploit_samples}")
         if self.exploit_source and not self.exploit_output:
             raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 import uuid
@@ -22,11 +21,10 @@ import numpy as np
 
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_meta import CheckpointMeta, record_protocol_of
-from seedleague.host import episodes, inference, output_samples, restore, named
+from seedleague.host import episodes, inference, restore, named
 from seedleague.host.batcher import Batcher, Request
 from seedleague.host.config import HostConfig
 from seedleague.host.opponents import OpponentTable
-from seedleague.host.output_samples import OutputSamples
 from seedleague.host.pending import PendingStep, answer_all
 from seedleague.host.pbt_member import PbtMember
 from seedleague.host.pipeline import Pipeline, Services, build_pipeline, spec_difference
@@ -70,11 +68,8 @@ class Host:
         self._stopping = False
         self.resumed_note = ""  # damaged checkpoints a resume passed over (restore.Restored.note)
         self._target = None  # training a best response: the frozen output it plays against
-        self._output_samples = None  # a best response's sample of the output's moves (HostConfig.exploit_samples)
         if config.exploit_output:
             self.config, self._target = restore.exploit_target(config, self.layout.inference_device)
-            if config.exploit_samples:
-                self._output_samples = OutputSamples(config.exploit_samples, np.random.default_rng(config.seed))
         if self.checkpointer is not None and self.checkpointer.latest_step() is not None:
             if not resume:
                 raise FileExistsError(
@@ -237,9 +232,6 @@ class Host:
                                     first, core, legal, opponents,
                                     None if opponents is None else pipeline.opponents().opponent_params)
         self.metrics.record(inference_batch=len(first), inference_ms=1000 * (time.perf_counter() - start))
-        if self._output_samples is not None and opponents is not None and flat_model(pipeline.spec):
-            played = np.concatenate([a.acting for a in agents]) & np.asarray([key is not None for key in opponents])
-            self._output_samples.add(observation[played], legal[played], out.logits[played])
         offset, answers = 0, []
         for request, step in zip(requests, agents):
             rows = slice(offset, offset + request.size)
@@ -327,9 +319,6 @@ class Host:
         self.batcher.stop()
         if self.checkpointer is not None:
             self.checkpointer.close()
-        if self._output_samples is not None and len(self._output_samples) and self.config.checkpoint.directory:
-            run_dir = os.path.dirname(os.path.abspath(self.config.checkpoint.directory))
-            self._output_samples.save(os.path.join(run_dir, output_samples.FILE))
         if self.pool is not None:
             self.pool.close()
 

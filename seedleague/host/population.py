@@ -15,6 +15,10 @@ every pair of members by importance weighting.
     actions = games.act(agents, observation, legal, members, policy)   # the batch's pass: Actions
     games.summary()                                 # summary.json's "population": the Nash mixture and its bound
 
+With `samples` (a MoveSamples) it also keeps a uniform sample of the games' moves, each with every member's policy
+and reach there (flat networks; seedleague.host.population_samples), from which the Nash mixture is distilled into
+one network.
+
 With `mixed` < K the last networks are learned best responses (`HostConfig.population_responses`): they play
 like the others, and the summary's mixture mixes the members alone against all of them (one step of PSRO).
 """
@@ -32,6 +36,7 @@ from seedleague.eval.sampled_metagame import SampledMetagame
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.opponents import take_rows
 from seedleague.host.policy import Actions
+from seedleague.host.population_samples import MoveSamples
 
 LOG_FLOOR = -1e9  # the log-probability of an action a member gives probability 0 (a reach of exactly 0)
 
@@ -70,7 +75,7 @@ class PopulationGames:
     """The members as a served mixture, each acting row's log reach per member, and the sampled meta-game."""
 
     def __init__(self, keys: Sequence[str], params: Sequence[Any], stacked: Any, rng: np.random.Generator,
-                 bucket: Callable[[int], int], mixed: Optional[int] = None):
+                 bucket: Callable[[int], int], mixed: Optional[int] = None, samples: Optional[MoveSamples] = None):
         size = len(keys)
         self.keys = list(keys)
         self.mixed = size if mixed is None else mixed  # the first `mixed` networks mix; the rest are responses
@@ -82,6 +87,7 @@ class PopulationGames:
         self._lock = threading.Lock()
         self._index = {key: i for i, key in enumerate(self.keys)}
         self._rng = rng  # draws each row's action from its member's policy
+        self.samples = samples  # a uniform sample of the games' moves (flat networks), for the distilled output
 
     def _reach_of(self, session) -> np.ndarray:
         if session.id not in self._log_reach:
@@ -127,11 +133,17 @@ class PopulationGames:
             log_probs += np.maximum(np.take_along_axis(log_pi, chosen[None, :, None], axis=-1)[..., 0], LOG_FLOOR)
             actions[head][rows] = chosen
             logits[head][rows] = raw[own, np.arange(rows.size)]
-        done = 0
+        done, before, seats = 0, [], []
         for step in agents:  # the acting rows of each step, in batch order
             mine = np.flatnonzero(np.asarray(step.acting, bool))
-            self._reach_of(step.session)[mine] += log_probs[:, done:done + mine.size].T
+            reach = self._reach_of(step.session)
+            before.append(reach[mine].copy())
+            seats.append(mine % 2)  # rows are env-major, two seats an env (as `record` reads them)
+            reach[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
+        if self.samples is not None and not named and rows.size:
+            self.samples.add(take_rows(observation, rows), take_rows(legal, rows), heads[None][0],
+                             np.concatenate(before), np.concatenate(seats))
         flat = lambda tree: tree if named else tree[None]
         return Actions(flat(actions), flat(logits), (), policy.version)
 

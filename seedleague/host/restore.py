@@ -25,6 +25,7 @@ from seedleague.checkpoint_meta import CheckpointMeta
 from seedleague.host.config import UNIFORM, HostConfig
 from seedleague.host import exploit
 from seedleague.host.exploit import ExploitTarget
+from seedleague.host.population_samples import MoveSamples
 from seedleague.host.mixture import ServedMixture
 from seedleague.host.policy import stack_params
 from seedleague.host.population import PopulationGames
@@ -121,9 +122,11 @@ def population(config: HostConfig, device: Any, bucket) -> tuple[Restored, Popul
     state = init_train_state(config.learner, build_network(config, spec), jax.random.key(0))
     state = state._replace(params=first.params, step=jax.numpy.asarray(resolved.step, jax.numpy.int32))
     params = [jax.device_put(m.params, device) for m in members]
+    samples = (MoveSamples(config.population_samples, np.random.default_rng(config.seed + 1))
+               if config.population_samples else None)
     games = PopulationGames([m.key for m in resolved.members], params, jax.device_put(stack_params(params), device),
                             np.random.default_rng(config.seed), bucket,
-                            mixed=len(members) - len(config.population_responses))
+                            mixed=len(members) - len(config.population_responses), samples=samples)
     log.info("evaluation games among %d networks of %s: %s", len(members), run_dir, resolved.describe())
     return Restored(config, spec, state), games
 

@@ -34,7 +34,7 @@ from typing import Optional
 
 from seedleague import grpc_server, output, progress, storage
 from seedleague.checkpoint import DamagedCheckpoint, NonFiniteState
-from seedleague.host import exploit
+from seedleague.host import exploit, population_samples
 from seedleague.host.host import Host, HostConfig
 from seedleague.league.client import LeagueClient
 from seedleague.host.learner_loop import NonFiniteUpdate
@@ -184,8 +184,11 @@ def run(config: RunConfig, machine: Optional[Machine] = None) -> dict:
     summary.update(learner_step=_learner_step(host))  # ... and its last update, the one the final checkpoint holds
     if host is not None and host.pipeline is not None and host.pipeline.target is not None:  # seedleague exploit
         summary.update(exploit=host.pipeline.target.summary(exploit.WINDOW_SHARE))
-    if host is not None and host.pipeline is not None and host.pipeline.population is not None:  # evaluation games
-        summary.update(population=host.pipeline.population.summary())
+    games = host.pipeline.population if host is not None and host.pipeline is not None else None
+    if games is not None:  # evaluation games
+        summary.update(population=games.summary())
+        if games.samples is not None and len(games.samples):
+            games.samples.save(os.path.join(run_dir, population_samples.FILE))
     summary.update(run_dir=run_dir, checkpoints=host_config.checkpoint.directory,
                    tensorboard=os.path.join(run_dir, "tensorboard"), logs=os.path.join(run_dir, "logs"))
     fault = fault or _fault(host)  # a final checkpoint the disk refused
