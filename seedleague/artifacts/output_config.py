@@ -34,10 +34,11 @@ SOURCES = {
 DISTILLED_DIR = "distilled"  # the `distilled` output's checkpoint directory in the run directory
 MIXTURES = ("average_policy", "league_nash", "population_nash", "population_psro")  # need a league's snapshots
 CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what `seedleague exploit --choose` measures
-# What `--choose` measures when it names nothing: the averages and the snapshots' sampled meta-game's Nash, which
-# need no game tree (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the
-# param average wherever it was measured: name either to include it).
-CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash")
+# What `--choose` measures when it names nothing: the averages, the snapshots' sampled meta-game's Nash and that
+# mixture distilled into one network (which replaces it within its noise), none of which needs a game tree
+# (league_nash's win rates estimate that meta-game with far more noise; `final` was 2-3x the param average wherever
+# it was measured: name either to include it).
+CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash", "distilled")
 # What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash mixture
 # distilled into one network (population_nash itself where it cannot be: a named network's run) and the param
 # average. The mixture is not measured beside its distilled network: inside the same share a third response left
