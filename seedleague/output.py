@@ -108,8 +108,8 @@ def _distilled(run_dir: str) -> Output:
     directory = os.path.join(run_dir, DISTILLED_DIR)
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if not steps:
-        raise FileNotFoundError(f"{run_dir!r} has no distilled output: `seedleague exploit --run-dir {run_dir} --choose "
-                                "distilled` fits one to the population's Nash mixture and measures it")
+        raise FileNotFoundError(f"{run_dir!r} has no distilled output: `seedleague exploit --run-dir {run_dir} "
+                                "--choose distilled` fits one to the population's Nash mixture and measures it")
     return Output("distilled", (Member(f"distilled:{steps[-1]:06d}", 1.0, directory, steps[-1]),))
 
 

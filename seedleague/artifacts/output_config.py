@@ -43,7 +43,7 @@ CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash", "distill
 # distilled into one network (population_nash itself where it cannot be: a named network's run) and the param
 # average. The mixture is not measured beside its distilled network: inside the same share a third response left
 # its evaluation games three quarters of the time, and the Nash of fewer games came out worse in 3 of 3 Kuhn runs
-# (benchmarks/README.md, "The population's Nash mixture as one network"). population_psro (one PSRO step with the
+# (benchmarks/README.md, "Distilled: the Nash mixture as one network"). population_psro (one PSRO step with the
 # responses) is not among them either: its round of games and its response left each part a fifth instead of a
 # third, and the shorter responses chose worse on Kuhn ("One PSRO step inside the choice"); name it to
 # `seedleague exploit --choose`. The average policy's 129-network mixture serves too slowly to fit a run's budget.

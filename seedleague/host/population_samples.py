@@ -102,8 +102,9 @@ class RecordedMoves:
         weights = np.asarray(seat_weights, np.float64)
         members = self.log_pi.shape[1]
         if weights.ndim != 2 or weights.shape[1] != members or (self.seat >= len(weights)).any():
-            raise ValueError(f"the recorded moves score {members} members in seats {sorted(set(self.seat.tolist()))}, "
-                             f"and the mixture's weights are shaped {weights.shape}: give one row of {members} per seat")
+            seats = sorted(set(self.seat.tolist()))
+            raise ValueError(f"the recorded moves score {members} members in seats {seats}, and the mixture's "
+                             f"weights are shaped {weights.shape}: give one row of {members} per seat")
         log_w = np.log(np.where(weights > 0, weights, 1.0)) + np.where(weights > 0, 0.0, -np.inf)
         log_joint = log_w[self.seat] + self.log_reach  # [N, K]: log(w_k rho_k(s)), up to the row's common factor
         joint = np.exp(log_joint - log_joint.max(axis=1, keepdims=True))
