@@ -133,15 +133,17 @@ class PopulationGames:
             log_probs += np.maximum(np.take_along_axis(log_pi, chosen[None, :, None], axis=-1)[..., 0], LOG_FLOOR)
             actions[head][rows] = chosen
             logits[head][rows] = raw[own, np.arange(rows.size)]
+        keep = self.samples is not None and not named and rows.size > 0
         done, before, seats = 0, [], []
         for step in agents:  # the acting rows of each step, in batch order
             mine = np.flatnonzero(np.asarray(step.acting, bool))
             reach = self._reach_of(step.session)
-            before.append(reach[mine].copy())
-            seats.append(mine % 2)  # rows are env-major, two seats an env (as `record` reads them)
+            if keep:  # each member's reach before the move, and the seat (env-major rows, two seats an env)
+                before.append(reach[mine].copy())
+                seats.append(mine % 2)
             reach[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
-        if self.samples is not None and not named and rows.size:
+        if keep:
             self.samples.add(take_rows(observation, rows), take_rows(legal, rows), heads[None][0],
                              np.concatenate(before), np.concatenate(seats))
         flat = lambda tree: tree if named else tree[None]

@@ -50,21 +50,29 @@ class MoveSamples:
             seat: np.ndarray) -> None:
         """n acting rows: observation [n, ...], legal [n, A], every member's log-policy [K, n, A] (-inf off the
         legal actions), every member's log reach of the row before its move [n, K], the row's seat [n]."""
-        rows = dict(observation=np.asarray(observation), legal=np.asarray(legal, bool),
-                    log_pi=np.moveaxis(np.asarray(log_pi, np.float32), 0, 1),
-                    log_reach=np.asarray(log_reach, np.float32), seat=np.asarray(seat, np.int8))
-        count = len(rows["observation"])
-        if not self._columns and count:
-            row_bytes = sum(x[0].nbytes for x in rows.values())
+        observation, log_pi = np.asarray(observation), np.asarray(log_pi)
+        count = len(observation)
+        if not count:
+            return
+        if not self._columns:  # the first rows set the row's size, and with it the memory's cap
+            members, actions = log_pi.shape[0], log_pi.shape[2]
+            shapes = dict(observation=(observation.shape[1:], observation.dtype), legal=((actions,), bool),
+                          log_pi=((members, actions), np.float32), log_reach=((members,), np.float32),
+                          seat=((), np.int8))
+            row_bytes = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in shapes.values())
             self.capacity = max(1, min(self.capacity, self.max_bytes // row_bytes))
-            self._columns = {name: np.zeros((self.capacity,) + x.shape[1:], x.dtype) for name, x in rows.items()}
+            self._columns = {name: np.zeros((self.capacity,) + shape, dtype) for name, (shape, dtype) in shapes.items()}
         # Row i of the stream (0-based) goes to slot i while the reservoir fills, then to a slot drawn uniformly
         # from [0, i] and is kept only where that slot is < capacity: every row seen stays with equal probability.
+        # Only the kept rows are converted: once the reservoir is full, most of a batch is not.
         index = self.seen + np.arange(count)
         slots = np.where(index < self.capacity, index, self._rng.integers(0, index + 1))
-        kept = slots < self.capacity
+        kept = np.flatnonzero(slots < self.capacity)
+        rows = dict(observation=observation[kept], legal=np.asarray(legal, bool)[kept],
+                    log_pi=np.moveaxis(log_pi[:, kept], 0, 1), log_reach=np.asarray(log_reach)[kept],
+                    seat=np.asarray(seat)[kept])
         for name, x in rows.items():
-            self._columns[name][slots[kept]] = x[kept]
+            self._columns[name][slots[kept]] = x  # cast to the column's dtype on assignment
         self.seen += count
 
     def save(self, path: str) -> None:
