@@ -533,16 +533,21 @@ def turn_based_spec(env_name: str, observation_shape: Sequence[int], num_actions
     return NamedEnvSpec(env_name, observation, action, num_envs, num_seats, return_bound=return_bound)
 
 
-def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]],
-                    make_game: Callable[[int, int], VectorGame], logger: logging.Logger) -> int:
-    """The entry point of a worker whose game has no settings of its own (`envs.shootout_worker`,
-    `envs.tug_worker`): --address, --num-envs and the flags every game worker shares, then `game_worker_main`
-    with `make_game(num_envs, seed)` (a ValueError from it exits 2). `doc`'s first paragraph is the --help text."""
+def fixed_game_main(module: str, doc: str, argv: Optional[Sequence[str]], make_game: Callable[..., VectorGame],
+                    logger: logging.Logger, options: Optional[dict[str, dict]] = None) -> int:
+    """The entry point of a worker whose game has few settings of its own (`envs.shootout_worker`,
+    `envs.tug_worker`): --address, --num-envs, the game's `options` ({"--flag": add_argument's keywords}, each
+    passed to the game by its name) and the flags every game worker shares, then `game_worker_main` with
+    `make_game(num_envs, seed, **options)` (a ValueError from it exits 2). `doc`'s first paragraph is the --help
+    text."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
     parser.add_argument("--address", required=True, help="host address, host:port")
     parser.add_argument("--num-envs", type=positive_int, default=64, help="games stepped together (default 64)")
+    names = [parser.add_argument(flag, **keywords).dest for flag, keywords in (options or {}).items()]
     add_game_worker_arguments(parser)
-    return game_worker_main(parser, argv, lambda args: make_game(args.num_envs, args.seed), ValueError, logger)
+    return game_worker_main(
+        parser, argv, lambda args: make_game(args.num_envs, args.seed, **{name: getattr(args, name) for name in names}),
+        ValueError, logger)
 
 
 class EnvPerSlot:

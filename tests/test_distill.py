@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from seedleague.artifacts.distill import Samples, fit
+from seedleague.artifacts.networks import named_network_for
+from seedleague.protocol.named import ActionSpec, DiscreteHead, NamedEnvSpec, ObservationSpec, TensorSpec
 from seedleague.rl.network_config import NetworkConfig
 from seedleague.rl.networks import make_network
 
@@ -45,6 +47,36 @@ def test_the_fitted_network_plays_the_reach_weighted_mixture():
     # their entropy by at least the KL of each member's policy to the behaviour one
     assert fitted.cross_entropy > fitted.target_entropy
     assert fitted.samples == len(samples) - len(samples) // 10
+
+
+def test_a_named_network_is_fitted_head_by_head_to_each_heads_marginal():
+    # two tensors in, two heads out ("move" with a legal mask, "say" without), the exact targets at two states:
+    # "move" the behaviour above, with its third action illegal; "say" (0.7, 0.3) at state 0, (0.1, 0.9) at 1
+    spec = NamedEnvSpec("duel", ObservationSpec((TensorSpec("state", (2,), np.float32), TensorSpec("bias", (1,),
+                                                                                                    np.float32))),
+                        ActionSpec((DiscreteHead("move", 3, has_legal_mask=True), DiscreteHead("say", 2))),
+                        num_envs=1, num_seats=2)
+    network = named_network_for(NetworkConfig(torso="mlp", hidden_sizes=(16,)), spec)
+    params = network.init(jax.random.key(0))
+    state = np.arange(400) % 2
+    observation = {"state": np.eye(2, dtype=np.float32)[state], "bias": np.ones((400, 1), np.float32)}
+    move = np.pad(BEHAVIOUR, ((0, 0), (0, 1)))[state]
+    say = np.array([[0.7, 0.3], [0.1, 0.9]])[state]
+    legal = {"move": np.tile([True, True, False], (400, 1)), "say": np.ones((400, 2), bool)}
+    fitted = fit(network, params, Samples(observation, legal, {"move": move, "say": say}), steps=1500)
+    logits, _, _ = network.apply(fitted.params, {"state": jnp.eye(2)[:, None], "bias": jnp.ones((2, 1, 1))},
+                                 jnp.ones((2, 1), bool), ())
+    move_probs = jax.nn.softmax(jnp.where(jnp.array([True, True, False]), logits["move"][:, 0], -1e9))
+    np.testing.assert_allclose(move_probs, np.pad(BEHAVIOUR, ((0, 0), (0, 1))), atol=0.03)
+    np.testing.assert_allclose(jax.nn.softmax(logits["say"][:, 0]), [[0.7, 0.3], [0.1, 0.9]], atol=0.03)
+    # exact targets: the held-out cross-entropy is the heads' entropies summed (a mean over the held-out rows of the
+    # two states' sums, so between them), plus a KL near 0
+    entropy = lambda p: -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+    per_state = entropy(move[:2]) + entropy(say[:2])
+    assert per_state.min() <= fitted.target_entropy <= per_state.max()
+    assert fitted.cross_entropy - fitted.target_entropy == pytest.approx(0.0, abs=0.01)
+    with pytest.raises(ValueError, match="one legal mask and one policy per observation and head"):
+        Samples(observation, legal, {"move": move})
 
 
 def test_illegal_probability_and_too_few_states_are_refused():

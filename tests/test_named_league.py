@@ -11,6 +11,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from envs.shootout_worker import LANES, ShootoutGame, play_against_random, shootout_spec
 from seedleague import output, presets
@@ -50,6 +51,21 @@ def test_the_preset_of_a_two_seat_named_game_is_the_game_recipe_in_the_league():
     kuhn = presets.preset_for("openspiel:kuhn_poker")
     assert PRESET.host.learner == presets.GAME_RECIPE and PRESET.league == kuhn.league and PRESET.output == kuhn.output
     assert PRESET.league.mode == presets.Mode.PSRO and PRESET.host.network.torso == "auto"
+
+
+def test_with_aim_levels_every_head_is_discrete_and_a_seat_that_reads_both_cues_wins():
+    # 5 levels lie 0.5 apart over [-1, 1], so the level nearest the target's height is within 0.25 of it, under the
+    # hit distance: a seat that picks the lit lane and that level hits every step and wins in WIN_SCORE steps, unless
+    # the random seat hits as often (a draw)
+    heads = shootout_spec(num_envs=1, aim_levels=5).action.heads
+    assert [(h.name, h.num_actions) for h in heads] == [("lane", LANES), ("aim", 5)]
+    levels = np.linspace(-1.0, 1.0, 5)
+    reader = lambda o: {"lane": o["lanes"][:, 0, :, 0].argmax(axis=1),
+                        "aim": np.abs(o["state"][:, 2:3] - levels).argmin(axis=1)}
+    wins, draws, losses = play_against_random(reader, 200, seed=0, aim_levels=5)
+    assert losses == 0 and wins >= 190, (wins, draws, losses)
+    with pytest.raises(ValueError, match="--aim-levels must be >= 0"):
+        ShootoutGame(1, aim_levels=-1)
 
 
 def test_every_named_snapshot_in_a_batch_acts_with_its_own_params_in_one_stacked_pass(tmp_path):

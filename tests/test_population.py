@@ -155,6 +155,27 @@ def test_a_named_networks_action_is_drawn_per_head_and_scored_by_the_sum_of_its_
     assert games.table.matrix() == pytest.approx(np.outer(reach / reach.mean(), [1.0, 1.0]))
 
 
+def test_with_samples_a_named_networks_moves_are_kept_per_tensor_and_per_head():
+    # the heads above; only seat 0 acts: its row is kept with both tensors, both heads' masks ("say" has none: all
+    # legal) and every member's policy per head, from a reach of 1
+    policy = FakeNamedPolicy({"move": [[0.0, 0.0], [np.log(3.0), 0.0]], "say": [[0.0, 0.0], [0.0, np.log(3.0)]]})
+    samples = MoveSamples(10, np.random.default_rng(0))
+    games = PopulationGames(["main:1", "main:2"], [{}, {}], {}, np.random.default_rng(0), bucket=lambda n: 4,
+                            samples=samples)
+    session = types.SimpleNamespace(id="s", num_agents=2)
+    step = _step(session, [True, True], [True, False])
+    games.reset(session, step.first)
+    observation = {"board": np.arange(6, dtype=np.float32).reshape(2, 3), "hand": np.array([[7.0], [8.0]])}
+    games.act([step], observation, {"move": np.array([[True, False], [True, True]])},
+              np.array(["main:1", "main:1"], object), policy)
+    kept = samples._columns
+    assert samples.seen == 1 and kept["observation:board"][0].tolist() == [0, 1, 2] and kept["observation:hand"][0] == 7
+    assert kept["legal:move"][0].tolist() == [True, False] and kept["legal:say"][0].tolist() == [True, True]
+    np.testing.assert_allclose(np.exp(kept["log_pi:move"][0]), [[1, 0], [1, 0]])  # the mask leaves one action
+    np.testing.assert_allclose(np.exp(kept["log_pi:say"][0]), [[0.5, 0.5], [0.25, 0.75]], rtol=1e-6)
+    assert kept["log_reach"][0].tolist() == [0, 0] and kept["seat"][0] == 0
+
+
 def test_only_distinct_acting_rows_go_forward_and_each_steps_rows_get_their_own_log_probabilities():
     # two workers' steps in one batch: the first's seat 0 acts, the second's seat 1; member 1 always plays action 0
     policy = FakePolicy([[0.0, 0.0], [0.0, -np.inf]])

@@ -55,6 +55,28 @@ def test_the_behaviour_of_a_mixture_is_its_members_policies_weighted_by_weight_a
         load(path).behaviour([[1.0, 0.0, 0.0]] * 2)
 
 
+def test_a_named_networks_heads_are_each_mixed_by_the_same_weights_and_reaches(tmp_path):
+    # the rows of the test above with two tensors in and two heads out: head "move" is the policy above, head "say"
+    # (3 actions, the last illegal) has A play (0.5, 0.5, 0) and B (0.0, 1.0, 0) everywhere. Row 1: the same weights
+    # 0.9 / 0.1 as above give "say" 0.9 * (0.5, 0.5) + 0.1 * (0, 1) = (0.45, 0.55, 0); row 2 (seat 1, B alone): B's.
+    move = np.log(np.array([[[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]],
+                            [[0.1, 0.9], [0.6, 0.4], [0.3, 0.7]]]))
+    say = np.broadcast_to(np.log(np.array([[[0.5, 0.5, 1e-300]], [[1e-300, 1.0, 1e-300]]])), (2, 3, 3)).copy()
+    say[..., 2] = -np.inf  # off the legal actions, as the population's masked softmax gives
+    log_reach = np.log(np.array([[1.0, 1.0], [0.9, 0.1], [1.0, 0.2]]))
+    observation = {"board": np.eye(3, dtype=np.float32), "turn": np.arange(3, dtype=np.int32)[:, None]}
+    legal = {"move": np.ones((3, 2), bool), "say": np.tile([True, True, False], (3, 1))}
+    samples = MoveSamples(10, np.random.default_rng(0))
+    samples.add(observation, legal, {"move": move, "say": say}, log_reach, np.array([0, 0, 1]))
+    path = str(tmp_path / "population_samples.npz")
+    samples.save(path)
+    behaviour = load(path).behaviour([[0.5, 0.5], [0.0, 1.0]])
+    np.testing.assert_allclose(behaviour.probs["move"], [[0.5, 0.5], [0.24, 0.76], [0.3, 0.7]], rtol=1e-5)
+    np.testing.assert_allclose(behaviour.probs["say"], [[0.25, 0.75, 0], [0.45, 0.55, 0], [0, 1, 0]], atol=1e-6)
+    assert behaviour.observation["turn"].dtype == np.int32 and behaviour.observation["turn"][:, 0].tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(behaviour.legal["say"], legal["say"])
+
+
 def test_illegal_actions_get_no_probability_and_a_reach_of_zero_no_weight(tmp_path):
     # member A reached the row with probability 0 (the population's floor, log -1e9): the row is B's alone
     observation, legal, log_pi, log_reach, seat = _rows(0, 1)

@@ -16,6 +16,10 @@ supervised learning on recorded play.
     samples = Samples(observation, legal, probs)          # [N, ...], [N, A] bool, [N, A] (each row sums to 1)
     fitted = fit(network, params, samples, steps=4000)   # Fitted: params, held-out cross-entropy and entropy
 
+A network of named tensors and heads (protocol v2) is fitted the same way, head by head: its observation is
+{tensor: [N, ...]}, its legal and probs {head: [N, A]}, each head's target the mixture's marginal of that head
+(the heads of one network act independently, so the loss is the sum of the heads' cross-entropies).
+
 `fit` starts from `params` (the run's param average, whose play is close), holds out one sample in ten, and
 reports on them the mean cross-entropy and the targets' own entropy: with exact targets their difference is the
 mean KL from the mixture's policy to the fitted network's, 0 for a perfect fit.
@@ -32,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seedleague.rl.networks import Network
 
 HELD_OUT = 10  # one sample in this many is scored by `fit` and never trained on
 LEARNING_RATE = 1e-3  # Adam's, cosine-annealed to 0 over `steps`
@@ -42,22 +45,32 @@ BATCH = 512
 @dataclasses.dataclass(frozen=True)
 class Samples:
     """States the mixture played and the policy it played there: observation [N, ...], legal [N, A] bool, probs
-    [N, A] (0 off the legal actions, each row summing to 1)."""
+    [N, A] (0 off the legal actions, each row summing to 1); for a network of named tensors and heads the
+    observation is {tensor: [N, ...]} and legal and probs are {head: [N, A]}, a head's probs its marginal."""
 
-    observation: np.ndarray
-    legal: np.ndarray
-    probs: np.ndarray
+    observation: Any
+    legal: Any
+    probs: Any
 
     def __post_init__(self):
-        count = len(self.observation)
-        if len(self.legal) != count or len(self.probs) != count or self.legal.shape != self.probs.shape:
-            raise ValueError(f"samples need one legal mask and one policy per observation, got observation "
-                             f"{self.observation.shape}, legal {self.legal.shape}, probs {self.probs.shape}")
-        if count and (self.probs[~self.legal.astype(bool)] > 1e-6).any():
+        count = len(self)
+        legal, probs = _heads(self.legal), _heads(self.probs)
+        shapes = lambda tree: {name: np.shape(x) for name, x in tree.items()}
+        lengths = {len(x) for x in jax.tree.leaves(self.observation)}
+        if lengths != {count} or shapes(legal) != shapes(probs) or any(len(x) != count for x in legal.values()):
+            raise ValueError(f"samples need one legal mask and one policy per observation and head, got "
+                             f"observation {jax.tree.map(np.shape, self.observation)}, legal {shapes(legal)}, "
+                             f"probs {shapes(probs)}")
+        if count and any((probs[h][~legal[h].astype(bool)] > 1e-6).any() for h in probs):
             raise ValueError("the recorded policies put probability on illegal actions: record the masked policy")
 
     def __len__(self) -> int:
-        return len(self.observation)
+        return len(jax.tree.leaves(self.observation)[0])
+
+
+def _heads(tree: Any) -> dict:
+    """{head: x} of a named network's per-head dict; {None: x} for a flat network's one array."""
+    return tree if isinstance(tree, dict) else {None: tree}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,16 +81,30 @@ class Fitted:
     samples: int  # trained on
 
 
-def _cross_entropy(network: Network, params, observation, legal, probs):
-    first = jnp.ones((observation.shape[0], 1), bool)
+def _logits(network: Any, params: Any, observation: Any) -> dict:
+    """{head: logits [B, A]} of a batch of single states ({None: ...} for a flat network)."""
+    leading = jax.tree.leaves(observation)[0].shape[0]
+    first = jnp.ones((leading, 1), bool)
+    if isinstance(observation, dict):
+        outputs, _, _ = network.apply(params, {k: x[:, None] for k, x in observation.items()}, first, ())
+        return {head: x[:, 0] for head, x in outputs.items()}
     logits, _, _ = network.apply(params, observation[:, None], first, ())
-    log_probs = jax.nn.log_softmax(jnp.where(legal, logits[:, 0], -1e9), axis=-1)
-    return -(probs * jnp.where(legal, log_probs, 0.0)).sum(-1).mean()
+    return {None: logits[:, 0]}
 
 
-def fit(network: Network, params: Any, samples: Samples, steps: int = 4000, seed: int = 0) -> Fitted:
-    """`network`'s params fitted to `samples` by Adam on the cross-entropy, from `params` (see the module
-    docstring); ValueError with fewer than 20 samples (no held-out score to trust)."""
+def _cross_entropy(network: Any, params, observation, legal, probs):
+    """The batch's mean cross-entropy to the targets, summed over the heads (which act independently)."""
+    logits, legal = _logits(network, params, observation), _heads(legal)
+    total = 0.0
+    for head, target in _heads(probs).items():
+        log_probs = jax.nn.log_softmax(jnp.where(legal[head], logits[head], -1e9), axis=-1)
+        total = total + -(target * jnp.where(legal[head], log_probs, 0.0)).sum(-1).mean()
+    return total
+
+
+def fit(network: Any, params: Any, samples: Samples, steps: int = 4000, seed: int = 0) -> Fitted:
+    """`network`'s params (a flat Network or a NamedNetwork) fitted to `samples` by Adam on the cross-entropy, from
+    `params` (see the module docstring); ValueError with fewer than 20 samples (no held-out score to trust)."""
     if len(samples) < 20:
         raise ValueError(f"distilling a mixture needs at least 20 recorded states, got {len(samples)}: play more "
                          "games of the mixture")
@@ -98,12 +125,14 @@ def fit(network: Network, params: Any, samples: Samples, steps: int = 4000, seed
 
     params = jax.tree.map(jnp.asarray, params)
     state = optimizer.init(params)
-    observation, legal = samples.observation, samples.legal.astype(bool)
-    probs = samples.probs.astype(np.float32)
+    rows = lambda tree, index: jax.tree.map(lambda x: x[index], tree)
+    observation = samples.observation
+    legal = jax.tree.map(lambda x: x.astype(bool), samples.legal)
+    probs = jax.tree.map(lambda x: x.astype(np.float32), samples.probs)
     for _ in range(steps):
         batch = train[rng.integers(0, len(train), BATCH)]
-        params, state, _ = step(params, state, observation[batch], legal[batch], probs[batch])
-    cross_entropy = float(loss(params, observation[held], legal[held], probs[held]))
-    held_probs = probs[held]
-    entropy = float(-(held_probs * np.log(np.where(held_probs > 0, held_probs, 1.0))).sum(-1).mean())
+        params, state, _ = step(params, state, rows(observation, batch), rows(legal, batch), rows(probs, batch))
+    cross_entropy = float(loss(params, rows(observation, held), rows(legal, held), rows(probs, held)))
+    entropy = sum(float(-(p * np.log(np.where(p > 0, p, 1.0))).sum(-1).mean())
+                  for p in _heads(rows(probs, held)).values())
     return Fitted(params, cross_entropy, entropy, len(train))

@@ -40,7 +40,7 @@ CHOOSABLE = tuple(source for source in SOURCES if source != "selected")  # what 
 # it was measured: name either to include it).
 CHOICE_DEFAULT = ("param_average", "average_policy", "population_nash", "distilled")
 # What `seedleague train` chooses between at the end of its time budget, in this order: the population's Nash mixture
-# distilled into one network (population_nash itself where it cannot be: a named network's run) and the param
+# distilled into one network (population_nash itself where it cannot be fitted: too few recorded moves) and the param
 # average. The mixture is not measured beside its distilled network: inside the same share a third response left
 # its evaluation games three quarters of the time, and the Nash of fewer games came out worse in 3 of 3 Kuhn runs
 # (benchmarks/README.md, "Distilled: the Nash mixture as one network"). population_psro (one PSRO step with the

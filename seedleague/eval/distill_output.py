@@ -18,7 +18,6 @@ import os
 from seedleague import output
 from seedleague.artifacts import distill
 from seedleague.artifacts.output_config import DISTILLED_DIR
-from seedleague.artifacts.policy import Policy
 from seedleague.checkpoint import Checkpointer
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.eval import sampled_metagame
@@ -30,15 +29,12 @@ FIT_STEPS = 4000  # Adam steps of distill.BATCH samples: about 20 epochs of a 10
 
 def distil(run_dir: str, samples_path: str, seed: int = 0) -> str:
     """Fit and save the distilled network (see the module docstring); returns its directory. ValueError where the
-    run's network is not a flat feed-forward one, the samples are too few or do not score the mixture's networks."""
+    samples are too few or do not score the mixture's networks."""
     nash = sampled_metagame.read(run_dir, MIXTURE)
     samples = population_samples.load(samples_path).behaviour(nash.seat_weights)
     player = output.recorded(run_dir).player
     mixture = output.resolve(run_dir, output.OutputConfig(MIXTURE, player))
-    start = output.resolve(run_dir, output.OutputConfig("param_average", player)).load(seed)
-    if not isinstance(start, Policy):
-        raise ValueError(f"{run_dir}'s network takes named observations or actions (protocol v2): distilling its "
-                         "mixture into one network is built for the flat network only")
+    start = output.resolve(run_dir, output.OutputConfig("param_average", player)).load(seed)  # flat or named
     fitted = distill.fit(start.network, start.params, samples, steps=FIT_STEPS, seed=seed)
     directory = os.path.join(run_dir, DISTILLED_DIR)
     meta = {key: value for key, value in start.meta.items() if key != "average"}

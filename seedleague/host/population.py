@@ -16,8 +16,7 @@ every pair of members by importance weighting.
     games.summary()                                 # summary.json's "population": the Nash mixture and its bound
 
 With `samples` (a MoveSamples) it also keeps a uniform sample of the games' moves, each with every member's policy
-and reach there (flat networks; seedleague.host.population_samples), from which the Nash mixture is distilled into
-one network.
+and reach there (seedleague.host.population_samples), from which the Nash mixture is distilled into one network.
 
 With `mixed` < K the last networks are learned best responses (`HostConfig.population_responses`): they play
 like the others, and the summary's mixture mixes the members alone against all of them (one step of PSRO).
@@ -87,7 +86,7 @@ class PopulationGames:
         self._lock = threading.Lock()
         self._index = {key: i for i, key in enumerate(self.keys)}
         self._rng = rng  # draws each row's action from its member's policy
-        self.samples = samples  # a uniform sample of the games' moves (flat networks), for the distilled output
+        self.samples = samples  # a uniform sample of the games' moves, for the distilled output
 
     def _reach_of(self, session) -> np.ndarray:
         if session.id not in self._log_reach:
@@ -133,7 +132,8 @@ class PopulationGames:
             log_probs += np.maximum(np.take_along_axis(log_pi, chosen[None, :, None], axis=-1)[..., 0], LOG_FLOOR)
             actions[head][rows] = chosen
             logits[head][rows] = raw[own, np.arange(rows.size)]
-        keep = self.samples is not None and not named and rows.size > 0
+        flat = lambda tree: tree if named else tree[None]  # a flat network's one head is None
+        keep = self.samples is not None and rows.size > 0
         done, before, seats = 0, [], []
         for step in agents:  # the acting rows of each step, in batch order
             mine = np.flatnonzero(np.asarray(step.acting, bool))
@@ -143,10 +143,13 @@ class PopulationGames:
                 seats.append(mine % 2)
             reach[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
-        if keep:
-            self.samples.add(take_rows(observation, rows), take_rows(legal, rows), heads[None][0],
-                             np.concatenate(before), np.concatenate(seats))
-        flat = lambda tree: tree if named else tree[None]
+        if keep:  # every head's mask at the acting rows (a named head without one: every action legal)
+            masks = legal if named else {None: legal}
+            log_pi = {head: log_pi for head, (log_pi, _) in heads.items()}
+            legal_rows = {head: np.asarray(masks[head])[rows] if head in masks else np.ones(x.shape[1:], bool)
+                          for head, x in log_pi.items()}
+            self.samples.add(take_rows(observation, rows), flat(legal_rows), flat(log_pi), np.concatenate(before),
+                             np.concatenate(seats))
         return Actions(flat(actions), flat(logits), (), policy.version)
 
     def _pass(self, observation: Any, legal: Any, policy: Any) -> tuple[bool, dict]:

@@ -14,12 +14,17 @@ for weights w decided later (the meta-game's Nash, one mix per seat). `add` keep
     samples.add(observation, legal, log_pi, log_reach, seat)   # [n, ...], [n, A], [K, n, A], [n, K], [n]
     samples.save(path)
     load(path).behaviour([[0.0, 0.7, 0.3], [0.5, 0.5, 0.0]])   # distill.Samples: the mixture's policy at each row
+
+A network of named tensors and heads (protocol v2) gives its observation as {tensor: [n, ...]} and its legal masks
+and log-policies as {head: ...}: every head's policy at a row is mixed by the same weights w_k rho_k(s), which gives
+each head's marginal of the mixture's joint action (the heads of one network act independently given the state).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import numpy as np
 
@@ -46,19 +51,20 @@ class MoveSamples:
     def __len__(self) -> int:
         return min(self.seen, self.capacity)
 
-    def add(self, observation: np.ndarray, legal: np.ndarray, log_pi: np.ndarray, log_reach: np.ndarray,
-            seat: np.ndarray) -> None:
+    def add(self, observation: Any, legal: Any, log_pi: Any, log_reach: np.ndarray, seat: np.ndarray) -> None:
         """n acting rows: observation [n, ...], legal [n, A], every member's log-policy [K, n, A] (-inf off the
-        legal actions), every member's log reach of the row before its move [n, K], the row's seat [n]."""
-        observation, log_pi = np.asarray(observation), np.asarray(log_pi)
-        count = len(observation)
+        legal actions), every member's log reach of the row before its move [n, K], the row's seat [n]; a named
+        network's observation is a dict of tensors and its legal masks and log-policies dicts of heads."""
+        per_member = {f"log_pi{suffix}": x for suffix, x in _columns(log_pi).items()}
+        per_row = {**{f"observation{suffix}": x for suffix, x in _columns(observation).items()},
+                   **{f"legal{suffix}": x for suffix, x in _columns(legal).items()},
+                   "log_reach": np.asarray(log_reach), "seat": np.asarray(seat)}
+        count = len(per_row["seat"])
         if not count:
             return
         if not self._columns:  # the first rows set the row's size, and with it the memory's cap
-            members, actions = log_pi.shape[0], log_pi.shape[2]
-            shapes = dict(observation=(observation.shape[1:], observation.dtype), legal=((actions,), bool),
-                          log_pi=((members, actions), np.float32), log_reach=((members,), np.float32),
-                          seat=((), np.int8))
+            shapes = {name: (x.shape[1:], _DTYPES.get(name.split(":")[0], x.dtype)) for name, x in per_row.items()}
+            shapes.update({name: ((x.shape[0],) + x.shape[2:], np.float32) for name, x in per_member.items()})
             row_bytes = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in shapes.values())
             self.capacity = max(1, min(self.capacity, self.max_bytes // row_bytes))
             self._columns = {name: np.zeros((self.capacity,) + shape, dtype) for name, (shape, dtype) in shapes.items()}
@@ -68,9 +74,8 @@ class MoveSamples:
         index = self.seen + np.arange(count)
         slots = np.where(index < self.capacity, index, self._rng.integers(0, index + 1))
         kept = np.flatnonzero(slots < self.capacity)
-        rows = dict(observation=observation[kept], legal=np.asarray(legal, bool)[kept],
-                    log_pi=np.moveaxis(log_pi[:, kept], 0, 1), log_reach=np.asarray(log_reach)[kept],
-                    seat=np.asarray(seat)[kept])
+        rows = {name: np.asarray(x)[kept] for name, x in per_row.items()}
+        rows.update({name: np.moveaxis(np.asarray(x)[:, kept], 0, 1) for name, x in per_member.items()})
         for name, x in rows.items():
             self._columns[name][slots[kept]] = x  # cast to the column's dtype on assignment
         self.seen += count
@@ -92,23 +97,24 @@ class MoveSamples:
 
 @dataclasses.dataclass(frozen=True)
 class RecordedMoves:
-    """What `MoveSamples.save` wrote: the rows, each member's policy and reach there, and the row's seat."""
+    """What `MoveSamples.save` wrote: the rows, each member's policy and reach there, and the row's seat (a named
+    network's observation a dict of tensors, its legal masks and log-policies dicts of heads)."""
 
-    observation: np.ndarray  # [N, ...]
-    legal: np.ndarray  # [N, A] bool
-    log_pi: np.ndarray  # [N, K, A]
+    observation: Any  # [N, ...], or {tensor: [N, ...]}
+    legal: Any  # [N, A] bool, or {head: [N, A]}
+    log_pi: Any  # [N, K, A], or {head: [N, K, A]}
     log_reach: np.ndarray  # [N, K]
     seat: np.ndarray  # [N]
 
     def __len__(self) -> int:
-        return len(self.observation)
+        return len(self.seat)
 
     def behaviour(self, seat_weights) -> Samples:
         """The rows with the policy of the mixture that plays member k with weight seat_weights[seat][k] for a
         whole game ([seats, K], each row summing to 1), as distill.Samples; ValueError where the weights do not
         fit the members."""
         weights = np.asarray(seat_weights, np.float64)
-        members = self.log_pi.shape[1]
+        members = self.log_reach.shape[1]
         if weights.ndim != 2 or weights.shape[1] != members or (self.seat >= len(weights)).any():
             seats = sorted(set(self.seat.tolist()))
             raise ValueError(f"the recorded moves score {members} members in seats {seats}, and the mixture's "
@@ -116,11 +122,37 @@ class RecordedMoves:
         log_w = np.log(np.where(weights > 0, weights, 1.0)) + np.where(weights > 0, 0.0, -np.inf)
         log_joint = log_w[self.seat] + self.log_reach  # [N, K]: log(w_k rho_k(s)), up to the row's common factor
         joint = np.exp(log_joint - log_joint.max(axis=1, keepdims=True))
-        probs = np.einsum("nk,nka->na", joint, np.exp(self.log_pi.astype(np.float64)))
-        probs = np.where(self.legal, probs, 0.0)
-        return Samples(self.observation, self.legal, (probs / probs.sum(axis=1, keepdims=True)).astype(np.float32))
+
+        def mixed(log_pi: np.ndarray, legal: np.ndarray) -> np.ndarray:
+            probs = np.where(legal, np.einsum("nk,nka->na", joint, np.exp(log_pi.astype(np.float64))), 0.0)
+            return (probs / probs.sum(axis=1, keepdims=True)).astype(np.float32)
+
+        if isinstance(self.log_pi, dict):
+            probs = {head: mixed(log_pi, self.legal[head]) for head, log_pi in self.log_pi.items()}
+        else:
+            probs = mixed(self.log_pi, self.legal)
+        return Samples(self.observation, self.legal, probs)
+
+
+_DTYPES = {"legal": bool, "log_reach": np.float32, "seat": np.int8}  # the stored columns' types, by field
+
+
+def _columns(tree: Any) -> dict[str, np.ndarray]:
+    """{"": array} for an array, {":<name>": array} for each entry of a dict: the suffixes of a field's columns."""
+    if isinstance(tree, dict):
+        return {f":{name}": np.asarray(x) for name, x in tree.items()}
+    return {"": np.asarray(tree)}
+
+
+def _field(data, field: str) -> Any:
+    """A stored field: its one column, or the dict of its named columns."""
+    if field in data:
+        return data[field]
+    prefix = field + ":"
+    return {name[len(prefix):]: data[name] for name in data if name.startswith(prefix)}
 
 
 def load(path: str) -> RecordedMoves:
     with np.load(path) as data:
-        return RecordedMoves(data["observation"], data["legal"], data["log_pi"], data["log_reach"], data["seat"])
+        files = {name: data[name] for name in data.files}
+    return RecordedMoves(*(_field(files, field) for field in ("observation", "legal", "log_pi", "log_reach", "seat")))
