@@ -296,6 +296,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     else:
         _check_game(args.env)
         preset, multiplayer, name = presets.preset_for(args.env), presets.is_multiplayer(args.env), args.env
+        spec = None  # what the built-in worker will declare: games.spec_of, asked only where it matters
         run_dir = args.run_dir or _default_run_dir(args.env)
     problem = checkpoint_config.path_problem(run_dir)
     if problem:
@@ -319,7 +320,7 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     )
     league = _league_spec(args, preset, argv or [], multiplayer, name)
     chosen_output = _output_config(args, preset, host, league, name)
-    choose_s = _choice_seconds(args, budget, league, chosen_output, host) if with_workers else 0.0
+    choose_s = _choice_seconds(args, budget, league, chosen_output, host, spec) if with_workers else 0.0
     budget = dataclasses.replace(budget, max_seconds=budget.max_seconds - choose_s)  # training's share
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
@@ -333,9 +334,10 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
 
 
 def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: output_config.OutputConfig,
-                    host: HostConfig) -> float:
+                    host: HostConfig, spec: Optional[NamedEnvSpec]) -> float:
     """Seconds of the budget that choosing the output takes after training (--choose-share): the default share where
-    the choice applies, 0 where it does not, ValueError where --choose-share asks for it there."""
+    the choice applies, 0 where it does not, ValueError where --choose-share asks for it there. `spec`: the first
+    worker's, or None for a built-in game's (asked of games.spec_of once the rest allows the choice)."""
     share = output_config.CHOICE_SHARE if args.choose_share is None else args.choose_share
     if not 0.0 <= share < 1.0:
         raise ValueError(f"--choose-share must be in [0, 1), got {share:g}: the share of --max-seconds spent choosing "
@@ -352,6 +354,8 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
         why_not = "its share is of a budget in seconds alone (no --max-steps, --max-learner-steps or --target-return)"
     elif host.network.lstm_size:
         why_not = "the population's evaluation games score feed-forward networks, and this one is recurrent"
+    elif _has_continuous_head(spec, args.env):
+        why_not = "the population's evaluation games score discrete actions, and this game has a continuous head"
     if why_not is None:
         return share * budget.max_seconds
     if args.choose_share:
@@ -378,7 +382,22 @@ def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
         argv += ["--workers", str(args.workers)]
     parser = argparse.ArgumentParser(prog="seedleague exploit")
     exploit_args.add_arguments(parser)
-    exploit_args.run(parser.parse_args(argv))
+    try:
+        exploit_args.run(parser.parse_args(argv))
+    except ValueError as error:  # the trained run stands: its end is still evaluated, its output is the one recorded
+        print(f"seedleague train: the output choice stopped: {error}; the output stays "
+              f"{output_config.recorded(config.run_dir).source}", file=sys.stderr, flush=True)
+
+
+def _has_continuous_head(spec: Optional[NamedEnvSpec], env_id: Optional[str]) -> bool:
+    """Whether the game's action has a continuous head: `spec`'s, else the built-in worker's for `env_id` where that
+    is known without starting it."""
+    if spec is None and env_id:
+        try:
+            spec = games.spec_of(env_id)
+        except games.UnsupportedGame:
+            return False  # the worker refuses the name itself, with its own message
+    return spec is not None and presets.has_continuous_actions(spec)
 
 
 def _default_run_dir(name: str) -> str:

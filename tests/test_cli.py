@@ -1,5 +1,6 @@
 """seedleague.cli: what the command line hands on."""
 
+import argparse
 import subprocess
 import sys
 
@@ -124,3 +125,22 @@ def test_train_help_still_shows_the_defaults_of_the_preset_that_applies(capsys):
         shown = text.split("--learner.epochs INT ", 1)[1].split("(default: ", 1)[1].split(")", 1)[0]
         assert shown == str(preset.host.learner.epochs), (argv, shown)
     assert presets.preset_for("CartPole-v1").host.learner.epochs != LearnerConfig().epochs  # else this shows nothing
+
+
+def test_a_choice_that_stops_after_training_says_why_and_keeps_the_recorded_output(tmp_path, monkeypatch, capsys):
+    # the choice runs after the budget's training: a refusal there leaves the run's output as it was recorded (the
+    # evaluation that follows reads it) and reaches the console, instead of failing the finished run
+    from seedleague.artifacts import output_config
+    from seedleague.eval import exploit_args
+    from seedleague.launch.run_config import RunConfig
+
+    def refuse(args):
+        raise ValueError("the sampled meta-game cannot estimate it")
+
+    monkeypatch.setattr(exploit_args, "run", refuse)
+    run_dir = str(tmp_path / "run")
+    output_config.record(run_dir, output_config.OutputConfig("param_average"))
+    config = RunConfig(run_dir=run_dir, choose_output_s=30.0)
+    cli._choose_output(config, argparse.Namespace(worker_cmd=None, workers=None))
+    assert ("seedleague train: the output choice stopped: the sampled meta-game cannot estimate it; the output stays "
+            "param_average") in capsys.readouterr().err

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -116,6 +117,23 @@ def test_choosing_the_output_takes_its_share_of_a_league_runs_budget_in_seconds_
         assert (config.choose_output_s, config.budget.max_seconds) == (0.0, 600.0), flags
     assert _run_config("openspiel:kuhn_poker", "--max-seconds", "0").choose_output_s == 0.0  # no time budget
     assert _run_config("CartPole-v1").choose_output_s == 0.0  # no league: nothing to choose among
+
+
+def test_a_two_seat_game_with_a_continuous_head_is_not_given_a_choice_its_evaluation_games_cannot_score(tmp_path):
+    # the real worker is started to read its spec, as `seedleague train --worker-cmd` does
+    def config(game_flags="", *flags):
+        parser = argparse.ArgumentParser()
+        cli._add_run_flags(parser, with_workers=True)
+        command = f"{sys.executable} -m envs.shootout_worker --address {{address}} --seed {{seed}} {game_flags}"
+        return cli._run_config(parser.parse_args(["--worker-cmd", command, "--run-dir", str(tmp_path / "run"),
+                                                  "--max-seconds", "100", *flags]), with_workers=True)
+
+    assert config().choose_output_s == 0.0  # a discrete lane and a continuous aim: the whole budget trains
+    with pytest.raises(ValueError, match="does not apply to this run: the population's evaluation games score "
+                                         "discrete actions, and this game has a continuous head"):
+        config("", "--choose-share", "0.3")
+    # every head discrete: the choice takes its share, and ends with one named network (`distilled`)
+    assert config("--aim-levels 5").choose_output_s == pytest.approx(output_config.CHOICE_SHARE * 100.0)
 
 
 @pytest.mark.parametrize("flags, message", [
