@@ -79,14 +79,16 @@ def test_exploitability_without_env_steps_or_wall_clock_still_plots(tmp_path):
 
 def test_every_exploitability_an_entry_carries_gets_a_curve_and_a_summary(tmp_path):
     results = {"exploitability": 0.5, "param_average_exploitability": 0.12, "average_exploitability": 0.13,
-               "nash_mixture_exploitability": 0.2}
+               "nash_mixture_exploitability": 0.2, "output_exploitability": 0.004}
     history = [dict(time=1.0, step=1, env_steps=10, wall_s=1.0, results=results)]
     series = report_module._exploitability_points(history)
     assert {name: [p["value"] for p in points] for name, points in series.items()} == {
-        "policy": [0.5], "param average": [0.12], "average policy": [0.13], "league Nash mixture": [0.2]}
+        "policy": [0.5], "param average": [0.12], "average policy": [0.13], "league Nash mixture": [0.2],
+        "the run's output": [0.004]}
     paths = write_report(str(tmp_path), [], PayoffMatrix([], [], []), {}, history)
     text = open(paths[-1]).read()
     assert "param average exploitability 0.12" in text and "league Nash mixture exploitability 0.2" in text
+    assert "the run's output exploitability 0.004" in text  # what load_trained gives, at the run's end
 
 
 def test_a_large_payoff_matrix_renders_without_annotations(tmp_path):

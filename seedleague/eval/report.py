@@ -118,9 +118,11 @@ def ratings_plot(elo_history: dict[str, list[tuple[int, float]]], path: str) -> 
 
 
 # The exploitabilities an eval entry may carry: (series name, results field).
+# The run's output (what load_trained and serve give: a distilled network, a mixture, ...) is a point at the run's end,
+# beside the curve of the networks it came from.
 EXPLOITABILITIES = (("policy", "exploitability"), ("param average", "param_average_exploitability"),
                     ("average policy", "average_exploitability"), ("league Nash mixture", "nash_mixture_exploitability"),
-                    ("mixture", "mixture_exploitability"))
+                    ("mixture", "mixture_exploitability"), ("the run's output", "output_exploitability"))
 
 
 def _exploitability_points(eval_history: Sequence[dict]) -> dict[str, list[dict]]:
