@@ -121,7 +121,7 @@ class PopulationGames:
         named, heads = self._pass(take_rows(observation, probe), take_rows(legal, probe), policy)
         own = np.array([self._index[key] for key in members[rows]], np.int64)
         actions, logits, log_probs = {}, {}, np.zeros((self.table.size, rows.size))
-        for head, (log_pi, raw) in heads.items():  # log_pi [K, n, A]: every member's policy at each acting row
+        for head, (log_pi, raw, _) in heads.items():  # log_pi [K, n, A]: every member's policy at each acting row
             actions[head] = np.zeros(count, np.int32)
             logits[head] = np.zeros((count, raw.shape[-1]), np.float32)
             if not rows.size:
@@ -143,19 +143,16 @@ class PopulationGames:
                 seats.append(mine % 2)
             reach[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
-        if keep:  # every head's mask at the acting rows (a named head without one: every action legal)
-            masks = legal if named else {None: legal}
-            log_pi = {head: log_pi for head, (log_pi, _) in heads.items()}
-            legal_rows = {head: np.asarray(masks[head])[rows] if head in masks else np.ones(x.shape[1:], bool)
-                          for head, x in log_pi.items()}
-            self.samples.add(take_rows(observation, rows), flat(legal_rows), flat(log_pi), np.concatenate(before),
+        if keep:
+            self.samples.add(take_rows(observation, rows), flat({head: mask for head, (_, _, mask) in heads.items()}),
+                             flat({head: log_pi for head, (log_pi, _, _) in heads.items()}), np.concatenate(before),
                              np.concatenate(seats))
         return Actions(flat(actions), flat(logits), (), policy.version)
 
     def _pass(self, observation: Any, legal: Any, policy: Any) -> tuple[bool, dict]:
         """(whether the network is named, {head: (log-probabilities [K, n, A] over the legal actions, logits
-        [K, n, A])}) of every member at each row (a flat model's one head is None); the stacked pass runs once per
-        distinct row."""
+        [K, n, A], the legal mask [n, A])}) of every member at each row (a flat model's one head is None); the
+        stacked pass runs once per distinct row."""
         distinct, inverse = distinct_rows(observation, legal)
         observation, legal = take_rows(observation, distinct), take_rows(legal, distinct)
         size = self._bucket(distinct.size)
@@ -171,7 +168,7 @@ class PopulationGames:
             logits = np.asarray(logits)[:, :distinct.size]  # [K, U, A] over the distinct rows
             mask = legal.get(head, np.ones(logits.shape[1:], bool))
             # each row's: softmax once per distinct row, then spread to the rows [K, n, A]
-            heads[head] = (legal_log_softmax(logits, mask)[:, inverse], logits[:, inverse])
+            heads[head] = (legal_log_softmax(logits, mask)[:, inverse], logits[:, inverse], mask[inverse])
         return named, heads
 
     def summary(self) -> dict:
