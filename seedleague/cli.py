@@ -345,8 +345,8 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
     why_not = None
     if league is None or host.league.address:
         why_not = "it chooses among a league's snapshots, in a league this run starts itself"
-    elif len(league.players) > 1:
-        why_not = "it chooses one player's output, and this run trains several (--players, --pbt)"
+    elif len(league.players) - max(args.pbt - 1, 0) > 1:  # a PBT population's output is its best member's, chosen
+        why_not = "it chooses one player's output, and this run trains several (--players)"
     elif chosen.source != "param_average":
         why_not = (f"it chooses between the param average and the population's Nash distilled into one network, and "
                    f"--output is {chosen.source}")

@@ -60,13 +60,30 @@ def resolve(run_dir: str, config: Optional[OutputConfig] = None) -> Output:
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"no such run directory: {run_dir!r}")
     config = config or recorded(run_dir)
-    best = pbt_output(run_dir, config.player) if config.source != "selected" else None
-    if best is None or best[0] == config.player:
-        note = f"population-based training: {best[0]} is the best member ({best[1]})" if best else ""
-        return _resolve(run_dir, config, note)
-    member = os.path.join(run_dir, "players", best[0])  # its host's run (seedleague.launch.league)
-    return _resolve(run_dir if config.source in MIXTURES else member, dataclasses.replace(config, player=best[0]),
-                    f"population-based training: the output is member {best[0]}'s, the best ({best[1]})")
+    if config.source == "selected":  # chosen on the game tree among the run's own player's networks
+        return _resolve(run_dir, config, "")
+    member, home, note = output_member(run_dir, config.player)
+    return _resolve(run_dir if config.source in MIXTURES else home, dataclasses.replace(config, player=member), note)
+
+
+def output_member(run_dir: str, player: str) -> tuple[str, str, str]:
+    """(the player whose networks stand for `player`'s output, the run directory of its host, why): `player` and
+    `run_dir` themselves, or in a population-based training run the best member (docs/pbt.md) and its host's
+    directory, with the league's evidence for it."""
+    best = pbt_output(run_dir, player)
+    if best is None:
+        return player, run_dir, ""
+    if best[0] == player:
+        return player, run_dir, f"population-based training: {player} is the best member ({best[1]})"
+    return (best[0], _home(run_dir, best[0]),
+            f"population-based training: the output is member {best[0]}'s, the best ({best[1]})")
+
+
+def _home(run_dir: str, player: str) -> str:
+    """The run directory of `player`'s host, where its checkpoints and param average are: `run_dir` for the run's
+    own player, `RUN/players/NAME` for another player the run started (seedleague.launch.league's layout)."""
+    other = os.path.join(run_dir, "players", player)
+    return other if player != recorded(run_dir).player and os.path.isdir(other) else run_dir
 
 
 def _resolve(run_dir: str, config: OutputConfig, note: str) -> Output:
@@ -157,12 +174,10 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
     keys = keys[-max(1, round(len(keys) * fraction)):]
     player_dir = _player_dir(run_dir, player)
     members = [Member(key, 1.0 / len(keys), player_dir, parse_key(key)[1]) for key in keys]
-    directory = os.path.join(run_dir, "checkpoints")
-    if param_average and os.path.isdir(directory):
-        steps = checkpoint_steps(directory)
-        if steps and param_average_count(run_dir, steps[-1]) > 0:
-            members = [dataclasses.replace(m, weight=0.5 / len(keys)) for m in members]
-            members.append(Member(f"param_average:{steps[-1]:06d}", 0.5, run_dir, steps[-1], average=True))
+    average = _param_average(_home(run_dir, player)) if param_average else None
+    if average is not None:
+        members = [dataclasses.replace(m, weight=0.5 / len(keys)) for m in members]
+        members.append(dataclasses.replace(average, weight=0.5))
     return Output("average_policy", tuple(members))
 
 
@@ -175,16 +190,25 @@ def population(run_dir: str, player: str, size: int, responses: Sequence[str] = 
     names = [os.path.basename(os.path.normpath(path)) for path in responses]
     if len(set(names)) < len(names):
         raise ValueError(f"best responses are keyed by their run directories' names, and {list(responses)} repeat one")
+    player, home, _ = output_member(run_dir, player)
     keys = _snapshot_keys(run_dir, player, "population_nash")[-size:]
     player_dir = _player_dir(run_dir, player)
     members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
-    directory = os.path.join(run_dir, "checkpoints")
-    steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
-    if steps and param_average_count(run_dir, steps[-1]) > 0:
-        members.append(Member(f"{PARAM_AVERAGE_KEY}{steps[-1]:06d}", 1.0, run_dir, steps[-1], average=True))
+    average = _param_average(home)
+    if average is not None:
+        members.append(average)
     for name, path in zip(names, responses):
         members.append(Member(f"{RESPONSE_KEY}{name}", 1.0, path, _newest_checkpoint(path, "a best response")))
     return Output("population", tuple(dataclasses.replace(m, weight=1.0 / len(members)) for m in members))
+
+
+def _param_average(run_dir: str) -> Optional[Member]:
+    """The param average of `run_dir`'s newest checkpoint as a member (weight 1), or None where it keeps none."""
+    directory = os.path.join(run_dir, "checkpoints")
+    steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
+    if not steps or param_average_count(run_dir, steps[-1]) == 0:
+        return None
+    return Member(f"{PARAM_AVERAGE_KEY}{steps[-1]:06d}", 1.0, run_dir, steps[-1], average=True)
 
 
 def _population_nash(run_dir: str, player: str, source: str = "population_nash") -> Output:
@@ -192,14 +216,14 @@ def _population_nash(run_dir: str, player: str, source: str = "population_nash")
     it: seedleague.eval.sampled_metagame), one mix per seat over the members either seat plays; `population_psro`'s
     likewise, solved against the learned responses too (which its mixes never include)."""
     nash = sampled_metagame.read(run_dir, source)
-    player_dir = _player_dir(run_dir, player)
+    player_dir, home = _player_dir(run_dir, player), _home(run_dir, player)
     members = []
     for key, w0, w1 in zip(nash.keys, *nash.seat_weights):
         if w0 <= 0 and w1 <= 0:
             continue
         average = key.startswith(PARAM_AVERAGE_KEY)
         step = int(key.partition(":")[2]) if average else parse_key(key)[1]
-        members.append(Member(key, (w0 + w1) / 2, run_dir if average else player_dir, step, average=average,
+        members.append(Member(key, (w0 + w1) / 2, home if average else player_dir, step, average=average,
                               seat_weights=(w0, w1)))
     responses = sum(key.startswith(RESPONSE_KEY) for key in nash.keys)
     against = f", mixed against {responses} learned best responses too" if responses else ""

@@ -26,6 +26,7 @@ from seedleague.league.types import MatchResult, Mode, PbtAnswer, Role, Snapshot
 from seedleague.metrics import Metrics
 from seedleague.output import OutputConfig, record
 from seedleague.rl.learner import Scales
+from seedleague.rl.learner_config import LearnerConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import SMALL_HOST, RawWorker, wait_for
 from tests.test_api import SMALL, save_checkpoint
@@ -315,6 +316,34 @@ def test_the_runs_output_is_the_best_members(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, trained.params),
                  jax.tree.map(np.asarray, best.params))
     assert output.resolve(str(run), OutputConfig("final", player="exploiter")).members[0].path == str(run)  # no member
+
+
+def test_the_output_choice_of_a_pbt_run_works_on_the_best_members_snapshots_and_param_average(tmp_path):
+    """What `seedleague exploit --choose` reads of a --pbt run: the population of its evaluation games, the average
+    policy and the distilled network's home are the best member's (main-1: its snapshots in the pool, its param
+    average in players/main-1), never main's param average beside main-1's snapshots."""
+    run = tmp_path / "run"
+    (run / "league").mkdir(parents=True)
+    league = _two_members(str(run / "league" / "league.sqlite"))
+    save_config(league.config, str(run / "league"))
+    league.report_results(_against_both("main-1", 80, 20) + _against_both("main", 30, 70))
+    league.close()
+    params = [save_checkpoint(run / "pool" / player, step=step, network=SMALL).params
+              for player, step in (("main", 2), ("main-1", 5), ("main-1", 8))][0]
+    averaging = LearnerConfig(average_from=1)
+    save_checkpoint(run / "checkpoints", step=4, network=SMALL, learner=averaging, average=(params, 2))
+    save_checkpoint(run / "players" / "main-1" / "checkpoints", step=9, network=SMALL, learner=averaging,
+                    average=(params, 5))
+    record(str(run), OutputConfig("param_average"))
+    member = str(run / "players" / "main-1")
+    assert output.output_member(str(run), "main")[:2] == ("main-1", member)
+    population = output.population(str(run), "main", 4)
+    assert [(m.key, m.path) for m in population.members] == [
+        ("main-1:000005", str(run / "pool" / "main-1")), ("main-1:000008", str(run / "pool" / "main-1")),
+        ("param_average:000009", member)]
+    average = output.resolve(str(run), OutputConfig("average_policy")).members
+    assert [m.key for m in average] == ["main-1:000008", "param_average:000009"] and average[-1].path == member
+    assert output.output_member(str(run), "exploiter") == ("exploiter", str(run), "")  # no member: the run's own
 
 
 def test_the_pbt_answer_crosses_the_wire():

@@ -111,6 +111,11 @@ def test_choosing_the_output_takes_its_share_of_a_league_runs_budget_in_seconds_
     assert config.budget.max_seconds == pytest.approx(600.0 - config.choose_output_s)
     config = _run_config("openspiel:kuhn_poker", "--choose-share", "0.25", "--max-seconds", "100")
     assert (config.choose_output_s, config.budget.max_seconds) == (25.0, 75.0)
+    # a PBT population is one player's: its output is the best member's, chosen among that member's networks
+    pbt = _run_config("openspiel:kuhn_poker", "--pbt", "3")
+    assert pbt.choose_output_s == pytest.approx(output_config.CHOICE_SHARE * 600.0)
+    assert _run_config("openspiel:kuhn_poker", "--pbt", "2", "--players", "main,exploiter:main_exploiter",
+                       "--max-seconds", "100").choose_output_s == 0.0
     for flags in (("--max-learner-steps", "20"), ("--max-steps", "1000"), ("--output", "final"),
                   ("--players", "main,exploiter:main_exploiter"), ("--choose-share", "0")):
         config = _run_config("openspiel:kuhn_poker", *flags)

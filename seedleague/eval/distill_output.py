@@ -5,8 +5,9 @@ sampled_metagame) record a uniform sample of their moves, each with every member
 (seedleague.host.population_samples). Once the meta-game's Nash mixture is known, that gives the mixture's own
 behaviour policy at every recorded state; `distil` fits the run's network to it (seedleague.artifacts.distill),
 starting from the run's param average, and saves it as checkpoint `<run_dir>/distilled/<step>` (the step of the
-mixture's newest member) in the learner's checkpoint format, so `seedleague.api.load_trained(run,
-source="distilled")`, `serve` and `export` read it as they read any network:
+mixture's newest member; a population-based training run's in its best member's directory) in the learner's
+checkpoint format, so `seedleague.api.load_trained(run, source="distilled")`, `serve` and `export` read it as they
+read any network:
 
     path = distil(run_dir, "<evaluation games>/population_samples.npz")   # -> "<run_dir>/distilled", or ValueError
 """
@@ -36,7 +37,7 @@ def distil(run_dir: str, samples_path: str, seed: int = 0) -> str:
     mixture = output.resolve(run_dir, output.OutputConfig(MIXTURE, player))
     start = output.resolve(run_dir, output.OutputConfig("param_average", player)).load(seed)  # flat or named
     fitted = distill.fit(start.network, start.params, samples, steps=FIT_STEPS, seed=seed)
-    directory = os.path.join(run_dir, DISTILLED_DIR)
+    directory = os.path.join(output.output_member(run_dir, player)[1], DISTILLED_DIR)  # a PBT run: its best member's
     meta = {key: value for key, value in start.meta.items() if key != "average"}
     meta["distilled"] = dict(mixture=[m.key for m in mixture.members], samples=fitted.samples, steps=FIT_STEPS,
                              held_out_cross_entropy=round(fitted.cross_entropy, 5),
