@@ -296,15 +296,22 @@ def test_a_round_stays_open_across_looks_and_a_restart_then_closes_at_its_cap(tm
     again.close()
 
 
-def test_the_runs_output_is_the_best_members(tmp_path):
-    """A --pbt run's layout (seedleague.launch.league): main's checkpoints in the run, main-1's in players/main-1, the
-    league's database and saved config in league/. main-1 leads the open round, so the output is its checkpoint."""
+def _pbt_run_where_main_1_leads(tmp_path):
+    """A --pbt run's directory with its league (database and saved config in league/) of members main and main-1,
+    main-1 leading the open round."""
     run = tmp_path / "run"
     (run / "league").mkdir(parents=True)
     league = _two_members(str(run / "league" / "league.sqlite"))
     save_config(league.config, str(run / "league"))
     league.report_results(_against_both("main-1", 80, 20) + _against_both("main", 30, 70))
     league.close()
+    return run
+
+
+def test_the_runs_output_is_the_best_members(tmp_path):
+    """A --pbt run's layout (seedleague.launch.league): main's checkpoints in the run, main-1's in players/main-1, the
+    league's database and saved config in league/. main-1 leads the open round, so the output is its checkpoint."""
+    run = _pbt_run_where_main_1_leads(tmp_path)
     save_checkpoint(run / "checkpoints", step=3, network=SMALL, seed=0)
     best = save_checkpoint(run / "players" / "main-1" / "checkpoints", step=7, network=SMALL, seed=1)
     record(str(run), OutputConfig("final"))
@@ -322,12 +329,7 @@ def test_the_output_choice_of_a_pbt_run_works_on_the_best_members_snapshots_and_
     """What `seedleague exploit --choose` reads of a --pbt run: the population of its evaluation games, the average
     policy and the distilled network's home are the best member's (main-1: its snapshots in the pool, its param
     average in players/main-1), never main's param average beside main-1's snapshots."""
-    run = tmp_path / "run"
-    (run / "league").mkdir(parents=True)
-    league = _two_members(str(run / "league" / "league.sqlite"))
-    save_config(league.config, str(run / "league"))
-    league.report_results(_against_both("main-1", 80, 20) + _against_both("main", 30, 70))
-    league.close()
+    run = _pbt_run_where_main_1_leads(tmp_path)
     params = [save_checkpoint(run / "pool" / player, step=step, network=SMALL).params
               for player, step in (("main", 2), ("main-1", 5), ("main-1", 8))][0]
     averaging = LearnerConfig(average_from=1)

@@ -252,9 +252,12 @@ class Host:
 
     def finished(self) -> Optional[str]:
         """Why this host's work is done before any budget, or None: a best response read out by update count
-        (HostConfig.exploit_read_out_updates) is done once its read-out has lasted exploit_read_out_length_s."""
+        (HostConfig.exploit_read_out_updates) is done once its read-out has lasted exploit_read_out_length_s and
+        holds an estimate (games of every team: on a loaded machine a short read-out can end with none, and then
+        it lasts on, up to the run's budget)."""
         length = self.config.exploit_read_out_length_s
-        if length and self._target is not None and self._target.read_out_seconds() >= length:
+        target = self._target
+        if length and target is not None and target.read_out_seconds() >= length and target.read_out_estimate():
             return (f"the best response's read-out lasted {length:g} s, after "
                     f"{self.config.exploit_read_out_updates} learner updates")
         return None
