@@ -322,6 +322,8 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
     chosen_output = _output_config(args, preset, host, league, name)
     choose_s = _choice_seconds(args, budget, league, chosen_output, host, spec) if with_workers else 0.0
     budget = dataclasses.replace(budget, max_seconds=budget.max_seconds - choose_s)  # training's share
+    if choose_s:  # PBT members train for the same share, so their anneal and param average fit in it as main's do
+        league = dataclasses.replace(league, player_args=league.player_args + ("--max-seconds", f"{budget.max_seconds:g}"))
     if preset.anneal_over_budget and not host.learner.anneal_steps:  # --learner.anneal-steps N: over N updates
         host = dataclasses.replace(host, learner=presets.anneal_over_budget(host.learner, budget.max_seconds))
     # Last of the refusals, since it creates the directory: a file, a read-only or full directory is refused before

@@ -112,8 +112,14 @@ def test_choosing_the_output_takes_its_share_of_a_league_runs_budget_in_seconds_
     config = _run_config("openspiel:kuhn_poker", "--choose-share", "0.25", "--max-seconds", "100")
     assert (config.choose_output_s, config.budget.max_seconds) == (25.0, 75.0)
     # a PBT population is one player's: its output is the best member's, chosen among that member's networks
-    pbt = _run_config("openspiel:kuhn_poker", "--pbt", "3")
-    assert pbt.choose_output_s == pytest.approx(output_config.CHOICE_SHARE * 600.0)
+    pbt = _run_config("openspiel:kuhn_poker", "--pbt", "3", "--max-seconds", "100")
+    assert pbt.choose_output_s == pytest.approx(output_config.CHOICE_SHARE * 100.0)
+    # ... and every member trains for the same share: the extra members' hosts (their own `seedleague train`, whose
+    # flags parse as these do) anneal over it and keep their param average in it, as main does
+    member = _run_config("openspiel:kuhn_poker", "--league.address", "127.0.0.1:1", "--league.pool-dir", "pool",
+                         *pbt.league.player_args)
+    assert member.budget.max_seconds == pbt.budget.max_seconds == pytest.approx(60.0)
+    assert member.host.learner.anneal_seconds == pbt.host.learner.anneal_seconds
     assert _run_config("openspiel:kuhn_poker", "--pbt", "2", "--players", "main,exploiter:main_exploiter",
                        "--max-seconds", "100").choose_output_s == 0.0
     for flags in (("--max-learner-steps", "20"), ("--max-steps", "1000"), ("--output", "final"),
