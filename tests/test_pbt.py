@@ -20,7 +20,8 @@ from seedleague.host.pbt_member import PbtMember
 from seedleague.league import codec, pbt, sequential
 from seedleague.league.config import LeagueConfig
 from seedleague.league.pbt import EXPLOIT, INIT, KEPT, LOOK, PbtSettings, RoundInput, Tally
-from seedleague.league.server import save_config
+from seedleague.eval import run_league
+from seedleague.league.server import load_config, save_config
 from seedleague.league.service import League
 from seedleague.league.types import MatchResult, Mode, PbtAnswer, Role, SnapshotDecision
 from seedleague.metrics import Metrics
@@ -346,6 +347,17 @@ def test_the_output_choice_of_a_pbt_run_works_on_the_best_members_snapshots_and_
     average = output.resolve(str(run), OutputConfig("average_policy")).members
     assert [m.key for m in average] == ["main-1:000008", "param_average:000009"] and average[-1].path == member
     assert output.output_member(str(run), "exploiter") == ("exploiter", str(run), "")  # no member: the run's own
+
+
+def test_the_best_member_is_read_once_while_the_league_is_unchanged_and_again_once_it_changes(tmp_path, monkeypatch):
+    run = _pbt_run_where_main_1_leads(tmp_path)
+    opened = []
+    monkeypatch.setattr(run_league, "league_of", lambda run_dir: opened.append(run_dir) or League(
+        load_config(str(run / "league")), str(run / "league" / "league.sqlite")))
+    assert [run_league.pbt_output(str(run), "main")[0] for _ in range(3)] == ["main-1"] * 3 and len(opened) == 1
+    with League(load_config(str(run / "league")), str(run / "league" / "league.sqlite")) as league:
+        league.report_results(_against_both("main", 95, 5) + _against_both("main-1", 5, 95))  # main leads now
+    assert run_league.pbt_output(str(run), "main")[0] == "main" and len(opened) == 2
 
 
 def test_the_pbt_answer_crosses_the_wire():

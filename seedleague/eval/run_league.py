@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 from seedleague.league.server import load_config
@@ -26,10 +27,28 @@ def league_of(run_dir: str):
 def pbt_output(run_dir: str, player: str):
     """(member, why): the population-based training member that is the run's output in place of `player`, the
     best by the league's own evidence (`League.pbt_output`, docs/pbt.md); None when the run trains no population
-    of `player` (read from the league's saved config first, so other runs do not replay their league)."""
+    of `player` (read from the league's saved config first, so other runs do not replay their league). Opening the
+    league replays its results (seconds for a 10-minute run), so the answer is kept while the database's files are
+    unchanged: an output choice asks for it tens of times."""
     directory = os.path.join(run_dir, "league")
-    if not os.path.exists(os.path.join(directory, "league.sqlite")) or load_config(directory).pbt_interval == 0:
+    path = os.path.join(directory, "league.sqlite")
+    if not os.path.exists(path) or load_config(directory).pbt_interval == 0:
         return None
+    return _pbt_output(os.path.abspath(run_dir), player, _file_state(path), _file_state(path + "-wal"))
+
+
+def _file_state(path: str) -> tuple[int, int]:
+    """(modification time in ns, size) of `path`; (0, 0) where it does not exist."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=16)
+def _pbt_output(run_dir: str, player: str, *database_state):
+    """`pbt_output` from the league as it is while its files are in `database_state` (the cache's key)."""
     league = league_of(run_dir)
     try:
         return league.pbt_output(player)
