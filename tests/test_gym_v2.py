@@ -96,9 +96,12 @@ def test_protocol_2_forces_a_flat_shaped_v2_spec_which_the_host_runs_on_the_flat
 
 
 def test_move_fire_trains_through_the_host_over_a_real_socket():
-    # The classic-control preset that `seedleague train --env seedleague/MoveFire-v0` picks, from the spec alone.
+    # The classic-control preset that `seedleague train --env seedleague/MoveFire-v0` picks, from the spec alone,
+    # with a small entropy bonus: without one (CartPole's preset has none) the fire head could settle on never
+    # firing, a policy that misses no shot and so earns 0 for as long as the test waits (seen once in a CI run).
     preset = preset_for(move_fire.ENV_ID)
-    host = Host(dataclasses.replace(preset.host, seed=1), Metrics())
+    learner = dataclasses.replace(preset.host.learner, entropy_cost=0.01)
+    host = Host(dataclasses.replace(preset.host, seed=1, learner=learner), Metrics())
     stop = threading.Event()
     with ServerThread(host) as server:
         config = WorkerConfig("seedleague/MoveFire-v0", 16, GameWorkerConfig(ClientConfig(server.address), seed=1),
