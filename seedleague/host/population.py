@@ -114,12 +114,26 @@ class PopulationGames:
         observation, legal mask and action are arrays; a named network's are dicts (per tensor, per head), and an
         action's log-probability sums its heads'. A row that does not act (in a turn-based game the other seat's
         rows wait) gets action 0 and zero logits, which its worker ignores."""
-        count = len(members)
         acting = np.concatenate([np.asarray(step.acting, bool) for step in agents])
         rows = np.flatnonzero(acting)
         probe = rows if rows.size else np.arange(1)  # nobody acts: one row's pass still shapes the answer
         named, heads = self._pass(take_rows(observation, probe), take_rows(legal, probe), policy)
         own = np.array([self._index[key] for key in members[rows]], np.int64)
+        actions, logits, log_probs = self._draw(heads, own, rows, len(members), getattr(policy, "greedy", False))
+        keep = self.samples is not None and rows.size > 0
+        before, seats = self._add_to_reach(agents, log_probs, keep)
+        flat = lambda tree: tree if named else tree[None]  # a flat network's one head is None
+        if keep:
+            self.samples.add(take_rows(observation, rows), flat({head: mask for head, (_, _, mask) in heads.items()}),
+                             flat({head: log_pi for head, (log_pi, _, _) in heads.items()}), before, seats)
+        return Actions(flat(actions), flat(logits), (), policy.version)
+
+    def _draw(self, heads: dict, own: np.ndarray, rows: np.ndarray, count: int,
+              greedy: bool) -> tuple[dict, dict, np.ndarray]:
+        """Per head, the action of each of the batch's `count` rows, drawn for the acting `rows` from their own
+        member's policy (`own` [n]; its most probable legal action when `greedy`) and 0 elsewhere, and the logits it
+        was drawn from (zeros elsewhere); and [K, n] every member's log-probability of each acting row's whole
+        action (the sum of its heads')."""
         actions, logits, log_probs = {}, {}, np.zeros((self.table.size, rows.size))
         for head, (log_pi, raw, _) in heads.items():  # log_pi [K, n, A]: every member's policy at each acting row
             actions[head] = np.zeros(count, np.int32)
@@ -127,27 +141,27 @@ class PopulationGames:
             if not rows.size:
                 continue
             mine = log_pi[own, np.arange(rows.size)]  # [n, A]: the row's own member's
-            pick = mine if getattr(policy, "greedy", False) else mine + self._rng.gumbel(size=mine.shape)
+            pick = mine if greedy else mine + self._rng.gumbel(size=mine.shape)
             chosen = np.argmax(pick, axis=-1)  # Gumbel-max: a draw from the member's policy over the legal actions
             log_probs += np.maximum(np.take_along_axis(log_pi, chosen[None, :, None], axis=-1)[..., 0], LOG_FLOOR)
             actions[head][rows] = chosen
             logits[head][rows] = raw[own, np.arange(rows.size)]
-        flat = lambda tree: tree if named else tree[None]  # a flat network's one head is None
-        keep = self.samples is not None and rows.size > 0
+        return actions, logits, log_probs
+
+    def _add_to_reach(self, agents: Sequence[Any], log_probs: np.ndarray, keep: bool):
+        """Adds each acting row's [K] log-probabilities (`log_probs` [K, n], rows in the order of `agents`' steps) to
+        its session's log reach. With `keep`: (each member's reach before the move [n, K], each row's seat [n]; rows
+        env-major, two seats an env), else (None, None)."""
         done, before, seats = 0, [], []
-        for step in agents:  # the acting rows of each step, in batch order
+        for step in agents:
             mine = np.flatnonzero(np.asarray(step.acting, bool))
             reach = self._reach_of(step.session)
-            if keep:  # each member's reach before the move, and the seat (env-major rows, two seats an env)
+            if keep:
                 before.append(reach[mine].copy())
                 seats.append(mine % 2)
             reach[mine] += log_probs[:, done:done + mine.size].T
             done += mine.size
-        if keep:
-            self.samples.add(take_rows(observation, rows), flat({head: mask for head, (_, _, mask) in heads.items()}),
-                             flat({head: log_pi for head, (log_pi, _, _) in heads.items()}), np.concatenate(before),
-                             np.concatenate(seats))
-        return Actions(flat(actions), flat(logits), (), policy.version)
+        return (np.concatenate(before), np.concatenate(seats)) if keep else (None, None)
 
     def _pass(self, observation: Any, legal: Any, policy: Any) -> tuple[bool, dict]:
         """(whether the network is named, {head: (log-probabilities [K, n, A] over the legal actions, logits
