@@ -39,7 +39,7 @@ from seedleague.artifacts.output_config import DISTILLED_DIR, FILE, MIXTURES, SO
 from seedleague.eval import sampled_metagame
 from seedleague.eval.output_selection import select
 from seedleague.eval.tree_size import unmeasurable
-from seedleague.eval.run_league import league_of, pbt_output
+from seedleague.eval.run_league import league_of, pbt_members, pbt_output
 from seedleague.league.model_pool import ModelPool, player_dir_of, root_of
 from seedleague.league.nash import league_nash
 from seedleague.league.types import parse_key
@@ -184,31 +184,58 @@ def average_policy(run_dir: str, fraction: float, player: str, param_average: bo
 def population(run_dir: str, player: str, size: int, responses: Sequence[str] = ()) -> Output:
     """The newest `size` of `player`'s snapshots and the newest checkpoint's param average (where it keeps one),
     then the newest checkpoint of each best response's run directory in `responses`, uniformly weighted: the
-    networks of the sampled meta-game (seedleague.host.population), the responses last."""
+    networks of the sampled meta-game (seedleague.host.population), the responses last. In a population-based
+    training run the population is every member's: the newest `size` / N snapshots of each of its N members, each
+    with its own param average (docs/pbt.md, "The run's output")."""
     if size < 1:
         raise ValueError(f"a population needs at least one snapshot, got size {size}")
     names = [os.path.basename(os.path.normpath(path)) for path in responses]
     if len(set(names)) < len(names):
         raise ValueError(f"best responses are keyed by their run directories' names, and {list(responses)} repeat one")
-    player, home, _ = output_member(run_dir, player)
-    keys = _snapshot_keys(run_dir, player, "population_nash")[-size:]
-    player_dir = _player_dir(run_dir, player)
-    members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
-    average = _param_average(home)
-    if average is not None:
-        members.append(average)
+    members_of = pbt_members(run_dir, player)
+    if members_of:
+        share = max(1, size // len(members_of))
+        members = [m for member in members_of for m in _networks(run_dir, member, share, required=False, named=True)]
+        if not members:
+            raise FileNotFoundError(f"{run_dir!r} has no league snapshots of {player!r}'s population "
+                                    f"({', '.join(members_of)}) yet, so its population_nash does not exist yet")
+    else:
+        members = _networks(run_dir, player, size, required=True, named=False)
     for name, path in zip(names, responses):
         members.append(Member(f"{RESPONSE_KEY}{name}", 1.0, path, _newest_checkpoint(path, "a best response")))
     return Output("population", tuple(dataclasses.replace(m, weight=1.0 / len(members)) for m in members))
 
 
-def _param_average(run_dir: str) -> Optional[Member]:
-    """The param average of `run_dir`'s newest checkpoint as a member (weight 1), or None where it keeps none."""
+def _networks(run_dir: str, player: str, size: int, required: bool, named: bool) -> list[Member]:
+    """The newest `size` of `player`'s snapshots and its param average (where its host's newest checkpoint keeps
+    one), weight 1; with `named`, the param average's key names `player` (a population of several players')."""
+    keys = _snapshot_keys(run_dir, player, "population_nash", required)[-size:]
+    player_dir = _player_dir(run_dir, player)
+    members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
+    average = _param_average(_home(run_dir, player), player if named else "")
+    return members + ([average] if average is not None else [])
+
+
+def _param_average(run_dir: str, player: str = "") -> Optional[Member]:
+    """The param average of `run_dir`'s newest checkpoint as a member (weight 1), or None where it keeps none; its
+    key is `average_key(step, player)`."""
     directory = os.path.join(run_dir, "checkpoints")
     steps = checkpoint_steps(directory) if os.path.isdir(directory) else []
     if not steps or param_average_count(run_dir, steps[-1]) == 0:
         return None
-    return Member(f"{PARAM_AVERAGE_KEY}{steps[-1]:06d}", 1.0, run_dir, steps[-1], average=True)
+    return Member(average_key(steps[-1], player), 1.0, run_dir, steps[-1], average=True)
+
+
+def average_key(step: int, player: str = "") -> str:
+    """A param average's member key: "param_average:000010" (the output's own player's), or
+    "param_average:main-1:000010" (the named player's, in a population of several players' networks)."""
+    return f"{PARAM_AVERAGE_KEY}{player + ':' if player else ''}{step:06d}"
+
+
+def parse_average_key(key: str) -> tuple[str, int]:
+    """(player, or "" for the output's own, step) of an `average_key`."""
+    player, _, step = key[len(PARAM_AVERAGE_KEY):].rpartition(":")
+    return player, int(step)
 
 
 def _population_nash(run_dir: str, player: str, source: str = "population_nash") -> Output:
@@ -216,15 +243,18 @@ def _population_nash(run_dir: str, player: str, source: str = "population_nash")
     it: seedleague.eval.sampled_metagame), one mix per seat over the members either seat plays; `population_psro`'s
     likewise, solved against the learned responses too (which its mixes never include)."""
     nash = sampled_metagame.read(run_dir, source)
-    player_dir, home = _player_dir(run_dir, player), _home(run_dir, player)
     members = []
     for key, w0, w1 in zip(nash.keys, *nash.seat_weights):
         if w0 <= 0 and w1 <= 0:
             continue
         average = key.startswith(PARAM_AVERAGE_KEY)
-        step = int(key.partition(":")[2]) if average else parse_key(key)[1]
-        members.append(Member(key, (w0 + w1) / 2, home if average else player_dir, step, average=average,
-                              seat_weights=(w0, w1)))
+        if average:
+            owner, step = parse_average_key(key)
+            directory = _home(run_dir, owner or player)
+        else:
+            owner, step = parse_key(key)
+            directory = _player_dir(run_dir, owner)
+        members.append(Member(key, (w0 + w1) / 2, directory, step, average=average, seat_weights=(w0, w1)))
     responses = sum(key.startswith(RESPONSE_KEY) for key in nash.keys)
     against = f", mixed against {responses} learned best responses too" if responses else ""
     note = (f"the Nash mixture of {len(nash.keys) - responses} networks' meta-game from {nash.games:,} evaluation "

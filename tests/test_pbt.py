@@ -20,7 +20,7 @@ from seedleague.host.pbt_member import PbtMember
 from seedleague.league import codec, pbt, sequential
 from seedleague.league.config import LeagueConfig
 from seedleague.league.pbt import EXPLOIT, INIT, KEPT, LOOK, PbtSettings, RoundInput, Tally
-from seedleague.eval import run_league
+from seedleague.eval import run_league, sampled_metagame
 from seedleague.league.server import load_config, save_config
 from seedleague.league.service import League
 from seedleague.league.types import MatchResult, Mode, PbtAnswer, Role, SnapshotDecision
@@ -326,10 +326,12 @@ def test_the_runs_output_is_the_best_members(tmp_path):
     assert output.resolve(str(run), OutputConfig("final", player="exploiter")).members[0].path == str(run)  # no member
 
 
-def test_the_output_choice_of_a_pbt_run_works_on_the_best_members_snapshots_and_param_average(tmp_path):
-    """What `seedleague exploit --choose` reads of a --pbt run: the population of its evaluation games, the average
-    policy and the distilled network's home are the best member's (main-1: its snapshots in the pool, its param
-    average in players/main-1), never main's param average beside main-1's snapshots."""
+def test_the_output_choice_of_a_pbt_run_measures_every_members_networks_and_keeps_its_own_for_the_best(tmp_path):
+    """What `seedleague exploit --choose` reads of a --pbt run: the evaluation games' population is every member's
+    (each one's newest snapshots and its own param average, keyed by member), so its Nash mixture mixes networks of
+    several members, each read from its own directory; the average policy and the distilled network's home are the
+    best member's (main-1: its snapshots in the pool, its param average in players/main-1), never main's param
+    average beside main-1's snapshots."""
     run = _pbt_run_where_main_1_leads(tmp_path)
     params = [save_checkpoint(run / "pool" / player, step=step, network=SMALL).params
               for player, step in (("main", 2), ("main-1", 5), ("main-1", 8))][0]
@@ -340,13 +342,32 @@ def test_the_output_choice_of_a_pbt_run_works_on_the_best_members_snapshots_and_
     record(str(run), OutputConfig("param_average"))
     member = str(run / "players" / "main-1")
     assert output.output_member(str(run), "main")[:2] == ("main-1", member)
-    population = output.population(str(run), "main", 4)
-    assert [(m.key, m.path) for m in population.members] == [
-        ("main-1:000005", str(run / "pool" / "main-1")), ("main-1:000008", str(run / "pool" / "main-1")),
-        ("param_average:000009", member)]
+    population = output.population(str(run), "main", 4)  # 4 snapshots over 2 members: the newest 2 of each
+    assert [(m.key, m.path, m.average) for m in population.members] == [
+        ("main:000002", str(run / "pool" / "main"), False), ("param_average:main:000004", str(run), True),
+        ("main-1:000005", str(run / "pool" / "main-1"), False), ("main-1:000008", str(run / "pool" / "main-1"), False),
+        ("param_average:main-1:000009", member, True)]
+    assert output.population(str(run), "main", 1).members[0].key == "main:000002"  # at least one snapshot each
+    keys = tuple(m.key for m in population.members)
+    sampled_metagame.write(str(run), sampled_metagame.PopulationNash(
+        keys, ((0.5, 0.0, 0.5, 0.0, 0.0), (0.0, 0.25, 0.0, 0.0, 0.75)), 0.0, 100, 0.1))
+    nash = output.resolve(str(run), OutputConfig("population_nash"))
+    assert [(m.key, m.path, m.step, m.average, m.seat_weights) for m in nash.members] == [
+        ("main:000002", str(run / "pool" / "main"), 2, False, (0.5, 0.0)),
+        ("param_average:main:000004", str(run), 4, True, (0.0, 0.25)),
+        ("main-1:000005", str(run / "pool" / "main-1"), 5, False, (0.5, 0.0)),
+        ("param_average:main-1:000009", member, 9, True, (0.0, 0.75))]
+    assert len(nash.load(0).members) == 4  # each loads from its own directory
     average = output.resolve(str(run), OutputConfig("average_policy")).members
     assert [m.key for m in average] == ["main-1:000008", "param_average:000009"] and average[-1].path == member
     assert output.output_member(str(run), "exploiter") == ("exploiter", str(run), "")  # no member: the run's own
+
+
+def test_a_param_averages_key_names_its_player_where_a_population_mixes_several():
+    assert output.average_key(10) == "param_average:000010"
+    assert output.average_key(10, "main-1") == "param_average:main-1:000010"
+    assert output.parse_average_key("param_average:000010") == ("", 10)
+    assert output.parse_average_key("param_average:main-1:000010") == ("main-1", 10)
 
 
 def test_the_best_member_is_read_once_while_the_league_is_unchanged_and_again_once_it_changes(tmp_path, monkeypatch):

@@ -27,14 +27,27 @@ def league_of(run_dir: str):
 def pbt_output(run_dir: str, player: str):
     """(member, why): the population-based training member that is the run's output in place of `player`, the
     best by the league's own evidence (`League.pbt_output`, docs/pbt.md); None when the run trains no population
-    of `player` (read from the league's saved config first, so other runs do not replay their league). Opening the
-    league replays its results (seconds for a 10-minute run), so the answer is kept while the database's files are
-    unchanged: an output choice asks for it tens of times."""
+    of `player` (read from the league's saved config first, so other runs do not replay their league)."""
+    population = _pbt_population(run_dir, player)
+    return population[0] if population else None
+
+
+def pbt_members(run_dir: str, player: str) -> tuple[str, ...]:
+    """The members of the population-based training `player` belongs to in `run_dir`, in join order; () when the
+    run trains no population of `player`."""
+    population = _pbt_population(run_dir, player)
+    return population[1] if population else ()
+
+
+def _pbt_population(run_dir: str, player: str):
+    """(`pbt_output`, `pbt_members`), or None without population-based training. Opening the league replays its
+    results (seconds for a 10-minute run), so the answer is kept while the database's files are unchanged: an
+    output choice asks for it tens of times."""
     directory = os.path.join(run_dir, "league")
     path = os.path.join(directory, "league.sqlite")
     if not os.path.exists(path) or load_config(directory).pbt_interval == 0:
         return None
-    return _pbt_output(os.path.abspath(run_dir), player, _file_state(path), _file_state(path + "-wal"))
+    return _read_pbt(os.path.abspath(run_dir), player, _file_state(path), _file_state(path + "-wal"))
 
 
 def _file_state(path: str) -> tuple[int, int]:
@@ -47,10 +60,11 @@ def _file_state(path: str) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _pbt_output(run_dir: str, player: str, *database_state):
-    """`pbt_output` from the league as it is while its files are in `database_state` (the cache's key)."""
+def _read_pbt(run_dir: str, player: str, *database_state):
+    """`_pbt_population` from the league as it is while its files are in `database_state` (the cache's key)."""
     league = league_of(run_dir)
     try:
-        return league.pbt_output(player)
+        best = league.pbt_output(player)
+        return None if best is None else (best, tuple(league.pbt_members(player)))
     finally:
         league.close()

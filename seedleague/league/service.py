@@ -284,6 +284,13 @@ class League:
                 return None
             return state.leader(self._latest_snapshots(), self.config.pbt_min_games)
 
+    def pbt_members(self, player: str) -> list[str]:
+        """The members of the population-based training `player` belongs to, in join order; [] when it is no
+        member."""
+        with self._lock:
+            state = self._state.pbt
+            return list(state.settings) if state.is_member(player) else []
+
     def pbt_history(self) -> list[pbt.PbtRow]:
         """Every PBT event so far, oldest first: joins, and each round's copies and keeps with their evidence."""
         with self._lock:
