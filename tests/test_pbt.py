@@ -363,6 +363,13 @@ def test_the_output_choice_of_a_pbt_run_measures_every_members_networks_and_keep
     assert output.output_member(str(run), "exploiter") == ("exploiter", str(run), "")  # no member: the run's own
 
 
+def test_a_pbt_run_without_snapshots_has_no_population_yet_and_says_so(tmp_path):
+    run = _pbt_run_where_main_1_leads(tmp_path)
+    record(str(run), OutputConfig("param_average"))
+    with pytest.raises(FileNotFoundError, match=r"no league snapshots of 'main''s population \(main, main-1\) yet"):
+        output.population(str(run), "main", 4)
+
+
 def test_a_param_averages_key_names_its_player_where_a_population_mixes_several():
     assert output.average_key(10) == "param_average:000010"
     assert output.average_key(10, "main-1") == "param_average:main-1:000010"
