@@ -153,17 +153,6 @@ def _league_spec(args: argparse.Namespace, preset: presets.Preset, argv: list[st
         raise ValueError(f"--league-page: {error}") from None
 
 
-def _cache_for_every_player(args: argparse.Namespace, host: HostConfig, league):
-    """With several learning players (or PBT members) the pool holds each one's snapshots, and a host meets more
-    distinct opponents: unless --league.cache-size is given, every host's opponent params cache holds its default
-    once per learning player."""
-    if league is None or len(league.players) < 2 or getattr(args, "league.cache_size") is not config_flags.NOT_GIVEN:
-        return host, league
-    size = host.league.cache_size * len(league.players)
-    host = dataclasses.replace(host, league=dataclasses.replace(host.league, cache_size=size))
-    return host, dataclasses.replace(league, player_args=league.player_args + ("--league.cache-size", str(size)))
-
-
 PBT_INTERVAL = 200  # learner updates per PBT round when --pbt is given without --league-config.pbt-interval
 
 
@@ -330,7 +319,6 @@ def _run_config(args: argparse.Namespace, with_workers: bool, argv: Optional[lis
         target_return=preset.target_return if args.target_return is None else args.target_return,
     )
     league = _league_spec(args, preset, argv or [], multiplayer, name)
-    host, league = _cache_for_every_player(args, host, league)
     chosen_output = _output_config(args, preset, host, league, name)
     choose_s = _choice_seconds(args, budget, league, chosen_output, host, spec) if with_workers else 0.0
     budget = dataclasses.replace(budget, max_seconds=budget.max_seconds - choose_s)  # training's share

@@ -20,8 +20,8 @@ from seedleague.presets import preset_for
 def _run_config(env, *flags):
     parser = argparse.ArgumentParser()
     cli._add_run_flags(parser, with_workers=True)
-    argv = ["--env", env, "--run-dir", "unused", *flags]
-    return cli._run_config(parser.parse_args(argv), with_workers=True, argv=argv)
+    args = parser.parse_args(["--env", env, "--run-dir", "unused", *flags])
+    return cli._run_config(args, with_workers=True)
 
 
 def test_openspiel_board_games_get_the_board_torso_and_the_others_an_mlp():
@@ -128,20 +128,6 @@ def test_choosing_the_output_takes_its_share_of_a_league_runs_budget_in_seconds_
         assert (config.choose_output_s, config.budget.max_seconds) == (0.0, 600.0), flags
     assert _run_config("openspiel:kuhn_poker", "--max-seconds", "0").choose_output_s == 0.0  # no time budget
     assert _run_config("CartPole-v1").choose_output_s == 0.0  # no league: nothing to choose among
-
-
-def test_every_host_of_a_run_with_several_learning_players_caches_opponents_for_each_of_them():
-    single = _run_config("openspiel:kuhn_poker").host.league.cache_size
-    pbt = _run_config("openspiel:kuhn_poker", "--pbt", "3")
-    member = _run_config("openspiel:kuhn_poker", "--league.address", "127.0.0.1:1", "--league.pool-dir", "pool",
-                         *pbt.league.player_args)
-    assert pbt.host.league.cache_size == member.host.league.cache_size == 3 * single
-    players = _run_config("openspiel:kuhn_poker", "--players", "main,exploiter:main_exploiter")
-    assert players.host.league.cache_size == 2 * single
-    given = _run_config("openspiel:kuhn_poker", "--pbt", "3", "--league.cache-size", "5")
-    member = _run_config("openspiel:kuhn_poker", "--league.address", "127.0.0.1:1", "--league.pool-dir", "pool",
-                         *given.league.player_args)
-    assert given.host.league.cache_size == member.host.league.cache_size == 5  # a given size is every host's
 
 
 def test_a_two_seat_game_with_a_continuous_head_is_not_given_a_choice_its_evaluation_games_cannot_score(tmp_path):
