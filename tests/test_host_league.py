@@ -15,7 +15,7 @@ from seedleague.host import inference, results
 from seedleague.host.host import Host
 from seedleague.host.league_link import LeagueLink
 from seedleague.host.league_link_config import LeagueLinkConfig
-from seedleague.league.model_pool import ModelPool, ParamsCache
+from seedleague.league.model_pool import ModelPool, ParamsCache, nbytes
 from seedleague.league.types import Role
 from seedleague.metrics import Metrics
 from seedleague.protocol import codec
@@ -262,6 +262,7 @@ def test_a_reset_starts_the_param_average_again(league_host):
 def test_params_cache_keeps_every_opponent_in_play_and_evicts_the_idle_ones(caplog):
     # A hard LRU with more opponents in play than its capacity reloads one from disk
     # on every batch; the cache keeps whatever was used within keep_s instead.
+    caplog.set_level(logging.INFO, logger="seedleague.league.model_pool")
     now = [0.0]
     loads = []
     cache = ParamsCache(lambda key: loads.append(key) or f"params of {key}", capacity=2, keep_s=10.0,
@@ -273,6 +274,7 @@ def test_params_cache_keeps_every_opponent_in_play_and_evicts_the_idle_ones(capl
         now[0] += 0.01
     assert loads == in_play  # each loaded once
     assert len(cache) == 4 and "exceed the params cache's capacity 2" in caplog.text
+    assert all(r.levelno == logging.INFO for r in caplog.records)  # a large pool's every run: no warning for it
     now[0] += 11.0  # "a" and "b" leave the table; "c", "d" and a newcomer play on
     for key in ("c", "d", "e"):
         cache.get(key)
@@ -280,6 +282,22 @@ def test_params_cache_keeps_every_opponent_in_play_and_evicts_the_idle_ones(capl
     now[0] += 11.0
     cache.get("e")
     assert len(cache) == 2 and "e" in cache  # back within capacity once the rest went idle
+
+
+def test_params_in_play_beyond_capacity_warn_once_they_hold_more_than_the_bound(caplog):
+    caplog.set_level(logging.INFO, logger="seedleague.league.model_pool")
+    now = [0.0]
+    params = {"layer": {"w": np.zeros((256, 256), np.float32), "b": np.zeros(256, np.float32)}}  # 263,168 bytes
+    assert nbytes(params) == 263_168 and nbytes([params, (params, "not an array")]) == 2 * 263_168
+    cache = ParamsCache(lambda key: params, capacity=2, keep_s=10.0, clock=lambda: now[0], warn_bytes=900_000)
+    for key in "abc":
+        cache.get(key)
+    assert [r.levelname for r in caplog.records] == ["INFO"]  # 3 in play, 0.8 MiB: over capacity, under the bound
+    for key in "abcd":
+        cache.get(key)
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]  # 4 in play hold 1.0 MiB: warned, once
+    assert "4 opponents in play (1.0 MiB of params)" in caplog.records[-1].getMessage()
+    assert "--league.cache-keep-s" in caplog.records[-1].getMessage()
 
 
 def test_a_host_sees_snapshots_another_host_adds_to_the_pool_after_it_opened_it(tmp_path):

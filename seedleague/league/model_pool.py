@@ -20,6 +20,7 @@ currently playing in memory.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import logging
 import os
 import threading
@@ -106,6 +107,18 @@ class ModelPool:
             return self._checkpointers[player]
 
 
+WARN_BYTES = 2**30  # opponents' params kept beyond the cache's capacity that make a warning (device memory)
+
+
+def nbytes(tree: Any) -> int:
+    """The bytes of the arrays in a pytree of dicts, lists and tuples (leaves without `nbytes` count 0)."""
+    if isinstance(tree, collections.abc.Mapping):
+        return sum(nbytes(value) for value in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(nbytes(value) for value in tree)
+    return int(getattr(tree, "nbytes", 0))
+
+
 class ParamsCache:
     """LRU of opponent params on the device, loaded on first use by `load(key)`. Not thread-safe:
     its user holds a lock (see host.league_link).
@@ -116,20 +129,24 @@ class ParamsCache:
     evict one seated opponent to load another on every inference batch and reload
     it from disk on the next: one connect_four host fell from 9K to 130 env
     steps/s once its league held more than 16 snapshots. The cache grows to the
-    opponents in play instead (logged once) and shrinks back as they leave.
+    opponents in play instead (logged once) and shrinks back as they leave; a
+    league drawing from a large pool does so in every run, so only params in play
+    beyond `warn_bytes` (device memory a user may miss) make it a warning.
     """
 
     def __init__(self, load: Callable[[str], Any], capacity: int = 8, keep_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, warn_bytes: int = WARN_BYTES):
         if capacity < 1:
             raise ValueError(f"the opponent params cache needs capacity >= 1, got {capacity}")
         self._load = load
         self.capacity = capacity
         self.keep_s = keep_s
+        self.warn_bytes = warn_bytes
         self._clock = clock
         self._entries: collections.OrderedDict[str, Any] = collections.OrderedDict()  # least recently used first
         self._last_used: dict[str, float] = {}
-        self._warned_over = False
+        self._bytes: dict[str, int] = {}  # each entry's params, in bytes
+        self._told_over = self._warned_bytes = False
         self.loads = 0
 
     def get(self, key: str) -> Any:
@@ -146,6 +163,7 @@ class ParamsCache:
         """Insert params loaded elsewhere (e.g. by a prefetch thread), evicting what has not been used lately."""
         self.loads += 1
         self._entries[key] = params
+        self._bytes[key] = nbytes(params)
         self._entries.move_to_end(key)
         self._last_used[key] = self._clock()
         self._evict_idle(self._last_used[key])
@@ -155,13 +173,27 @@ class ParamsCache:
         while len(self._entries) > self.capacity:
             oldest = next(iter(self._entries))
             if now - self._last_used[oldest] < self.keep_s:  # in LRU order: every other entry is in use too
-                if not self._warned_over:
-                    self._warned_over = True
-                    log.warning("%d opponents in play exceed the params cache's capacity %d; keeping them all "
-                                "(raise --league.cache-size to avoid this)", len(self._entries), self.capacity)
+                self._tell_over()
                 break
-            del self._entries[oldest], self._last_used[oldest]
+            del self._entries[oldest], self._last_used[oldest], self._bytes[oldest]
             log.debug("evicted opponent %s from the params cache", oldest)
+
+    def _tell_over(self) -> None:
+        """Once: the opponents in play outnumber the capacity (info). Once: they hold more than `warn_bytes`."""
+        if self._warned_bytes:  # the inference path calls this while over capacity: nothing left to say
+            return
+        held = sum(self._bytes.values())
+        if self._told_over and held <= self.warn_bytes:
+            return
+        text = (f"{len(self._entries)} opponents in play ({held / 2**20:.1f} MiB of params) exceed the params cache's "
+                f"capacity {self.capacity}: every opponent seated in the last {self.keep_s:g} s is kept")
+        if not self._told_over:
+            self._told_over = True
+            log.info("%s", text)
+        if held > self.warn_bytes:
+            self._warned_bytes = True
+            log.warning("%s, more than %.1f GiB on the device; a shorter --league.cache-keep-s keeps fewer",
+                        text, self.warn_bytes / 2**30)
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
