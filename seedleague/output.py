@@ -195,24 +195,25 @@ def population(run_dir: str, player: str, size: int, responses: Sequence[str] = 
     members_of = pbt_members(run_dir, player)
     if members_of:
         share = max(1, size // len(members_of))
-        members = [m for member in members_of for m in _networks(run_dir, member, share, required=False, named=True)]
+        members = [m for member in members_of for m in _networks(run_dir, member, share, of_population=True)]
         if not members:
             raise FileNotFoundError(f"{run_dir!r} has no league snapshots of {player!r}'s population "
                                     f"({', '.join(members_of)}) yet, so its population_nash does not exist yet")
     else:
-        members = _networks(run_dir, player, size, required=True, named=False)
+        members = _networks(run_dir, player, size, of_population=False)
     for name, path in zip(names, responses):
         members.append(Member(f"{RESPONSE_KEY}{name}", 1.0, path, _newest_checkpoint(path, "a best response")))
     return Output("population", tuple(dataclasses.replace(m, weight=1.0 / len(members)) for m in members))
 
 
-def _networks(run_dir: str, player: str, size: int, required: bool, named: bool) -> list[Member]:
+def _networks(run_dir: str, player: str, size: int, of_population: bool) -> list[Member]:
     """The newest `size` of `player`'s snapshots and its param average (where its host's newest checkpoint keeps
-    one), weight 1; with `named`, the param average's key names `player` (a population of several players')."""
-    keys = _snapshot_keys(run_dir, player, "population_nash", required)[-size:]
+    one), weight 1. `of_population`: `player` is one of several players whose networks meet, so its param average's
+    key names it, and having no snapshot yet is not an error (FileNotFoundError otherwise)."""
+    keys = _snapshot_keys(run_dir, player, "population_nash", required=not of_population)[-size:]
     player_dir = _player_dir(run_dir, player)
     members = [Member(key, 1.0, player_dir, parse_key(key)[1]) for key in keys]
-    average = _param_average(_home(run_dir, player), player if named else "")
+    average = _param_average(_home(run_dir, player), player if of_population else "")
     return members + ([average] if average is not None else [])
 
 

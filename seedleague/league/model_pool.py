@@ -167,23 +167,22 @@ class ParamsCache:
         self._entries.move_to_end(key)
         self._last_used[key] = self._clock()
         self._evict_idle(self._last_used[key])
+        if len(self._entries) > self.capacity:  # only a new entry can grow the opponents in play past it
+            self._tell_over()
 
     def _evict_idle(self, now: float) -> None:
         """Least recently used first, while over capacity, stopping at the first entry in play."""
         while len(self._entries) > self.capacity:
             oldest = next(iter(self._entries))
             if now - self._last_used[oldest] < self.keep_s:  # in LRU order: every other entry is in use too
-                self._tell_over()
                 break
             del self._entries[oldest], self._last_used[oldest], self._bytes[oldest]
             log.debug("evicted opponent %s from the params cache", oldest)
 
     def _tell_over(self) -> None:
         """Once: the opponents in play outnumber the capacity (info). Once: they hold more than `warn_bytes`."""
-        if self._warned_bytes:  # the inference path calls this while over capacity: nothing left to say
-            return
         held = sum(self._bytes.values())
-        if self._told_over and held <= self.warn_bytes:
+        if self._warned_bytes or (self._told_over and held <= self.warn_bytes):
             return
         text = (f"{len(self._entries)} opponents in play ({held / 2**20:.1f} MiB of params) exceed the params cache's "
                 f"capacity {self.capacity}: every opponent seated in the last {self.keep_s:g} s is kept")
