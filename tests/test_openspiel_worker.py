@@ -243,3 +243,19 @@ def test_a_simultaneous_game_is_refused_with_the_turn_based_name_that_loads(game
     assert suggestion.startswith("turn_based_simultaneous_game(game=")
     assert load_game(suggestion).num_players() == 2
 
+
+
+@pytest.mark.parametrize("game, fix", [
+    ("go_fish(players=3)", "ask for its two-player form, go_fish(players=2)"),
+    ("2048", "it has no two-player form; pick a two-player game (a one-player game trains as a single-agent env"),
+    ("euchre", "it has no two-player form; pick a two-player game (a team game trains through a worker of your own"),
+    ("hearts", "it has no two-player form; pick a two-player game"),
+])
+def test_a_game_of_another_player_count_is_refused_with_its_two_player_form_only_where_it_has_one(game, fix):
+    from seedleague.games.openspiel import UnsupportedGame, load_game
+
+    with pytest.raises(UnsupportedGame, match="-player game; seedleague's OpenSpiel worker plays two-player") as refused:
+        load_game(game)
+    assert str(refused.value).split("two-player games: ", 1)[1].startswith(fix)
+    if "(players=2)" in fix:
+        assert load_game(fix.rsplit(", ", 1)[1]).num_players() == 2  # the form it names loads

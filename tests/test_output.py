@@ -217,7 +217,7 @@ def test_a_served_mixture_with_one_mix_per_seat_draws_each_seats_member_by_its_o
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--env", "openspiel:leduc_poker(players=3)"], "leduc_poker(players=3) has 3 players"),
+    (["--env", "openspiel:leduc_poker(players=3)"], "leduc_poker(players=3) is a 3-player game"),
     (["--env", "openspiel:sheriff"], "sheriff is general-sum, not zero-sum"),
     (["--env", "openspiel:phantom_ttt_ir"], "phantom_ttt_ir provides neither an information-state tensor"),
     (["--env", "openspiel:no_such_game"], "OpenSpiel has no game 'no_such_game'"),

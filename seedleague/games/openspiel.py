@@ -54,9 +54,8 @@ def load_game(name: str) -> pyspiel.Game:
                               f"e.g. kuhn_poker, leduc_poker(players=2), connect_four{hint}") from None
     kind = game.get_type()
     if game.num_players() != 2:
-        raise UnsupportedGame(f"{name} has {game.num_players()} players; seedleague's OpenSpiel worker plays two-player "
-                              f"games: set players=2 if the game takes it (e.g. {kind.short_name}(players=2)) or pick a "
-                              "two-player game")
+        raise UnsupportedGame(f"{name} is a {game.num_players()}-player game; seedleague's OpenSpiel worker plays two-player "
+                              f"games: {_two_player_hint(kind)}")
     if kind.utility != pyspiel.GameType.Utility.ZERO_SUM:
         raise UnsupportedGame(f"{name} is {kind.utility.name.lower().replace('_', '-')}, not zero-sum; seedleague's "
                               "self-play and league results assume one seat's gain is the other's loss: pick a "
@@ -71,6 +70,20 @@ def load_game(name: str) -> pyspiel.Game:
                               "nothing to observe: pick a variant that provides one (e.g. phantom_ttt rather than "
                               "phantom_ttt_ir)")
     return game
+
+
+def _two_player_hint(kind: pyspiel.GameType) -> str:
+    """What to change for a game of another player count: its two-player form where it has one, else another game
+    (or, for a one-player or team game, a worker of one's own)."""
+    if "players" in kind.parameter_specification and kind.min_num_players <= 2 <= kind.max_num_players:
+        return f"ask for its two-player form, {kind.short_name}(players=2)"
+    if kind.max_num_players < 2:
+        elsewhere = " (a one-player game trains as a single-agent env through a worker of your own, docs/protocol.md)"
+    elif kind.utility == pyspiel.GameType.Utility.ZERO_SUM:
+        elsewhere = " (a team game trains through a worker of your own declaring each seat's team, docs/protocol.md)"
+    else:
+        elsewhere = ""
+    return f"it has no two-player form; pick a two-player game{elsewhere}"
 
 
 def _check_game_names(name: str) -> None:
