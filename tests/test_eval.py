@@ -14,6 +14,7 @@ from seedleague import cli
 from seedleague.api import PolicySpec, load_average_policy, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
+from seedleague.eval.eval_config import QUICK
 from seedleague.eval.tree_size import tree_too_large
 from seedleague.rl.learner_config import LearnerConfig
 from test_api import head_params, save_checkpoint
@@ -333,13 +334,18 @@ def test_evaluate_run_after_training_prints_and_never_fails(tmp_path, capsys):
     assert "no evaluation: 'CartPole-v1' is not an OpenSpiel game" in capsys.readouterr().out
 
 
-def test_the_end_of_a_run_does_not_walk_a_tree_too_large_for_memory(tmp_path, capsys):
+def test_the_end_of_a_run_does_not_walk_a_tree_too_large_for_memory_and_plays_random_instead(tmp_path, capsys):
     """phantom_ttt's tree (over 1e8 histories by Knuth's estimate) took all 24 GB of a machine's memory and the run
-    was killed with nothing printed; the end of a run now says why it is not measured and what measures it."""
+    was killed with nothing printed; the end of a run says why it is not measured exactly and what measures it, and
+    scores the network against uniform random (not against MCTS, which would search the state its players cannot
+    see)."""
     phantom = load_game("phantom_ttt")
     save_checkpoint(tmp_path / "phantom" / "checkpoints", env_of(phantom), uniform=True)
-    assert eval_cli.evaluate_run(str(tmp_path / "phantom"), quick=True) is None
+    entry = eval_cli.evaluate_run(str(tmp_path / "phantom"), quick=True)
     out = capsys.readouterr().out
-    assert "no evaluation: openspiel:phantom_ttt's exploitability is not computed exactly: its game tree has" in out
+    assert "exploitability: openspiel:phantom_ttt's exploitability is not computed exactly: its game tree has" in out
     assert f"seedleague exploit --run-dir {tmp_path / 'phantom'}" in out
+    results = entry["results"]
+    assert results["vs_random"]["games"] == QUICK.games and "vs random" in out
+    assert not {"exploitability", "vs_mcts", "average_exploitability", "nash_mixture_exploitability"} & set(results)
     assert tree_too_large("openspiel:kuhn_poker") == "" and tree_too_large("CartPole-v1") == ""

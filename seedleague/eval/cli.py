@@ -52,6 +52,8 @@ def format_entry(entry: dict) -> str:
     if "exploitability" in results:
         lines.append(f"  exploitability          {results['exploitability']:.6f}   "
                      f"({results['exploitability_seconds']:.2f} s; NashConv/2, 0 at a Nash equilibrium)")
+    if "exploitability_note" in results:
+        lines.append(f"  exploitability: {results['exploitability_note']}")
     if "param_average_exploitability" in results:
         span = results["param_average"]
         lines.append(f"  param average           {results['param_average_exploitability']:.6f}   "

@@ -7,9 +7,10 @@ of an OpenSpiel game, as one history entry (`evaluate`, `evaluate_run`), and `<r
     append_history(run_dir, entry); read_history(run_dir)
 
 Imperfect-information games (poker) get exact exploitability (and that of a mixture, of the recent average of the
-snapshots, of the league's Nash mixtures and of the learner's param average where the checkpoint keeps one);
-perfect-information games get win/draw/loss against uniform random and against MCTS; a head-to-head match applies
-to any OpenSpiel game. `seedleague.eval.cli` parses the command and prints the entry.
+snapshots, of the league's Nash mixtures and of the learner's param average where the checkpoint keeps one) where
+their tree can be walked (seedleague.eval.tree_size), else win/draw/loss against uniform random and a note naming
+`seedleague exploit`; perfect-information games get win/draw/loss against uniform random and against MCTS; a
+head-to-head match applies to any OpenSpiel game. `seedleague.eval.cli` parses the command and prints the entry.
 """
 
 from __future__ import annotations
@@ -63,18 +64,24 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     game = load_game(name)
     imperfect = game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION
     results: dict[str, Any] = {"game": name, "information": "imperfect" if imperfect else "perfect"}
-    if imperfect:
+    too_large = tree_too_large(policy.spec.env_name)
+    exact = imperfect and not too_large
+    if exact:
         results.update(_exploitability(game, policy))
         if param_average is not None:
             results.update({"param_average_" + k: v for k, v in _exploitability(game, param_average).items()},
                            param_average=param_average.meta["average"])
+    elif too_large:
+        # MCTS would search the true state of a game whose players do not see it: against random only
+        results.update(exploitability_note=_not_exact(run_dir, too_large),
+                       vs_random=board.vs_random(game, policy, config.games, config.greedy, config.seed).to_dict())
     else:
         results.update(_board(game, policy, config))
     if mixture:
-        results.update(_mixture(run_dir, game, imperfect, mixture))
-    if average is not None and imperfect:
+        results.update(_mixture(run_dir, game, exact, mixture))
+    if average is not None and exact:
         results.update(_recent_average(run_dir, game, average, param_average))
-    if nash and imperfect:
+    if nash and exact:
         results.update(_league_nash(run_dir, game))
     if vs:
         opponent = resolve_policy(run_dir, vs)
@@ -102,9 +109,14 @@ def _board(game, policy, config: EvalConfig) -> dict:
     return {"vs_random": vs_random.to_dict(), "vs_mcts": vs_mcts}
 
 
-def _mixture(run_dir: str, game, imperfect: bool, mixture: list[tuple[str, float]]) -> dict:
-    if not imperfect:
-        return {"mixture_note": "--mixture applies to imperfect-information games only (exact exploitability)"}
+def _not_exact(run_dir: str, too_large: str) -> str:
+    return f"{too_large}; `seedleague exploit --run-dir {run_dir}` measures the output with a learned best response"
+
+
+def _mixture(run_dir: str, game, exact: bool, mixture: list[tuple[str, float]]) -> dict:
+    if not exact:
+        return {"mixture_note": "--mixture applies to imperfect-information games whose tree can be walked only "
+                                "(exact exploitability)"}
     policies = [resolve_policy(run_dir, key) for key, _ in mixture]
     value = openspiel_eval.mixture_exploitability(game, policies, [w for _, w in mixture])
     return {"mixture": dict(mixture), "mixture_exploitability": value}
@@ -172,25 +184,23 @@ def _output(run_dir: str, policy, config: EvalConfig) -> dict:
         return {"output_note": f"no output to score: {error}"}
     out = {"output": resolved.describe()}
     game = load_game(game_name(policy.spec.env_name))
-    if game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION:
+    exact = not tree_too_large(policy.spec.env_name)
+    if exact and game.get_type().information == pyspiel.GameType.Information.IMPERFECT_INFORMATION:
         # a mixture as it is played: one member per game, by its seat's weights where it has them
         out["output_exploitability"] = output_score.score(game, trained)[output_score.EXPLOITABILITY]
     elif resolved.kind == "policy":
         out["output_vs_random"] = board.vs_random(game, trained, config.games, config.greedy, config.seed).to_dict()
     else:
-        out["output_note"] = "a mixture is scored in imperfect-information games only (exact exploitability)"
+        out["output_note"] = ("a mixture is scored in imperfect-information games whose tree can be walked only (exact "
+                              "exploitability)")
     return out
 
 
 def evaluate_run(run_dir: str, config: EvalConfig) -> tuple[Optional[dict], str]:
     """(the entry of the run's newest learner checkpoint, with its output scored, ""), or (None, why) when nothing
-    applies (no checkpoint, not an OpenSpiel game, a recurrent network, a game tree too large to walk)."""
+    applies (no checkpoint, not an OpenSpiel game, a recurrent network)."""
     try:
         policy = load_policy(run_dir)
-        too_large = tree_too_large(policy.spec.env_name)
-        if too_large:
-            return None, (f"{too_large}; `seedleague exploit --run-dir {run_dir}` measures the output with a learned "
-                          "best response")
         entry = evaluate(run_dir, policy, config, nash=True, average=END_OF_RUN_AVERAGE,
                          param_average=load_param_average(run_dir, policy.step))
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
