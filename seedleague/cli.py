@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import signal
 import sys
 from typing import Optional
 
@@ -367,7 +368,8 @@ def _choice_seconds(args: argparse.Namespace, budget: Budget, league, chosen: ou
 
 def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
     """After training: the run's share of its budget for the output choice (`seedleague exploit --choose` among
-    output_config.TRAIN_CHOICE), in equal parts for each round of evaluation games and each best response."""
+    output_config.TRAIN_CHOICE), in equal parts for each round of evaluation games and each best response; the
+    distilled network's fit is bounded by one part too, and takes seconds where its network is small."""
     from seedleague.eval import exploit_args
 
     rounds = output_config.evaluation_rounds(output_config.TRAIN_CHOICE)
@@ -375,7 +377,8 @@ def _choose_output(config: RunConfig, args: argparse.Namespace) -> None:
     seconds = config.choose_output_s / (rounds + responses)
     games = "evaluation games" if rounds == 1 else f"{rounds} rounds of evaluation games"
     print(f"\nchoosing the output without a game tree: the last {config.choose_output_s:.0f} s of the budget "
-          f"(--choose-share), {seconds:.0f} s each for {games} and {responses} best responses", flush=True)
+          f"(--choose-share), {seconds:.0f} s each for {games} and {responses} best responses (and at most "
+          f"{seconds:.0f} s fitting the distilled network between them)", flush=True)
     argv = ["--run-dir", config.run_dir, "--choose", *output_config.TRAIN_CHOICE, "--max-seconds", f"{seconds:g}",
             "--seed", str(config.host.seed)]
     for command in args.worker_cmd or ():
@@ -430,13 +433,23 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
         from seedleague.league.tables import standings_table
 
         print("\nleague standings:\n" + standings_table([_standing(s) for s in summary["standings"]], top=10))
-    if config.choose_output_s and summary.get("budget_reached") and summary.get("learner_step", 0) > 0:
-        _choose_output(config, args)
-    if config.league is not None and not args.no_eval and summary.get("learner_step", 0) > 0:
-        from seedleague.eval import cli as eval_cli
+    # From here on SIGTERM stops the output choice and the evaluation as Ctrl-C does (local.run put back what it found)
+    signal.signal(signal.SIGTERM, local.interrupt)
+    stage = "choosing the output"
+    try:
+        if config.choose_output_s and summary.get("budget_reached") and summary.get("learner_step", 0) > 0:
+            _choose_output(config, args)
+        stage = "evaluating the run"
+        if config.league is not None and not args.no_eval and summary.get("learner_step", 0) > 0:
+            from seedleague.eval import cli as eval_cli
 
-        print("\nevaluation:")
-        eval_cli.evaluate_run(summary["run_dir"], quick=True)
+            print("\nevaluation:")
+            eval_cli.evaluate_run(summary["run_dir"], quick=True)
+    except KeyboardInterrupt:
+        print(f"\nseedleague train: interrupted while {stage}; the trained run stands, its checkpoints written, and its "
+              f"output is {output_config.recorded(summary['run_dir']).source} (`seedleague exploit --run-dir "
+              f"{summary['run_dir']} --choose` chooses again)", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 
@@ -750,7 +763,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"seedleague: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("seedleague: interrupted before the host was serving", file=sys.stderr)
+        if args.command in ("train", "host", "serve"):
+            print("seedleague: interrupted before the host was serving", file=sys.stderr)
+        else:  # exploit --choose: a stage stopped by the signal; nothing is recorded, the output stays as it was
+            print(f"seedleague {args.command}: interrupted; nothing more was recorded", file=sys.stderr)
         return 130
     except SystemExit:
         raise  # a refusal that says its own line: not a run fault (the next clause's lookup loads jax)

@@ -4,8 +4,10 @@ behaviour policy, reach-weighted, not the plain average of its members."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from seedleague.artifacts import distill
 from seedleague.artifacts.distill import Samples, fit
 from seedleague.artifacts.networks import named_network_for
 from seedleague.protocol.named import ActionSpec, DiscreteHead, NamedEnvSpec, ObservationSpec, TensorSpec
@@ -88,3 +90,34 @@ def test_illegal_probability_and_too_few_states_are_refused():
     few = Samples(np.zeros((5, 2), np.float32), np.ones((5, 2), bool), np.full((5, 2), 0.5))
     with pytest.raises(ValueError, match="at least 20 recorded states"):
         fit(network, params, few)
+
+
+def test_the_fit_is_adam_on_a_cosine_to_zero_over_its_steps():
+    """Without a time bound the fit takes its steps on optax's Adam with a cosine decay to 0, batch for batch."""
+    network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,)), (2,), np.float32, 2)
+    params = network.init(jax.random.key(1))
+    samples = _mixture_play(500, np.random.default_rng(1))
+    fitted = fit(network, params, samples, steps=30, seed=3)
+    assert fitted.steps == 30
+
+    rng = np.random.default_rng(3)  # the fit's own draws: the held-out split, then one batch per step
+    train = rng.permutation(len(samples))[len(samples) // distill.HELD_OUT:]
+    optimizer = optax.adam(optax.cosine_decay_schedule(distill.LEARNING_RATE, 30))
+    state, expected = optimizer.init(params), params
+    loss = lambda p, index: distill._cross_entropy(network, p, samples.observation[index], samples.legal[index],
+                                                   samples.probs[index].astype(np.float32))
+    for _ in range(30):
+        batch = train[rng.integers(0, len(train), distill.BATCH)]
+        updates, state = optimizer.update(jax.grad(loss)(expected, batch), state, expected)
+        expected = optax.apply_updates(expected, updates)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), fitted.params, expected)
+
+
+def test_a_fit_whose_seconds_run_out_stops_after_at_least_one_step_and_says_how_many_it_took():
+    network = make_network(NetworkConfig(torso="mlp", hidden_sizes=(8,)), (2,), np.float32, 2)
+    params = network.init(jax.random.key(1))
+    samples = _mixture_play(500, np.random.default_rng(1))
+    assert fit(network, params, samples, steps=4000, max_seconds=1e-9).steps == 1  # compiling alone outlasts it
+    assert fit(network, params, samples, steps=20, max_seconds=1e6).steps == 20
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        fit(network, params, samples, max_seconds=0)

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+import math
+import time
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +40,7 @@ import optax
 
 
 HELD_OUT = 10  # one sample in this many is scored by `fit` and never trained on
-LEARNING_RATE = 1e-3  # Adam's, cosine-annealed to 0 over `steps`
+LEARNING_RATE = 1e-3  # Adam's, cosine-annealed to 0 over the fit's progress (`fit`)
 BATCH = 512
 
 
@@ -79,6 +81,7 @@ class Fitted:
     cross_entropy: float  # on the held-out samples, nats per sample
     target_entropy: float  # the held-out targets' own mean entropy: cross_entropy minus this is their mean KL
     samples: int  # trained on
+    steps: int  # Adam steps taken: `fit`'s steps, or fewer where its max_seconds ran out first
 
 
 def _logits(network: Any, params: Any, observation: Any) -> dict:
@@ -102,26 +105,38 @@ def _cross_entropy(network: Any, params, observation, legal, probs):
     return total
 
 
-def fit(network: Any, params: Any, samples: Samples, steps: int = 4000, seed: int = 0) -> Fitted:
+def fit(network: Any, params: Any, samples: Samples, steps: int = 4000, seed: int = 0,
+        max_seconds: Optional[float] = None) -> Fitted:
     """`network`'s params (a flat Network or a NamedNetwork) fitted to `samples` by Adam on the cross-entropy, from
-    `params` (see the module docstring); ValueError with fewer than 20 samples (no held-out score to trust)."""
+    `params` (see the module docstring); ValueError with fewer than 20 samples (no held-out score to trust).
+
+    The learning rate follows a cosine from LEARNING_RATE to 0 over the fit's progress: the larger of the steps taken
+    over `steps` and, with `max_seconds`, the seconds spent (compiling included) over `max_seconds`; the fit ends at
+    progress 1, so a large network on a slow machine still ends annealed, within its time, after at least one step."""
     if len(samples) < 20:
         raise ValueError(f"distilling a mixture needs at least 20 recorded states, got {len(samples)}: play more "
                          "games of the mixture")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    start = time.monotonic()
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(samples))
     cut = max(1, len(samples) // HELD_OUT)
     held, train = order[:cut], order[cut:]
-    optimizer = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, steps))
+    optimizer = optax.scale_by_adam()
     loss = functools.partial(_cross_entropy, network)
 
     @jax.jit
-    def step(params, state, observation, legal, probs):
+    def step(params, state, learning_rate, observation, legal, probs):
         value, grads = jax.value_and_grad(loss)(params, observation, legal, probs)
-        updates, state = optimizer.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, value
+        direction, state = optimizer.update(grads, state, params)
+        return jax.tree.map(lambda p, d: p - learning_rate * d, params, direction), state, value
+
+    def progress(taken: int) -> float:
+        by_time = (time.monotonic() - start) / max_seconds if max_seconds is not None else 0.0
+        return max(taken / steps, by_time)
 
     params = jax.tree.map(jnp.asarray, params)
     state = optimizer.init(params)
@@ -129,10 +144,14 @@ def fit(network: Any, params: Any, samples: Samples, steps: int = 4000, seed: in
     observation = samples.observation
     legal = jax.tree.map(lambda x: x.astype(bool), samples.legal)
     probs = jax.tree.map(lambda x: x.astype(np.float32), samples.probs)
-    for _ in range(steps):
+    taken = 0
+    while taken == 0 or progress(taken) < 1.0:
+        learning_rate = LEARNING_RATE * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress(taken))))
         batch = train[rng.integers(0, len(train), BATCH)]
-        params, state, _ = step(params, state, rows(observation, batch), rows(legal, batch), rows(probs, batch))
+        params, state, _ = step(params, state, np.float32(learning_rate), rows(observation, batch),
+                                rows(legal, batch), rows(probs, batch))
+        taken += 1
     cross_entropy = float(loss(params, rows(observation, held), rows(legal, held), rows(probs, held)))
     entropy = sum(float(-(p * np.log(np.where(p > 0, p, 1.0))).sum(-1).mean())
                   for p in _heads(rows(probs, held)).values())
-    return Fitted(params, cross_entropy, entropy, len(train))
+    return Fitted(params, cross_entropy, entropy, len(train), taken)
