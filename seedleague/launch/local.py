@@ -143,9 +143,18 @@ def run(config: RunConfig, machine: Optional[Machine] = None) -> dict:
     SIGTERM during start-up (model restore, compiles) raises KeyboardInterrupt so
     everything started so far is still stopped; once serving, SIGINT and SIGTERM
     end the run cleanly with reason "interrupted"; once stopping, a further SIGTERM
-    is noted and the final checkpoint and summary are still written.
+    is noted and the final checkpoint and summary are still written. Once it returns (or raises), SIGTERM is handled
+    as it was before the call: a caller that goes on (choosing the run's output) says what a signal does then.
     """
-    signal.signal(signal.SIGTERM, interrupt)
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return _run(config, machine)
+    finally:
+        if previous is not None:  # None: a handler not installed from Python, which Python cannot put back
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(config: RunConfig, machine: Optional[Machine]) -> dict:
     # The event loop, batcher and learner threads hand work to each other on every
     # step; Python's default 5 ms GIL switch interval would add up to that much to
     # each hand-off.
