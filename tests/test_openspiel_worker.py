@@ -254,8 +254,8 @@ def test_a_simultaneous_game_is_refused_with_the_turn_based_name_that_loads(game
 def test_a_game_of_another_player_count_is_refused_with_its_two_player_form_only_where_it_has_one(game, fix):
     from seedleague.games.openspiel import UnsupportedGame, load_game
 
-    with pytest.raises(UnsupportedGame, match="-player game; seedleague's OpenSpiel worker plays two-player") as refused:
+    with pytest.raises(UnsupportedGame, match="-player game; seedleague's OpenSpiel worker plays two-player") as no:
         load_game(game)
-    assert str(refused.value).split("two-player games: ", 1)[1].startswith(fix)
+    assert str(no.value).split("two-player games: ", 1)[1].startswith(fix)
     if "(players=2)" in fix:
         assert load_game(fix.rsplit(", ", 1)[1]).num_players() == 2  # the form it names loads

@@ -36,3 +36,12 @@ def test_a_game_far_beyond_the_cap_is_refused_from_its_estimate_without_counting
     finally:
         tree_size.unmeasurable.cache_clear()
     assert "random playouts' estimates, far more than the 2,000,000" in reason, reason
+
+
+def test_a_tree_whose_estimates_overflow_floats_is_called_more_than_the_largest_float():
+    tree_size.unmeasurable.cache_clear()
+    try:
+        reason = tree_size.unmeasurable("openspiel:kriegspiel")  # Knuth's products pass 1e308 within a playout
+    finally:
+        tree_size.unmeasurable.cache_clear()
+    assert "its game tree has more than 1e308 histories" in reason and "inf" not in reason, reason

@@ -10,6 +10,7 @@ numpy and pyspiel: building a preset or refusing a command line loads no jax.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Optional
 
 import numpy as np
@@ -83,7 +84,8 @@ def unmeasurable(env_name: str) -> str:
     estimates = estimated_histories(game)
     median = estimates[len(estimates) // 2]
     if median > SURELY_TOO_LARGE * MAX_HISTORIES:
-        return (f"its game tree has about {median:.1e} histories by the median of {len(estimates)} random playouts' "
+        size = f"about {median:.1e}" if math.isfinite(median) else "more than 1e308"  # kriegspiel's overflow floats
+        return (f"its game tree has {size} histories by the median of {len(estimates)} random playouts' "
                 f"estimates, far more than the {MAX_HISTORIES:,} that can be measured exactly in minutes")
     if histories(game, MAX_HISTORIES) is None:
         return (f"its game tree has more than {MAX_HISTORIES:,} histories, too many to measure every candidate "

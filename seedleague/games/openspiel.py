@@ -54,8 +54,8 @@ def load_game(name: str) -> pyspiel.Game:
                               f"e.g. kuhn_poker, leduc_poker(players=2), connect_four{hint}") from None
     kind = game.get_type()
     if game.num_players() != 2:
-        raise UnsupportedGame(f"{name} is a {game.num_players()}-player game; seedleague's OpenSpiel worker plays two-player "
-                              f"games: {_two_player_hint(kind)}")
+        raise UnsupportedGame(f"{name} is a {game.num_players()}-player game; seedleague's OpenSpiel worker plays "
+                              f"two-player games: {_two_player_hint(kind)}")
     if kind.utility != pyspiel.GameType.Utility.ZERO_SUM:
         raise UnsupportedGame(f"{name} is {kind.utility.name.lower().replace('_', '-')}, not zero-sum; seedleague's "
                               "self-play and league results assume one seat's gain is the other's loss: pick a "
