@@ -14,7 +14,7 @@ from seedleague import cli
 from seedleague.api import PolicySpec, load_average_policy, load_policy
 from seedleague.eval import board, openspiel_eval
 from seedleague.eval import cli as eval_cli
-from seedleague.eval.eval_config import QUICK
+from seedleague.eval.eval_config import QUICK, EvalConfig
 from seedleague.eval.tree_size import tree_too_large
 from seedleague.rl.learner_config import LearnerConfig
 from test_api import head_params, save_checkpoint
@@ -178,6 +178,16 @@ def test_mcts_at_a_tiny_simulation_count_runs(first_legal_ttt):
     assert stats.opponent == "mcts5" and stats.games_per_s > 0
     with pytest.raises(ValueError, match="simulations >= 1"):
         board.vs_mcts("tic_tac_toe", first_legal_ttt, games=2, simulations=0)
+
+
+def test_a_match_with_a_time_bound_plays_waves_of_one_game_per_seat_until_its_seconds_pass(first_legal_ttt):
+    """The end of a run on chess or hive spent minutes against MCTS; a bounded match begins no wave once its seconds
+    have passed, and always plays the first."""
+    first = board.vs_mcts("tic_tac_toe", first_legal_ttt, games=10, simulations=5, seed=1, max_seconds=1e-9)
+    _check_counts(first, board.WAVE)  # compiling alone outlasts a nanosecond: one game from each seat
+    _check_counts(board.vs_random("tic_tac_toe", first_legal_ttt, games=5, seed=1, max_seconds=1e6), 5)
+    with pytest.raises(ValueError, match="match_seconds must be > 0"):
+        EvalConfig(match_seconds=0.0)
 
 
 def test_head_to_head_in_poker_counts_every_game(uniform_kuhn, tmp_path):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Protocol, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 import pyspiel
@@ -155,18 +155,39 @@ def _tally(opponent: str, outcome_g: np.ndarray, seat_g: np.ndarray, return_g: n
                       float(return_g.mean()) if len(return_g) else 0.0, seconds)
 
 
+WAVE = 2  # a time-bound match's first games at once, one from each seat (`play`'s max_seconds)
+
+
 def play(game: GameLike, agent: Agent, opponent: Agent, games: int, seed: int = 0,
-         opponent_name: str = "opponent") -> MatchStats:
+         opponent_name: str = "opponent", max_seconds: Optional[float] = None) -> MatchStats:
     """Play `games` games of `agent` against `opponent`, all at once in lockstep; `agent` sits
-    at seat 0 in the even-numbered games and seat 1 in the odd ones. Stats are from `agent`'s side."""
+    at seat 0 in the even-numbered games and seat 1 in the odd ones. Stats are from `agent`'s side.
+    With `max_seconds`, in waves instead, each as many games as were played before it (WAVE at first), none begun once
+    `max_seconds` have passed: at least WAVE games, and the whole match within twice its seconds plus the first wave
+    (an MCTS opponent's random rollouts in chess or hive take minutes for the games a small game plays in seconds)."""
     game = as_game(game)
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
     start = time.perf_counter()
     rng = np.random.default_rng(seed)  # chance outcomes
-    seat_g = np.arange(games) % 2
-    states = [game.new_initial_state() for _ in range(games)]
-    active = list(range(games))
+    returns, seats = [], []
+    played = 0
+    while played < games and (max_seconds is None or not played or time.perf_counter() - start < max_seconds):
+        count = games - played if max_seconds is None else min(max(WAVE, played), games - played)
+        seat_g = (played + np.arange(count)) % 2
+        returns.append(_play_games(game, agent, opponent, seat_g, rng))
+        seats.append(seat_g)
+        played += count
+    returns_g, seat_g = np.concatenate(returns), np.concatenate(seats)
+    mine_g, theirs_g = returns_g[np.arange(played), seat_g], returns_g[np.arange(played), 1 - seat_g]
+    return _tally(opponent_name, np.sign(mine_g - theirs_g), seat_g, mine_g, time.perf_counter() - start)
+
+
+def _play_games(game: pyspiel.Game, agent: Agent, opponent: Agent, seat_g: np.ndarray,
+                rng: np.random.Generator) -> np.ndarray:
+    """Returns [G, 2] of games played in lockstep, `agent` at seat `seat_g[g]` in game g."""
+    states = [game.new_initial_state() for _ in seat_g]
+    active = list(range(len(seat_g)))
     while active:
         turns: tuple[list[int], list[int]] = ([], [])  # games where agent / opponent moves now
         for g in active:
@@ -178,25 +199,25 @@ def play(game: GameLike, agent: Agent, opponent: Agent, games: int, seed: int = 
                 for g, action in zip(playing, mover.act([states[g] for g in playing])):
                     states[g].apply_action(action)
         active = [g for g in active if not states[g].is_terminal()]
-    returns = np.array([s.returns() for s in states])
-    mine_g, theirs_g = returns[np.arange(games), seat_g], returns[np.arange(games), 1 - seat_g]
-    return _tally(opponent_name, np.sign(mine_g - theirs_g), seat_g, mine_g, time.perf_counter() - start)
+    return np.array([s.returns() for s in states])
 
 
-def vs_random(game: GameLike, policy: Policy, games: int = 100, greedy: bool = False, seed: int = 0) -> MatchStats:
-    """`policy` against uniformly random legal moves."""
+def vs_random(game: GameLike, policy: Policy, games: int = 100, greedy: bool = False, seed: int = 0,
+              max_seconds: Optional[float] = None) -> MatchStats:
+    """`policy` against uniformly random legal moves (`max_seconds`: see `play`)."""
     game = as_game(game)
     check_fits(game, policy)
-    return play(game, PolicyAgent(policy, greedy, seed + 1), RandomAgent(seed + 2), games, seed, "random")
+    return play(game, PolicyAgent(policy, greedy, seed + 1), RandomAgent(seed + 2), games, seed, "random",
+                max_seconds)
 
 
 def vs_mcts(game: GameLike, policy: Policy, games: int = 20, simulations: int = 100, uct_c: float = 2.0,
-            rollouts: int = 1, greedy: bool = False, seed: int = 0) -> MatchStats:
-    """`policy` against pyspiel.MCTSBot with a RandomRolloutEvaluator (seeded)."""
+            rollouts: int = 1, greedy: bool = False, seed: int = 0, max_seconds: Optional[float] = None) -> MatchStats:
+    """`policy` against pyspiel.MCTSBot with a RandomRolloutEvaluator (seeded; `max_seconds`: see `play`)."""
     game = as_game(game)
     check_fits(game, policy)
     bot = mcts_agent(game, simulations, uct_c, rollouts, seed + 2)
-    return play(game, PolicyAgent(policy, greedy, seed + 1), bot, games, seed, f"mcts{simulations}")
+    return play(game, PolicyAgent(policy, greedy, seed + 1), bot, games, seed, f"mcts{simulations}", max_seconds)
 
 
 def head_to_head(game: GameLike, policy_a: Policy, policy_b: Policy, games: int = 100, greedy: bool = False,

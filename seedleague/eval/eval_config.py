@@ -21,6 +21,7 @@ class EvalConfig:
     uct_c: float = 2.0
     greedy: bool = False  # the policy plays its most probable legal action instead of sampling
     seed: int = 0
+    match_seconds: Optional[float] = None  # a match begins no game after this long (None: all its games)
 
     def __post_init__(self):
         object.__setattr__(self, "mcts_sims", tuple(self.mcts_sims))
@@ -28,9 +29,13 @@ class EvalConfig:
             raise ValueError(f"--games and --mcts-games must be >= 1, got {self.games} and {self.mcts_games}")
         if any(s < 1 for s in self.mcts_sims):
             raise ValueError(f"--mcts-sims must be positive simulation counts, got {self.mcts_sims}")
+        if self.match_seconds is not None and not self.match_seconds > 0:
+            raise ValueError(f"match_seconds must be > 0 (or None: every game), got {self.match_seconds}")
 
 
-QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10)  # a few seconds: the end of `seedleague train`
+# The end of `seedleague train`: a few seconds on small games; on large ones (an MCTS opponent's random rollouts in chess
+# took 100 s for its 10 games, hive's longer) each match stops beginning games after match_seconds.
+QUICK = EvalConfig(games=50, mcts_sims=(100,), mcts_games=10, match_seconds=20.0)
 
 
 def check_average_fraction(fraction: float) -> float:

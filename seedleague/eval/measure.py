@@ -74,7 +74,8 @@ def evaluate(run_dir: str, policy, config: EvalConfig, vs: Optional[str] = None,
     elif too_large:
         # MCTS would search the true state of a game whose players do not see it: against random only
         results.update(exploitability_note=_not_exact(run_dir, too_large),
-                       vs_random=board.vs_random(game, policy, config.games, config.greedy, config.seed).to_dict())
+                       vs_random=board.vs_random(game, policy, config.games, config.greedy, config.seed,
+                                                 config.match_seconds).to_dict())
     else:
         results.update(_board(game, policy, config))
     if mixture:
@@ -99,11 +100,11 @@ def _exploitability(game, policy) -> dict:
 
 
 def _board(game, policy, config: EvalConfig) -> dict:
-    vs_random = board.vs_random(game, policy, config.games, config.greedy, config.seed)
+    vs_random = board.vs_random(game, policy, config.games, config.greedy, config.seed, config.match_seconds)
     mcts_games = config.mcts_games or config.games
     vs_mcts = {
         str(sims): board.vs_mcts(game, policy, mcts_games, sims, config.uct_c, greedy=config.greedy,
-                                 seed=config.seed).to_dict()
+                                 seed=config.seed, max_seconds=config.match_seconds).to_dict()
         for sims in config.mcts_sims
     }
     return {"vs_random": vs_random.to_dict(), "vs_mcts": vs_mcts}
@@ -189,7 +190,8 @@ def _output(run_dir: str, policy, config: EvalConfig) -> dict:
         # a mixture as it is played: one member per game, by its seat's weights where it has them
         out["output_exploitability"] = output_score.score(game, trained)[output_score.EXPLOITABILITY]
     elif resolved.kind == "policy":
-        out["output_vs_random"] = board.vs_random(game, trained, config.games, config.greedy, config.seed).to_dict()
+        out["output_vs_random"] = board.vs_random(game, trained, config.games, config.greedy, config.seed,
+                                                  config.match_seconds).to_dict()
     else:
         out["output_note"] = ("a mixture is scored in imperfect-information games whose tree can be walked only (exact "
                               "exploitability)")
