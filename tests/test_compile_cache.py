@@ -56,3 +56,22 @@ def test_an_unusable_directory_leaves_the_cache_off_and_says_why(tmp_path, monke
     monkeypatch.setenv("SEEDLEAGUE_COMPILE_CACHE", str(tmp_path / "file" / "cache"))  # under a file: cannot exist
     assert compile_cache.enable() is None
     assert "no compilation cache" in caplog.text and "SEEDLEAGUE_COMPILE_CACHE" in caplog.text
+
+
+def test_an_entry_left_half_written_by_a_killed_process_is_removed_so_later_writes_work(tmp_path):
+    """JAX writes an entry's executable, then its access time; a process killed between the two left an entry that
+    made every later write on the machine fail with a FileNotFoundError warning (its eviction reads every access
+    time first)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "jit_x-deadbeef-cache").write_bytes(b"half")  # no jit_x-deadbeef-atime
+    (cache / "jit_y-feed-cache").write_bytes(b"whole")
+    (cache / "jit_y-feed-atime").write_bytes(b"\0" * 8)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["SEEDLEAGUE_COMPILE_CACHE"] = str(cache)
+    done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Error writing persistent compilation cache" not in done.stderr, done.stderr
+    names = set(os.listdir(cache))
+    assert "jit_x-deadbeef-cache" not in names and {"jit_y-feed-cache", "jit_y-feed-atime"} <= names
+    assert any(n.startswith("jit__lambda") and n.endswith("-atime") for n in names)  # the compile was kept
+    assert compile_cache.repair(str(cache)) == 0
