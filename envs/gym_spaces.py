@@ -8,7 +8,8 @@ heads from Discrete, MultiDiscrete, Box, Tuple and Dict action spaces, and the c
     spaces.env_action({"action": a})                       # what envs.step takes, a: [E, 1, 1]
 
 Observation leaves: Box (float64 travels as float32), Discrete (one-hot float32 [n]),
-MultiBinary; nested Dict keys are joined with ".". Action leaves: Discrete (n,
+MultiBinary; nested Dict keys are joined with ".", a Tuple's elements are "<name>_<i>"
+(Blackjack-v1's Tuple(Discrete(32), Discrete(11), Discrete(2)): observation_0, _1, _2). Action leaves: Discrete (n,
 start), MultiDiscrete (one head per entry, "<name>_<i>"), Box with finite bounds
 (one continuous head of its flattened size), and Tuple ("<name>_<i>") or Dict
 ("<key>") of those. Anything else raises UnsupportedEnv saying which wrapper to
@@ -57,7 +58,7 @@ class _ObservationLeaf:
     """One observation tensor: its spec and how to read it out of a batched observation."""
 
     spec: TensorSpec
-    path: tuple[str, ...]  # keys into nested Dict observations
+    path: tuple  # keys into nested Dict observations, indices into Tuple ones
     one_hot: int = 0  # a Discrete(n) leaf: n (sent as one-hot float32 [n])
 
     def read(self, observation: Any) -> np.ndarray:
@@ -72,16 +73,21 @@ class _ObservationLeaf:
         return x.astype(self.spec.dtype, copy=False).reshape((len(x),) + self.spec.shape)
 
 
-def _observation_leaves(env_id: str, space: gym.Space, path: tuple[str, ...]) -> list[_ObservationLeaf]:
-    name = _name(env_id, ".".join(path) or "observation")
+def _observation_leaves(env_id: str, space: gym.Space, path: tuple, name: str = "observation") -> list[_ObservationLeaf]:
+    """The leaves of an observation `space` found at `path` (Dict keys, Tuple indices) and named `name`."""
     if isinstance(space, gym.spaces.Dict):
-        return [leaf for key, sub in space.spaces.items() for leaf in _observation_leaves(env_id, sub, path + (key,))]
+        return [leaf for key, sub in space.spaces.items()
+                for leaf in _observation_leaves(env_id, sub, path + (key,), f"{name}.{key}" if path else key)]
+    if isinstance(space, gym.spaces.Tuple):
+        return [leaf for i, sub in enumerate(space.spaces)
+                for leaf in _observation_leaves(env_id, sub, path + (i,), f"{name}_{i}")]
+    name = _name(env_id, name)
     if isinstance(space, gym.spaces.Discrete):
         return [_ObservationLeaf(TensorSpec(name, (int(space.n),), np.float32), path, one_hot=int(space.n))]
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)) and space.shape:
         return [_ObservationLeaf(TensorSpec(name, space.shape, protocol_dtype(space.dtype)), path)]
-    raise UnsupportedEnv(f"{env_id}: observation space {space} is not a Box, Discrete, MultiBinary or Dict of them; "
-                         "wrap it in gymnasium.wrappers.FlattenObservation")
+    raise UnsupportedEnv(f"{env_id}: observation space {space} is not a Box, Discrete, MultiBinary or a Dict or Tuple "
+                         "of them; wrap it in gymnasium.wrappers.FlattenObservation")
 
 
 # An action leaf: its heads and how their [E, 1, ...] arrays become the leaf's batched env action.
@@ -156,7 +162,7 @@ class NamedSpaces:
         return self._decode(actions)
 
 
-def _pick(observation: Any, path: tuple[str, ...]) -> Any:
+def _pick(observation: Any, path: tuple) -> Any:
     for key in path:
         observation = observation[key]
     return observation

@@ -63,6 +63,25 @@ def test_dict_observations_become_named_tensors_and_bad_spaces_say_what_to_do():
         NamedSpaces.of("text", _vector(gym.spaces.Text(5), gym.spaces.Discrete(2)))
 
 
+def test_tuple_observations_become_one_tensor_per_element_read_from_a_real_vector_env():
+    """Blackjack-v1's Tuple(Discrete(32), Discrete(11), Discrete(2)) was refused with advice a command-line user
+    cannot take (wrap it in FlattenObservation); each element is now its own one-hot tensor, nested Dicts named too."""
+    game = make_gym_game("Blackjack-v1", 3, "sync")
+    try:
+        assert [(t.name, t.shape) for t in game.spec.observation.tensors] == [
+            ("observation_0", (32,)), ("observation_1", (11,)), ("observation_2", (2,))]
+        step = game.reset(seed=0)
+        raw, _ = game.envs.reset(seed=0)
+        for i in range(3):
+            observed = step.observation[f"observation_{i}"]
+            assert observed.shape[:2] == (3, 1) and (observed.argmax(-1)[:, 0] == raw[i]).all()
+    finally:
+        game.close()
+    nested = gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,)), gym.spaces.Dict({"x": gym.spaces.Discrete(3)})))
+    spaces = NamedSpaces.of("nested", _vector(nested, gym.spaces.Discrete(2)))
+    assert [t.name for t in spaces.spec.observation.tensors] == ["observation_0", "observation_1.x"]
+
+
 @pytest.mark.parametrize("vector", ["sync", "async"])
 def test_pendulum_speaks_v2_and_sends_the_final_observation_of_every_truncated_episode(vector):
     received = []

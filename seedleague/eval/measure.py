@@ -203,6 +203,9 @@ def evaluate_run(run_dir: str, config: EvalConfig) -> tuple[Optional[dict], str]
     applies (no checkpoint, not an OpenSpiel game, a recurrent network)."""
     try:
         policy = load_policy(run_dir)
+        if game_name(policy.spec.env_name) is None:  # `seedleague eval`'s refusal would point at the API instead
+            return None, (f"{policy.spec.env_name!r} is not an OpenSpiel game: the league's standings above rate this "
+                          "run's snapshots; exploitability and games against random or MCTS need OpenSpiel's game")
         entry = evaluate(run_dir, policy, config, nash=True, average=END_OF_RUN_AVERAGE,
                          param_average=load_param_average(run_dir, policy.step))
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
