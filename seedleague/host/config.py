@@ -21,9 +21,14 @@ from seedleague.rl.network_config import NetworkConfig
 
 
 UNIFORM = "uniform"  # exploit_source's uniform random policy in the run's network (`seedleague exploit --output uniform`)
-# A best response read out by update count (exploit_read_out_updates) ends at this many times its time budget even
-# where it has not made them: an output that serves this much slower is measured by an under-trained response
+# A best response ends at this many times its time budget even where it has not made its updates
+# (exploit_read_out_updates) or its read-out holds no estimate yet: an output that serves this much slower is measured
+# by an under-trained response, and a read-out with too few games gives none
 UPDATES_TIME_CAP = 8
+# A best response's estimate (seedleague.host.exploit) is a normal interval, read only from this many games of each team
+# on (the usual floor for the central limit theorem): from two games of one outcome a team's sample variance is 0, and
+# a response on chess claimed -1.0000 +- 0.0000.
+MIN_TEAM_GAMES = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +67,7 @@ class HostConfig:
     # training a best response: after this many learner updates instead (equal training for responses to outputs
     # that serve at different speeds: `seedleague exploit --response-updates`); 0: never
     exploit_read_out_updates: int = 0
-    # with exploit_read_out_updates: the run ends once its read-out has lasted this many seconds
+    # with either read-out: the run ends once its read-out has lasted this many seconds and holds an estimate
     exploit_read_out_length_s: float = 0.0
     # training: each learner action is a uniformly random legal one with this probability, recorded as the
     # mixture policy so V-trace corrects for it; in self-play it keeps lines the policy has stopped playing
@@ -116,9 +121,9 @@ class HostConfig:
             raise ValueError("exploit_read_out_updates starts a best response's read-out at an update count: it needs "
                              "exploit_output and exploit_read_out_length_s (how long the read-out lasts), and no "
                              "exploit_read_out_s (a read-out by the clock)")
-        if self.exploit_read_out_length_s and not self.exploit_read_out_updates:
-            raise ValueError("exploit_read_out_length_s is how long a read-out begun at exploit_read_out_updates lasts: "
-                             "give exploit_read_out_updates too")
+        if self.exploit_read_out_length_s and not (self.exploit_read_out_updates or self.exploit_read_out_s):
+            raise ValueError("exploit_read_out_length_s is how long a read-out lasts: give exploit_read_out_updates or "
+                             "exploit_read_out_s (when it begins) too")
         if self.exploit_source and not self.exploit_output:
             raise ValueError("exploit_source chooses which output of --exploit-output to exploit: give that too")
         if not 0.0 <= self.explore < 1.0:

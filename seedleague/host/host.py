@@ -251,15 +251,15 @@ class Host:
         return 0 < self.config.exploit_read_out_s <= self._trained_seconds()
 
     def finished(self) -> Optional[str]:
-        """Why this host's work is done before any budget, or None: a best response read out by update count
-        (HostConfig.exploit_read_out_updates) is done once its read-out has lasted exploit_read_out_length_s and
-        holds an estimate (games of every team: on a loaded machine a short read-out can end with none, and then
-        it lasts on, up to the run's budget)."""
+        """Why this host's work is done before any budget, or None: a best response is done once its read-out has
+        lasted exploit_read_out_length_s and holds an estimate (MIN_TEAM_GAMES of every team: on a loaded machine
+        or a slow game a read-out of its length can end with fewer, and then it lasts on, up to the run's budget)."""
         length = self.config.exploit_read_out_length_s
         target = self._target
         if length and target is not None and target.read_out_seconds() >= length and target.read_out_estimate():
-            return (f"the best response's read-out lasted {length:g} s, after "
-                    f"{self.config.exploit_read_out_updates} learner updates")
+            begun = (f"after {self.config.exploit_read_out_updates} learner updates"
+                     if self.config.exploit_read_out_updates else f"from {self.config.exploit_read_out_s:g} s")
+            return f"the best response's read-out lasted {length:g} s, {begun}"
         return None
 
     def _begin_read_out(self) -> None:
