@@ -133,7 +133,7 @@ def make_vector_env(env_id: str, num_envs: int, mode: str = "auto") -> tuple[gym
         else:
             choice = VectorChoice(mode, "forced by the vector mode flag")
         return _build(env_id, num_envs, choice.mode, make_one), choice
-    except gym.error.Error as error:
+    except (gym.error.Error, ImportError) as error:  # ImportError: an env moved or whose package is missing
         raise UnsupportedEnv(f"cannot make {env_id!r}: {error}") from None
 
 
