@@ -446,9 +446,11 @@ def _train(args: argparse.Namespace, with_workers: bool = True, argv: Optional[l
             print("\nevaluation:")
             eval_cli.evaluate_run(summary["run_dir"], quick=True)
     except KeyboardInterrupt:
+        run_dir = summary["run_dir"]
+        again = (f" (`seedleague exploit --run-dir {run_dir} --choose` chooses again)" if stage == "choosing the output"
+                 else f" (`seedleague eval --run-dir {run_dir}` evaluates it)")
         print(f"\nseedleague train: interrupted while {stage}; the trained run stands, its checkpoints written, and its "
-              f"output is {output_config.recorded(summary['run_dir']).source} (`seedleague exploit --run-dir "
-              f"{summary['run_dir']} --choose` chooses again)", file=sys.stderr, flush=True)
+              f"output is {output_config.recorded(run_dir).source}{again}", file=sys.stderr, flush=True)
         return 130
     return 0
 
