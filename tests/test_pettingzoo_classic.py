@@ -156,6 +156,24 @@ def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
     assert len(outcomes) == game.episodes and game.illegal_actions == 0
 
 
+@pytest.mark.parametrize("name", ["texas_holdem_v4", "leduc_holdem_v4"])
+def test_rlcard_poker_plays_by_name_with_one_mover_and_zero_sum_chips(name):
+    # PettingZoo's poker games run on rlcard (a dependency): random legal play through the vector game
+    game = ClassicVectorGame(name, num_envs=4, seed=1)
+    step, rng = game.reset(), np.random.default_rng(0)
+    returns, outcomes = np.zeros((4, 2)), []
+    for _ in range(300):
+        assert (step.acting.sum(axis=1) == 1).all()
+        assert (step.legal_mask["action"].any(axis=2) == step.acting).all()
+        step = game.step(random_named_actions(rng, game.spec, step.legal_mask))
+        returns += step.reward
+        for env in np.flatnonzero(step.terminated):
+            outcomes.append(tuple(returns[env]))
+            returns[env] = 0.0
+    assert len(outcomes) >= 20 and all(abs(a + b) < 1e-6 for a, b in outcomes)
+    assert any(a != 0 for a, _ in outcomes) and game.illegal_actions == 0
+
+
 def test_illegal_actions_are_logged_once_then_one_in_n(caplog):
     game = ClassicVectorGame("tictactoe_v3", num_envs=3)
     game.reset()
