@@ -186,8 +186,20 @@ def test_a_match_with_a_time_bound_plays_waves_of_one_game_per_seat_until_its_se
     first = board.vs_mcts("tic_tac_toe", first_legal_ttt, games=10, simulations=5, seed=1, max_seconds=1e-9)
     _check_counts(first, board.WAVE)  # compiling alone outlasts a nanosecond: one game from each seat
     _check_counts(board.vs_random("tic_tac_toe", first_legal_ttt, games=5, seed=1, max_seconds=1e6), 5)
-    with pytest.raises(ValueError, match="match_seconds must be > 0"):
+    with pytest.raises(ValueError, match="--match-seconds must be > 0"):
         EvalConfig(match_seconds=0.0)
+
+
+def test_eval_match_seconds_bounds_each_match_from_the_command_line(tmp_path, capsys):
+    run = tmp_path / "ttt"
+    save_checkpoint(run / "checkpoints", env_of(load_game("tic_tac_toe")))
+    assert cli.main(["eval", "--run-dir", str(run), "--match-seconds", "0"]) == 2
+    assert "--match-seconds must be > 0" in capsys.readouterr().err
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--run-dir", str(run), "--games", "40", "--mcts-sims", "5", "--match-seconds", "1e-9",
+                     "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]  # its first wave only: a game from each seat
+    assert results["vs_random"]["games"] == results["vs_mcts"]["5"]["games"] == board.WAVE, results
 
 
 def test_head_to_head_in_poker_counts_every_game(uniform_kuhn, tmp_path):

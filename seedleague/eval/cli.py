@@ -14,7 +14,7 @@ from typing import Optional
 
 from seedleague.artifacts.load import load_policy, load_snapshot
 from seedleague.eval import measure
-from seedleague.eval.cli_args import parse_mixture, refusal
+from seedleague.eval.cli_args import eval_config, parse_mixture, refusal
 from seedleague.eval.curve import load_param_average
 from seedleague.eval.eval_config import QUICK, EvalConfig
 from seedleague.eval.measure import append_history, evaluate
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    config = EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
+    config = eval_config(args)
     mixture = parse_mixture(args.mixture) if args.mixture else None
     if args.snapshot:
         policy, param_average = load_snapshot(args.run_dir, args.snapshot, seed=args.seed), None

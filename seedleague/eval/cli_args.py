@@ -1,7 +1,7 @@
 """The flags of `seedleague eval` and `seedleague report`: evaluate a trained policy; write the league report.
 
     seedleague eval --run-dir D [--snapshot KEY | --checkpoint PATH] [--step N] [--games N]
-                    [--mcts-sims 100,1000] [--mcts-games N] [--greedy] [--vs KEY_OR_PATH]
+                    [--mcts-sims 100,1000] [--mcts-games N] [--match-seconds S] [--greedy] [--vs KEY_OR_PATH]
                     [--mixture KEY=W,KEY=W,...] [--nash] [--average FRACTION] [--json OUT] [--seed S]
     seedleague report --run-dir D [--out DIR]
 
@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--games", type=int, default=100, metavar="N", help="games against random and head-to-head (default 100)")
     parser.add_argument("--mcts-sims", type=_sims, default=(100,), metavar="SIMS", help="MCTS simulation counts, e.g. 100,1000 (default 100)")
     parser.add_argument("--mcts-games", type=int, default=None, metavar="N", help="games against each MCTS (default: --games)")
+    parser.add_argument("--match-seconds", type=float, default=None, metavar="S",
+                        help="each match (against random, each MCTS, head-to-head) begins no game after S seconds and "
+                             "reports the games it finished (default: every game; large games' MCTS games are slow)")
     parser.add_argument("--uct-c", type=float, default=2.0, metavar="C", help="MCTS exploration constant (default 2)")
     parser.add_argument("--greedy", action="store_true", help="play the most probable legal action instead of sampling")
     parser.add_argument("--vs", default=None, metavar="KEY_OR_PATH", help="head-to-head against a snapshot KEY or a checkpoint PATH")
@@ -65,6 +68,12 @@ def add_parser(sub) -> None:
                                         "report.md from the run's league and eval history.")
     report.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory")
     report.add_argument("--out", default=None, metavar="DIR", help="output directory (default <run-dir>/report)")
+
+
+def eval_config(args: argparse.Namespace) -> EvalConfig:
+    """The EvalConfig of an `eval` command line (ValueError naming the flag whose value is wrong)."""
+    return EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed,
+                      args.match_seconds)
 
 
 def parse_mixture(text: str) -> list[tuple[str, float]]:
@@ -89,7 +98,7 @@ def refusal(args: argparse.Namespace) -> Optional[str]:
     if args.command == "report":
         return None if os.path.isdir(args.run_dir) else f"no such run directory: {args.run_dir!r}"
     try:
-        EvalConfig(args.games, args.mcts_sims, args.mcts_games, args.uct_c, args.greedy, args.seed)
+        eval_config(args)
         if args.mixture:
             parse_mixture(args.mixture)
         if args.average is not None:

@@ -30,7 +30,7 @@ class EvalConfig:
         if any(s < 1 for s in self.mcts_sims):
             raise ValueError(f"--mcts-sims must be positive simulation counts, got {self.mcts_sims}")
         if self.match_seconds is not None and not self.match_seconds > 0:
-            raise ValueError(f"match_seconds must be > 0 (or None: every game), got {self.match_seconds}")
+            raise ValueError(f"--match-seconds must be > 0 (leave it out to play every game), got {self.match_seconds}")
 
 
 # The end of `seedleague train`: a few seconds on small games; on large ones (an MCTS opponent's random rollouts in chess
