@@ -20,15 +20,16 @@ RUBY_PACKAGES := ruby ruby-grpc ruby-grpc-tools
 .PHONY: install install-gpu gpu-check proto run test test-slow bench chaos clean deps chromium cpp-deps cpp-worker native-stream node-worker ruby-deps ruby-worker
 
 ## install: virtualenv with seedleague and its dev tools, protos generated. uv installs the packages, several times
-##          faster than pip on a fresh machine (benchmarks/README.md, "Test suite time"); where uv cannot reach its
-##          index, pip does.
+##          faster than pip on a fresh machine (benchmarks/README.md, "Test suite time"), compiling their bytecode as pip
+##          does (where PYTHONDONTWRITEBYTECODE is set, nothing else would, and every process would compile jax's
+##          source again); where uv cannot reach its index, pip does.
 install: $(STAMP) proto
 
 $(STAMP): pyproject.toml
 	rm -rf seedleague.egg-info  # a stale one in the tree would shadow the installed metadata (its entry points)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip uv
-	$(PY) -m uv pip install -q --python $(PY) -e '.[dev]' || { echo "install: uv could not install (it reads \
+	$(PY) -m uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]' || { echo "install: uv could not install (it reads \
 	PyPI, or UV_INDEX_URL where set, not pip's config); pip installs instead"; $(PY) -m pip install -q -e '.[dev]'; }
 	touch $(STAMP)
 
