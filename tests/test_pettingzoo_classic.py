@@ -139,12 +139,13 @@ def test_tictactoe_trains_in_a_league_by_name(tmp_path):
     assert os.listdir(os.path.join(run_dir, "pool", "main"))  # a league run: its first snapshot reached the pool
 
 
-@pytest.mark.parametrize("name", ["tictactoe_v3", "connect_four_v3"])
-def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
+def _random_legal_play(name: str, turns: int = 300):
+    """The game after `turns` random legal moves in 4 envs, and each finished game's returns, seat by seat; every turn
+    has exactly one mover, who alone has legal actions."""
     game = ClassicVectorGame(name, num_envs=4, seed=1)
     step, rng = game.reset(), np.random.default_rng(0)
     returns, outcomes = np.zeros((4, 2)), []
-    for _ in range(300):
+    for _ in range(turns):
         assert (step.acting.sum(axis=1) == 1).all()
         assert (step.legal_mask["action"].any(axis=2) == step.acting).all()  # the mover has a legal action only
         step = game.step(random_named_actions(rng, game.spec, step.legal_mask))
@@ -152,24 +153,20 @@ def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
         for env in np.flatnonzero(step.terminated):
             outcomes.append(tuple(returns[env]))
             returns[env] = 0.0
+    return game, outcomes
+
+
+@pytest.mark.parametrize("name", ["tictactoe_v3", "connect_four_v3"])
+def test_random_legal_play_keeps_one_mover_and_zero_sum_outcomes(name):
+    game, outcomes = _random_legal_play(name)
     assert outcomes and set(outcomes) <= {(1.0, -1.0), (-1.0, 1.0), (0.0, 0.0)}
     assert len(outcomes) == game.episodes and game.illegal_actions == 0
 
 
 @pytest.mark.parametrize("name", ["texas_holdem_v4", "leduc_holdem_v4"])
 def test_rlcard_poker_plays_by_name_with_one_mover_and_zero_sum_chips(name):
-    # PettingZoo's poker games run on rlcard (a dependency): random legal play through the vector game
-    game = ClassicVectorGame(name, num_envs=4, seed=1)
-    step, rng = game.reset(), np.random.default_rng(0)
-    returns, outcomes = np.zeros((4, 2)), []
-    for _ in range(300):
-        assert (step.acting.sum(axis=1) == 1).all()
-        assert (step.legal_mask["action"].any(axis=2) == step.acting).all()
-        step = game.step(random_named_actions(rng, game.spec, step.legal_mask))
-        returns += step.reward
-        for env in np.flatnonzero(step.terminated):
-            outcomes.append(tuple(returns[env]))
-            returns[env] = 0.0
+    # PettingZoo's poker games run on rlcard (a dependency)
+    game, outcomes = _random_legal_play(name)
     assert len(outcomes) >= 20 and all(abs(a + b) < 1e-6 for a, b in outcomes)
     assert any(a != 0 for a, _ in outcomes) and game.illegal_actions == 0
 
