@@ -176,7 +176,8 @@ def test_a_game_it_cannot_play_exits_2_naming_it_before_connecting(game, message
     assert pzw.main(["--address", "127.0.0.1:1", "--game", game]) == 2
     assert message in caplog.text and "connected" not in caplog.text, caplog.text
     if game.startswith("classic/"):
-        assert "the classic games that work here: connect_four_v3, go_v5, tictactoe_v3" in caplog.text
+        assert ("the classic games that work here: connect_four_v3, go_v5, leduc_holdem_v4, texas_holdem_no_limit_v6, "
+                "texas_holdem_v4, tictactoe_v3") in caplog.text
 
 
 def test_a_refusal_reaches_the_console_of_a_worker_process():

@@ -75,8 +75,8 @@ def test_no_output_yet_is_said_in_resolves_words_only_where_the_names_settle_it(
 
 
 def _eval_args(**given):
-    flags = dict(command="eval", games=1, mcts_sims=(1,), mcts_games=None, uct_c=2.0, greedy=False, seed=0,
-                 mixture=None, average=None, snapshot=None, step=None, checkpoint=None)
+    flags = dict(command="eval", games=1, mcts_sims=(1,), mcts_games=None, match_seconds=None, uct_c=2.0, greedy=False,
+                 seed=0, mixture=None, average=None, snapshot=None, step=None, checkpoint=None)
     return argparse.Namespace(**{**flags, **given})
 
 
