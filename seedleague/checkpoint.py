@@ -49,7 +49,7 @@ import jax
 import numpy as np
 
 from seedleague import object_store
-from seedleague.storage import StorageError, storage_error
+from seedleague.storage import StorageError, is_storage_failure, storage_error
 from seedleague.checkpoint_config import CheckpointConfig, path_problem
 
 if TYPE_CHECKING:  # the annotations' name only; `_orbax` loads the module
@@ -74,6 +74,21 @@ class _OrbaxReadsLeftFailing(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_OrbaxReadsLeftFailing())
+
+
+class _OrbaxThreadsOnAFullDisk(logging.Filter):
+    """Keeps to one line orbax's report of a writer thread that a full (or refusing) disk stopped: the save that
+    waited on it raises the same error, and the host stops with one line naming the disk and the fix; the
+    threads' tracebacks only buried it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and "_SignalingThread.run() raised" in str(record.msg) and is_storage_failure(
+                record.exc_info[1]) is not None:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+logging.getLogger("absl").addFilter(_OrbaxThreadsOnAFullDisk())
 
 
 def _orbax():
@@ -198,9 +213,12 @@ class Checkpointer:
             try:
                 self._manager.save(step, args=args, force=True)
                 self._manager.wait_until_finished()
-            except OSError as error:
+            except Exception as error:  # an OSError, or orbax's array writer's ValueError naming the OS's error
+                refused = is_storage_failure(error)
+                if refused is None and not isinstance(error, OSError):
+                    raise
                 remove_unfinished(self._mirror, quiet=True)  # what orbax began: it only holds the disk's last bytes
-                raise storage_error(error, f"{self._mirror}/{step}", "a checkpoint") from None
+                raise storage_error(refused or error, f"{self._mirror}/{step}", "a checkpoint") from None
             self._verify(step, savable, checksum)
             if self.remote:  # verified in the mirror: now into the store, where other hosts see it once whole
                 self.remote.upload(step, os.path.join(self._mirror, str(step)))

@@ -5,7 +5,9 @@ in the learner. Each fault must end in one line that names the path and the fix,
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 
 from benchmarks import chaos
+from seedleague import storage
 from seedleague.checkpoint import Checkpointer, DamagedCheckpoint, NonFiniteState
 from seedleague.checkpoint_config import CheckpointConfig
 from seedleague.host import restore
@@ -147,6 +150,37 @@ def test_a_checkpoint_on_a_full_disk_raises_storage_error_and_leaves_no_unfinish
     small_disk.free()
     assert checkpointer.steps() == [1]
     checkpointer.close()
+
+
+TENSORSTORE_FULL = ValueError('RESOURCE_EXHAUSTED: Error writing local file "ckpt/_sharding": Failed to write 4625 '
+                              "bytes to file 25: No space left on device [os_error_code='28']")
+
+
+def test_orbax_array_writers_full_disk_is_a_storage_error_in_one_line_without_thread_tracebacks(tmp_path, caplog):
+    # a disk that filled while orbax's tensorstore threads wrote a step: a ValueError naming the OS's error reached the
+    # learner as "the learner failed" with pages of tracebacks, not the one line a full disk gets
+    assert storage.is_storage_failure(ValueError("RESOURCE_EXHAUSTED: quota")) is None
+    found = storage.is_storage_failure(TENSORSTORE_FULL)
+    assert isinstance(found, OSError) and found.errno == errno.ENOSPC
+    checkpointer = Checkpointer(CheckpointConfig(directory=str(tmp_path / "checkpoints")), writer=True)
+    state = {"w": np.ones((4, 4), np.float32)}
+    checkpointer.save(1, state, {"n": 1})
+
+    def full(*args, **kwargs):
+        raise TENSORSTORE_FULL
+
+    checkpointer._manager.save = full
+    with pytest.raises(StorageError, match="the disk holding .* is full"):
+        checkpointer.save(2, state, {"n": 2})
+    assert checkpointer.steps() == [1]
+    checkpointer.close()
+    try:
+        raise TENSORSTORE_FULL
+    except ValueError:
+        logging.getLogger("absl").exception("[process=0][thread=t][operation_id=1] _SignalingThread.run() raised an "
+                                            "exception: %s", TENSORSTORE_FULL)
+    (record,) = [r for r in caplog.records if r.name == "absl"]
+    assert record.exc_info is None and "Traceback" not in caplog.text and "No space left" in caplog.text
 
 
 def test_a_state_with_nan_is_never_saved(tmp_path):
