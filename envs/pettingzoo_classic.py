@@ -25,9 +25,10 @@ Games that work: two agents, a Dict observation with a Box `observation` and an
 dependencies, that is tictactoe_v3, connect_four_v3, go_v5 and rlcard's
 leduc_holdem_v4, texas_holdem_v4 and texas_holdem_no_limit_v6 (`available_games`
 lists them by trying each registered classic game); chess_v6 and hanabi_v5 need
-packages that are not installed, and rps_v2's observation is not a Box. An illegal action from the host (e.g. a host that ignores legal masks)
-is replaced by the first legal one, counted and logged 1 in N
-(`worker_loop.IllegalActions`), as the OpenSpiel worker does. Never imports jax.
+packages that are not installed, and rps_v2's observation is not a Box. An illegal
+action from the host (e.g. a host that ignores legal masks) is replaced by the
+first legal one, counted and logged 1 in N (`worker_loop.IllegalActions`), as
+the OpenSpiel worker does. Never imports jax.
 """
 
 from __future__ import annotations

@@ -85,16 +85,13 @@ _TENSORSTORE_OS_ERROR = re.compile(r"os_error_code='(\d+)'")
 def is_storage_failure(error: BaseException) -> Optional[OSError]:
     """The OSError behind `error` (itself, or its cause or context; or the one a tensorstore error names in its text)
     when a disk refused, else None."""
-    seen = 0
-    while error is not None and seen < 8:
-        if isinstance(error, OSError) and error.errno in _DISK_REFUSALS:
-            return error
-        found = _TENSORSTORE_OS_ERROR.search(str(error)) if isinstance(error, ValueError) else None
+    for link in _chain(error):
+        if isinstance(link, OSError) and link.errno in _DISK_REFUSALS:
+            return link
+        found = _TENSORSTORE_OS_ERROR.search(str(link)) if isinstance(link, ValueError) else None
         if found and int(found.group(1)) in _DISK_REFUSALS:
             code = int(found.group(1))
             return OSError(code, os.strerror(code))
-        error = error.__cause__ or error.__context__
-        seen += 1
     return None
 
 
