@@ -26,6 +26,9 @@ jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((8, 8))).block_until_ready()
 """
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
 def _run(env) -> str:
     done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -38,6 +41,10 @@ def test_a_second_process_finds_what_the_first_compiled(tmp_path):
     assert _run(env) == str(tmp_path / "cache")
     entries = sorted(os.listdir(tmp_path / "cache"))
     assert entries, "the first process wrote nothing to the cache"
+    executables = [name for name in entries if name.endswith("-cache")]
+    for name in executables:  # zstd's frame, not zlib's: JAX compresses with zstandard, a dependency, where installed
+        with open(tmp_path / "cache" / name, "rb") as f:
+            assert f.read(4) == ZSTD_MAGIC, name
     _run(env)
     assert sorted(os.listdir(tmp_path / "cache")) == entries  # the same computation: found, not written again
 
