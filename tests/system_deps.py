@@ -4,8 +4,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+
+import filelock
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CPP_TOOLS = ("g++", "pkg-config", "protoc", "grpc_cpp_plugin")
 
@@ -24,3 +30,20 @@ def cpp_skip_reason() -> str:
     """A test's skip reason when the toolchain is missing, or "" when the native builds can run."""
     missing = missing_cpp_toolchain()
     return f"no C++ gRPC toolchain ({missing} missing): `make deps` as root installs it" if missing else ""
+
+
+def build_native_stream() -> None:
+    """Skip without the toolchain; else `make native-stream` (nothing to do where `make test` built it) and fail the
+    test with the build's output where it does not build. Both pytest processes may ask at once: one builds."""
+    if cpp_skip_reason():
+        pytest.skip(cpp_skip_reason())
+    from seedleague.protocol import native_stream
+
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    with filelock.FileLock(os.path.join(ROOT, "build", ".native-stream.lock")):
+        result = subprocess.run(["make", "native-stream"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    native_stream._libraries.pop(native_stream.DEFAULT_LIBRARY, None)  # asked before the build: ask again
+    library = native_stream.load_library()
+    if result.returncode != 0 or isinstance(library, str):
+        pytest.fail("`make native-stream` failed (run `make cpp-deps` as root for gRPC):\n"
+                    + result.stdout[-4000:] + result.stderr[-4000:] + str(library), pytrace=False)

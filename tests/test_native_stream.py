@@ -30,7 +30,7 @@ from seedleague.protocol.named import ActionSpec, ContinuousHead, DiscreteHead, 
 from seedleague.security import ClientSecurity, ServerSecurity
 from seedleague.testing.fakes import FakeBackend
 from seedleague.testing.server_thread import ServerThread
-from system_deps import cpp_skip_reason
+from system_deps import build_native_stream
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=3, num_envs=5)
@@ -38,14 +38,7 @@ SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    if cpp_skip_reason():
-        pytest.skip(cpp_skip_reason())
-    result = subprocess.run(["make", "native-stream"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    native_stream._libraries.pop(native_stream.DEFAULT_LIBRARY, None)  # asked before the build: ask again
-    library = native_stream.load_library()
-    if result.returncode != 0 or isinstance(library, str):
-        pytest.fail("`make native-stream` failed (run `make cpp-deps` as root for gRPC):\n"
-                    + result.stdout[-4000:] + result.stderr[-4000:] + str(library), pytrace=False)
+    build_native_stream()
 
 
 def _client(address: str, mode: str, spec=SPEC, security: ClientSecurity = ClientSecurity()) -> WorkerClient:

@@ -34,7 +34,7 @@ from seedleague.testing.fakes import FakeBackend, FakeHostConfig
 from seedleague.testing.server_thread import ServerThread
 from tests.conftest import wait_for
 from seedleague.v1 import env_pb2
-from tests.system_deps import cpp_skip_reason
+from tests.system_deps import build_native_stream
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC = EnvSpec("test", observation_shape=(4,), observation_dtype=np.float32, num_actions=2, num_envs=3)
@@ -50,9 +50,10 @@ def _zeros(spec: EnvSpec = SPEC):
 
 
 def _client(server: ServerThread, spec: EnvSpec = SPEC, **config) -> WorkerClient:
-    """A client of `server`; `native_stream="on"` needs `make native-stream` (as `make test` runs), else skips."""
-    if config.get("native_stream") == "on" and cpp_skip_reason():
-        pytest.skip(cpp_skip_reason())
+    """A client of `server`; `native_stream="on"` builds the native stream first (`make native-stream`), or skips
+    without the C++ toolchain."""
+    if config.get("native_stream") == "on":
+        build_native_stream()
     return WorkerClient(ClientConfig(server.address, worker_name="test", backoff_initial_s=0.05, **config), spec)
 
 
