@@ -11,6 +11,8 @@ import subprocess
 import filelock
 import pytest
 
+from seedleague.protocol import native_stream
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CPP_TOOLS = ("g++", "pkg-config", "protoc", "grpc_cpp_plugin")
@@ -37,8 +39,6 @@ def build_native_stream() -> None:
     test with the build's output where it does not build. Both pytest processes may ask at once: one builds."""
     if cpp_skip_reason():
         pytest.skip(cpp_skip_reason())
-    from seedleague.protocol import native_stream
-
     os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
     with filelock.FileLock(os.path.join(ROOT, "build", ".native-stream.lock")):
         result = subprocess.run(["make", "native-stream"], cwd=ROOT, capture_output=True, text=True, timeout=600)
