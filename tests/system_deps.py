@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ def cpp_skip_reason() -> str:
     return f"no C++ gRPC toolchain ({missing} missing): `make deps` as root installs it" if missing else ""
 
 
+@functools.cache  # once a process: a skip or a failure raises, so only a finished build is remembered
 def build_native_stream() -> None:
     """Skip without the toolchain; else `make native-stream` (nothing to do where `make test` built it) and fail the
     test with the build's output where it does not build. Both pytest processes may ask at once: one builds."""
